@@ -1,0 +1,54 @@
+"""symquad: SymPy-derived high-dimensional theory of one-pass SGD for two-layer
+quadratic networks, generated numpy kernels, and Monte Carlo validation.
+
+>>> import symquad as sq
+>>> m = sq.Model(p=3, p_star=2, lr=0.2)
+>>> eq = sq.derive(m)           # SymPy equations (imports SymPy)
+>>> k = sq.kernels(m)           # generated numpy kernels (no SymPy)
+
+Attributes are imported lazily so that the numeric runtime (kernels,
+integration, simulation, validation) never pulls in SymPy.
+"""
+
+from importlib import import_module
+
+from .spec import DEFAULT_MODEL, LR_SCALINGS, Model
+
+__version__ = "0.1.0"
+
+# public name -> module that defines it (imported on first use)
+_LAZY = {
+    "derive": "symquad.symbolic.derive",
+    "Equations": "symquad.symbolic.derive",
+    "kernels": "symquad.numeric.kernels",
+    "Kernels": "symquad.numeric.kernels",
+    "integrate": "symquad.numeric.integrate",
+    "ODESolution": "symquad.numeric.integrate",
+    "DivergenceError": "symquad.numeric.errors",
+    "simulate": "symquad.numeric.simulate",
+    "SimulationRun": "symquad.numeric.simulate",
+    "validate": "symquad.validation",
+    "ValidationReport": "symquad.validation",
+    "invariant_S": "symquad.numeric.invariants",
+    "closest_solution": "symquad.numeric.invariants",
+    "manifold_dimension": "symquad.numeric.invariants",
+    "hessian_spectrum": "symquad.symbolic.hessian",
+    "plateau": "symquad.numeric.landscape",
+    "escape_time": "symquad.numeric.landscape",
+}
+
+__all__ = ["Model", "DEFAULT_MODEL", "LR_SCALINGS", *_LAZY]
+
+
+def __getattr__(name):
+    try:
+        module = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module 'symquad' has no attribute {name!r}") from None
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
