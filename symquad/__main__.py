@@ -1,0 +1,5 @@
+import sys
+
+from symquad.cli import main
+
+sys.exit(main())

@@ -1,0 +1,52 @@
+"""Command-line interface: ``symquad <command>`` (also ``python -m symquad``).
+
+Each sub-command lives in its own module of this package and exposes
+``register(subparsers)``, which adds its parser and sets ``func`` (a callable
+taking the parsed ``argparse.Namespace`` and returning an exit status).
+Modules are imported lazily so that ``symquad --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# sub-command modules, in the order they are listed by --help
+COMMAND_MODULES = (
+    "validate",
+    "equations",
+    "regenerate",
+    "invariants",
+    "landscape",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="symquad",
+        description="Derive, generate and validate the ODE theory of one-pass SGD "
+                    "in two-layer quadratic networks.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(f"symquad.cli.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"symquad.cli.{name}":
+                continue  # command not built yet
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
