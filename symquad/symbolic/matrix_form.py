@@ -194,14 +194,16 @@ def _evaluate(words: dict, c, Q, rho, T, p, p_star, trace, zero_q, zero_r, expli
     return risk, dQ, drho
 
 
-def derive_matrix_form(model: Model) -> MatrixEquations:
+def derive_matrix_form(model: Model, coefficient=None) -> MatrixEquations:
     """Width-independent matrix-form equations of a quadratic model.
 
     The result depends on the model only through the activation's ``z²``
-    coefficient; ``p``, ``p*``, ``η`` and ``Δ`` stay symbols
+    coefficient ``c``; ``p``, ``p*``, ``η`` and ``Δ`` stay symbols
     (:data:`~symquad.symbolic.symbols.P`, ``P_STAR``, ``ETA``, ``NOISE``).
+    Passing a Symbol as `coefficient` keeps ``c`` symbolic too (codegen uses
+    this so that one kernel serves every ``σ(z) = c z² + c0``).
     """
-    c = _quadratic_coefficient(model)
+    c = _quadratic_coefficient(model) if coefficient is None else coefficient
     words = _word_level(model)
     Q, rho, T = matrix_symbols()
     risk, dQ, drho = _evaluate(words, c, Q, rho, T, P, P_STAR, sp.Trace,

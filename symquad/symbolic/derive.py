@@ -1,0 +1,117 @@
+"""``derive(model)``: the risk and the order-parameter ODEs of a model.
+
+Two routes, chosen by ``form``:
+
+* ``"matrix"`` (σ(z) = c z², the default for quadratic models): width
+  independent expressions in the MatrixSymbols ``Q, ρ, T``
+  (:mod:`symquad.symbolic.matrix_form`);
+* ``"entries"`` (any polynomial activation, small widths): explicit
+  expressions in the entry symbols ``Q_ij, ρ_im, T_lm``
+  (:mod:`symquad.symbolic.entries`).
+
+Both start from the model's network, loss and SGD update
+(:mod:`symquad.symbolic.network`) and must agree exactly
+(``tests/test_routes_agree.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import sympy as sp
+
+from ..spec import Model
+from . import entries, matrix_form
+from .symbols import ETA, NOISE, P, P_STAR, latex_names, matrix_symbols, overlap_symbols
+
+__all__ = ["Equations", "derive", "FORMS"]
+
+FORMS = ("matrix", "entries")
+
+
+@dataclass(frozen=True)
+class Equations:
+    """Derived risk and ODE right-hand sides of a model.
+
+    Attributes
+    ----------
+    model : Model
+    form : {"matrix", "entries"}
+    risk : Expr
+        Population risk ``ε = ½ E[(ŷ − y_clean)²]``.
+    dQ, drho : MatrixExpr or Matrix
+        ``dQ/dt`` (p×p) and ``dρ/dt`` (p×p*).
+    symbols : tuple
+        ``(Q, rho, T)``: MatrixSymbols (matrix form) or entry-symbol matrices.
+    eta, noise : Symbol
+        The symbols standing for ``η`` (step size) and ``Δ`` (label-noise variance).
+    """
+
+    model: Model
+    form: str
+    risk: sp.Expr
+    dQ: sp.Basic
+    drho: sp.Basic
+    symbols: tuple
+    eta: sp.Symbol = ETA
+    noise: sp.Symbol = NOISE
+    _matrix: object = field(default=None, repr=False, compare=False)
+
+    @property
+    def params(self) -> dict:
+        """Numerical values of the scalar symbols for this model."""
+        values = {ETA: sp.nsimplify(self.model.eta), NOISE: sp.nsimplify(self.model.noise)}
+        if self.form == "matrix":
+            values.update({P: self.model.p, P_STAR: self.model.p_star})
+        return values
+
+    def explicit(self):
+        """``(risk, dQ, drho)`` as explicit SymPy in the entry symbols (η, Δ symbolic)."""
+        if self.form == "entries":
+            return self.risk, self.dQ, self.drho
+        return matrix_form.explicit(self.model, self._matrix)
+
+    @property
+    def entry_symbols(self):
+        """Entry-symbol matrices ``(Q, rho, T)`` used by :meth:`explicit`."""
+        return overlap_symbols(self.model.p, self.model.p_star)
+
+    def latex(self, standalone: bool = False) -> str:
+        """The risk and both ODEs as LaTeX (an ``align*`` block, or a whole document)."""
+        from .latex import equations_latex
+        return equations_latex(self, standalone=standalone)
+
+    def __repr__(self) -> str:
+        p, k = self.model.p, self.model.p_star
+        return (f"Equations(form={self.form!r}, model={self.model!r}, "
+                f"dQ: {p}x{p}, drho: {p}x{k}, risk: {sp.count_ops(self.risk)} ops)")
+
+
+def derive(model: Model, form: str | None = None) -> Equations:
+    """Derive the population risk and the ODEs of ``model``.
+
+    Parameters
+    ----------
+    model : Model
+    form : {"matrix", "entries"}, optional
+        Default: ``"matrix"`` for a quadratic activation, else ``"entries"``.
+
+    Returns
+    -------
+    Equations
+        ``η`` and ``Δ`` are kept as symbols (``eq.eta``, ``eq.noise``);
+        ``eq.params`` maps them to the model's values.
+    """
+    if not isinstance(model, Model):
+        raise TypeError(f"model must be a symquad.Model, got {type(model).__name__}")
+    if form is None:
+        form = "matrix" if model.is_quadratic else "entries"
+    if form not in FORMS:
+        raise ValueError(f"form must be one of {FORMS}, got {form!r}")
+    if form == "matrix":
+        eqs = matrix_form.derive_matrix_form(model)
+        return Equations(model, form, eqs.risk, eqs.dQ, eqs.drho, matrix_symbols(),
+                         _matrix=eqs)
+    risk, dQ, drho = entries.derive_entries(model)
+    return Equations(model, form, risk, dQ, drho,
+                     overlap_symbols(model.p, model.p_star))

@@ -1,0 +1,66 @@
+"""LaTeX rendering of derived equations (deterministic: same input, same text)."""
+
+from __future__ import annotations
+
+import sympy as sp
+
+from .symbols import latex_names
+
+__all__ = ["equations_latex", "document"]
+
+_PREAMBLE = r"""\documentclass{article}
+\usepackage{amsmath,amssymb}
+\usepackage[margin=1.5cm,landscape]{geometry}
+\allowdisplaybreaks
+\begin{document}
+"""
+
+
+def document(body: str, title: str | None = None) -> str:
+    """Wrap ``body`` in a minimal compilable article."""
+    head = f"\\section*{{{title}}}\n" if title else ""
+    return _PREAMBLE + head + body + "\n\\end{document}\n"
+
+
+def _tex(expr, names) -> str:
+    return sp.latex(expr, symbol_names=names, mat_symbol_style="plain",
+                    mul_symbol=None, long_frac_ratio=3)
+
+
+def _model_line(model) -> str:
+    sigma = sp.latex(sp.sympify(model.activation_str, locals={"z": sp.Symbol("z")}))
+    eta = (r"\eta = \mathrm{lr}" if model.lr_scaling == "fixed"
+           else r"\eta = \mathrm{lr}\cdot p")
+    return (f"% model: p={model.p}, p*={model.p_star}, sigma(z)={model.activation_str}, "
+            f"lr={model.lr!r} ({model.lr_scaling}), noise={model.noise!r}\n"
+            f"\\noindent Model: $\\sigma(z) = {sigma}$, $p = {model.p}$, "
+            f"$p^* = {model.p_star}$, ${eta}$, label-noise variance $\\Delta$. "
+            "Time $t$ = steps$/N$.\n")
+
+
+def equations_latex(eq, standalone: bool = False) -> str:
+    """LaTeX for the risk and the ODEs of an :class:`~symquad.symbolic.derive.Equations`."""
+    model = eq.model
+    names = latex_names(model.p, model.p_star)
+    lines = [r"\varepsilon &= " + _tex(eq.risk, names)]
+    if eq.form == "matrix":
+        lines.append(r"\frac{dQ}{dt} &= " + _tex(eq.dQ, names))
+        lines.append(r"\frac{d\rho}{dt} &= " + _tex(eq.drho, names))
+        intro = ("% matrix form: Q (p x p), rho (p x p*), T (p* x p*); "
+                 "width-independent\n")
+    else:
+        intro = "% entry-by-entry form\n"
+        Q, rho, _ = eq.symbols
+        for i in range(model.p):
+            for j in range(i, model.p):
+                lhs = _tex(sp.Derivative(Q[i, j], sp.Symbol("t")), names)
+                lines.append(f"{lhs} &= " + _tex(eq.dQ[i, j], names))
+        for i in range(model.p):
+            for m in range(model.p_star):
+                lhs = _tex(sp.Derivative(rho[i, m], sp.Symbol("t")), names)
+                lines.append(f"{lhs} &= " + _tex(eq.drho[i, m], names))
+    body = intro + _model_line(model) + "\\begin{align*}\n" + " \\\\\n".join(lines) \
+        + "\n\\end{align*}\n"
+    if standalone:
+        return document(body, title=f"symquad equations ({eq.form} form)")
+    return body
