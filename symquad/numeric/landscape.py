@@ -1,0 +1,671 @@
+r"""Numeric landscape and escape: weight-space Hessians, the plateau, escape times.
+
+This module is part of the numeric runtime and never imports SymPy.  The risk
+and the ODE right-hand sides come from the generated kernels
+(:func:`symquad.numeric.kernels.kernels`); nothing here re-types them.
+
+Conventions (SPEC.md): student weights ``W`` (p×N), teacher ``W*`` (p*×N) with
+``T = W* W*ᵀ/N = I`` (teacher rows orthonormal·√N), ``Q = W Wᵀ/N``,
+``ρ = W W*ᵀ/N``, time ``t = steps/N``.  The gradient flow of the population
+risk in these units is ``dW/dt = −η N ∇_W ε``, so a weight-space Hessian
+eigenvalue ``h`` corresponds to the ODE rate ``−η N h``.
+
+Contents
+--------
+* :func:`weight_risk`, :func:`weight_hessian`: the population risk of the
+  actual N-dimensional weights and its Hessian (Richardson-extrapolated central
+  differences, exact up to rounding because the risk is a quartic polynomial).
+* :func:`critical_weights`: randomly oriented weights at ``W = 0``, at the
+  plateau critical point of the risk and at a (global) minimum.
+* :func:`plateau`: the plateau fixed point of the full ODE (η² term and noise
+  included), its Jacobian and the growth rate of ρ.
+* :func:`escape_time`: the escape-time law from the linearisation at the
+  plateau and the statistics of the random ``ρ(0)``.
+* :func:`escape_times`: first-passage times of measured risk curves.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy import integrate as _spint
+from scipy import optimize as _opt
+
+from ..spec import Model
+from .errors import DivergenceError, describe_state
+from .kernels import kernels
+
+__all__ = [
+    "POINTS", "PlateauFixedPoint", "EscapePrediction",
+    "overlaps", "weight_risk", "weight_hessian", "sign_counts",
+    "critical_weights", "gradient_flow_plateau_q", "minimum_overlaps", "minimum_risk",
+    "plateau", "rho_diffusion", "escape_threshold", "escape_times",
+    "escape_time", "escape_prediction",
+]
+
+#: Names of the critical points handled by the landscape functions.
+POINTS = ("origin", "plateau", "minimum")
+
+
+# --------------------------------------------------------------------------- checks
+def _check_model(m) -> Model:
+    if not isinstance(m, Model):
+        raise TypeError(f"m must be a symquad.Model, got {type(m).__name__}")
+    return m
+
+
+def _check_quadratic(m: Model, what: str) -> None:
+    if not m.is_quadratic:
+        raise ValueError(
+            f"{what} is derived for the quadratic activation σ(z) = c z² (+ c0); "
+            f"the model has activation {m.activation_str!r}")
+
+
+def _check_point(point: str) -> str:
+    if point not in POINTS:
+        raise ValueError(f"point must be one of {POINTS}, got {point!r}")
+    return point
+
+
+def _check_int(value, name: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value}")
+    return int(value)
+
+
+def _check_positive(value, name: str) -> float:
+    value = float(value)
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a finite number > 0, got {value}")
+    return value
+
+
+def _identity_teacher(m: Model) -> np.ndarray:
+    return np.eye(m.p_star)
+
+
+# --------------------------------------------------------------------------- weight space
+def overlaps(W, Wstar):
+    """Order parameters of weights: ``Q = WWᵀ/N``, ``ρ = WW*ᵀ/N``, ``T = W*W*ᵀ/N``.
+
+    Parameters
+    ----------
+    W : array (..., p, N)
+    Wstar : array (p*, N)
+    """
+    W = np.asarray(W, dtype=float)
+    Wstar = np.asarray(Wstar, dtype=float)
+    N = W.shape[-1]
+    if Wstar.shape[-1] != N:
+        raise ValueError(f"W and Wstar must have the same input dimension N, got "
+                         f"{N} and {Wstar.shape[-1]}")
+    Q = W @ np.swapaxes(W, -1, -2) / N
+    rho = W @ Wstar.T / N
+    T = Wstar @ Wstar.T / N
+    return Q, rho, T
+
+
+def weight_risk(m: Model, W, Wstar):
+    """Population risk ``ε(W) = ½E[(ŷ − y_clean)²]`` of actual weights (batched over W).
+
+    The risk is the kernel's ``risk(Q, ρ, T)`` at the weights' overlaps.
+    """
+    _check_model(m)
+    Q, rho, T = overlaps(W, Wstar)
+    return kernels(m).risk(Q, rho, T)
+
+
+def weight_hessian(m: Model, W, Wstar, step: float = 0.05, chunk: int = 20000):
+    r"""Hessian ``∂²ε/∂W_{ka}∂W_{lb}`` of the population risk in the ``p·N`` weights.
+
+    Central mixed differences
+
+    .. math:: D_{ij}(h) = [ε(x + h(e_i+e_j)) − ε(x + h(e_i−e_j))
+              − ε(x − h(e_i−e_j)) + ε(x − h(e_i+e_j))] / (4h²)
+
+    equal ``H_ij + h² c_ij`` exactly for a quartic polynomial (the 6th
+    derivatives vanish), so the Richardson combination ``(4D(h) − D(2h))/3`` is
+    exact up to rounding.  ``ε`` is a quartic polynomial of ``W`` for σ(z)=z².
+
+    Parameters
+    ----------
+    m : Model
+        Quadratic activation (the exactness argument above needs it).
+    W : array (p, N)
+    Wstar : array (p*, N)
+    step : float
+        ``h`` (the weights are O(1) per entry at the critical points).
+    chunk : int
+        Risk evaluations per kernel call (memory bound).
+
+    Returns
+    -------
+    H : array (p·N, p·N), symmetric, rows ordered as ``W.ravel()``.
+    """
+    _check_model(m)
+    _check_quadratic(m, "weight_hessian (exact Richardson differences)")
+    W = np.asarray(W, dtype=float)
+    if W.shape[0] != m.p:
+        raise ValueError(f"W must have p = {m.p} rows, got shape {W.shape}")
+    step = _check_positive(step, "step")
+    n = W.size
+    x0 = W.ravel()
+    iu, ju = np.triu_indices(n)
+    risk = kernels(m).risk
+    _, _, T = overlaps(W, Wstar)
+
+    def mixed(h):
+        out = np.empty(iu.size)
+        for start in range(0, iu.size, chunk):
+            i = iu[start:start + chunk]
+            j = ju[start:start + chunk]
+            rows = np.arange(i.size)
+            vals = []
+            for si, sj in ((1, 1), (1, -1), (-1, 1), (-1, -1)):
+                X = np.repeat(x0[None, :], i.size, axis=0)
+                X[rows, i] += si * h
+                X[rows, j] += sj * h
+                Wb = X.reshape(i.size, *W.shape)
+                Q, rho, _ = overlaps(Wb, Wstar)
+                vals.append(risk(Q, rho, T))
+            out[start:start + i.size] = (vals[0] - vals[1] - vals[2] + vals[3]) / (4 * h * h)
+        return out
+
+    upper = (4 * mixed(step) - mixed(2 * step)) / 3
+    H = np.zeros((n, n))
+    H[iu, ju] = upper
+    H[ju, iu] = upper
+    return H
+
+
+def sign_counts(eigenvalues, rtol: float = 1e-7):
+    """``(negative, zero, positive)`` counts; ``|λ| <= rtol·max|λ|`` counts as zero."""
+    ev = np.asarray(eigenvalues, dtype=float)
+    scale = np.max(np.abs(ev)) if ev.size else 0.0
+    tol = rtol * scale
+    return int(np.sum(ev < -tol)), int(np.sum(np.abs(ev) <= tol)), int(np.sum(ev > tol))
+
+
+# --------------------------------------------------------------------------- critical points
+def _risk_scalar(m, Q, rho):
+    return float(kernels(m).risk(Q, rho, _identity_teacher(m)))
+
+
+def _stationary(f, lo=1e-2, hi=1e3, h=1e-3):
+    """Positive stationary point of a function that is quadratic in its argument.
+
+    The central difference ``(f(x+h) − f(x−h))/(2h)`` is the exact derivative of a
+    quadratic, so the root is found to rounding precision (unlike a minimiser).
+    """
+    def df(x):
+        return (f(x + h) - f(x - h)) / (2 * h)
+    if df(lo) * df(hi) > 0:
+        raise RuntimeError("no stationary point of the risk found in (1e-2, 1e3)")
+    return float(_opt.brentq(df, lo, hi, xtol=1e-15, rtol=1e-15))
+
+
+def gradient_flow_plateau_q(m: Model) -> float:
+    r"""Norm ``q`` of the plateau critical point of the risk (gradient flow, η→0).
+
+    With ``ρ = 0`` the gradient is ``∝ (a I + 2Q/p) W``, so at a full-rank
+    critical point ``Q = q I`` and ``q`` is the stationary point of
+    ``q ↦ ε(qI, 0, I)`` (found numerically from the kernel's risk; the symbolic
+    layer gives ``p/(p+2)`` for σ(z)=z²).
+    """
+    _check_model(m)
+    _check_quadratic(m, "the plateau")
+    eye = np.eye(m.p)
+    zero = np.zeros((m.p, m.p_star))
+    return _stationary(lambda q: _risk_scalar(m, q * eye, zero))
+
+
+def minimum_overlaps(m: Model):
+    r"""Overlaps ``(Q, ρ)`` of a global minimum of the risk (T = I), axis-aligned.
+
+    * ``p >= p*``: ``ρ = √(p/p*) S`` with ``S = [I_{p*}; 0]`` and ``Q = ρρᵀ``, so
+      ``WᵀW/p = W*ᵀW*/p*`` and the risk vanishes (SPEC result 3).
+    * ``p < p*``: the best rank-``p`` fit, ``Q = c I_p``, ``ρ = √c [I_p, 0]``
+      with ``c`` minimising ``ε(cI, √c[I,0], I)`` (numerically, from the kernel).
+    """
+    _check_model(m)
+    _check_quadratic(m, "the minimum")
+    p, k = m.p, m.p_star
+    if p >= k:
+        S = np.eye(p, k)
+        rho = math.sqrt(p / k) * S
+        return rho @ rho.T, rho
+    R = np.eye(p, k)
+    c = _stationary(lambda c: _risk_scalar(m, c * np.eye(p), math.sqrt(c) * R))
+    return c * np.eye(p), math.sqrt(c) * R
+
+
+def minimum_risk(m: Model) -> float:
+    """Risk at :func:`minimum_overlaps` (0 for ``p >= p*``)."""
+    Q, rho = minimum_overlaps(m)
+    return _risk_scalar(m, Q, rho)
+
+
+def critical_weights(m: Model, point: str, N: int, seed=0):
+    r"""Randomly oriented weights ``(W, W*)`` at a critical point of the risk.
+
+    ``W* = √N O_{1:p*}`` for a random orthonormal frame ``O`` of ``R^N`` (so
+    ``T = I``).  The points:
+
+    * ``"origin"``: ``W = 0``;
+    * ``"plateau"``: ``W = √(N q) R O_{p*+1:p*+p}`` with ``q`` from
+      :func:`gradient_flow_plateau_q` and a random ``R ∈ O(p)`` (rows orthogonal
+      to the teacher; needs ``N >= p + p*``);
+    * ``"minimum"``: ``W = √N X O_{1:p*}`` with ``X = U ρ_min V`` from
+      :func:`minimum_overlaps`, ``U ∈ O(p)``, ``V ∈ O(p*)`` random.
+    """
+    _check_model(m)
+    _check_point(point)
+    N = _check_int(N, "N", 1)
+    p, k = m.p, m.p_star
+    need = p + k if point == "plateau" else k
+    if N < need:
+        raise ValueError(f"N must be >= {need} for point={point!r} "
+                         f"(p={p}, p_star={k}), got {N}")
+    rng = np.random.default_rng(seed)
+    O, _ = np.linalg.qr(rng.standard_normal((N, N)))
+    O = O.T
+    Wstar = math.sqrt(N) * O[:k]
+    if point == "origin":
+        return np.zeros((p, N)), Wstar
+    U, _ = np.linalg.qr(rng.standard_normal((p, p)))
+    if point == "plateau":
+        q = gradient_flow_plateau_q(m)
+        return math.sqrt(N * q) * U @ O[k:k + p], Wstar
+    V, _ = np.linalg.qr(rng.standard_normal((k, k)))
+    _, rho = minimum_overlaps(m)
+    X = U @ rho @ V
+    return math.sqrt(N) * X @ O[:k], Wstar
+
+
+# --------------------------------------------------------------------------- ODE plateau
+def _vech_basis(p):
+    """Symmetric basis matrices ``B_c`` (``E_ii`` and ``E_ij + E_ji``) and their (i, j)."""
+    idx = list(zip(*np.triu_indices(p)))
+    basis = []
+    for i, j in idx:
+        B = np.zeros((p, p))
+        B[i, j] = B[j, i] = 1.0
+        basis.append(B)
+    return np.array(basis), idx
+
+
+def _jacobian(m: Model, Q, rho, T, step=1e-4):
+    r"""Jacobian of ``(Q, ρ) ↦ (dQ, dρ)`` in the coordinates ``(Q_ij (i<=j), ρ_im)``.
+
+    Richardson-extrapolated central differences: the right-hand side is a cubic
+    polynomial for σ(z)=z², so ``(4D(h) − D(2h))/3`` is exact up to rounding.
+    """
+    k = kernels(m)
+    p, ps = m.p, m.p_star
+    basis, idx = _vech_basis(p)
+    nq = len(idx)
+    dirs_Q = np.concatenate([basis, np.zeros((p * ps, p, p))])
+    dirs_r = np.concatenate([np.zeros((nq, p, ps)),
+                             np.eye(p * ps).reshape(p * ps, p, ps)])
+    rows = np.array(idx)
+
+    def flat(dQ, dr):
+        return np.concatenate([dQ[..., rows[:, 0], rows[:, 1]],
+                               dr.reshape(dr.shape[:-2] + (p * ps,))], axis=-1)
+
+    def diff(h):
+        plus = flat(*k.rhs(Q + h * dirs_Q, rho + h * dirs_r, T))
+        minus = flat(*k.rhs(Q - h * dirs_Q, rho - h * dirs_r, T))
+        return ((plus - minus) / (2 * h)).T
+
+    return (4 * diff(step) - diff(2 * step)) / 3, nq
+
+
+@dataclass(frozen=True)
+class PlateauFixedPoint:
+    r"""The plateau fixed point ``ρ = 0, Q = q I`` of the full ODE (T = I).
+
+    Attributes
+    ----------
+    model : Model
+    q : float
+        Norm at the fixed point of the full ODE (η² term and noise included).
+    Q, rho, T : arrays
+        ``q I_p``, ``0`` and ``I_{p*}``.
+    risk : float
+        Population risk there.
+    rate : float
+        Growth rate ``κ`` of ρ: the largest eigenvalue of the ρ block of the
+        Jacobian (ρ grows like ``e^{κ t}``); ``κ <= 0`` means no escape.
+    jacobian_eigenvalues : array
+        All eigenvalues of the Jacobian of the ODE in ``(Q_ij (i<=j), ρ)``.
+    q_gradient_flow, risk_gradient_flow, rate_gradient_flow : float
+        The same for the critical point of the risk (gradient flow, η → 0:
+        ``q = argmin ε(qI, 0, I)``, rate = O(η) part of the ρ growth).
+    """
+
+    model: Model
+    q: float
+    Q: np.ndarray = field(repr=False)
+    rho: np.ndarray = field(repr=False)
+    T: np.ndarray = field(repr=False)
+    risk: float
+    rate: float
+    jacobian_eigenvalues: np.ndarray = field(repr=False)
+    q_gradient_flow: float
+    risk_gradient_flow: float
+    rate_gradient_flow: float
+
+
+def _q_equation(m: Model):
+    """``g(q) = dQ_11(qI, 0, I)/q``: zero at an isotropic fixed point with q > 0."""
+    k = kernels(m)
+    eye, zero, T = np.eye(m.p), np.zeros((m.p, m.p_star)), _identity_teacher(m)
+
+    def g(q):
+        q = np.atleast_1d(np.asarray(q, dtype=float))
+        dQ, _ = k.rhs(q[:, None, None] * eye, np.broadcast_to(zero, q.shape + zero.shape), T)
+        return dQ[:, 0, 0] / q
+    return g
+
+
+def _rho_rate(m: Model, q: float) -> float:
+    """Largest eigenvalue of the linear map ``ρ ↦ dρ(qI, ρ, I)`` (ρ block of the Jacobian)."""
+    J, nq = _jacobian(m, q * np.eye(m.p), np.zeros((m.p, m.p_star)), _identity_teacher(m))
+    return float(np.max(np.linalg.eigvals(J[nq:, nq:]).real))
+
+
+def plateau(m: Model) -> PlateauFixedPoint:
+    r"""Plateau fixed point of the full ODE, its Jacobian and the growth rate of ρ.
+
+    With ``ρ = 0`` and ``T = I`` the ODE keeps ``Q = q I`` (the symmetric ansatz;
+    the symbolic layer verifies it), and ``dQ = q g(q) I`` with ``g`` quadratic
+    in ``q`` once the η² term is included.  The plateau is the smaller positive
+    root of ``g`` (the larger one, ``q = O(p/η)``, is the divergence threshold);
+    it is found by bracketing from the gradient-flow value
+    ``q_gf = argmin_q ε(qI, 0, I)``, where the η² term makes ``g > 0``.
+
+    The Jacobian at ``ρ = 0`` is block triangular (``dρ`` is linear in ρ and
+    ``dQ`` depends on ρ only through ``ρρᵀ``), so the ρ block's eigenvalues are
+    growth rates of ρ; by isotropy they are all equal to ``rate``.
+
+    Raises
+    ------
+    ValueError
+        If no plateau exists (η too large: Q grows without bound) or the
+        activation is not quadratic.
+    """
+    _check_model(m)
+    _check_quadratic(m, "plateau")
+    q_gf = gradient_flow_plateau_q(m)
+    g = _q_equation(m)
+    # scan upward from q_gf on a geometric grid for the first sign change
+    grid = q_gf * np.geomspace(1.0, 1e6, 2000)
+    vals = g(grid)
+    if not np.isfinite(vals).all():
+        raise ValueError("plateau: the kernel returned non-finite values")
+    if vals[0] <= 0:
+        q = q_gf  # η² term and noise vanish at q_gf (cannot happen for η > 0), q_gf is the root
+    else:
+        neg = np.nonzero(vals <= 0)[0]
+        if neg.size == 0:
+            raise ValueError(
+                f"plateau: no isotropic fixed point with rho = 0 for eta = {m.eta} "
+                f"(lr={m.lr}, lr_scaling={m.lr_scaling!r}, noise={m.noise}): the η² term "
+                f"makes Q grow without bound; reduce lr")
+        i = int(neg[0])
+        q = _opt.brentq(lambda x: float(g(x)[0]), grid[i - 1], grid[i], xtol=1e-15, rtol=1e-14)
+    eye, zero, T = np.eye(m.p), np.zeros((m.p, m.p_star)), _identity_teacher(m)
+    J, nq = _jacobian(m, q * eye, zero, T)
+    return PlateauFixedPoint(
+        model=m, q=float(q), Q=q * eye, rho=zero, T=T,
+        risk=_risk_scalar(m, q * eye, zero),
+        rate=float(np.max(np.linalg.eigvals(J[nq:, nq:]).real)),
+        jacobian_eigenvalues=np.sort_complex(np.linalg.eigvals(J)),
+        q_gradient_flow=q_gf,
+        risk_gradient_flow=_risk_scalar(m, q_gf * eye, zero),
+        rate_gradient_flow=_rho_rate(m, q_gf),
+    )
+
+
+# --------------------------------------------------------------------------- SGD noise in ρ
+def rho_diffusion(m: Model, q):
+    r"""Diffusion constant ``D`` of ρ under SGD at ``ρ = 0``, ``Q = q I``, ``T = I``.
+
+    One SGD step changes ``ρ_kl`` by ``−(η/N)(ŷ − y) σ'(λ_k) ν_l / p``, so per unit
+    time (N steps) the entries of ρ pick up independent variance ``D/N`` with
+    ``D = η² E[(ŷ − y)² σ'(λ_k)² ν_l²] / p²``.  At ``ρ = 0`` the fields λ
+    (iid ``N(0, q)``) and ν (iid ``N(0, 1)``) are independent, and for
+    ``σ = c z² + c0``, with ``A = Σλ_j²/p``, ``B = Σν_m²/p*``, Gaussian moments give
+
+    .. math::
+        E[(ŷ−y)² σ'(λ_k)² ν_l²] = 4c² \{ c²[E(A²λ_k²) − 2E(Aλ_k²)E(Bν_l²)
+        + q E(B²ν_l²)] + Δ q \},
+
+    ``E(Aλ_k²) = q²(p+2)/p``, ``E(A²λ_k²) = q³(p+2)(p+4)/p²`` and the same with
+    ``q → 1, p → p*`` for ν.  (The symbolic layer derives this expectation with the
+    Wick engine and the tests compare; a Monte Carlo test checks it too.)
+    """
+    _check_model(m)
+    _check_quadratic(m, "rho_diffusion")
+    q = np.asarray(q, dtype=float)
+    c = float(m.activation[2])
+    p, k, eta = m.p, m.p_star, m.eta
+    e_al = q ** 2 * (p + 2) / p
+    e_aal = q ** 3 * (p + 2) * (p + 4) / p ** 2
+    e_bn = (k + 2) / k
+    e_bbn = (k + 2) * (k + 4) / k ** 2
+    moment = 4 * c ** 2 * (c ** 2 * (e_aal - 2 * e_al * e_bn + q * e_bbn) + m.noise * q)
+    return eta ** 2 * moment / p ** 2
+
+
+# --------------------------------------------------------------------------- escape times
+def escape_threshold(m: Model, fraction: float = 0.5, fp: PlateauFixedPoint | None = None):
+    """Risk level ``ε_pl − fraction·(ε_pl − ε_min)`` whose first crossing defines escape."""
+    if not 0 < fraction < 1:
+        raise ValueError(f"fraction must be in (0, 1), got {fraction}")
+    fp = plateau(m) if fp is None else fp
+    return fp.risk - fraction * (fp.risk - minimum_risk(m))
+
+
+def escape_times(t, risk, threshold):
+    """First time each risk curve falls below ``threshold`` (linear interpolation).
+
+    Parameters
+    ----------
+    t : array (n,)
+    risk : array (..., n)
+    threshold : float
+
+    Returns
+    -------
+    array (...,) of times; NaN where the curve never crosses.
+    """
+    t = np.asarray(t, dtype=float)
+    risk = np.asarray(risk, dtype=float)
+    below = risk <= threshold
+    # the risk starts above the plateau level; ignore a start already below it
+    hit = below & np.cumsum(~below, axis=-1).astype(bool)
+    any_hit = hit.any(axis=-1)
+    i = np.argmax(hit, axis=-1)
+    out = np.full(risk.shape[:-1], np.nan)
+    flat_r = risk.reshape(-1, risk.shape[-1])
+    flat_i = i.ravel()
+    flat_ok = any_hit.ravel()
+    res = out.ravel()
+    for n in np.nonzero(flat_ok)[0]:
+        j = flat_i[n]
+        r0, r1 = flat_r[n, j - 1], flat_r[n, j]
+        res[n] = t[j - 1] + (t[j] - t[j - 1]) * (r0 - threshold) / (r0 - r1)
+    return res.reshape(out.shape)
+
+
+def _integrate_batch(m: Model, Q0, rho0, t_max, n_eval, rtol=1e-9, atol=1e-13):
+    """Integrate a batch of ODE trajectories at once with the kernel (DOP853).
+
+    Raises :class:`DivergenceError` (time and last finite state) on blow-up.
+    """
+    k = kernels(m)
+    B, p, ps = rho0.shape
+    nq = B * p * p
+    T = _identity_teacher(m)
+
+    def f(_, y):
+        Q = y[:nq].reshape(B, p, p)
+        r = y[nq:].reshape(B, p, ps)
+        dQ, dr = k.rhs(Q, r, T)
+        return np.concatenate([np.ravel(dQ), np.ravel(dr)])
+
+    def blowup(_, y):
+        return 1e6 - np.max(np.abs(y))
+    blowup.terminal = True
+
+    t_eval = np.linspace(0.0, t_max, n_eval)
+    y0 = np.concatenate([np.ravel(Q0), np.ravel(rho0)])
+    sol = _spint.solve_ivp(f, (0.0, t_max), y0, method="DOP853", t_eval=t_eval,
+                           rtol=rtol, atol=atol, events=blowup)
+    if sol.status == 1 or not np.isfinite(sol.y).all():
+        good = np.isfinite(sol.y).all(axis=0)
+        last = sol.y[:, good][:, -1] if good.any() else y0
+        t_last = sol.t[good][-1] if good.any() else 0.0
+        state = {"t": t_last, "Q": last[:nq], "rho": last[nq:]}
+        raise DivergenceError(
+            f"escape ODE diverged near t = {t_last:.4g} ({describe_state(state)}); "
+            f"reduce lr", t_last, state)
+    if sol.status < 0:
+        raise RuntimeError(f"escape ODE integration failed: {sol.message}")
+    Q = sol.y[:nq].T.reshape(-1, B, p, p).swapaxes(0, 1)
+    rho = sol.y[nq:].T.reshape(-1, B, p, ps).swapaxes(0, 1)
+    return sol.t, Q, rho, k.risk(Q, rho, T)
+
+
+@dataclass(frozen=True)
+class EscapePrediction:
+    r"""Escape-time prediction ``t_esc = t_c(Z) + log(δ/s)/κ`` for random starts.
+
+    Attributes
+    ----------
+    model : Model
+    N : int
+    median : float
+        Predicted median escape time.
+    samples : array
+        Predicted escape time of each sampled direction ``Z`` of ``ρ(0)``.
+    rate : float
+        ``κ``, growth rate of ρ at the plateau (from :func:`plateau`).
+    log_prefactor : float
+        ``c`` in ``t_esc = (log N)/(2κ) + c/κ`` (median), i.e. ``κ·t_esc − ½ log N``.
+    sigma2 : float
+        ``N·s²``: effective variance of ρ's entries (``q0`` plus the SGD-noise
+        seed ``J`` when ``sgd_noise``).
+    seed_noise : float
+        ``J`` (0 without SGD noise).
+    threshold : float
+        Risk level that defines escape.
+    """
+
+    model: Model
+    N: int
+    median: float
+    samples: np.ndarray = field(repr=False)
+    rate: float
+    log_prefactor: float
+    sigma2: float
+    seed_noise: float
+    threshold: float
+
+    def quantile(self, qs):
+        """Quantiles of the predicted escape time."""
+        return np.quantile(self.samples, qs)
+
+
+def escape_prediction(m: Model, N: int, q0: float = 1.0, sgd_noise: bool = True,
+                      n_samples: int = 256, seed: int = 0, fraction: float = 0.5,
+                      delta: float = 1e-4, n_eval: int = 6000) -> EscapePrediction:
+    r"""Escape-time law from the linearisation at the plateau and the statistics of ρ(0).
+
+    Model of the escape (T = I, start ``w_k ~ N(0, q0 I)``):
+
+    1. ``ρ(0) = s Z`` with ``Z`` a standard Gaussian p×p* matrix and
+       ``s² = q0/N`` (exact for T = I).  With SGD, the fluctuations of ρ during
+       the plateau add independent isotropic noise of rate ``D(q(t))/N``
+       (:func:`rho_diffusion`); in the linear regime ``ρ(t) = e^{G(t)} ρ̃`` with
+       ``ρ̃ = ρ(0) + ∫ e^{−G} dB``, so ``s² = (q0 + J)/N``,
+       ``J = ∫_0^∞ D(q(u)) e^{−2G(u)} du`` and ``G(t) = ∫_0^t κ(u) du``.
+    2. ρ's dynamics is linear while ρ is small, and ``Q`` relaxes to the
+       plateau independently of ρ (to O(ρ²)).  Hence the first-passage time of a
+       start ``(q0 I, δZ)`` obeys ``t_c(δZ) = t_c(sZ) + log(s/δ)/κ`` up to
+       O(δ², s²), where ``κ`` is the plateau rate (:func:`plateau`).  One batched
+       ODE integration from ``(q0 I, δZ)`` with small ``δ`` gives ``t_c`` for
+       all sampled ``Z``, including the relaxation of ``Q`` and the nonlinear
+       escape.
+
+    So ``t_esc = log(N)/(2κ) + [log(δ/√(q0+J)) + κ t_c(δZ)]/κ``: the rate ``κ``
+    multiplies ``log N``; ``p`` enters the bracket (the prefactor) through the
+    law of ``Z`` (p·p* entries), the relaxation and the nonlinear escape.
+
+    Parameters
+    ----------
+    m : Model (quadratic activation)
+    N : int, input dimension (>= 1)
+    q0 : float, initial weight variance (> 0)
+    sgd_noise : bool
+        True: prediction for SGD (noise seeding included); False: for the ODE
+        integrated from the realised random start.
+    n_samples : int, sampled directions Z (>= 1)
+    seed : int, seed of the Z sample
+    fraction : float in (0, 1), escape threshold (:func:`escape_threshold`)
+    delta : float, the small start scale ``δ`` (must be << s)
+    n_eval : int, time grid for the first-passage detection
+    """
+    _check_model(m)
+    _check_quadratic(m, "escape_time")
+    N = _check_int(N, "N", 1)
+    q0 = _check_positive(q0, "q0")
+    n_samples = _check_int(n_samples, "n_samples", 1)
+    delta = _check_positive(delta, "delta")
+    fp = plateau(m)
+    kappa = fp.rate
+    if kappa <= 0:
+        raise ValueError(
+            f"escape_time: the plateau is stable (rate {kappa:.4g} <= 0) for lr={m.lr}, "
+            f"noise={m.noise}: rho does not grow, there is no escape")
+    thr = escape_threshold(m, fraction, fp)
+    rng = np.random.default_rng(seed)
+    Z = rng.standard_normal((n_samples, m.p, m.p_star))
+    p = m.p
+    Q0 = np.broadcast_to(q0 * np.eye(p), (n_samples, p, p)).copy()
+    # horizon: relaxation (a few 1/η) + linear growth from δ + nonlinear escape
+    t_max = 20.0 / m.eta + (math.log(1.0 / delta) + 15.0) / kappa
+    t, Q, rho, risk = _integrate_batch(m, Q0, delta * Z, t_max, n_eval)
+    t_c = escape_times(t, risk, thr)
+    if np.isnan(t_c).any():
+        warnings.warn(f"{int(np.isnan(t_c).sum())} of {n_samples} sampled starts did not "
+                      f"escape by t = {t_max:.3g}", RuntimeWarning, stacklevel=2)
+    # linear-regime growth G(t) (isotropic, same for every Z) from sample 0
+    norms = np.linalg.norm(rho[0].reshape(len(t), -1), axis=-1)
+    G = np.log(norms / norms[0])
+    # linear regime: until ρ has grown 100-fold (the integrand is then ~1e-4 of its start)
+    lin = np.cumprod(norms < 100 * norms[0]).astype(bool)
+    if sgd_noise:
+        q_t = np.trace(Q[0], axis1=-2, axis2=-1) / p
+        J = float(_spint.trapezoid(rho_diffusion(m, q_t[lin]) * np.exp(-2 * G[lin]), t[lin]))
+    else:
+        J = 0.0
+    sigma2 = q0 + J
+    s = math.sqrt(sigma2 / N)
+    samples = t_c + math.log(delta / s) / kappa
+    med = float(np.nanmedian(samples))
+    return EscapePrediction(model=m, N=N, median=med, samples=samples, rate=kappa,
+                            log_prefactor=kappa * med - 0.5 * math.log(N),
+                            sigma2=sigma2, seed_noise=J, threshold=thr)
+
+
+def escape_time(m: Model, N: int, **kwargs) -> float:
+    """Predicted median escape time from a random start (see :func:`escape_prediction`)."""
+    return escape_prediction(m, N, **kwargs).median
