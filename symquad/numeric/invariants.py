@@ -1,0 +1,692 @@
+r"""Implicit bias of the quadratic network: the zero-risk manifold, the
+conserved polar factor ``S = ρ (ρᵀρ)^{-1/2}`` and the closest solution.
+
+Everything here is numpy/scipy only (the numeric runtime never imports SymPy);
+the symbolic statements and proofs live in :mod:`symquad.symbolic.invariants`
+and :mod:`symquad.symbolic.manifold`.
+
+Summary of the mathematics (σ(z) = c z², T ≻ 0 fixed, see ``derivations/04_*.py``)
+----------------------------------------------------------------------------------
+*Zero-risk manifold.*  ``ε = ½ (tr M)² + ‖M‖_F²`` with ``M = c(WᵀW/p − W*ᵀW*/p*)/N``,
+so ``ε = 0`` iff ``WᵀW/p = W*ᵀW*/p*``, i.e. ``W = √(p/p*) O W*`` with ``OᵀO = I_{p*}``
+(needs ``p ≥ p*``; for ``p < p*`` the set is empty).  In overlap space
+``(Q, ρ) ∈ Sym(p) × R^{p×p*}`` it is the zero set
+
+.. math:: Z_T = \{Φ_T(Q, ρ) = 0\},\qquad
+          Φ_T(Q, ρ) = (Q − ρT^{-1}ρᵀ,\; ρᵀρ − (p/p^*) T^2),
+
+``dΦ_T`` is onto ``Sym(p) × Sym(p*)`` at every point of ``Z_T``, hence ``Z_T`` is a
+smooth manifold of dimension ``dim ker dΦ_T = p p* − p*(p*+1)/2``.  It is the
+``O(p)`` orbit ``(Q, ρ) ↦ (UQUᵀ, Uρ)`` of one point, with stabiliser ``O(p − p*)``
+(``dim O(p) − dim O(p−p*)`` gives the same number), and the overlap map
+``W ↦ (WWᵀ/N, WW*ᵀ/N)`` is a bijection from the weight-space zero-risk set (the
+orbit ``W ↦ UW``) onto ``Z_T``.
+
+*Conserved polar factor.*  Along the ODE, ``S`` is constant iff the start lies in
+
+.. math:: \mathcal I_T = \{[Q, Π_ρ] = 0,\ \text{and } SᵀQS,\ ρᵀρ,\ T
+          \text{ commute pairwise}\},\qquad Π_ρ = SSᵀ,
+
+which is invariant (for ``T ∝ I`` this is exactly the set where ``dS/dt = 0``).
+The typical start ``Q(0) = q0 I`` belongs to it.
+
+*Closest solution.*  ``‖W − W_0‖²/N = tr Q_0 + (p/p*) tr T − 2√(p/p*) tr(Oᵀρ_0)``
+for ``W = √(p/p*) O W*``; the minimiser is ``O = S(0)`` (orthogonal Procrustes),
+with overlaps ``ρ_c = √(p/p*) S_0 T``, ``Q_c = (p/p*) S_0 T S_0ᵀ``.  When ``S`` is
+conserved and the ODE reaches zero risk, it reaches exactly this point.
+"""
+
+from __future__ import annotations
+
+import math
+from numbers import Integral
+from typing import NamedTuple
+
+import numpy as np
+
+__all__ = [
+    "manifold_dimension", "invariant_S", "closest_solution", "ZeroRiskPoint",
+    "zero_risk_point", "random_manifold_points", "weight_distance",
+    "manifold_rank_deficiency", "polar_velocity", "dS_dt", "invariant_set_defect",
+    "invariant_set_point", "random_stiefel", "is_zero_risk_point",
+    "invariant_drift_study", "plot_invariant_drift", "plot_S_components",
+]
+
+
+# ----------------------------------------------------------------------------
+# input checking
+# ----------------------------------------------------------------------------
+def _check_width(value, name):
+    if isinstance(value, bool) or not isinstance(value, Integral):
+        raise TypeError(f"{name} must be an integer >= 1, got {value!r}")
+    if value < 1:
+        raise ValueError(f"{name} must be an integer >= 1 (allowed range: [1, inf)), got {value}")
+    return int(value)
+
+
+def _as_matrix(value, name, shape=None, batch=False):
+    arr = np.asarray(value, dtype=float)
+    if arr.ndim < 2 or (not batch and arr.ndim != 2):
+        want = "a 2-d array" if not batch else "an array with >= 2 dimensions"
+        raise ValueError(f"{name} must be {want}, got shape {arr.shape}")
+    if shape is not None and arr.shape[-2:] != tuple(shape):
+        raise ValueError(f"{name} must have shape {tuple(shape)}, got {arr.shape[-2:]}")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} must be finite (it contains NaN or inf)")
+    return arr
+
+
+def _teacher(T, p_star):
+    if T is None:
+        return np.eye(p_star)
+    T = _as_matrix(T, "T", (p_star, p_star))
+    if not np.allclose(T, T.T, atol=1e-12 * max(1.0, np.abs(T).max())):
+        raise ValueError("T must be symmetric")
+    lam = np.linalg.eigvalsh(T)
+    if lam[0] <= 1e-12 * max(1.0, lam[-1]):
+        raise ValueError(f"T must be positive definite; its smallest eigenvalue is {lam[0]:.3g}")
+    return T
+
+
+def _sym(X):
+    return 0.5 * (X + np.swapaxes(X, -1, -2))
+
+
+# ----------------------------------------------------------------------------
+# the manifold
+# ----------------------------------------------------------------------------
+def manifold_dimension(p, p_star) -> int:
+    r"""Dimension of the zero-risk manifold, ``p·p* − p*(p*+1)/2``.
+
+    It is the dimension of the set of zero-risk overlaps ``(Q, ρ)`` at fixed
+    teacher overlap ``T ≻ 0`` (equivalently of the zero-risk weights ``W``,
+    the ``O(p)`` orbit ``W ↦ UW`` of one solution, which is the Stiefel manifold
+    ``O(p)/O(p − p*)``).  ``manifold_rank_deficiency`` measures it numerically as
+    the kernel dimension of ``dΦ_T``.
+
+    Parameters
+    ----------
+    p, p_star : int
+        Student and teacher widths, ``p >= p_star >= 1``.
+
+    Raises
+    ------
+    ValueError
+        For ``p < p_star``: no zero-risk point exists (``WᵀW`` has rank at most
+        ``p`` but must equal ``(p/p*) W*ᵀW*`` of rank ``p*``), so the set is empty.
+    """
+    p = _check_width(p, "p")
+    p_star = _check_width(p_star, "p_star")
+    if p < p_star:
+        raise ValueError(
+            f"p={p} < p_star={p_star}: the zero-risk set is empty (W^T W has rank <= p "
+            f"< p_star = rank W*^T W*), so it has no dimension; need p >= p_star")
+    return p * p_star - p_star * (p_star + 1) // 2
+
+
+def random_stiefel(p, p_star, rng, size=None):
+    """Haar-random ``p×p*`` matrices with orthonormal columns (QR of a Gaussian)."""
+    shape = (() if size is None else tuple(np.atleast_1d(size))) + (p, p_star)
+    G = rng.standard_normal(shape)
+    q, r = np.linalg.qr(G)
+    # fix the column signs so that the law is Haar (diag(r) > 0)
+    return q * np.sign(np.diagonal(r, axis1=-2, axis2=-1))[..., None, :]
+
+
+class ZeroRiskPoint(NamedTuple):
+    """Overlaps ``(Q, rho)`` of a zero-risk solution (and its polar factor ``S``)."""
+    Q: np.ndarray
+    rho: np.ndarray
+    S: np.ndarray
+
+
+def zero_risk_point(O, T=None, p=None):
+    r"""Overlaps of the zero-risk weights ``W = √(p/p*) O W*``.
+
+    ``ρ = √(p/p*) O T`` and ``Q = (p/p*) O T Oᵀ``.
+
+    Parameters
+    ----------
+    O : array (..., p, p*)
+        Orthonormal columns (checked to 1e-10).
+    T : array (p*, p*), optional
+        Teacher overlap (identity by default).
+    p : int, optional
+        Student width used in ``p/p*`` (default ``O.shape[-2]``).
+    """
+    O = _as_matrix(O, "O", batch=True)
+    pp, k = O.shape[-2:]
+    p = pp if p is None else _check_width(p, "p")
+    T = _teacher(T, k)
+    gram = np.swapaxes(O, -1, -2) @ O
+    if np.max(np.abs(gram - np.eye(k))) > 1e-10:
+        raise ValueError("O must have orthonormal columns (O^T O = I)")
+    scale = p / k
+    rho = math.sqrt(scale) * O @ T
+    Q = scale * O @ T @ np.swapaxes(O, -1, -2)
+    return ZeroRiskPoint(_sym(Q), rho, O)
+
+
+def random_manifold_points(p, p_star, n, rng, T=None):
+    """``n`` Haar-random points of the zero-risk manifold (stacked ``ZeroRiskPoint``)."""
+    return zero_risk_point(random_stiefel(p, p_star, rng, size=n), T, p)
+
+
+def is_zero_risk_point(Q, rho, T=None, p=None, tol=1e-9):
+    """Whether ``Φ_T(Q, ρ) = (Q − ρT⁻¹ρᵀ, ρᵀρ − (p/p*)T²)`` vanishes to ``tol`` (relative)."""
+    rho = _as_matrix(rho, "rho")
+    pp, k = rho.shape
+    p = pp if p is None else p
+    T = _teacher(T, k)
+    Q = _as_matrix(Q, "Q", (pp, pp))
+    r1 = Q - rho @ np.linalg.solve(T, rho.T)
+    r2 = rho.T @ rho - (p / k) * T @ T
+    scale = max(1.0, np.abs(T).max()) * p / k
+    return bool(max(np.abs(r1).max(), np.abs(r2).max()) <= tol * scale)
+
+
+def invariant_S(rho):
+    r"""The polar factor ``S = ρ (ρᵀρ)^{-1/2}`` of the teacher–student overlap.
+
+    Computed from the SVD ``ρ = U Σ Vᵀ`` as ``S = U Vᵀ`` (the closest matrix with
+    orthonormal columns to ``ρ``, which avoids forming ``(ρᵀρ)^{-1/2}``).
+
+    Parameters
+    ----------
+    rho : array (..., p, p*)
+        Overlaps, ``p >= p*``, of full column rank.
+
+    Returns
+    -------
+    S : array (..., p, p*)
+        ``SᵀS = I``.
+
+    Raises
+    ------
+    ValueError
+        If ``p < p*`` or if some ``ρ`` is numerically rank deficient (smallest
+        singular value ``<= 1e-12 ×`` largest): then ``S`` is not defined.
+    """
+    rho = _as_matrix(rho, "rho", batch=True)
+    p, k = rho.shape[-2:]
+    if p < k:
+        raise ValueError(
+            f"rho has shape {rho.shape[-2:]}: S needs p >= p_star (full column rank), "
+            f"got p={p} < p_star={k}")
+    U, s, Vt = np.linalg.svd(rho, full_matrices=False)
+    smin, smax = s[..., -1], s[..., 0]
+    bad = ~(smin > 1e-12 * np.maximum(smax, np.finfo(float).tiny))
+    if np.any(bad):
+        idx = tuple(int(i) for i in np.argwhere(np.atleast_1d(bad))[0]) if rho.ndim > 2 else ()
+        raise ValueError(
+            f"rho{list(idx) if idx else ''} is rank deficient (singular values "
+            f"{np.atleast_2d(s)[0 if not idx else idx[0]] if rho.ndim <= 3 else s[idx]}): "
+            f"S = rho (rho^T rho)^(-1/2) needs rank p_star={k}")
+    return U @ Vt
+
+
+def closest_solution(m, Q0, rho0, T=None) -> ZeroRiskPoint:
+    r"""Overlaps of the zero-risk solution closest to the start (orthogonal Procrustes).
+
+    Over the zero-risk weights ``W = √(p/p*) O W*`` (``OᵀO = I``),
+
+    .. math:: \frac{\|W − W_0\|^2}{N} = \operatorname{tr} Q_0 + \frac{p}{p^*}\operatorname{tr} T
+              − 2\sqrt{p/p^*}\,\operatorname{tr}(O^\top ρ_0),
+
+    which is minimal at ``O = S_0 = ρ_0(ρ_0ᵀρ_0)^{-1/2}`` (unique when ``ρ_0`` has
+    full column rank).  The closest solution has ``ρ_c = √(p/p*) S_0 T`` and
+    ``Q_c = (p/p*) S_0 T S_0ᵀ``.  When ``S`` is conserved (start in the invariant
+    set, see :func:`invariant_set_defect`) and the ODE reaches zero risk, it
+    reaches exactly this point.
+
+    Parameters
+    ----------
+    m : Model
+        Needs ``m.p >= m.p_star``.
+    Q0 : array (p, p)
+        Initial student overlap (used to check that the start is realisable,
+        ``[[Q0, ρ0], [ρ0ᵀ, T]] ⪰ 0``).
+    rho0 : array (p, p*)
+        Initial teacher–student overlap (full column rank).
+    T : array (p*, p*), optional
+        Teacher overlap, identity by default.
+
+    Returns
+    -------
+    ZeroRiskPoint
+        ``(Q, rho, S)`` of the closest zero-risk solution.
+    """
+    p, k = m.p, m.p_star
+    if p < k:
+        raise ValueError(
+            f"model has p={p} < p_star={k}: no zero-risk solution exists (need p >= p_star)")
+    T = _teacher(T, k)
+    Q0 = _as_matrix(Q0, "Q0", (p, p))
+    rho0 = _as_matrix(rho0, "rho0", (p, k))
+    C = np.block([[Q0, rho0], [rho0.T, T]])
+    lam = np.linalg.eigvalsh(_sym(C))
+    if lam[0] < -1e-9 * max(1.0, lam[-1]):
+        raise ValueError(
+            f"(Q0, rho0, T) is not a Gram matrix of weights: [[Q0, rho0], [rho0^T, T]] has "
+            f"eigenvalue {lam[0]:.3g} < 0")
+    return zero_risk_point(invariant_S(rho0), T, p)
+
+
+def weight_distance(Q0, rho0, O, T=None, p=None):
+    r"""``‖W_0 − √(p/p*) O W*‖ / √N`` from overlaps only (any ``O`` with ``OᵀO = I``).
+
+    ``d² = tr Q_0 + (p/p*) tr T − 2√(p/p*) tr(Oᵀρ_0)``; ``O`` may be stacked (..., p, p*).
+    """
+    rho0 = _as_matrix(rho0, "rho0")
+    pp, k = rho0.shape
+    p = pp if p is None else p
+    T = _teacher(T, k)
+    Q0 = _as_matrix(Q0, "Q0", (pp, pp))
+    O = np.asarray(O, dtype=float)
+    d2 = np.trace(Q0) + (p / k) * np.trace(T) \
+        - 2 * math.sqrt(p / k) * np.einsum("...ij,ij->...", O, rho0)
+    return np.sqrt(np.maximum(d2, 0.0))
+
+
+def manifold_rank_deficiency(p, p_star, T=None, seed=0) -> dict:
+    r"""Measure the manifold dimension at a random zero-risk point, three ways.
+
+    * ``"constraint"``: ``dim ker dΦ_T`` where
+      ``Φ_T(Q, ρ) = (Q − ρT⁻¹ρᵀ, ρᵀρ − (p/p*)T²)`` maps
+      ``Sym(p) × R^{p×p*}`` (dimension ``p(p+1)/2 + p p*``) to
+      ``Sym(p) × Sym(p*)``; also its rank (``"constraint_rank"``, expected full).
+    * ``"orbit"``: rank of ``Ω ↦ (ΩQ − QΩ, Ωρ)``, ``Ω ∈ so(p)`` (tangent space
+      of the ``O(p)`` orbit through the point).
+    * ``"weights"``: ``dim ker`` of ``R ↦ RᵀR`` at ``R = √(p/p*) O``
+      (weights ``W = R W*`` in the teacher span).
+
+    Ranks use an SVD with relative threshold ``1e-9``; the smallest retained
+    and largest discarded singular values are returned as ``"gap"`` (a clean
+    rank has a gap of many orders of magnitude).
+    """
+    p = _check_width(p, "p")
+    p_star = _check_width(p_star, "p_star")
+    if p < p_star:
+        raise ValueError(f"p={p} < p_star={p_star}: the zero-risk set is empty")
+    rng = np.random.default_rng(seed)
+    T = _teacher(T, p_star)
+    pt = random_manifold_points(p, p_star, None, rng, T)
+    Q, rho = pt.Q, pt.rho
+    Tinv = np.linalg.inv(T)
+    sym_p = [(i, j) for i in range(p) for j in range(i, p)]
+    sym_k = [(i, j) for i in range(p_star) for j in range(i, p_star)]
+
+    def sym_basis(n, i, j):
+        E = np.zeros((n, n))
+        E[i, j] = E[j, i] = 1.0
+        return E
+
+    def out_vec(A, B):
+        return np.concatenate([[A[i, j] for i, j in sym_p], [B[i, j] for i, j in sym_k]])
+
+    cols = []
+    for i, j in sym_p:                                   # δQ directions
+        cols.append(out_vec(sym_basis(p, i, j), np.zeros((p_star, p_star))))
+    for i in range(p):                                   # δρ directions
+        for a in range(p_star):
+            D = np.zeros((p, p_star))
+            D[i, a] = 1.0
+            cols.append(out_vec(-(D @ Tinv @ rho.T + rho @ Tinv @ D.T), D.T @ rho + rho.T @ D))
+    J = np.array(cols).T
+
+    orbit = []
+    for i in range(p):
+        for j in range(i + 1, p):
+            Om = np.zeros((p, p))
+            Om[i, j], Om[j, i] = 1.0, -1.0
+            orbit.append(np.concatenate([(Om @ Q - Q @ Om)[np.triu_indices(p)],
+                                         (Om @ rho).ravel()]))
+    R = math.sqrt(p / p_star) * pt.S
+    wcols = []
+    for i in range(p):
+        for a in range(p_star):
+            D = np.zeros((p, p_star))
+            D[i, a] = 1.0
+            M = D.T @ R + R.T @ D
+            wcols.append(np.array([M[i2, j2] for i2, j2 in sym_k]))
+
+    def rank(A):
+        if A.size == 0:
+            return 0, (np.inf, 0.0)
+        s = np.linalg.svd(A, compute_uv=False)
+        r = int(np.sum(s > 1e-9 * s[0]))
+        return r, (s[r - 1] if r else np.inf, s[r] if r < len(s) else 0.0)
+
+    r_c, gap_c = rank(J)
+    r_o, gap_o = rank(np.array(orbit).T if orbit else np.zeros((0, 0)))
+    r_w, gap_w = rank(np.array(wcols).T)
+    return {
+        "formula": manifold_dimension(p, p_star),
+        "constraint": J.shape[1] - r_c,
+        "constraint_rank": r_c,
+        "constraint_codomain": J.shape[0],
+        "orbit": r_o,
+        "weights": p * p_star - r_w,
+        "gap": {"constraint": gap_c, "orbit": gap_o, "weights": gap_w},
+    }
+
+
+# ----------------------------------------------------------------------------
+# dS/dt and the invariant set
+# ----------------------------------------------------------------------------
+def polar_velocity(rho, drho):
+    r"""``dS/dt`` of ``S = ρ(ρᵀρ)^{-1/2}`` for a given ``dρ/dt``.
+
+    With ``ρ = SP`` (``P = (ρᵀρ)^{1/2}``), ``Ω = SᵀṠ`` is skew and
+
+    .. math:: \dot S = (I − SS^\top)\dotρ\,P^{-1} + SΩ,\qquad
+              ΩP + PΩ = S^\top\dotρ − \dotρ^\top S .
+
+    The Sylvester equation is solved in the eigenbasis of ``P``
+    (``Ω_ij = K_ij/(π_i + π_j)``).  Single matrices only.
+    """
+    rho = _as_matrix(rho, "rho")
+    drho = _as_matrix(drho, "drho", rho.shape)
+    S = invariant_S(rho)
+    pi, V = np.linalg.eigh(rho.T @ rho)
+    pi = np.sqrt(np.maximum(pi, 0.0))
+    Pinv = (V / pi) @ V.T
+    K = S.T @ drho - drho.T @ S
+    Kt = V.T @ K @ V
+    Om = V @ (Kt / (pi[:, None] + pi[None, :])) @ V.T
+    return (drho - S @ (S.T @ drho)) @ Pinv + S @ Om
+
+
+def dS_dt(m, Q, rho, T=None):
+    """``dS/dt`` along the model's ODE (kernels of :func:`symquad.kernels`)."""
+    from .kernels import kernels
+    T = _teacher(T, m.p_star)
+    Q = _as_matrix(Q, "Q", (m.p, m.p))
+    rho = _as_matrix(rho, "rho", (m.p, m.p_star))
+    _, drho = kernels(m).rhs(Q, rho, T)
+    return polar_velocity(rho, np.asarray(drho))
+
+
+def invariant_set_defect(Q, rho, T=None) -> dict:
+    r"""How far ``(Q, ρ, T)`` is from the invariant set ``I_T``.
+
+    Returns the Frobenius norms of ``(I − Π)QΠ`` (``Π = SSᵀ``), ``[A, G]``,
+    ``[A, T]``, ``[G, T]`` with ``A = SᵀQS`` and ``G = ρᵀρ``, each relative to
+    the norms of its factors; all zero iff the point is in ``I_T``.
+    """
+    rho = _as_matrix(rho, "rho")
+    p, k = rho.shape
+    Q = _as_matrix(Q, "Q", (p, p))
+    T = _teacher(T, k)
+    S = invariant_S(rho)
+    Pi = S @ S.T
+    A = S.T @ Q @ S
+    G = rho.T @ rho
+
+    def rel(X, a, b):
+        return float(np.linalg.norm(X) / max(np.linalg.norm(a) * np.linalg.norm(b), 1e-300))
+
+    return {
+        "offblock": rel((np.eye(p) - Pi) @ Q @ Pi, Q, Pi),
+        "[A,G]": rel(A @ G - G @ A, A, G),
+        "[A,T]": rel(A @ T - T @ A, A, T),
+        "[G,T]": rel(G @ T - T @ G, G, T),
+    }
+
+
+def invariant_set_point(p, p_star, rng, T=None, scale=0.3, q_perp=None, q_par=0.5):
+    r"""A random point of the invariant set ``I_T`` in general position.
+
+    ``S`` Haar-random; ``P = V diag(π) Vᵀ`` and ``A = SᵀQS = V diag(α) Vᵀ`` share
+    the eigenbasis ``V`` (the eigenbasis of ``T``, which must then be used when
+    ``T`` is not a multiple of the identity); ``Q`` restricted to the complement
+    of ``span S`` is a random positive definite (anisotropic) matrix unless
+    `q_perp` gives its eigenvalues.  ``α_i = π_i² + q_par`` keeps the Gram
+    matrix positive definite (``Q − ρT⁻¹ρᵀ ⪰ 0`` for ``T = I``; for general
+    ``T`` ``α_i = π_i²/τ_i + q_par``).
+
+    Returns ``(Q, rho, T)``.
+    """
+    T = _teacher(T, p_star)
+    tau, V = np.linalg.eigh(T)
+    if np.allclose(T, T[0, 0] * np.eye(p_star)):
+        V = random_stiefel(p_star, p_star, rng)
+    S = random_stiefel(p, p_star, rng)
+    pi = scale * (0.5 + rng.random(p_star))
+    alpha = pi**2 / tau + q_par
+    P = (V * pi) @ V.T
+    A = (V * alpha) @ V.T
+    full = random_stiefel(p, p, rng)
+    # complement of span S: project a random basis and orthonormalise
+    Nperp = np.linalg.qr(full - S @ (S.T @ full))[0][:, : p - p_star] if p > p_star \
+        else np.zeros((p, 0))
+    if p > p_star:
+        Nperp = np.linalg.qr(Nperp - S @ (S.T @ Nperp))[0]
+        if q_perp is None:
+            q_perp = 0.3 + rng.random(p - p_star)
+        W = random_stiefel(p - p_star, p - p_star, rng)
+        Qperp = (W * np.asarray(q_perp, float)) @ W.T
+    else:
+        Qperp = np.zeros((0, 0))
+    Q = S @ A @ S.T + Nperp @ Qperp @ Nperp.T
+    return _sym(Q), S @ P, T
+
+
+# ----------------------------------------------------------------------------
+# finite-N SGD: drift of S
+# ----------------------------------------------------------------------------
+def _S_or_nan(rho):
+    """``invariant_S`` with NaN where ρ is rank deficient (for time series)."""
+    U, s, Vt = np.linalg.svd(rho, full_matrices=False)
+    S = U @ Vt
+    bad = ~(s[..., -1] > 1e-12 * np.maximum(s[..., 0], np.finfo(float).tiny))
+    S[bad] = np.nan
+    return S
+
+
+def invariant_drift_study(model, Ns, t_max, replicas, seed, sigma_ref=0.2,
+                          informed_scale=0.3, q0=None, method="reduced",
+                          n_save=101, T=None, progress=False) -> dict:
+    r"""Drift of ``S = ρ(ρᵀρ)^{-1/2}`` along finite-N SGD, as a function of N.
+
+    Two protocols, each with ``replicas`` independent SGD runs per ``N``
+    (:func:`symquad.simulate`, reduced simulator by default):
+
+    * ``"random"``: the usual random start (``Q(0) ≈ q0 I``, ``ρ(0) ~ 1/√N``).
+      ``S`` is not defined / re-randomised while ``ρ`` is as small as the SGD
+      noise, so the drift is measured from ``t_ref``, the first saved time at
+      which the smallest singular value of ``ρ`` reaches ``sigma_ref``, to
+      ``t_max``.  The total rotation ``‖S(t_max) − S(first saved t > 0)‖_F`` is
+      reported as well (it does not shrink like ``N^{-1/2}``).
+    * ``"informed"``: ``Q(0) = q0 I``, ``ρ(0) = informed_scale · S_0`` with ``S_0``
+      Haar-random (a point of the invariant set, so the ODE conserves ``S``
+      exactly); drift ``‖S(t_max) − S_0‖_F``.
+
+    For each protocol and ``N`` the mean drift over replicas and its standard
+    error are returned, and a least-squares fit of ``log drift = a + b log N``
+    (weights from the standard errors) gives the exponent ``b`` (``−1/2``
+    expected for diffusive noise of size ``N^{-1/2}``) with its standard error.
+
+    Parameters
+    ----------
+    model : Model
+        ``p >= p*``.
+    Ns : sequence of int
+        Input dimensions (at least 2 distinct values).
+    t_max : float
+        Final time (should be after convergence for ``"random"``).
+    replicas : int
+        Independent runs per ``N`` (``>= 2``).
+    seed : int
+        Base seed; run ``(protocol, N)`` uses an independent stream.
+    sigma_ref : float
+        Threshold on ``σ_min(ρ)`` that defines ``t_ref`` (random start).
+    informed_scale : float
+        ``‖ρ(0)‖₂`` of the informed start.
+    q0 : float, optional
+        Initial ``Q = q0 I`` of the informed start (default: 1).
+    method : {"reduced", "full"}
+    n_save : int
+        Number of saved times.
+    T : array, optional
+        Teacher overlap (identity by default).
+
+    Returns
+    -------
+    dict
+        ``{"Ns", "t", "random": {...}, "informed": {...}, "settings": {...}}``;
+        each protocol holds ``mean``, ``sem`` (per N), ``per_replica`` drifts,
+        ``fit`` = ``{"exponent", "exponent_se", "prefactor"}``, and for
+        ``"random"`` also ``t_ref`` (per N, mean) and ``total_rotation``.
+        ``S_example`` holds one replica's ``S(t)`` per protocol at the largest N.
+    """
+    from .. import simulate  # lazy: symquad.numeric.simulate
+
+    Ns = [int(n) for n in Ns]
+    if len(set(Ns)) < 2:
+        raise ValueError(f"Ns must contain at least 2 distinct values, got {Ns}")
+    if any(n < model.p + model.p_star for n in Ns):
+        raise ValueError(f"every N must be >= p + p_star = {model.p + model.p_star}, got {Ns}")
+    if isinstance(replicas, bool) or not isinstance(replicas, Integral) or replicas < 2:
+        raise ValueError(f"replicas must be an integer >= 2, got {replicas!r}")
+    if not t_max > 0:
+        raise ValueError(f"t_max must be > 0, got {t_max!r}")
+    if model.p < model.p_star:
+        raise ValueError("the drift study needs p >= p_star (S is undefined otherwise)")
+    p, k = model.p, model.p_star
+    T = _teacher(T, k)
+    q0 = 1.0 if q0 is None else float(q0)
+    root = np.random.SeedSequence(seed)
+    streams = root.spawn(2 * len(Ns) + 1)
+    S0 = random_stiefel(p, k, np.random.default_rng(streams[-1]))
+    out = {"Ns": np.array(Ns), "settings": dict(
+        model=repr(model), t_max=t_max, replicas=replicas, seed=seed, sigma_ref=sigma_ref,
+        informed_scale=informed_scale, q0=q0, method=method)}
+    rand = {"mean": [], "sem": [], "per_replica": [], "t_ref": [], "total_rotation": [],
+            "n_valid": []}
+    inf = {"mean": [], "sem": [], "per_replica": []}
+    iterator = enumerate(Ns)
+    if progress:
+        from tqdm import tqdm
+        iterator = tqdm(list(iterator), desc="drift study")
+    for idx, N in iterator:
+        seed_r = int(streams[2 * idx].generate_state(1)[0])
+        seed_i = int(streams[2 * idx + 1].generate_state(1)[0])
+        run = simulate(model, N, t_max, replicas, seed_r, method=method, T=T)
+        t = np.asarray(run.t)
+        rho = np.asarray(run.rho)
+        smin = np.linalg.svd(rho, compute_uv=False)[..., -1]
+        drift, tref = [], []
+        for r in range(replicas):
+            hit = np.nonzero(smin[r] >= sigma_ref)[0]
+            if hit.size == 0:
+                continue
+            j = hit[0]
+            S_ref = invariant_S(rho[r, j])
+            S_end = invariant_S(rho[r, -1])
+            drift.append(np.linalg.norm(S_end - S_ref))
+            tref.append(t[j])
+        drift = np.array(drift)
+        rand["per_replica"].append(drift)
+        rand["n_valid"].append(drift.size)
+        rand["mean"].append(drift.mean() if drift.size else np.nan)
+        rand["sem"].append(drift.std(ddof=1) / math.sqrt(drift.size) if drift.size > 1
+                           else np.nan)
+        rand["t_ref"].append(float(np.mean(tref)) if tref else np.nan)
+        S_first = _S_or_nan(rho[:, 1])
+        S_last = _S_or_nan(rho[:, -1])
+        rand["total_rotation"].append(float(np.nanmean(
+            np.linalg.norm(S_last - S_first, axis=(-2, -1)))))
+        if idx == len(Ns) - 1:
+            out["S_example_random"] = _S_or_nan(rho[0])
+            out["t"] = t
+
+        Q0 = q0 * np.eye(p)
+        rho0 = informed_scale * S0
+        run_i = simulate(model, N, t_max, replicas, seed_i, method=method,
+                         Q0=Q0, rho0=rho0, T=T)
+        rho_i = np.asarray(run_i.rho)
+        d = np.linalg.norm(invariant_S(rho_i[:, -1]) - S0, axis=(-2, -1))
+        inf["per_replica"].append(d)
+        inf["mean"].append(d.mean())
+        inf["sem"].append(d.std(ddof=1) / math.sqrt(d.size))
+        if idx == len(Ns) - 1:
+            out["S_example_informed"] = _S_or_nan(rho_i[0])
+            out["t_informed"] = np.asarray(run_i.t)
+            out["S0_informed"] = S0
+    for proto in (rand, inf):
+        proto["mean"] = np.array(proto["mean"])
+        proto["sem"] = np.array(proto["sem"])
+        proto["fit"] = _power_fit(np.array(Ns, float), proto["mean"], proto["sem"])
+    out["random"] = rand
+    out["informed"] = inf
+    return out
+
+
+def _power_fit(N, y, se):
+    """Weighted fit ``log y = a + b log N``; returns exponent ``b`` and its standard error."""
+    ok = np.isfinite(y) & np.isfinite(se) & (y > 0) & (se > 0)
+    if ok.sum() < 2:
+        return {"exponent": np.nan, "exponent_se": np.nan, "prefactor": np.nan}
+    x, ly = np.log(N[ok]), np.log(y[ok])
+    w = (y[ok] / se[ok]) ** 2            # var(log y) ≈ (se/y)²
+    X = np.vstack([np.ones_like(x), x]).T
+    cov = np.linalg.inv(X.T @ (X * w[:, None]))
+    a, b = cov @ (X.T @ (w * ly))
+    return {"exponent": float(b), "exponent_se": float(math.sqrt(cov[1, 1])),
+            "prefactor": float(math.exp(a))}
+
+
+def plot_invariant_drift(study, path):
+    """Write the drift-vs-N figure of :func:`invariant_drift_study` to a PNG; returns the path."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    N = np.asarray(study["Ns"], float)
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    for key, label, mk in (("random", "random start, from $t_{ref}$", "o"),
+                           ("informed", "informed start, from $t=0$", "s")):
+        proto = study[key]
+        fit = proto["fit"]
+        ax.errorbar(N, proto["mean"], yerr=proto["sem"], fmt=mk, capsize=3,
+                    label=f"{label}: slope {fit['exponent']:.2f}"
+                          f" ± {fit['exponent_se']:.2f}")
+        if np.isfinite(fit["exponent"]):
+            ax.plot(N, fit["prefactor"] * N ** fit["exponent"], "-", lw=1, alpha=0.7)
+    ax.plot(N, study["informed"]["mean"][0] * (N / N[0]) ** -0.5, "k:", lw=1,
+            label=r"$\propto N^{-1/2}$")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("N")
+    ax.set_ylabel(r"$\|S(t_{max}) - S(t_{ref})\|_F$")
+    ax.set_title("drift of the polar factor S under SGD")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot_S_components(t_ode, S_ode, t_sgd, S_sgd, path, title=None):
+    """Plot the entries of ``S(t)`` for the ODE (lines) and SGD (dots); returns the path."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    S_ode = np.asarray(S_ode)
+    S_sgd = np.asarray(S_sgd)
+    p, k = S_ode.shape[-2:]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for n, (i, a) in enumerate((i, a) for i in range(p) for a in range(k)):
+        c = colors[n % len(colors)]
+        ax.plot(t_ode, S_ode[:, i, a], "-", color=c, lw=1.2)
+        ax.plot(t_sgd, S_sgd[:, i, a], ".", color=c, ms=3)
+    ax.set_xlabel("t = steps / N")
+    ax.set_ylabel(r"$S_{ia}(t)$")
+    ax.set_title(title or r"$S=\rho(\rho^T\rho)^{-1/2}$: ODE (lines) vs SGD (dots)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
