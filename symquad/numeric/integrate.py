@@ -141,7 +141,13 @@ def integrate(model: Model, Q0, rho0, T, t_max, t_eval=None, *, method: str = "R
         sol.status == -1) or not np.all(np.isfinite(sol.y))
     if not diverged:
         return ODESolution(model, sol.t, Qs, rhos, risk, T, "ok", None, sol.message, sol.nfev)
-    t_div = float(sol.t_events[0][0]) if sol.t_events[0].size else float(last["t"])
+    if sol.t_events[0].size:
+        # the state where it crossed max_norm: the last one that is still finite
+        t_div = float(sol.t_events[0][0])
+        Q_div, rho_div = _unpack(sol.y_events[0][0], p, k)
+        last.update(t=t_div, Q=Q_div, rho=rho_div)
+    else:
+        t_div = float(last["t"])
     finite = np.all(np.isfinite(sol.y), axis=0)
     keep = slice(0, int(np.argmin(finite)) if not finite.all() else sol.t.size)
     partial = ODESolution(model, sol.t[keep], Qs[keep], rhos[keep], risk[keep], T,
