@@ -23,8 +23,10 @@ def document(body: str, title: str | None = None) -> str:
 
 
 def _tex(expr, names) -> str:
-    return sp.latex(expr, symbol_names=names, mat_symbol_style="plain",
+    text = sp.latex(expr, symbol_names=names, mat_symbol_style="plain",
                     mul_symbol=None, long_frac_ratio=3)
+    # MatAdd prints a negative term as "+ -"; fold it into a minus sign
+    return text.replace("+ -", "- ")
 
 
 def _model_line(model) -> str:
@@ -44,8 +46,15 @@ def equations_latex(eq, standalone: bool = False) -> str:
     names = latex_names(model.p, model.p_star)
     lines = [r"\varepsilon &= " + _tex(eq.risk, names)]
     if eq.form == "matrix":
-        lines.append(r"\frac{dQ}{dt} &= " + _tex(eq.dQ, names))
-        lines.append(r"\frac{d\rho}{dt} &= " + _tex(eq.drho, names))
+        from .matrix_form import display_form
+        definitions, risk, dQ, drho = display_form(model)
+        for tau in definitions:
+            names[tau] = rf"\tau_{{{tau.name.split('_')[1]}}}"
+        lines = [f"{_tex(tau, names)} &= {_tex(value, names)}"
+                 for tau, value in definitions.items()]
+        lines.append(r"\varepsilon &= " + _tex(risk, names))
+        lines.append(r"\frac{dQ}{dt} &= " + _tex(dQ, names))
+        lines.append(r"\frac{d\rho}{dt} &= " + _tex(drho, names))
         intro = ("% matrix form: Q (p x p), rho (p x p*), T (p* x p*); "
                  "width-independent\n")
     else:

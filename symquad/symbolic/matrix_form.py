@@ -174,7 +174,8 @@ def _word_level(model: Model) -> dict:
     return {"risk": risk, "dQ": dQ, "drho": drho}
 
 
-def _evaluate(words: dict, c, Q, rho, T, p, p_star, trace, zero_q, zero_r, explicit=False):
+def _evaluate(words: dict, c, Q, rho, T, p, p_star, trace, zero_q, zero_r, explicit=False,
+              trace_names=None):
     blocks = _Blocks(c, Q, rho, T, p, p_star, explicit)
     trace_syms = {}
 
@@ -184,7 +185,8 @@ def _evaluate(words: dict, c, Q, rho, T, p, p_star, trace, zero_q, zero_r, expli
             if s.name.startswith("tr("):
                 if s not in trace_syms:
                     word = tuple(s.name[3:-1])
-                    trace_syms[s] = _trace_value(blocks, word, trace)
+                    trace_syms[s] = (trace_names[s] if trace_names
+                                     else _trace_value(blocks, word, trace))
                 subs[s] = trace_syms[s]
         return coeff.xreplace(subs)
 
@@ -226,3 +228,28 @@ def explicit(model: Model, eqs: MatrixEquations | None = None):
         lambda M: M.trace(), sp.zeros(p, p), sp.zeros(p, k), explicit=True)
     return (sp.expand(risk), sp.Matrix(dQ).applyfunc(sp.expand),
             sp.Matrix(drho).applyfunc(sp.expand))
+
+
+def display_form(model: Model):
+    """Readable matrix form: traces of ``(AC)^n`` named ``τ_n``.
+
+    Returns ``(definitions, risk, dQ, drho)`` where ``definitions`` maps each
+    ``τ_n`` Symbol to its expression in ``Q, ρ, T`` and the equations use the
+    ``τ_n``.  ``τ_1 = E[ŷ − y_clean]`` and ``2 τ_2`` is its variance.
+    """
+    eqs = derive_matrix_form(model)
+    Q, rho, T = matrix_symbols()
+    placeholders = set(eqs.words["risk"].free_symbols)
+    for key in ("dQ", "drho"):
+        for coeff in eqs.words[key].values():
+            placeholders |= coeff.free_symbols
+    placeholders = sorted((s for s in placeholders if s.name.startswith("tr(")),
+                          key=lambda s: (len(s.name), s.name))
+    names = {s: sp.Symbol(f"tau_{len(s.name[3:-1]) // 2}") for s in placeholders}
+    blocks = _Blocks(eqs.coefficient, Q, rho, T, P, P_STAR)
+    definitions = {names[s]: _trace_value(blocks, tuple(s.name[3:-1]), sp.Trace)
+                   for s in placeholders}
+    risk, dQ, drho = _evaluate(eqs.words, eqs.coefficient, Q, rho, T, P, P_STAR, sp.Trace,
+                               sp.ZeroMatrix(P, P), sp.ZeroMatrix(P, P_STAR),
+                               trace_names=names)
+    return definitions, risk, dQ, drho
