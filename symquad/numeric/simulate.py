@@ -1,0 +1,775 @@
+"""Monte Carlo simulation of one-pass SGD in the teacher–student model of SPEC.md.
+
+Two simulators share one driver and one output type (:class:`SimulationRun`):
+
+``method="full"``
+    Real SGD on ``N``-dimensional weights.  Each step draws a fresh input
+    ``x ~ N(0, I_N)`` per replica, computes the local fields
+    ``λ_k = w_k·x/√N``, ``ν_l = w*_l·x/√N``, the outputs
+    ``ŷ = (1/p) Σ_k σ(λ_k)``, ``y = (1/p*) Σ_l σ(ν_l) + √Δ ξ`` and updates
+
+    .. math::  w_k \\leftarrow w_k - \\frac{η}{p}(ŷ - y)\\,σ'(λ_k)\\,\\frac{x}{\\sqrt N}.
+
+    Cost per step ``O(replicas · (p + p*) · N)``.
+
+``method="reduced"``
+    The same process, exactly in law, with a cost per step independent of
+    ``N``.  Because ``x`` is isotropic, only the Gram matrix of the weights
+    matters.  The simulator keeps coordinates ``X`` (a ``(p+p*) × k`` matrix
+    per replica, ``k ≤ p+p*+K``) of the rows of ``[W; W*]/√N`` in an
+    orthonormal basis ``e_1..e_k`` of a subspace that contains them, so that
+    ``C = X Xᵀ = [[Q, ρ], [ρᵀ, T]]``.  A fresh input is written
+
+    .. math::  x = \\sum_{i \\le k} g_i e_i + s\\, e_{k+1},\\qquad
+               g_i \\sim N(0,1),\\quad s^2 \\sim χ^2_{N-k},
+
+    where ``e_{k+1}`` is the (random, uniformly distributed) direction of the
+    part of ``x`` outside the basis; by rotational invariance its only
+    relevant property is its norm, an independent chi-square variable with
+    ``N − k`` degrees of freedom.  Then ``(λ, ν) = X g`` has exactly the law
+    ``N(0, C)``, ``‖x‖²/N = (‖g‖² + s²)/N``, and the update is
+    ``X_student ← X_student − (δ/N) (g, s)`` with
+    ``δ_k = (η/p)(ŷ − y) σ'(λ_k)``; every ``K`` steps the basis is
+    re-compressed to the span of the ``p + p*`` rows by a QR factorisation
+    (``Xᵀ = 𝒬ℛ`` gives new coordinates ``ℛᵀ``).  This is the construction of
+    SPEC.md ("(λ, ν) ~ N(0, C) plus a chi-square with N − rank degrees of
+    freedom"), written with a factor of ``C`` instead of ``C`` itself: the
+    in-span part of ``‖x‖²`` is ``‖g‖² = zᵀC⁺z`` without forming a
+    pseudo-inverse, a singular ``C`` (``W = 0``, or ``p > p*`` at a
+    solution) needs no special case, and ``C = X Xᵀ`` stays symmetric
+    positive semi-definite to round-off at every step.  The equivalence with
+    ``method="full"`` is checked by two-sample tests (tests/test_simulate_equivalence.py).
+
+Conventions
+-----------
+Default initial condition: student rows ``w_k ~ N(0, q0 I_N)`` with
+``q0 = 1`` (:data:`DEFAULT_Q0`), teacher rows orthonormalised and scaled by
+``√N`` so that ``T = I_{p*}`` exactly; ``Q(0) ≈ q0 I`` and ``ρ(0)`` has
+entries of size ``√(q0/N)``.  With ``Q0, rho0`` (and optionally ``T``) the
+weights are built with exactly that Gram matrix.  Time is ``t = steps/N``.
+
+Random streams: one ``seed`` is split by :class:`numpy.random.SeedSequence`
+into independent streams for the teacher, the initialisation, the inputs and
+the label noise (so, e.g., the first input is never correlated with the
+teacher, and turning label noise on does not change the inputs).  Replicas are
+drawn together (batched), so the numbers of replica ``r`` depend on the number
+of replicas requested; the same ``(seed, replicas, N, ...)`` always gives the
+same numbers.
+
+The population risk recorded with every state is computed from ``(Q, ρ, T)``
+by Isserlis' theorem (:func:`population_risk`), independently of the
+generated kernels, so it doubles as a second route for the kernels' risk.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from numbers import Integral, Real
+
+import numpy as np
+
+from .errors import DivergenceError, describe_state
+
+__all__ = ["simulate", "SimulationRun", "population_risk", "DEFAULT_Q0", "METHODS"]
+
+#: Variance of the default random initialisation ``w_k ~ N(0, q0 I_N)``.
+DEFAULT_Q0 = 1.0
+#: Simulation methods.
+METHODS = ("reduced", "full")
+#: Reduced simulator: steps between two re-compressions of the basis.
+_BLOCK = 16
+#: Full simulator: steps between two divergence checks (the Gram matrix costs
+#: ``O(p² N)`` per replica, so it is not computed every step).
+_FULL_CHECK_EVERY = 64
+#: Largest array of weights the full simulator allocates (bytes).
+_FULL_MAX_BYTES = 8 * 2**30
+
+
+# ---------------------------------------------------------------------------
+# results
+# ---------------------------------------------------------------------------
+@dataclass
+class SimulationRun:
+    """Recorded SGD trajectories of several independent replicas.
+
+    Attributes
+    ----------
+    model : symquad.spec.Model
+    N : int
+        Input dimension.
+    method : {"reduced", "full"}
+    seed : int or None
+    t : ndarray, shape (n,)
+        Recorded times ``steps/N``.
+    Q : ndarray, shape (replicas, n, p, p)
+        Student overlaps ``W Wᵀ/N``.
+    rho : ndarray, shape (replicas, n, p, p*)
+        Student–teacher overlaps ``W W*ᵀ/N``.
+    risk : ndarray, shape (replicas, n)
+        Population risk ``ε = ½ E[(ŷ − y_clean)²]`` at the recorded weights.
+    T : ndarray, shape (p*, p*)
+        Teacher overlaps (fixed).
+    status : ndarray of str, shape (replicas,)
+        ``"ok"`` or ``"diverged"``.  After divergence a replica is frozen and
+        its recorded entries are NaN (see `last_finite`).
+    t_diverged : ndarray, shape (replicas,)
+        Time of the divergence check that caught the blow-up (NaN if none);
+        the blow-up happened in the ``check_every/N`` before it.
+    last_finite : dict
+        ``{"t": (replicas,), "Q": (replicas, p, p), "rho": (replicas, p, p*)}``:
+        the last checked finite state of each replica (the final state for
+        replicas that did not diverge).
+    """
+
+    model: object
+    N: int
+    method: str
+    seed: object
+    t: np.ndarray
+    Q: np.ndarray
+    rho: np.ndarray
+    risk: np.ndarray
+    T: np.ndarray
+    status: np.ndarray
+    t_diverged: np.ndarray
+    last_finite: dict = field(repr=False)
+    check_every: int = 1
+
+    @property
+    def replicas(self) -> int:
+        """Number of replicas."""
+        return self.Q.shape[0]
+
+    @property
+    def diverged(self) -> np.ndarray:
+        """Boolean mask of the replicas that diverged."""
+        return self.status == "diverged"
+
+    @property
+    def n_diverged(self) -> int:
+        """Number of replicas that diverged."""
+        return int(np.count_nonzero(self.diverged))
+
+    def summary(self) -> str:
+        """One-paragraph printable summary."""
+        final = self.risk[:, -1]
+        ok = np.isfinite(final)
+        text = (f"SimulationRun(method={self.method!r}, N={self.N}, replicas={self.replicas}, "
+                f"t_max={self.t[-1]:.4g}, {len(self.t)} records, seed={self.seed})\n"
+                f"  final risk: mean {np.mean(final[ok]) if ok.any() else float('nan'):.4g}, "
+                f"std {np.std(final[ok]) if ok.any() else float('nan'):.3g}")
+        if self.n_diverged:
+            text += (f"\n  DIVERGED: {self.n_diverged}/{self.replicas} replicas, first at "
+                     f"t = {np.nanmin(self.t_diverged):.4g}")
+        return text
+
+    def __str__(self) -> str:
+        return self.summary()
+
+
+# ---------------------------------------------------------------------------
+# population risk by Isserlis' theorem (second route to the kernels' risk)
+# ---------------------------------------------------------------------------
+def _double_factorial_odd(n: int) -> int:
+    """``(n−1)!!`` for even ``n >= 0`` (the moment ``E[g^n]`` of a standard Gaussian)."""
+    return math.prod(range(n - 1, 0, -2)) if n > 0 else 1
+
+
+def _moment_table(deg: int) -> np.ndarray:
+    """Coefficients ``m[i, j, k]`` with ``E[u^i v^j] = Σ_k m[i,j,k] c^k a^{(i−k)/2} b^{(j−k)/2}``.
+
+    For a centred Gaussian pair with ``Var u = a``, ``Var v = b``,
+    ``Cov(u, v) = c``, Isserlis' theorem sums over pairings: ``k`` pairs join
+    a ``u`` with a ``v`` (``binom(i,k) binom(j,k) k!`` ways), the remaining
+    ``i−k`` (resp. ``j−k``) factors pair among themselves (``(i−k−1)!!`` ways,
+    zero when odd).
+    """
+    m = np.zeros((deg + 1, deg + 1, deg + 1))
+    for i in range(deg + 1):
+        for j in range(deg + 1):
+            for k in range(min(i, j) + 1):
+                if (i - k) % 2 or (j - k) % 2:
+                    continue
+                m[i, j, k] = (math.comb(i, k) * math.comb(j, k) * math.factorial(k)
+                              * _double_factorial_odd(i - k) * _double_factorial_odd(j - k))
+    return m
+
+
+def population_risk(activation, Q, rho, T) -> np.ndarray:
+    """Population risk ``ε = ½ E[(ŷ − y_clean)²]`` from the overlaps.
+
+    With ``z = (λ, ν) ~ N(0, C)``, ``C = [[Q, ρ], [ρᵀ, T]]`` and weights
+    ``a = (1/p, …, 1/p, −1/p*, …, −1/p*)``,
+
+    .. math::  ε = \\tfrac12 \\sum_{a,b} a_a a_b \\sum_{i,j} c_i c_j\\, E[z_a^i z_b^j],
+
+    each bivariate moment evaluated exactly by Isserlis' theorem
+    (:func:`_moment_table`).  Works for any polynomial activation
+    ``σ(z) = Σ_i c_i z^i`` and any batch of overlaps.
+
+    Parameters
+    ----------
+    activation : sequence of numbers
+        ``(c0, c1, ..., cd)`` (e.g. ``Model.activation``).
+    Q : array_like, shape (..., p, p)
+    rho : array_like, shape (..., p, p*)
+    T : array_like, shape (p*, p*) or (..., p*, p*)
+
+    Returns
+    -------
+    ndarray, shape (...)
+    """
+    c = np.asarray([float(v) for v in activation])
+    Q = np.asarray(Q, dtype=float)
+    rho = np.asarray(rho, dtype=float)
+    T = np.asarray(T, dtype=float)
+    p, ps = rho.shape[-2:]
+    batch = np.broadcast_shapes(Q.shape[:-2], rho.shape[:-2], T.shape[:-2])
+    Q = np.broadcast_to(Q, batch + (p, p))
+    rho = np.broadcast_to(rho, batch + (p, ps))
+    T = np.broadcast_to(T, batch + (ps, ps))
+    C = np.concatenate([np.concatenate([Q, rho], -1),
+                        np.concatenate([np.swapaxes(rho, -1, -2), T], -1)], -2)
+    deg = len(c) - 1
+    mt = _moment_table(deg)
+    var = np.diagonal(C, axis1=-2, axis2=-1)                      # (..., d)
+    sd_pow = np.stack([np.sqrt(np.clip(var, 0, None)) ** n for n in range(deg + 1)], -1)
+    cov_pow = np.stack([C ** k for k in range(deg + 1)], -1)      # (..., d, d, deg+1)
+    # E[σ(z_a) σ(z_b)] = Σ_{ijk} c_i c_j m_ijk C_ab^k sd_a^{i-k} sd_b^{j-k}
+    second = np.zeros(C.shape)
+    for i in range(deg + 1):
+        for j in range(deg + 1):
+            if c[i] == 0 or c[j] == 0:
+                continue
+            for k in range(min(i, j) + 1):
+                if mt[i, j, k] == 0:
+                    continue
+                second += (c[i] * c[j] * mt[i, j, k] * cov_pow[..., k]
+                           * sd_pow[..., :, None, i - k] * sd_pow[..., None, :, j - k])
+    w = np.concatenate([np.full(p, 1.0 / p), np.full(ps, -1.0 / ps)])
+    return 0.5 * np.einsum("a,...ab,b->...", w, second, w)
+
+
+# ---------------------------------------------------------------------------
+# input validation and initial conditions
+# ---------------------------------------------------------------------------
+def _check_int(value, name, minimum):
+    if isinstance(value, bool) or not isinstance(value, Integral) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def _check_positive(value, name):
+    if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value) \
+            or value <= 0:
+        raise ValueError(f"{name} must be a finite number > 0 (allowed range: (0, inf)), "
+                         f"got {value!r}")
+    return float(value)
+
+
+def _psd_factor(G, name, tol=1e-10):
+    """Factor ``F`` (shape (..., n, r)) with ``F Fᵀ = G`` for a symmetric PSD ``G``.
+
+    Eigenvalues below ``tol · max(1, |G|)`` in absolute value count as zero
+    (so singular matrices are fine); clearly negative ones raise.
+    """
+    G = np.asarray(G, dtype=float)
+    if not np.all(np.isfinite(G)):
+        raise ValueError(f"{name} must be finite")
+    if not np.allclose(G, np.swapaxes(G, -1, -2), rtol=1e-12, atol=1e-12):
+        raise ValueError(f"{name} must be symmetric")
+    G = 0.5 * (G + np.swapaxes(G, -1, -2))
+    e, V = np.linalg.eigh(G)
+    scale = max(1.0, float(np.max(np.abs(e))) if e.size else 1.0)
+    if np.any(e < -tol * scale * 1e2):
+        raise ValueError(f"{name} must be positive semi-definite; smallest eigenvalue "
+                         f"{float(e.min()):.3g}")
+    e = np.where(e > tol * scale, e, 0.0)
+    return V * np.sqrt(e)[..., None, :], int(np.max(np.count_nonzero(e, axis=-1)))
+
+
+def _initial_coordinates(model, N, replicas, Q0, rho0, T, rng_init):
+    """Coordinates ``X0`` (replicas, p+p*, c) of ``[W; W*]/√N`` and the teacher overlaps.
+
+    The first ``r_T = rank T`` basis vectors span the teacher; the student rows
+    are ``[B | E]`` with ``B`` their components in the teacher span and ``E``
+    those in an orthogonal complement.  ``Q0, rho0`` given: ``B`` solves
+    ``B F_Tᵀ = ρ0`` and ``E Eᵀ = Q0 − B Bᵀ`` (the Schur complement; its
+    positive semi-definiteness is that of the whole Gram matrix).  Random
+    start: ``B`` has i.i.d. ``N(0, q0/N)`` entries and ``E`` is the Bartlett
+    factor of a Wishart matrix, ``E Eᵀ ~ W_p(N − r_T, (q0/N) I)``, i.e. the
+    exact law of the Gram matrix of ``p`` Gaussian vectors in the
+    ``N − r_T`` dimensions orthogonal to the teacher.
+    """
+    p, ps = model.p, model.p_star
+    if T is None:
+        T = np.eye(ps)
+    T = np.asarray(T, dtype=float)
+    if T.shape != (ps, ps):
+        raise ValueError(f"T must have shape (p_star, p_star) = ({ps}, {ps}), got {T.shape}")
+    F_T, r_T = _psd_factor(T, "T")
+    keep = np.linalg.norm(F_T, axis=0) > 0
+    F_T = F_T[:, keep]                       # (p*, r_T)
+    r_T = F_T.shape[1]
+    if N < r_T:
+        raise ValueError(f"N must be >= rank(T) = {r_T} to hold the teacher, got N={N}")
+    if (Q0 is None) != (rho0 is None):
+        raise ValueError("Q0 and rho0 must be given together (or both left None for a "
+                         "random start)")
+    if Q0 is None:
+        n_perp = N - r_T
+        q_scale = math.sqrt(DEFAULT_Q0 / N)
+        B = q_scale * rng_init.standard_normal((replicas, p, r_T))
+        if n_perp >= p:
+            # Bartlett decomposition: L lower triangular, L_ii² ~ χ²_{n−i}, L_ij ~ N(0,1)
+            L = np.tril(rng_init.standard_normal((replicas, p, p)), -1)
+            diag = np.sqrt(rng_init.chisquare(n_perp - np.arange(p), size=(replicas, p)))
+            L[:, np.arange(p), np.arange(p)] = diag
+            E = q_scale * L
+        else:
+            E = q_scale * rng_init.standard_normal((replicas, p, n_perp))
+    else:
+        Q0 = np.asarray(Q0, dtype=float)
+        rho0 = np.asarray(rho0, dtype=float)
+        if Q0.shape not in ((p, p), (replicas, p, p)):
+            raise ValueError(f"Q0 must have shape (p, p) = ({p}, {p}) or (replicas, p, p), "
+                             f"got {Q0.shape}")
+        if rho0.shape not in ((p, ps), (replicas, p, ps)):
+            raise ValueError(f"rho0 must have shape (p, p_star) = ({p}, {ps}) or "
+                             f"(replicas, p, p_star), got {rho0.shape}")
+        if not (np.all(np.isfinite(Q0)) and np.all(np.isfinite(rho0))):
+            raise ValueError("Q0 and rho0 must be finite")
+        Q0 = np.broadcast_to(Q0, (replicas, p, p))
+        rho0 = np.broadcast_to(rho0, (replicas, p, ps))
+        gram_T = F_T.T @ F_T                                      # (r_T, r_T), invertible
+        B = rho0 @ F_T @ np.linalg.inv(gram_T) if r_T else np.zeros((replicas, p, 0))
+        resid = rho0 - B @ F_T.T
+        scale = max(1.0, float(np.max(np.abs(rho0))))
+        if np.max(np.abs(resid), initial=0.0) > 1e-8 * scale:
+            raise ValueError("rho0 is inconsistent with T: the Gram matrix "
+                             "[[Q0, rho0], [rho0ᵀ, T]] is not positive semi-definite "
+                             "(rho0 has a component outside the range of T)")
+        schur = Q0 - B @ np.swapaxes(B, -1, -2)
+        try:
+            E, _ = _psd_factor(schur, "the Schur complement Q0 − rho0 T⁺ rho0ᵀ")
+        except ValueError as exc:
+            raise ValueError(f"Q0, rho0, T: the Gram matrix [[Q0, rho0], [rho0ᵀ, T]] must be "
+                             f"symmetric positive semi-definite ({exc})") from None
+        keep = np.linalg.norm(E, axis=(0, 1)) > 0
+        E = E[..., keep]
+        if N < r_T + E.shape[-1]:
+            raise ValueError(f"N must be >= rank of the initial Gram matrix "
+                             f"({r_T + E.shape[-1]}) to hold these overlaps, got N={N}")
+    c = r_T + E.shape[-1]
+    X = np.zeros((replicas, p + ps, c))
+    X[:, :p, :r_T] = B
+    X[:, :p, r_T:] = E
+    X[:, p:, :r_T] = F_T
+    return X, T
+
+
+# ---------------------------------------------------------------------------
+# the two steppers
+# ---------------------------------------------------------------------------
+class _Activation:
+    """``σ`` and ``σ'`` evaluated by Horner's scheme from the coefficients.
+
+    Zero coefficients are skipped, so ``σ(z) = z²`` costs two array operations
+    and ``σ'(z) = 2z`` one (this is the inner loop of both simulators).
+    """
+
+    def __init__(self, coeffs):
+        self.c = [float(v) for v in coeffs]
+        self.dc = [j * v for j, v in enumerate(self.c)][1:]
+
+    def sigma(self, z):
+        return _horner(self.c, z)
+
+    def dsigma(self, z):
+        return _horner(self.dc, z)
+
+
+def _horner(coeffs, z):
+    """``Σ_j coeffs[j] z^j`` by Horner's scheme, skipping zero coefficients."""
+    if len(coeffs) == 1:
+        return np.full_like(z, coeffs[0])
+    out = z * coeffs[-1]
+    for j in range(len(coeffs) - 2, -1, -1):
+        if coeffs[j]:
+            out += coeffs[j]
+        if j:
+            out *= z
+    return out
+
+
+class _Stepper:
+    """Common SGD arithmetic: from local fields to the step sizes ``δ_k``."""
+
+    def __init__(self, model, N, replicas, rng_data, rng_noise):
+        self.p, self.ps = model.p, model.p_star
+        self.N = N
+        self.R = replicas
+        self.act = _Activation(model.activation)
+        self.eta_over_p = model.eta / model.p
+        self.sqrt_noise = math.sqrt(model.noise)
+        self.rng_data = rng_data
+        self.rng_noise = rng_noise
+        self.alive = np.ones(replicas, dtype=float)
+        # ŷ − y_clean = σ(z) · a with a = (1/p, …, 1/p, −1/p*, …, −1/p*)
+        self.out_weights = np.concatenate([np.full(self.p, 1.0 / self.p),
+                                           np.full(self.ps, -1.0 / self.ps)])
+
+    def _noise_block(self, n):
+        if self.sqrt_noise == 0.0:
+            return None
+        return self.sqrt_noise * self.rng_noise.standard_normal((n, self.R))
+
+    def _delta(self, z, xi, scale):
+        """``scale · δ_k`` with ``δ_k = (η/p)(ŷ − y) σ'(λ_k)``, zero for frozen replicas.
+
+        `z` holds ``(λ, ν)`` (shape (R, p+p*)); `xi` the label noise ``√Δ ξ`` or None.
+        """
+        err = self.act.sigma(z) @ self.out_weights
+        if xi is not None:
+            err -= xi
+        err *= self.alive
+        err *= self.eta_over_p * scale
+        return err[:, None] * self.act.dsigma(z[:, :self.p])
+
+
+class _FullStepper(_Stepper):
+    """SGD on explicit ``N``-dimensional weights."""
+
+    def __init__(self, model, N, replicas, X0, rng_teacher, rng_init, rng_data, rng_noise,
+                 random_student):
+        super().__init__(model, N, replicas, rng_data, rng_noise)
+        p, ps = self.p, self.ps
+        nbytes = 8 * replicas * (p + 2) * N
+        if nbytes > _FULL_MAX_BYTES:
+            raise ValueError(f"method='full' with N={N} and replicas={replicas} needs about "
+                             f"{nbytes / 2**30:.1f} GiB; use method='reduced' (exact in law, "
+                             f"cost independent of N) or fewer replicas")
+        c = X0.shape[-1]
+        sqrtN = math.sqrt(N)
+        if random_student:
+            # teacher: orthonormal frame of its span (teacher stream) times its factor
+            # (the teacher occupies the first r_T = rank T coordinates of X0)
+            F_T = X0[0, p:, :]
+            r_T = int(np.count_nonzero(np.linalg.norm(F_T, axis=0)))
+            frame = np.linalg.qr(rng_teacher.standard_normal((N, r_T)))[0].T   # (r_T, N)
+            self.Ws = sqrtN * (F_T[:, :r_T] @ frame)                           # (p*, N)
+            self.W = math.sqrt(DEFAULT_Q0) * rng_init.standard_normal((replicas, p, N))
+        else:
+            # weights with exactly the Gram matrix X0 X0ᵀ: one random orthonormal frame
+            frame = np.linalg.qr(rng_teacher.standard_normal((N, c)))[0].T    # (c, N)
+            self.Ws = sqrtN * (X0[0, p:, :] @ frame)
+            self.W = sqrtN * (X0[:, :p, :] @ frame)
+        self.sqrtN = sqrtN
+
+    def advance(self, n):
+        R, N = self.R, self.N
+        xi = self._noise_block(n)
+        inv = 1.0 / self.sqrtN
+        for j in range(n):
+            x = self.rng_data.standard_normal((R, N))
+            z = np.concatenate([np.einsum("rkn,rn->rk", self.W, x), x @ self.Ws.T], axis=1)
+            z *= inv
+            delta = self._delta(z, None if xi is None else xi[j], inv)
+            self.W -= delta[:, :, None] * x[:, None, :]
+
+    def gram(self):
+        N = self.N
+        Q = np.matmul(self.W, np.swapaxes(self.W, -1, -2)) / N
+        rho = np.matmul(self.W, self.Ws.T) / N
+        return Q, rho
+
+    def freeze(self, mask):
+        self.alive[mask] = 0.0
+        self.W[mask] = 0.0
+
+
+class _ReducedStepper(_Stepper):
+    r"""Exact-in-law SGD on the coordinates of ``[W; W*]/√N`` (see module docstring).
+
+    Steps are made in blocks of at most ``block`` steps.  Within a block the
+    basis is the current one (``k`` columns) plus one new direction per step
+    (the direction of that input's component outside everything seen so far),
+    so the block's inputs have coordinates ``[G | L]``: ``G`` (n × k) i.i.d.
+    ``N(0,1)``, ``L`` (n × n) lower triangular with ``L_jj² ~ χ²_{N−k−j}``
+    and i.i.d. ``N(0,1)`` below the diagonal (Bartlett's decomposition of the
+    inputs' residual Gram matrix).  Because ``w_k`` after step ``i`` is
+    ``w_k − Σ_{i'<i} δ_{i'} x_{i'}/√N``, the fields at step ``j`` are
+
+    .. math::  λ_j = λ_j^{(0)} - \frac1N \sum_{i<j} δ_i\,(x_i·x_j),
+
+    with ``λ^{(0)} = X G^T`` and the inputs' inner products computed once per
+    block; the coordinates are updated once at the end of the block and
+    compressed back to ``p + p*`` columns by a Cholesky factor of the Gram
+    matrix ``C = X Xᵀ`` (QR of ``Xᵀ`` where ``C`` is singular).
+    """
+
+    def __init__(self, model, N, replicas, X0, rng_data, rng_noise, residual=True,
+                 block=_BLOCK):
+        super().__init__(model, N, replicas, rng_data, rng_noise)
+        self.d = self.p + self.ps
+        self.block = block
+        self.X = np.array(X0, dtype=float)            # (R, d, k), k <= d
+        self.blown = np.zeros(replicas, dtype=bool)   # non-finite found while compressing
+        # private switch for the power check of the equivalence tests: without
+        # the chi-square part, x is replaced by its projection on the basis
+        self._residual = residual
+        self._tril = {}
+
+    def _tril_index(self, n, n_new):
+        key = (n, n_new)
+        if key not in self._tril:
+            rows, cols = np.tril_indices(n, -1, n_new)
+            self._tril[key] = (rows, cols)
+        return self._tril[key]
+
+    def _inputs(self, n):
+        """Coordinates ``[G | L]`` (R, n, k + n_new) of the next `n` inputs."""
+        R, N = self.R, self.N
+        k = self.X.shape[-1]
+        n_new = min(n, N - k) if self._residual else 0
+        G = self.rng_data.standard_normal((R, n, k))
+        if n_new == 0:
+            return G, G
+        L = np.zeros((R, n, n_new))
+        rows, cols = self._tril_index(n, n_new)
+        L[:, rows, cols] = self.rng_data.standard_normal((R, rows.size))
+        j = np.arange(n_new)
+        L[:, j, j] = np.sqrt(self.rng_data.chisquare((N - k - j).astype(float),
+                                                     size=(R, n_new)))
+        return G, np.concatenate([G, L], axis=-1)
+
+    def advance(self, n):
+        while n > 0:
+            m = min(n, self.block)
+            self._block(m)
+            n -= m
+
+    def _block(self, n):
+        p = self.p
+        X = self.X
+        G, xs = self._inputs(n)
+        Z = np.einsum("rdc,rjc->rdj", X, G)                 # fields from the block-start weights
+        lam0 = Z[:, :p, :]
+        y = _horner(self.act.c, Z[:, p:, :]).mean(axis=1)   # teacher outputs, (R, n)
+        xi = self._noise_block(n)
+        if xi is not None:
+            y += xi.T
+        # gram[:, j, i] = x_i·x_j for i < j, 0 otherwise (row j contiguous)
+        gram = np.tril(np.einsum("rjc,ric->rji", xs, xs), -1)
+        coef = self.alive * (self.eta_over_p / self.N)
+        deltas = np.zeros((self.R, p, n))                    # δ_j / N
+        inv_p = 1.0 / p
+        for j in range(n):
+            if j:
+                lam = lam0[:, :, j] - np.einsum("rpi,ri->rp", deltas, gram[:, j])
+            else:
+                lam = lam0[:, :, 0]
+            err = _horner(self.act.c, lam).sum(axis=1)
+            err *= inv_p
+            err -= y[:, j]
+            err *= coef
+            deltas[:, :, j] = err[:, None] * _horner(self.act.dc, lam)
+        k = X.shape[-1]
+        new = np.zeros((self.R, self.d, xs.shape[-1]))
+        new[:, :, :k] = X
+        new[:, :p, :] -= np.einsum("rpj,rjc->rpc", deltas, xs)
+        self.X = self._compress(new)
+
+    def _compress(self, X):
+        """Coordinates with ``p + p*`` columns and the same Gram matrix ``X Xᵀ``."""
+        d = self.d
+        if X.shape[-1] <= d:
+            return X
+        bad = ~np.all(np.isfinite(X), axis=(1, 2))
+        if bad.any():
+            # report the blow-up to the driver and keep a harmless placeholder
+            # (the replica is frozen and never recorded again)
+            self.blown |= bad
+            X[bad] = 0.0
+            X[bad, :, :d] = np.eye(d)
+        C = np.einsum("rac,rbc->rab", X, X)
+        try:
+            return np.linalg.cholesky(C)
+        except np.linalg.LinAlgError:
+            # singular Gram matrix (W = 0, rank-deficient overlaps): QR of Xᵀ
+            r = np.linalg.qr(np.swapaxes(X, -1, -2), mode="r")     # (R, d, d)
+            return np.swapaxes(r, -1, -2)
+
+    def gram(self):
+        X = self.X
+        C = np.einsum("rac,rbc->rab", X, X)
+        return C[:, :self.p, :self.p], C[:, :self.p, self.p:]
+
+    def freeze(self, mask):
+        self.alive[mask] = 0.0
+        k = self.X.shape[-1]
+        self.X[mask] = np.eye(self.d, k)      # placeholder state, never recorded
+
+
+# ---------------------------------------------------------------------------
+# driver
+# ---------------------------------------------------------------------------
+def _record_steps(t_max, N, t_eval):
+    n_steps = int(round(t_max * N))
+    if n_steps < 1:
+        raise ValueError(f"t_max * N must be >= 1 step, got t_max={t_max}, N={N}")
+    if t_eval is None:
+        n = min(101, n_steps + 1)
+        steps = np.unique(np.round(np.linspace(0, n_steps, n)).astype(np.int64))
+    else:
+        t_eval = np.asarray(t_eval, dtype=float)
+        if t_eval.ndim != 1 or t_eval.size == 0 or not np.all(np.isfinite(t_eval)):
+            raise ValueError("t_eval must be a non-empty 1-d array of finite times")
+        if np.any(t_eval < 0) or np.any(t_eval > t_max * (1 + 1e-12)):
+            raise ValueError(f"t_eval must lie in [0, t_max] = [0, {t_max}]")
+        if np.any(np.diff(t_eval) <= 0):
+            raise ValueError("t_eval must be strictly increasing")
+        steps = np.unique(np.minimum(np.round(t_eval * N).astype(np.int64), n_steps))
+    return n_steps, steps
+
+
+def simulate(model, N=2000, t_max=20.0, replicas=64, seed=0, method="reduced",
+             Q0=None, rho0=None, T=None, t_eval=None, on_divergence="raise",
+             blowup=1e8, progress=False, _residual=True):
+    """Monte Carlo simulation of one-pass SGD for `model`.
+
+    Parameters
+    ----------
+    model : symquad.spec.Model
+        Widths, activation ``σ``, step size ``η = model.eta``, label-noise
+        variance ``Δ = model.noise``.
+    N : int
+        Input dimension, ``N >= 1``.
+    t_max : float
+        Final time ``steps/N > 0``; ``round(t_max · N)`` steps are made.
+    replicas : int
+        Number of independent SGD runs, ``>= 1``.
+    seed : int or None
+        Seed of :class:`numpy.random.SeedSequence` (teacher, initialisation,
+        inputs and label noise get independent child streams).  Same seed,
+        same numbers.
+    method : {"reduced", "full"}
+        ``"reduced"`` (exact in law, cost per step independent of ``N``) or
+        ``"full"`` (explicit ``N``-dimensional weights).  See the module
+        docstring.
+    Q0, rho0 : array_like, optional
+        Initial overlaps, shape ``(p, p)`` / ``(p, p*)`` or with a leading
+        ``replicas`` axis; both or neither.  Default: random
+        ``w_k ~ N(0, q0 I_N)``, ``q0 = 1``.
+    T : array_like, optional
+        Teacher overlaps ``(p*, p*)``, symmetric PSD; default ``I`` exactly
+        (teacher rows orthonormalised and scaled by ``√N``).
+    t_eval : array_like, optional
+        Times to record (rounded to whole steps); default 101 equally spaced
+        times in ``[0, t_max]``.
+    on_divergence : {"raise", "stop"}
+        Divergence (an overlap beyond `blowup` or non-finite, checked every
+        ``check_every`` steps) raises :class:`~symquad.numeric.errors.DivergenceError`
+        (with the run as ``partial``) or, with ``"stop"``, freezes the
+        replica, marks it ``"diverged"`` and records NaN after the blow-up.
+    blowup : float
+        Overlap magnitude treated as a blow-up.
+    progress : bool
+        Show a tqdm progress bar.
+
+    Returns
+    -------
+    SimulationRun
+    """
+    from ..spec import Model
+
+    if not isinstance(model, Model):
+        raise TypeError(f"model must be a symquad.Model, got {type(model).__name__}")
+    N = _check_int(N, "N", 1)
+    replicas = _check_int(replicas, "replicas", 1)
+    t_max = _check_positive(t_max, "t_max")
+    blowup = _check_positive(blowup, "blowup")
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    if on_divergence not in ("raise", "stop"):
+        raise ValueError(f"on_divergence must be 'raise' or 'stop', got {on_divergence!r}")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, Integral)
+                             or seed < 0):
+        raise ValueError(f"seed must be an integer >= 0 or None, got {seed!r}")
+    n_steps, rec_steps = _record_steps(t_max, N, t_eval)
+
+    ss = np.random.SeedSequence(seed)
+    rng_teacher, rng_init, rng_data, rng_noise = (np.random.default_rng(s) for s in ss.spawn(4))
+    X0, T = _initial_coordinates(model, N, replicas, Q0, rho0, T, rng_init)
+    p, ps = model.p, model.p_star
+    if method == "full":
+        stepper = _FullStepper(model, N, replicas, X0, rng_teacher, rng_init, rng_data,
+                               rng_noise, random_student=Q0 is None)
+        check_every = _FULL_CHECK_EVERY
+    else:
+        stepper = _ReducedStepper(model, N, replicas, X0, rng_data, rng_noise,
+                                  residual=_residual)
+        check_every = _BLOCK
+
+    n_rec = len(rec_steps)
+    Qs = np.full((replicas, n_rec, p, p), np.nan)
+    rhos = np.full((replicas, n_rec, p, ps), np.nan)
+    status = np.array(["ok"] * replicas, dtype=object)
+    t_div = np.full(replicas, np.nan)
+    last = {"t": np.zeros(replicas), "Q": np.zeros((replicas, p, p)),
+            "rho": np.zeros((replicas, p, ps))}
+    alive = np.ones(replicas, dtype=bool)
+
+    checkpoints = np.union1d(rec_steps, np.arange(0, n_steps + 1, check_every))
+    checkpoints = np.union1d(checkpoints, [n_steps])
+    rec_index = {int(s): i for i, s in enumerate(rec_steps)}
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+        bar = tqdm(total=n_steps, unit="step", unit_scale=True, leave=False,
+                   desc=f"SGD ({method}, N={N}, {replicas} replicas)")
+    step = 0
+    with np.errstate(over="ignore", invalid="ignore"):
+        for target in checkpoints:
+            target = int(target)
+            if target > step:
+                stepper.advance(target - step)
+                if bar is not None:
+                    bar.update(target - step)
+                step = target
+            Q, rho = stepper.gram()
+            blown = getattr(stepper, "blown", np.zeros(replicas, dtype=bool))
+            bad = alive & (blown | ~(np.all(np.isfinite(Q), axis=(1, 2))
+                            & np.all(np.isfinite(rho), axis=(1, 2))
+                            & (np.max(np.abs(Q), axis=(1, 2)) < blowup)))
+            if bad.any():
+                status[bad] = "diverged"
+                t_div[bad] = step / N
+                alive &= ~bad
+                stepper.freeze(bad)
+            last["t"][alive] = step / N
+            last["Q"][alive] = Q[alive]
+            last["rho"][alive] = rho[alive]
+            if target in rec_index:
+                i = rec_index[target]
+                Qs[alive, i] = Q[alive]
+                rhos[alive, i] = rho[alive]
+            if not alive.any():
+                break
+    if bar is not None:
+        bar.close()
+    risk = population_risk(model.activation, Qs, rhos, T)
+    run = SimulationRun(model=model, N=N, method=method, seed=seed, t=rec_steps / N, Q=Qs,
+                        rho=rhos, risk=risk, T=T, status=status.astype(str), t_diverged=t_div,
+                        last_finite=last, check_every=check_every)
+    if run.n_diverged and on_divergence == "raise":
+        first = int(np.nanargmin(t_div))
+        state = {"t": last["t"][first], "Q": last["Q"][first], "rho": last["rho"][first]}
+        raise DivergenceError(
+            f"SGD diverged in {run.n_diverged}/{replicas} replicas (first detected at "
+            f"t = {t_div[first]:.6g}, replica {first}; eta = {model.eta:g}); last finite "
+            f"state at t = {last['t'][first]:.6g}: {describe_state(state)}. "
+            f"Lower the learning rate, or pass on_divergence='stop' to keep the partial run.",
+            t_div[first], state, partial=run)
+    return run
