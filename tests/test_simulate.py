@@ -222,3 +222,46 @@ def test_reduced_cost_does_not_grow_with_N():
         simulate(M, N=N, t_max=2000 / N, replicas=8, seed=0, t_eval=[0.0])
         times.append(time.perf_counter() - t0)
     assert times[1] < 3 * times[0] + 0.05
+
+
+# ---------------------------------------------------------------------------
+# one-step drift = ODE right-hand side (second route to the generated kernels)
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize("method, N, R", [("reduced", 10**6, 20000), ("full", 400, 4000)])
+def test_one_step_drift_matches_ode_rhs(method, N, R):
+    """E[N (Q(1/N) − Q(0))] = dQ/dt + O(1/N), likewise for ρ; the O(η²) term included."""
+    m = sq.Model(p=3, p_star=2, lr=0.8, noise=0.3)
+    Q0 = np.array([[1.0, 0.2, 0.1], [0.2, 0.9, -0.1], [0.1, -0.1, 0.6]])
+    rho0 = np.array([[0.5, 0.1], [0.2, -0.3], [0.1, 0.2]])
+    T = np.array([[1.0, 0.2], [0.2, 0.8]])
+    run = simulate(m, N=N, t_max=1.0 / N, replicas=R, seed=4, method=method, Q0=Q0,
+                   rho0=rho0, T=T)
+    dQ, drho = sq.kernels(m).rhs(Q0, rho0, T)
+    for name, inc, theory in (("Q", N * (run.Q[:, -1] - Q0), dQ),
+                              ("rho", N * (run.rho[:, -1] - rho0), drho)):
+        mean = inc.mean(0)
+        se = inc.std(0) / math.sqrt(R)
+        assert np.all(se < 0.05), f"{name}: standard error too large: {se.max():.3g}"
+        z = np.abs(mean - theory) / se
+        assert np.all(z < 4.5), f"{name}: drift off by {z.max():.2f} standard errors"
+    # the test can see the O(η²) term: dropping it moves dQ by many standard errors
+    k = sq.kernels(m.replace(lr=1e-9))
+    dQ_first = k.rhs(Q0, rho0, T)[0] * (m.eta / 1e-9)
+    inc = N * (run.Q[:, -1] - Q0)
+    se = inc.std(0) / math.sqrt(R)
+    assert np.max(np.abs(inc.mean(0) - dQ_first) / se) > 6
+
+
+def test_population_risk_agrees_with_generated_kernels():
+    """Isserlis route vs the SymPy-generated risk kernel, batched random overlaps."""
+    rng = np.random.default_rng(9)
+    for m in (sq.Model(p=4, p_star=2, lr=0.1), sq.Model(p=2, p_star=1, lr=0.1,
+                                                       activation=(0, 1, 1))):
+        p, ps = m.p, m.p_star
+        A = rng.standard_normal((5, p + ps, p + ps))
+        C = A @ np.swapaxes(A, 1, 2) / (p + ps)
+        Q, rho, T = C[:, :p, :p], C[:, :p, p:], C[0, p:, p:]
+        rho_T = rho  # T shared: use the first T for all
+        ours = population_risk(m.activation, Q, rho_T, T)
+        theirs = sq.kernels(m).risk(Q, rho_T, T)
+        np.testing.assert_allclose(ours, theirs, rtol=1e-10, atol=1e-12)
