@@ -486,7 +486,8 @@ def _S_or_nan(rho):
 
 def invariant_drift_study(model, Ns, t_max, replicas, seed, sigma_ref=0.2,
                           informed_scale=0.3, q0=None, method="reduced",
-                          n_save=101, T=None, progress=False) -> dict:
+                          n_save=101, T=None, protocols=("random", "informed"),
+                          progress=False) -> dict:
     r"""Drift of ``S = ρ(ρᵀρ)^{-1/2}`` along finite-N SGD, as a function of N.
 
     Two protocols, each with ``replicas`` independent SGD runs per ``N``
@@ -530,15 +531,21 @@ def invariant_drift_study(model, Ns, t_max, replicas, seed, sigma_ref=0.2,
         Number of saved times.
     T : array, optional
         Teacher overlap (identity by default).
+    protocols : tuple of {"random", "informed"}
+        Which protocols to run (both by default).
+    progress : bool
+        tqdm progress bar over N.
 
     Returns
     -------
     dict
-        ``{"Ns", "t", "random": {...}, "informed": {...}, "settings": {...}}``;
-        each protocol holds ``mean``, ``sem`` (per N), ``per_replica`` drifts,
-        ``fit`` = ``{"exponent", "exponent_se", "prefactor"}``, and for
-        ``"random"`` also ``t_ref`` (per N, mean) and ``total_rotation``.
-        ``S_example`` holds one replica's ``S(t)`` per protocol at the largest N.
+        ``{"Ns", "t", "settings", <protocol>: {...}}``; each protocol holds
+        ``mean``, ``sem`` (per N), ``per_replica`` drifts and
+        ``fit = {"exponent", "exponent_se", "prefactor"}``; ``"random"`` also has
+        ``n_valid``, ``t_ref`` (mean per N) and ``total_rotation``.
+        ``S_example_random`` / ``S_example_informed`` hold one replica's ``S(t)``
+        at the largest N (NaN where ρ is rank deficient), ``S0_informed`` the
+        informed start's ``S``.
     """
     from .. import simulate  # lazy: symquad.numeric.simulate
 
@@ -553,74 +560,79 @@ def invariant_drift_study(model, Ns, t_max, replicas, seed, sigma_ref=0.2,
         raise ValueError(f"t_max must be > 0, got {t_max!r}")
     if model.p < model.p_star:
         raise ValueError("the drift study needs p >= p_star (S is undefined otherwise)")
+    protocols = tuple(protocols)
+    if not protocols or any(pr not in ("random", "informed") for pr in protocols):
+        raise ValueError(f"protocols must be a non-empty subset of ('random', 'informed'), "
+                         f"got {protocols!r}")
+    n_save = int(n_save)
+    if n_save < 3:
+        raise ValueError(f"n_save must be >= 3, got {n_save}")
     p, k = model.p, model.p_star
     T = _teacher(T, k)
     q0 = 1.0 if q0 is None else float(q0)
-    root = np.random.SeedSequence(seed)
-    streams = root.spawn(2 * len(Ns) + 1)
+    streams = np.random.SeedSequence(seed).spawn(2 * len(Ns) + 1)
     S0 = random_stiefel(p, k, np.random.default_rng(streams[-1]))
-    out = {"Ns": np.array(Ns), "settings": dict(
+    t_eval = np.linspace(0.0, t_max, n_save)
+    out = {"Ns": np.array(Ns), "t": t_eval, "settings": dict(
         model=repr(model), t_max=t_max, replicas=replicas, seed=seed, sigma_ref=sigma_ref,
-        informed_scale=informed_scale, q0=q0, method=method)}
-    rand = {"mean": [], "sem": [], "per_replica": [], "t_ref": [], "total_rotation": [],
-            "n_valid": []}
-    inf = {"mean": [], "sem": [], "per_replica": []}
-    iterator = enumerate(Ns)
+        informed_scale=informed_scale, q0=q0, method=method, protocols=protocols)}
+    acc = {name: [] for name in protocols}
+    iterator = list(enumerate(Ns))
     if progress:
         from tqdm import tqdm
-        iterator = tqdm(list(iterator), desc="drift study")
+        iterator = tqdm(iterator, desc="drift study")
     for idx, N in iterator:
-        seed_r = int(streams[2 * idx].generate_state(1)[0])
-        seed_i = int(streams[2 * idx + 1].generate_state(1)[0])
-        run = simulate(model, N, t_max, replicas, seed_r, method=method, T=T)
-        t = np.asarray(run.t)
-        rho = np.asarray(run.rho)
-        smin = np.linalg.svd(rho, compute_uv=False)[..., -1]
-        drift, tref = [], []
-        for r in range(replicas):
-            hit = np.nonzero(smin[r] >= sigma_ref)[0]
-            if hit.size == 0:
-                continue
-            j = hit[0]
-            S_ref = invariant_S(rho[r, j])
-            S_end = invariant_S(rho[r, -1])
-            drift.append(np.linalg.norm(S_end - S_ref))
-            tref.append(t[j])
-        drift = np.array(drift)
-        rand["per_replica"].append(drift)
-        rand["n_valid"].append(drift.size)
-        rand["mean"].append(drift.mean() if drift.size else np.nan)
-        rand["sem"].append(drift.std(ddof=1) / math.sqrt(drift.size) if drift.size > 1
-                           else np.nan)
-        rand["t_ref"].append(float(np.mean(tref)) if tref else np.nan)
-        S_first = _S_or_nan(rho[:, 1])
-        S_last = _S_or_nan(rho[:, -1])
-        rand["total_rotation"].append(float(np.nanmean(
-            np.linalg.norm(S_last - S_first, axis=(-2, -1)))))
-        if idx == len(Ns) - 1:
-            out["S_example_random"] = _S_or_nan(rho[0])
-            out["t"] = t
-
-        Q0 = q0 * np.eye(p)
-        rho0 = informed_scale * S0
-        run_i = simulate(model, N, t_max, replicas, seed_i, method=method,
-                         Q0=Q0, rho0=rho0, T=T)
-        rho_i = np.asarray(run_i.rho)
-        d = np.linalg.norm(invariant_S(rho_i[:, -1]) - S0, axis=(-2, -1))
-        inf["per_replica"].append(d)
-        inf["mean"].append(d.mean())
-        inf["sem"].append(d.std(ddof=1) / math.sqrt(d.size))
-        if idx == len(Ns) - 1:
-            out["S_example_informed"] = _S_or_nan(rho_i[0])
-            out["t_informed"] = np.asarray(run_i.t)
-            out["S0_informed"] = S0
-    for proto in (rand, inf):
-        proto["mean"] = np.array(proto["mean"])
-        proto["sem"] = np.array(proto["sem"])
-        proto["fit"] = _power_fit(np.array(Ns, float), proto["mean"], proto["sem"])
-    out["random"] = rand
-    out["informed"] = inf
+        last = idx == len(Ns) - 1
+        if "random" in protocols:
+            seed_r = int(streams[2 * idx].generate_state(1)[0])
+            run = simulate(model, N, t_max, replicas, seed_r, method=method, T=T,
+                           t_eval=t_eval)
+            acc["random"].append(_drift_random(np.asarray(run.rho), t_eval, sigma_ref))
+            if last:
+                out["S_example_random"] = _S_or_nan(np.asarray(run.rho)[0])
+        if "informed" in protocols:
+            seed_i = int(streams[2 * idx + 1].generate_state(1)[0])
+            run = simulate(model, N, t_max, replicas, seed_i, method=method,
+                           Q0=q0 * np.eye(p), rho0=informed_scale * S0, T=T, t_eval=t_eval)
+            rho = np.asarray(run.rho)
+            acc["informed"].append(
+                {"drift": np.linalg.norm(invariant_S(rho[:, -1]) - S0, axis=(-2, -1))})
+            if last:
+                out["S_example_informed"] = _S_or_nan(rho[0])
+                out["S0_informed"] = S0
+    for name, per_N in acc.items():
+        drifts = [d["drift"] for d in per_N]
+        mean = np.array([d.mean() if d.size else np.nan for d in drifts])
+        sem = np.array([d.std(ddof=1) / math.sqrt(d.size) if d.size > 1 else np.nan
+                        for d in drifts])
+        res = {"mean": mean, "sem": sem, "per_replica": drifts,
+               "fit": _power_fit(np.array(Ns, float), mean, sem)}
+        if name == "random":
+            res["n_valid"] = np.array([d.size for d in drifts])
+            res["t_ref"] = np.array([d["t_ref"] for d in per_N])
+            res["total_rotation"] = np.array([d["total_rotation"] for d in per_N])
+        out[name] = res
     return out
+
+
+def _drift_random(rho, t, sigma_ref):
+    """Drift of S from ``t_ref`` (first time ``σ_min(ρ) >= sigma_ref``) to the end, per replica.
+
+    Replicas that never reach the threshold are left out (their count is
+    ``replicas − n_valid``).  ``total_rotation`` is the mean ``‖S(end) − S(t_1)‖_F``
+    from the first saved time after 0.
+    """
+    smin = np.linalg.svd(rho, compute_uv=False)[..., -1]
+    drift, tref = [], []
+    for r in range(rho.shape[0]):
+        hit = np.nonzero(smin[r] >= sigma_ref)[0]
+        if hit.size == 0 or not np.all(np.isfinite(rho[r, -1])):
+            continue
+        drift.append(np.linalg.norm(invariant_S(rho[r, -1]) - invariant_S(rho[r, hit[0]])))
+        tref.append(t[hit[0]])
+    total = np.linalg.norm(_S_or_nan(rho[:, -1]) - _S_or_nan(rho[:, 1]), axis=(-2, -1))
+    return {"drift": np.array(drift), "t_ref": float(np.mean(tref)) if tref else np.nan,
+            "total_rotation": float(np.nanmean(total))}
 
 
 def _power_fit(N, y, se):
@@ -645,17 +657,21 @@ def plot_invariant_drift(study, path):
 
     N = np.asarray(study["Ns"], float)
     fig, ax = plt.subplots(figsize=(5.5, 4))
+    ref = None
     for key, label, mk in (("random", "random start, from $t_{ref}$", "o"),
                            ("informed", "informed start, from $t=0$", "s")):
+        if key not in study:
+            continue
         proto = study[key]
+        ref = proto["mean"][0] if ref is None else ref
         fit = proto["fit"]
         ax.errorbar(N, proto["mean"], yerr=proto["sem"], fmt=mk, capsize=3,
                     label=f"{label}: slope {fit['exponent']:.2f}"
                           f" ± {fit['exponent_se']:.2f}")
         if np.isfinite(fit["exponent"]):
             ax.plot(N, fit["prefactor"] * N ** fit["exponent"], "-", lw=1, alpha=0.7)
-    ax.plot(N, study["informed"]["mean"][0] * (N / N[0]) ** -0.5, "k:", lw=1,
-            label=r"$\propto N^{-1/2}$")
+    if ref is not None and np.isfinite(ref):
+        ax.plot(N, ref * (N / N[0]) ** -0.5, "k:", lw=1, label=r"$\propto N^{-1/2}$")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("N")

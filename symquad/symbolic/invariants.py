@@ -354,21 +354,25 @@ def counterexamples(m: Model) -> list:
     if p > k:
         Q = sp.eye(p)
         Q[k, 0] = Q[0, k] = sp.Rational(1, 4)
-        cases.append(("Q couples span(rho) to its orthogonal complement", Q, P0, sp.eye(k)))
+        cases.append(("Q couples span(rho) to its orthogonal complement",
+                      r"$Q$ couples $\operatorname{span}\rho$ to its complement", Q, P0,
+                      sp.eye(k)))
     if k >= 2:
         Q = sp.eye(p)
         Q[0, 1] = Q[1, 0] = sp.Rational(1, 4)
-        cases.append(("S^T Q S does not commute with rho^T rho", Q, P0, sp.eye(k)))
+        cases.append(("S^T Q S does not commute with rho^T rho",
+                      r"$S^\top QS$ does not commute with $\rho^\top\rho$", Q, P0, sp.eye(k)))
         P1 = P0.copy()
         P1[0, 1] = P1[1, 0] = sp.Rational(1, 8)
         T = sp.eye(k)
         T[1, 1] = 2
         cases.append(("T not proportional to I and not commuting with rho^T rho",
+                      r"$T\not\propto I$ does not commute with $\rho^\top\rho$",
                       sp.eye(p), P1, T))
     out = []
-    for name, Q, P, T in cases:
+    for name, tex, Q, P, T in cases:
         dS, rho, ok = exact_dS_dt(m, Q, E, P, T)
-        out.append({"name": name, "Q": Q, "rho": rho, "T": T, "dS": dS, "realisable": ok,
+        out.append({"name": name, "tex": tex, "Q": Q, "rho": rho, "T": T, "dS": dS, "realisable": ok,
                     "nonzero": not dS.is_zero_matrix})
     return out
 
@@ -448,10 +452,10 @@ def conservation_latex(proof: ConservationProof, standalone: bool = False) -> st
     L.append(
         r"\paragraph{Theorem.} For $\sigma(z)=" + sp.latex(sp.sympify(m.activation_str))
         + f"$, $p={p}$, $p^*={k}$, any $\\eta>0$ and $\\Delta\\ge 0$, let $\\rho=SP$ with "
-        r"$S^\top S=I$, $P=(\rho^\top\rho)^{1/2}\succ0$, $\Pi=SS^\top$, $A=S^\top QS$. "
+        r"$S^\top S=I$, $P=(\rho^\top\rho)^{1/2}\succ0$, $\Pi=SS^\top$, $Q_\parallel=S^\top QS$. "
         r"Along the ODE $\dot Q,\dot\rho$ of \texttt{symquad.derive}, $S(t)=S(0)$ for all $t$ "
         r"whenever the start lies in"
-        r"\[\mathcal I_T=\{\operatorname{rank}\rho=p^*,\ [Q,\Pi]=0,\ [A,P]=[A,T]=[P,T]=0\},\]"
+        r"\[\mathcal I_T=\{\operatorname{rank}\rho=p^*,\ [Q,\Pi]=0,\ [Q_\parallel,P]=[Q_\parallel,T]=[P,T]=0\},\]"
         r"and $\mathcal I_T$ is invariant. For $T\propto I$, $\dot S=0$ at a point iff the "
         r"point lies in $\mathcal I_T$; hence $S$ is conserved along a trajectory iff its "
         r"start is in $\mathcal I_T$. The restriction of $Q$ to $(\operatorname{span}\rho)^\perp$ "
@@ -471,20 +475,20 @@ def conservation_latex(proof: ConservationProof, standalone: bool = False) -> st
     else:
         L.append(r"\[p=p^*:\ (I-\Pi)\dot\rho=0\text{ trivially},\]")
     if inst["kappa1"] is not None:
-        L.append(r"\[S^\top\dot\rho-\dot\rho^\top S=\kappa_1[A,P]+\kappa_2[P,T],\qquad "
+        L.append(r"\[S^\top\dot\rho-\dot\rho^\top S=\kappa_1[Q_\parallel,P]+\kappa_2[P,T],\qquad "
                  r"\kappa_1=" + _tex(inst["kappa1"]) + r",\ \kappa_2=" + _tex(inst["kappa2"])
                  + r".\]")
     else:
         L.append(r"\[p^*=1:\ S^\top\dot\rho\ \text{is }1\times1\text{, hence symmetric}.\]")
     L.append(r"As $\kappa_0,\kappa_1\neq0$ and $P$ is invertible, for $T\propto I$: "
-             r"$\dot S=0\iff Q_{21}=0$ and $[A,P]=0$, i.e. the point is in $\mathcal I_T$. "
-             r"($[A,P]=0\iff[A,\rho^\top\rho]=0$ since $P$ is a polynomial in $\rho^\top\rho$.)")
+             r"$\dot S=0\iff Q_{21}=0$ and $[Q_\parallel,P]=0$, i.e. the point is in $\mathcal I_T$. "
+             r"($[Q_\parallel,P]=0\iff[Q_\parallel,\rho^\top\rho]=0$ since $P$ is a polynomial in $\rho^\top\rho$.)")
     al, be, pi, ta = inv["alpha"], inv["beta"], inv["pi"], inv["tau"]
     L.append("\n\n" + r"\paragraph{Step 2 (invariance).} The derived ODE is equivariant under "
              r"$(U,V)\in O(p)\times O(p^*)$, $(Q,\rho,T)\mapsto(UQU^\top,U\rho V,V^\top TV)$ "
              f"(checked: {proof.equivariance.get('generators_checked', 'skipped')} Lie-algebra "
              "generators, identically in all entries, and one reflection per factor). "
-             r"On $\mathcal I_T$, $A,P,T$ commute and $Q$ is block diagonal, so some $(U,V)$ maps "
+             r"On $\mathcal I_T$, $Q_\parallel,P,T$ commute and $Q$ is block diagonal, so some $(U,V)$ maps "
              r"the point into $D=\{Q=\operatorname{diag}(\alpha,\beta),\ \rho=\binom{\operatorname"
              r"{diag}(\pi)}{0},\ T=\operatorname{diag}(\tau)\}$, $\pi_i>0$. On $D$ every "
              r"off-diagonal entry of $\dot Q$ and $\dot\rho$ vanishes identically, so $D$ is "
@@ -505,11 +509,14 @@ def conservation_latex(proof: ConservationProof, standalone: bool = False) -> st
              r"realisable ($[[Q,\rho],[\rho^\top,T]]\succeq0$) points outside $\mathcal I_T$:")
     if not proof.counterexamples:
         L.append(r" none exist for $p=p^*=1$ ($\mathcal I_T$ is everything: $S=\pm1$).")
+    if proof.counterexamples:
+        L.append("\n\\begin{itemize}")
     for ce in proof.counterexamples:
-        L.append("\n" + r"\begin{itemize}\item " + ce["name"].replace("^T", r"$^\top$")
-                 .replace("rho", r"$\rho$") + r":\[Q=" + _tex(ce["Q"]) + r",\ \rho="
+        L.append("\n\\item " + ce["tex"] + r":\[Q=" + _tex(ce["Q"]) + r",\ \rho="
                  + _tex(ce["rho"]) + r",\ T=" + _tex(ce["T"]) + r",\quad \dot S="
-                 + _tex(ce["dS"]) + r"\neq0.\]\end{itemize}")
+                 + _tex(ce["dS"]) + r"\neq0.\]")
+    if proof.counterexamples:
+        L.append("\n\\end{itemize}")
     pos = proof.positive
     L.append("\n" + r"\paragraph{Positive control.} At an exact point of $\mathcal I_T$ in "
              r"general position (Cayley-rational $S$, non-diagonal $P$, anisotropic "

@@ -1,0 +1,61 @@
+"""``symquad invariants``: the zero-risk manifold and the conservation of S, as LaTeX.
+
+Derives (with SymPy, from ``symquad.derive``) and prints:
+
+* the zero-risk condition, the manifold ``Z_T`` and its dimension
+  ``p p* − p*(p*+1)/2`` with exact rank checks (or, for ``p < p*``, why it is empty);
+* the theorem on ``S = ρ(ρᵀρ)^{-1/2}``: the exact invariant set, the proof steps
+  (instantaneous condition, equivariance, diagonal-gauge invariance, reduced
+  ODE) and exact counterexamples where the conditions are dropped.
+"""
+
+from __future__ import annotations
+
+
+def register(sub):
+    parser = sub.add_parser(
+        "invariants", help="print the zero-risk manifold and the conservation of S as LaTeX",
+        description="Derive the zero-risk manifold and prove (with SymPy) when the polar "
+                    "factor S = rho (rho^T rho)^(-1/2) is conserved by the ODEs; print the "
+                    "statements, proof steps and counterexamples as LaTeX.")
+    parser.add_argument("--p", type=int, default=3, help="student width (default 3)")
+    parser.add_argument("--p-star", type=int, default=2, help="teacher width (default 2)")
+    parser.add_argument("--activation", default="z**2",
+                        help="quadratic activation c*z**2 (+ c0) (default z**2)")
+    parser.add_argument("--only", choices=("manifold", "conservation"), default=None,
+                        help="print only one of the two parts")
+    parser.add_argument("--standalone", action="store_true",
+                        help="print a complete LaTeX document")
+    parser.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from ..spec import Model
+    from ..symbolic.invariants import ProofError, prove_conservation
+    from ..symbolic.latex import document
+    from ..symbolic.manifold import manifold_latex
+    try:
+        if args.p < 1 or args.p_star < 1:
+            raise ValueError(f"--p and --p-star must be >= 1, got p={args.p}, "
+                             f"p_star={args.p_star}")
+        model = Model(p=args.p, p_star=args.p_star, lr=1.0, activation=args.activation)
+        if not model.is_quadratic:
+            raise ValueError(f"--activation must be c*z**2 (+ c0), got {model.activation_str!r}")
+        parts = []
+        if args.only in (None, "manifold"):
+            parts.append(manifold_latex(args.p, args.p_star))
+        if args.only in (None, "conservation"):
+            if args.p < args.p_star:
+                parts.append("% p < p*: rho has rank <= p < p*, S is not defined.\n")
+            else:
+                parts.append(prove_conservation(model).latex())
+    except (TypeError, ValueError) as exc:
+        print(f"symquad invariants: error: {exc}")
+        return 2
+    except ProofError as exc:  # a proof step failed: report, never print a false theorem
+        print(f"symquad invariants: proof step FAILED: {exc}")
+        return 1
+    body = "\n".join(parts)
+    print(document(body, title="Zero-risk manifold and the conserved S") if args.standalone
+          else body, end="")
+    return 0
