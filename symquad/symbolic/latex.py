@@ -29,6 +29,23 @@ def _tex(expr, names) -> str:
     return text.replace("+ -", "- ")
 
 
+def _tex_long(expr, names, per_line: int = 4) -> str:
+    """LaTeX of a sum broken into aligned lines of ``per_line`` terms (for ``align*``)."""
+    terms = sp.Add.make_args(sp.expand(expr)) if not isinstance(expr, sp.MatrixExpr) \
+        else sp.MatAdd.make_args(expr)
+    if len(terms) <= per_line:
+        return _tex(expr, names)
+    ordered = sorted(terms, key=sp.default_sort_key)
+    pieces = [_tex(t, names) for t in ordered]
+    lines = []
+    for start in range(0, len(pieces), per_line):
+        chunk = " + ".join(pieces[start:start + per_line]).replace("+ -", "- ")
+        if start and not chunk.startswith("-"):
+            chunk = "+ " + chunk
+        lines.append(chunk)
+    return " \\\\\n&\\quad ".join(lines)
+
+
 def _model_line(model) -> str:
     sigma = sp.latex(sp.sympify(model.activation_str, locals={"z": sp.Symbol("z")}))
     eta = (r"\eta = \mathrm{lr}" if model.lr_scaling == "fixed"
@@ -44,7 +61,7 @@ def equations_latex(eq, standalone: bool = False) -> str:
     """LaTeX for the risk and the ODEs of an :class:`~symquad.symbolic.derive.Equations`."""
     model = eq.model
     names = latex_names(model.p, model.p_star)
-    lines = [r"\varepsilon &= " + _tex(eq.risk, names)]
+    lines = [r"\varepsilon &= " + _tex_long(eq.risk, names)]
     if eq.form == "matrix":
         from .matrix_form import display_form
         definitions, risk, dQ, drho = display_form(model)
@@ -53,7 +70,7 @@ def equations_latex(eq, standalone: bool = False) -> str:
         lines = [f"{_tex(tau, names)} &= {_tex(value, names)}"
                  for tau, value in definitions.items()]
         lines.append(r"\varepsilon &= " + _tex(risk, names))
-        lines.append(r"\frac{dQ}{dt} &= " + _tex(dQ, names))
+        lines.append(r"\frac{dQ}{dt} &= " + _tex_long(dQ, names, per_line=3))
         lines.append(r"\frac{d\rho}{dt} &= " + _tex(drho, names))
         intro = ("% matrix form: Q (p x p), rho (p x p*), T (p* x p*); "
                  "width-independent\n")
@@ -63,11 +80,11 @@ def equations_latex(eq, standalone: bool = False) -> str:
         for i in range(model.p):
             for j in range(i, model.p):
                 lhs = _tex(sp.Derivative(Q[i, j], sp.Symbol("t")), names)
-                lines.append(f"{lhs} &= " + _tex(eq.dQ[i, j], names))
+                lines.append(f"{lhs} &= " + _tex_long(eq.dQ[i, j], names))
         for i in range(model.p):
             for m in range(model.p_star):
                 lhs = _tex(sp.Derivative(rho[i, m], sp.Symbol("t")), names)
-                lines.append(f"{lhs} &= " + _tex(eq.drho[i, m], names))
+                lines.append(f"{lhs} &= " + _tex_long(eq.drho[i, m], names))
     body = intro + _model_line(model) + "\\begin{align*}\n" + " \\\\\n".join(lines) \
         + "\n\\end{align*}\n"
     if standalone:
