@@ -312,43 +312,29 @@ def manifold_rank_deficiency(p, p_star, T=None, seed=0) -> dict:
     T = _teacher(T, p_star)
     pt = random_manifold_points(p, p_star, None, rng, T)
     Q, rho = pt.Q, pt.rho
-    Tinv = np.linalg.inv(T)
-    sym_p = [(i, j) for i in range(p) for j in range(i, p)]
-    sym_k = [(i, j) for i in range(p_star) for j in range(i, p_star)]
-
-    def sym_basis(n, i, j):
-        E = np.zeros((n, n))
-        E[i, j] = E[j, i] = 1.0
-        return E
-
-    def out_vec(A, B):
-        return np.concatenate([[A[i, j] for i, j in sym_p], [B[i, j] for i, j in sym_k]])
-
-    cols = []
-    for i, j in sym_p:                                   # δQ directions
-        cols.append(out_vec(sym_basis(p, i, j), np.zeros((p_star, p_star))))
-    for i in range(p):                                   # δρ directions
-        for a in range(p_star):
-            D = np.zeros((p, p_star))
-            D[i, a] = 1.0
-            cols.append(out_vec(-(D @ Tinv @ rho.T + rho @ Tinv @ D.T), D.T @ rho + rho.T @ D))
-    J = np.array(cols).T
-
-    orbit = []
-    for i in range(p):
-        for j in range(i + 1, p):
-            Om = np.zeros((p, p))
-            Om[i, j], Om[j, i] = 1.0, -1.0
-            orbit.append(np.concatenate([(Om @ Q - Q @ Om)[np.triu_indices(p)],
-                                         (Om @ rho).ravel()]))
-    R = math.sqrt(p / p_star) * pt.S
-    wcols = []
-    for i in range(p):
-        for a in range(p_star):
-            D = np.zeros((p, p_star))
-            D[i, a] = 1.0
-            M = D.T @ R + R.T @ D
-            wcols.append(np.array([M[i2, j2] for i2, j2 in sym_k]))
+    k = p_star
+    Ip, Ik = np.eye(p), np.eye(k)
+    iu_p, iu_k = np.triu_indices(p), np.triu_indices(k)
+    # dΦ_T on δρ = E_ia, as tensors [output row, output col, i, a]
+    B = np.linalg.solve(T, rho.T)                                   # T⁻¹ρᵀ (k×p)
+    X1 = -(np.einsum("ri,as->rsia", Ip, B) + np.einsum("ar,si->rsia", B, Ip))
+    X2 = np.einsum("ab,ic->bcia", Ik, rho) + np.einsum("ib,ac->bcia", rho, Ik)
+    n_q = iu_p[0].size
+    J = np.zeros((n_q + iu_k[0].size, n_q + p * k))
+    J[:n_q, :n_q] = np.eye(n_q)                                     # δQ enters as itself
+    J[:n_q, n_q:] = X1[iu_p].reshape(n_q, p * k)
+    J[n_q:, n_q:] = X2[iu_k].reshape(iu_k[0].size, p * k)
+    # orbit map Ω = E_ij − E_ji (i < j) ↦ (ΩQ − QΩ, Ωρ)
+    iu_s = np.triu_indices(p, 1)
+    Om = np.zeros((iu_s[0].size, p, p))
+    Om[np.arange(iu_s[0].size), iu_s[0], iu_s[1]] = 1.0
+    Om[np.arange(iu_s[0].size), iu_s[1], iu_s[0]] = -1.0
+    dQo = Om @ Q - Q @ Om
+    orbit = np.concatenate([dQo[:, iu_p[0], iu_p[1]], (Om @ rho).reshape(len(Om), p * k)], 1)
+    # weight map R ↦ RᵀR at R = √(p/p*) S on δR = E_ia
+    R = math.sqrt(p / k) * pt.S
+    Y = np.einsum("ab,ic->bcia", Ik, R) + np.einsum("ib,ac->bcia", R, Ik)
+    wmat = Y[iu_k].reshape(iu_k[0].size, p * k)
 
     def rank(A):
         if A.size == 0:
@@ -358,8 +344,8 @@ def manifold_rank_deficiency(p, p_star, T=None, seed=0) -> dict:
         return r, (s[r - 1] if r else np.inf, s[r] if r < len(s) else 0.0)
 
     r_c, gap_c = rank(J)
-    r_o, gap_o = rank(np.array(orbit).T if orbit else np.zeros((0, 0)))
-    r_w, gap_w = rank(np.array(wcols).T)
+    r_o, gap_o = rank(orbit.T)
+    r_w, gap_w = rank(wmat)
     return {
         "formula": manifold_dimension(p, p_star),
         "constraint": J.shape[1] - r_c,
