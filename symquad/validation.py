@@ -254,13 +254,13 @@ class ValidationReport:
 
     # -- numbers --------------------------------------------------------------
     def to_dict(self) -> dict:
-        """Configuration and numbers (no trajectories)."""
-        return {"config": self.config, "numbers": self.numbers}
+        """Configuration and numbers (a copy; no trajectories)."""
+        return json.loads(self.to_json())
 
     def to_json(self, indent=2) -> str:
         """The configuration and all numbers as a JSON string."""
-        return json.dumps(self.to_dict(), indent=indent, allow_nan=False,
-                          default=_json_default)
+        return json.dumps({"config": self.config, "numbers": self.numbers}, indent=indent,
+                          allow_nan=False, default=_json_default)
 
     def summary(self) -> str:
         """Printable summary table."""
@@ -626,6 +626,7 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start="random", seed=0
         "ode_inside_fraction": float(np.mean(inside)),
         "ode_outside_times": [float(x) for x in t[np.asarray(inside) < 1]][:50],
         "max_mean_z": float(np.max(z)),
+        "max_se": float(np.max(se)),
         "mean_inside_3se_fraction": float(np.mean(z <= 3)),
         "description": ("replica band of the SGD risk; for a random start each replica's "
                         "own ODE is tested against the band" if not shared else
