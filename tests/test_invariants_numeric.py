@@ -236,3 +236,17 @@ def test_plot_functions_write_png(tmp_path):
     S = np.repeat(np.eye(3, 2)[None], 5, 0)
     path2 = ninv.plot_S_components(t, S, t, S, tmp_path / "S.png")
     assert path2.stat().st_size > 1000
+
+
+def test_numeric_invariants_never_import_sympy():
+    import subprocess
+    import sys
+    code = ("import sys, numpy as np, symquad as sq\n"
+            "from symquad.numeric import invariants as inv\n"
+            "m = sq.Model(p=3, p_star=2, lr=0.1)\n"
+            "inv.dS_dt(m, np.eye(3), 0.3 * np.eye(3, 2), np.eye(2))\n"
+            "sq.closest_solution(m, np.eye(3), 0.3 * np.eye(3, 2))\n"
+            "inv.manifold_rank_deficiency(3, 2)\n"
+            "assert 'sympy' not in sys.modules, 'sympy was imported'\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
