@@ -250,3 +250,24 @@ def test_numeric_invariants_never_import_sympy():
             "assert 'sympy' not in sys.modules, 'sympy was imported'\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
+
+
+def test_cI_plus_rho_M_rhoT_start():
+    """Q0 = cI + rho M rho^T is in the invariant set iff [M, rho^T rho] = 0."""
+    rng = np.random.default_rng(8)
+    m = sq.Model(p=4, p_star=2, lr=0.1)
+    rho0 = 0.3 * rng.standard_normal((4, 2))
+    G = rho0.T @ rho0
+    S0 = sq.invariant_S(rho0)
+    M_comm = 0.5 * np.eye(2) + 2.0 * G                    # a polynomial in rho^T rho
+    A = rng.standard_normal((2, 2))
+    M_gen = A + A.T
+    for M, conserved in ((M_comm, True), (M_gen, False)):
+        Q0 = np.eye(4) + rho0 @ M @ rho0.T
+        assert np.linalg.eigvalsh(np.block([[Q0, rho0], [rho0.T, np.eye(2)]]))[0] > 0
+        sol = sq.integrate(m, Q0, rho0, np.eye(2), t_max=200, rtol=1e-9, atol=1e-12)
+        drift = np.abs(sq.invariant_S(sol.rho) - S0).max()
+        if conserved:
+            assert drift <= TOL_CONSERVED
+        else:
+            assert drift > 1e-4

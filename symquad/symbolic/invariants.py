@@ -27,7 +27,10 @@ Write ``ρ = S P`` (polar decomposition, ``P = (ρᵀρ)^{1/2} ≻ 0``), ``Π = 
 
 So for ``T ∝ I`` the conserved-S starts are exactly those with ``Q`` block
 diagonal w.r.t. ``span ρ ⊕ (span ρ)^⊥`` and ``SᵀQS`` commuting with ``ρᵀρ``;
-the part of ``Q`` orthogonal to ``span ρ`` need *not* be isotropic.
+the part of ``Q`` orthogonal to ``span ρ`` need *not* be isotropic
+(``Q = cI + ρMρᵀ`` qualifies iff ``[M, ρᵀρ] = 0``).  For ``T`` not ∝ I the
+instantaneous condition (``Q₂₁ = 0``, ``κ₁[A, P] + κ₂[P, T] = 0``) is weaker than
+``I_T``; only the sufficiency of ``I_T`` is proved.
 """
 
 from __future__ import annotations
@@ -459,7 +462,11 @@ def conservation_latex(proof: ConservationProof, standalone: bool = False) -> st
         r"and $\mathcal I_T$ is invariant. For $T\propto I$, $\dot S=0$ at a point iff the "
         r"point lies in $\mathcal I_T$; hence $S$ is conserved along a trajectory iff its "
         r"start is in $\mathcal I_T$. The restriction of $Q$ to $(\operatorname{span}\rho)^\perp$ "
-        r"need not be isotropic; $Q(0)=q_0 I$ is in $\mathcal I_T$.")
+        r"need not be isotropic; $Q(0)=q_0 I$ is in $\mathcal I_T$, and "
+        r"$Q(0)=cI+\rho M\rho^\top$ ($M$ symmetric) is in $\mathcal I_I$ iff "
+        r"$[M,\rho^\top\rho]=0$. For $T\not\propto I$ the instantaneous condition of Step 1 "
+        r"($Q_{21}=0$, $\kappa_1[Q_\parallel,P]+\kappa_2[P,T]=0$) is weaker than "
+        r"$\mathcal I_T$; only the sufficiency of $\mathcal I_T$ is proved here.")
     L.append("\n\n" + r"\paragraph{Step 0 (polar derivative).} From $\rho=SP$, $S^\top S=I$: "
              r"$\Omega=S^\top\dot S$ is skew, $S^\top\dot\rho-\dot\rho^\top S=\Omega P+P\Omega$ "
              r"and $(I-\Pi)\dot\rho=(I-\Pi)\dot S P$, so "
