@@ -382,6 +382,8 @@ class _Activation:
     def __init__(self, coeffs):
         self.c = [float(v) for v in coeffs]
         self.dc = [j * v for j, v in enumerate(self.c)][1:]
+        #: ``c`` when ``σ(z) = c z² + c0``, else None (fast path of the reduced simulator)
+        self.quadratic = self.c[2] if len(self.c) == 3 and self.c[1] == 0 else None
 
     def sigma(self, z):
         return _horner(self.c, z)
@@ -473,10 +475,13 @@ class _FullStepper(_Stepper):
         inv = 1.0 / self.sqrtN
         for j in range(n):
             x = self.rng_data.standard_normal((R, N))
-            z = np.concatenate([np.einsum("rkn,rn->rk", self.W, x), x @ self.Ws.T], axis=1)
+            z = np.concatenate([np.matmul(self.W, x[:, :, None])[..., 0], x @ self.Ws.T],
+                               axis=1)
             z *= inv
             delta = self._delta(z, None if xi is None else xi[j], inv)
-            self.W -= delta[:, :, None] * x[:, None, :]
+            # row by row: avoids a (replicas, p, N) temporary
+            for k in range(self.p):
+                self.W[:, k, :] -= delta[:, k, None] * x
 
     def gram(self):
         N = self.N
@@ -561,15 +566,28 @@ class _ReducedStepper(_Stepper):
         if xi is not None:
             y += xi.T
         # gram[:, j, i] = x_i·x_j for i < j, 0 otherwise (row j contiguous)
-        gram = np.tril(np.einsum("rjc,ric->rji", xs, xs), -1)
+        gram = np.tril(np.matmul(xs, np.swapaxes(xs, -1, -2)), -1)
         coef = self.alive * (self.eta_over_p / self.N)
         deltas = np.zeros((self.R, p, n))                    # δ_j / N
         inv_p = 1.0 / p
+        quad = self.act.quadratic
+        if quad is not None:
+            # σ(z) = c z² + c0 (c0 cancels in ŷ − y): fewer array operations per step
+            y -= self.act.c[0]
+            coef *= 2.0 * quad
+            ratio = quad / p
         for j in range(n):
             if j:
                 lam = lam0[:, :, j] - np.einsum("rpi,ri->rp", deltas, gram[:, j])
             else:
                 lam = lam0[:, :, 0]
+            if quad is not None:
+                err = np.einsum("rp,rp->r", lam, lam)
+                err *= ratio
+                err -= y[:, j]
+                err *= coef
+                np.multiply(err[:, None], lam, out=deltas[:, :, j])
+                continue
             err = _horner(self.act.c, lam).sum(axis=1)
             err *= inv_p
             err -= y[:, j]
