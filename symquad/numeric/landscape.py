@@ -43,7 +43,7 @@ __all__ = [
     "overlaps", "weight_risk", "weight_hessian", "sign_counts",
     "critical_weights", "gradient_flow_plateau_q", "minimum_overlaps", "minimum_risk",
     "plateau", "rho_diffusion", "escape_threshold", "escape_times",
-    "escape_time", "escape_prediction",
+    "escape_time", "escape_prediction", "noisy_floor",
 ]
 
 #: Names of the critical points handled by the landscape functions.
@@ -669,3 +669,24 @@ def escape_prediction(m: Model, N: int, q0: float = 1.0, sgd_noise: bool = True,
 def escape_time(m: Model, N: int, **kwargs) -> float:
     """Predicted median escape time from a random start (see :func:`escape_prediction`)."""
     return escape_prediction(m, N, **kwargs).median
+
+
+# --------------------------------------------------------------------------- noisy solutions
+def noisy_floor(m: Model, t_max: float = 400.0, n_eval: int = 401):
+    r"""Where the ODE goes from a zero-risk point when the labels are noisy (``p >= p*``).
+
+    At a solution ``Q = ρρᵀ``, ``ρᵀρ = (p/p*) I`` the η² term of ``dQ`` reduces to
+    ``(4η²Δ/p²) Q`` (the risk and the other η² terms vanish there), so with
+    ``Δ > 0`` the solution is no longer a fixed point.  This integrates the ODE
+    (:func:`symquad.integrate`) from the axis-aligned solution and returns the
+    :class:`~symquad.numeric.integrate.ODESolution`; its final risk is the noise
+    floor (``O(ηΔ)``).
+    """
+    from .integrate import integrate
+    _check_model(m)
+    _check_quadratic(m, "noisy_floor")
+    if m.p < m.p_star:
+        raise ValueError(f"zero-risk points need p >= p_star, got p={m.p}, p_star={m.p_star}")
+    Q, rho = minimum_overlaps(m)
+    return integrate(m, Q, rho, _identity_teacher(m), t_max,
+                     t_eval=np.linspace(0.0, t_max, n_eval), rtol=1e-10, atol=1e-13)
