@@ -26,11 +26,19 @@ escaped at the first time its risk falls below
 ``ε_pl − f (ε_pl − ε_min)`` with ``f = escape_fraction`` (default ½) —
 :func:`symquad.numeric.landscape.escape_threshold`, linear interpolation
 between records.  "Before escape" of replica ``r`` means ``t < t_esc^ODE(r)``,
-"after" means ``t >= t_esc^ODE(r)``.  Before the escape SGD and ODE agree to
-``O(N^{-1/2})``.  After it they differ mostly by a shift in time: the
-SGD noise accumulated on the plateau is of the same order ``N^{-1/2}`` as
-``ρ(0)`` itself, so the escape-time difference ``t_esc^SGD − t_esc^ODE`` is
-``O(1)`` and does not shrink with ``N``; the report gives its distribution.
+"after" means ``t >= t_esc^ODE(r)``.  At any fixed time before the escape SGD
+and the ODE agree to ``O(N^{-1/2})`` (the finite-size scaling can be run from
+the random start on such a window, ``fss_start="random"``).  But the SGD noise
+that enters ρ on the plateau is of the same order ``N^{-1/2}`` as ``ρ(0)``
+itself and is amplified with ρ at the plateau rate ``κ``, so the escape-time
+difference ``t_esc^SGD − t_esc^ODE`` is ``O(1)`` and does not shrink with
+``N``: SGD escapes at a random time around the ODE's, earlier on average (the
+noise adds to ``‖ρ‖``), and near the escape the mean SGD risk drops below the
+ODE's by many standard errors.  After the escape the two differ mostly by
+that shift in time, and for ``p > p*`` they end at different points of the
+zero-risk manifold (same risk, different overlaps): the noise has turned the
+direction of ρ.  The report gives the distribution of the escape times and of
+their difference.
 
 Finite-size scaling
 -------------------
@@ -287,7 +295,7 @@ class ValidationReport:
                      f"(inside ±3 s.e. at {100 * b['mean_inside_3se_fraction']:.1f}% of times)")
         bb = n.get("band_before_escape", {})
         if bb.get("max_mean_z") is not None and n["escape"].get("defined"):
-            lines.append(f"  same, on the plateau (t <= {bb['t_end']:.4g}): "
+            lines.append(f"  same, before the first ODE escape (t <= {bb['t_end']:.4g}): "
                          f"{bb['max_mean_z']:.2f} s.e.")
         e = n["escape"]
         if e.get("defined"):
@@ -302,8 +310,8 @@ class ValidationReport:
                 lines.append(f"  escape time ODE: mean {o['mean']:.4g} ± {o['std'] or 0:.3g}, "
                              f"escaped {e['ode_escaped']}/{e['replicas']}")
             if dd["n"]:
-                lines.append(f"  t_esc(SGD) - t_esc(ODE), same replica: mean {dd['mean']:.3g}, "
-                             f"std {dd['std'] or 0:.3g}")
+                lines.append(f"  t_esc(SGD) - t_esc(ODE), same replica: mean {dd['mean']:.3g} "
+                             f"± {dd['se'] or 0:.2g} (s.e.), std {dd['std'] or 0:.3g}")
         else:
             lines.append(f"  escape: not applicable ({e.get('reason', '')})")
         f = n.get("finite_size_scaling")
@@ -492,8 +500,9 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start="random", seed=0
     fss : bool
         Run the finite-size scaling.
     fss_N, fss_t_max, fss_replicas, fss_start
-        Its N values (default ``100 … 10⁴``, 5 values), window (default
-        ``min(t_max, 2/η)``... at least 5), replicas (default `replicas`) and start.
+        Finite-size scaling: N values (default 100, 300, 1000, 3000, 10000),
+        time window (default ``min(t_max, max(5, 2/η))``), replicas (default
+        `replicas`) and start (default ``"informed"``, see the module docstring).
     progress : bool
         tqdm progress bars.
 

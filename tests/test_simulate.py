@@ -265,3 +265,17 @@ def test_population_risk_agrees_with_generated_kernels():
         ours = population_risk(m.activation, Q, rho_T, T)
         theirs = sq.kernels(m).risk(Q, rho_T, T)
         np.testing.assert_allclose(ours, theirs, rtol=1e-10, atol=1e-12)
+
+
+def test_reduced_roundoff_does_not_accumulate():
+    """After many re-compressions the teacher block of C = X Xᵀ is still T and C is PSD."""
+    from symquad.numeric import simulate as sim
+    m = sq.Model(p=3, p_star=2, lr=0.2, noise=0.1)
+    T = np.array([[1.0, 0.3], [0.3, 0.5]])
+    rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(1).spawn(4)]
+    X0, T = sim._initial_coordinates(m, 1000, 4, None, None, T, rngs[1])
+    st = sim._ReducedStepper(m, 1000, 4, X0, rngs[2], rngs[3])
+    st.advance(8000)                         # 500 re-compressions
+    C = np.einsum("rac,rbc->rab", st.X, st.X)
+    np.testing.assert_allclose(C[:, 3:, 3:], np.broadcast_to(T, (4, 2, 2)), atol=1e-12)
+    assert np.all(np.linalg.eigvalsh(C) > -1e-12)
