@@ -185,3 +185,29 @@ def test_closest_solution_errors():
         sq.closest_solution(m, 0.01 * Q0, np.array([[1.0, 0], [0, 1.0], [0, 0]]))
     with pytest.raises(ValueError, match="positive definite"):
         sq.closest_solution(m, Q0, 0.1 * np.ones((3, 2)), T=np.diag([1.0, -1.0]))
+
+
+@pytest.mark.parametrize("p,k", [(1, 2), (2, 3), (1, 3)])
+def test_underparameterised_minimum_is_global(p, k):
+    """Symbolic minimum over the aligned ansatz == numeric minimum of the risk kernel
+    over all weights (BFGS from several random starts)."""
+    from fractions import Fraction
+
+    from scipy.optimize import minimize
+    m = sq.Model(p=p, p_star=k, lr=0.1)
+    res = smf.underparameterised_minimum(m)
+    exact = float(res["min_risk"])
+    assert res["min_risk"] == Fraction((k - p) * (k + 2), k * k * (p + 2))
+    assert res["closed_form_agrees"]
+    ker = sq.kernels(m)
+    n = p + k
+    Ws = np.eye(k, n)
+
+    def risk(x):
+        W = x.reshape(p, n)
+        return float(ker.risk(W @ W.T, W @ Ws.T, np.eye(k)))
+
+    best = min(minimize(risk, np.random.default_rng(s).standard_normal(p * n), method="BFGS",
+                        options={"gtol": 1e-10}).fun for s in range(6))
+    assert abs(best - exact) < 1e-8
+    assert exact > 0

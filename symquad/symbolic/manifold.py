@@ -30,7 +30,8 @@ from ..spec import Model
 
 __all__ = [
     "risk_trace_form", "zero_risk_points_check", "constraint_jacobian", "orbit_jacobian",
-    "dimension_check", "underparameterised_check", "manifold_latex",
+    "dimension_check", "underparameterised_check", "underparameterised_minimum",
+    "manifold_latex",
 ]
 
 
@@ -188,6 +189,37 @@ def underparameterised_check(p, p_star) -> dict:
     return {"det_rhoTrho": det, "empty": det == 0}
 
 
+def underparameterised_minimum(m: Model) -> dict:
+    r"""Best risk for ``p < p*`` (``T = I``) within the aligned ansatz, from the derived risk.
+
+    Ansatz: ``W = √(p s) [I_p, 0] W*`` (the student spans ``p`` of the teacher
+    directions with equal weights), i.e. ``Q = p s I_p``, ``ρ = √(p s) [I_p, 0]``,
+    ``T = I``.  The derived risk restricted to it is a quadratic in ``s``; its
+    minimiser ``s*`` and value ``ε*`` are returned.  For ``σ = c z²`` this gives
+    ``ε* = c² (p* − p)(p* + 2) / (p*² (p + 2))``.  That the ansatz attains the global
+    minimum is checked numerically (``tests/test_manifold.py``), not proved here.
+    """
+    p, k = m.p, m.p_star
+    if p >= k:
+        raise ValueError(f"underparameterised_minimum needs p < p_star, got p={p}, p_star={k}")
+    risk, (Qs, rs, Ts) = _risk(m)
+    s = sp.Symbol("s", positive=True)
+    rho = sp.sqrt(p * s) * sp.eye(p, k)
+    subs = {Qs[i, j]: (p * s if i == j else 0) for i in range(p) for j in range(i, p)}
+    subs.update({rs[i, a]: rho[i, a] for i in range(p) for a in range(k)})
+    subs.update({Ts[a, b]: (1 if a == b else 0) for a in range(k) for b in range(a, k)})
+    f = sp.expand(risk.xreplace(subs))
+    crit = sp.solve(sp.diff(f, s), s)
+    if len(crit) != 1 or not sp.diff(f, s, 2).is_positive:
+        raise AssertionError(f"risk along the ansatz is not a convex quadratic in s: {f}")
+    s_star = sp.nsimplify(crit[0])
+    value = sp.factor(f.subs(s, s_star))
+    c = sp.Rational(m.activation[2].numerator, m.activation[2].denominator)
+    closed = c ** 2 * sp.Rational((k - p) * (k + 2), k * k * (p + 2))
+    return {"risk_of_s": f, "s_star": s_star, "min_risk": value,
+            "closed_form": closed, "closed_form_agrees": sp.simplify(value - closed) == 0}
+
+
 def manifold_latex(p, p_star) -> str:
     """Statement and checks of the manifold results for ``(p, p*)`` as LaTeX."""
     p, k = int(p), int(p_star)
@@ -200,13 +232,19 @@ def manifold_latex(p, p_star) -> str:
          r"$\varepsilon=\tfrac12(\operatorname{tr}M)^2+\|M\|_F^2$, "
          r"$M=G^\top AG=(W^\top W/p-W^{*\top}W^*/p^*)/N$, so $\varepsilon=0\iff "
          r"W^\top W/p=W^{*\top}W^*/p^*\iff W=\sqrt{p/p^*}\,OW^*$, $O^\top O=I_{p^*}$."]
+    risk_trace_form(m)
     if p < k:
         chk = underparameterised_check(p, k)
+        mn = underparameterised_minimum(m)
         L.append("\n\n" + r"\paragraph{$p<p^*$.} $\det(\rho^\top\rho)="
                  + sp.latex(chk["det_rhoTrho"]) + r"$ identically (rank $\le p$), but "
-                 r"$\det((p/p^*)T^2)>0$: no zero-risk point exists.")
+                 r"$\det((p/p^*)T^2)>0$: no zero-risk point exists. For $T=I$ the best "
+                 r"aligned student $Q=psI_p$, $\rho=\sqrt{ps}\,[I_p,0]$ has risk $"
+                 + sp.latex(mn["risk_of_s"]) + r"$, minimal at $s^*=" + sp.latex(mn["s_star"])
+                 + r"$ with $\varepsilon^*=" + sp.latex(mn["min_risk"])
+                 + (r"=\frac{(p^*-p)(p^*+2)}{p^{*2}(p+2)}" if mn["closed_form_agrees"] else "")
+                 + r"$ (global minimality checked numerically).")
         return "".join(L) + "\n"
-    risk_trace_form(m)
     zero_risk_points_check(m, n_points=1)
     d = dimension_check(p, k)
     L.append("\n\n" + r"\paragraph{Manifold.} In overlap space, at fixed $T\succ0$, "
