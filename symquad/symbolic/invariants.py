@@ -472,7 +472,8 @@ def conservation_latex(proof: ConservationProof, standalone: bool = False) -> st
              r"and $(I-\Pi)\dot\rho=(I-\Pi)\dot S P$, so "
              r"$\dot S=(I-\Pi)\dot\rho P^{-1}+S\Omega$. Since $P\succ0$ the Sylvester equation "
              r"has a unique solution, and $\dot S=0\iff(I-\Pi)\dot\rho=0$ and "
-             r"$S^\top\dot\rho$ symmetric.")
+             r"$S^\top\dot\rho$ symmetric; equivalently $\dot\rho=\rho B$ with $PB$ symmetric "
+             r"(not $B$ symmetric: $B=P^{-1}X$, $X=S^\top\dot\rho=\dot P$).")
     L.append("\n\n" + r"\paragraph{Step 1 (instantaneous condition).} By $O(p)$-equivariance "
              r"(Step 2) take $S=E=\binom{I}{0}$, $\rho=\binom{P}{0}$ with $P$ symmetric. "
              r"Substituting into the derived $\dot\rho$ and solving the ansatz identically:")
