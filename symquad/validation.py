@@ -409,8 +409,9 @@ class ValidationReport:
             figs["fss"] = fig
 
         if e.get("defined") and e["sgd"]["n"]:
-            fig, ax = plt.subplots(figsize=(5.5, 4))
-            ts, to = np.array(e["sgd_times"], float), np.array(e["ode_times"], float)
+            fig, (ax, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+            ts = np.array([np.nan if v is None else v for v in e["sgd_times"]], float)
+            to = np.array([np.nan if v is None else v for v in e["ode_times"]], float)
             bins = np.histogram_bin_edges(np.concatenate([ts[np.isfinite(ts)],
                                                           to[np.isfinite(to)]]), 20)
             ax.hist(ts[np.isfinite(ts)], bins, alpha=0.5, label="SGD")
@@ -418,6 +419,12 @@ class ValidationReport:
             ax.set_xlabel("escape time")
             ax.set_ylabel("replicas")
             ax.legend(fontsize=7)
+            both = np.isfinite(ts) & np.isfinite(to)
+            ax2.plot(to[both], ts[both], "o", ms=3)
+            lim = [np.nanmin(bins), np.nanmax(bins)]
+            ax2.plot(lim, lim, "k:", lw=1)
+            ax2.set_xlabel("escape time, ODE from the replica's start")
+            ax2.set_ylabel("escape time, SGD (same replica)")
             fig.tight_layout()
             figs["escape"] = fig
         return figs
