@@ -198,6 +198,10 @@ def test_drift_study_informed_start_shrinks_with_N():
     fit = inf["fit"]
     assert abs(fit["exponent"] + 0.5) < 3 * fit["exponent_se"] + 0.05, fit
     assert "random" not in study
+    import json
+    summary = ninv.summarize_drift_study(study)
+    assert json.loads(json.dumps(summary))["informed"]["mean"] == [float(x) for x in mean]
+    assert "fitted exponent" in summary["text"]
 
 
 def test_drift_study_input_errors():

@@ -49,7 +49,8 @@ __all__ = [
     "zero_risk_point", "random_manifold_points", "weight_distance",
     "manifold_rank_deficiency", "polar_velocity", "dS_dt", "invariant_set_defect",
     "invariant_set_point", "random_stiefel", "is_zero_risk_point",
-    "invariant_drift_study", "plot_invariant_drift", "plot_S_components",
+    "invariant_drift_study", "summarize_drift_study", "plot_invariant_drift",
+    "plot_S_components",
 ]
 
 
@@ -619,6 +620,32 @@ def _drift_random(rho, t, sigma_ref):
     total = np.linalg.norm(_S_or_nan(rho[:, -1]) - _S_or_nan(rho[:, 1]), axis=(-2, -1))
     return {"drift": np.array(drift), "t_ref": float(np.mean(tref)) if tref else np.nan,
             "total_rotation": float(np.nanmean(total))}
+
+
+def summarize_drift_study(study) -> dict:
+    """Plain-Python (JSON-ready) numbers of :func:`invariant_drift_study`, plus a text table."""
+    out = {"Ns": [int(n) for n in study["Ns"]], "settings": {
+        k: (list(v) if isinstance(v, tuple) else v) for k, v in study["settings"].items()}}
+    lines = [f"drift of S = rho (rho^T rho)^(-1/2) along SGD; N = {out['Ns']}"]
+    for key in ("random", "informed"):
+        if key not in study:
+            continue
+        res = study[key]
+        entry = {"mean": [float(x) for x in res["mean"]],
+                 "sem": [float(x) for x in res["sem"]],
+                 "exponent": res["fit"]["exponent"], "exponent_se": res["fit"]["exponent_se"],
+                 "prefactor": res["fit"]["prefactor"]}
+        if key == "random":
+            entry.update(n_valid=[int(x) for x in res["n_valid"]],
+                         t_ref=[float(x) for x in res["t_ref"]],
+                         total_rotation=[float(x) for x in res["total_rotation"]])
+        out[key] = entry
+        lines.append(f"  {key:8s} mean  " + " ".join(f"{x:.4f}" for x in entry["mean"]))
+        lines.append(f"  {'':8s} s.e.  " + " ".join(f"{x:.4f}" for x in entry["sem"]))
+        lines.append(f"  {'':8s} fitted exponent {entry['exponent']:.3f} "
+                     f"± {entry['exponent_se']:.3f} (diffusive noise: -0.5)")
+    out["text"] = "\n".join(lines)
+    return out
 
 
 def _power_fit(N, y, se):
