@@ -456,8 +456,8 @@ def conservation_latex(proof: ConservationProof, standalone: bool = False) -> st
         r"\paragraph{Theorem.} For $\sigma(z)=" + sp.latex(sp.sympify(m.activation_str))
         + f"$, $p={p}$, $p^*={k}$, any $\\eta>0$ and $\\Delta\\ge 0$, let $\\rho=SP$ with "
         r"$S^\top S=I$, $P=(\rho^\top\rho)^{1/2}\succ0$, $\Pi=SS^\top$, $Q_\parallel=S^\top QS$. "
-        r"Along the ODE $\dot Q,\dot\rho$ of \texttt{symquad.derive}, $S(t)=S(0)$ for all $t$ "
-        r"whenever the start lies in"
+        r"Along the ODE $\dot Q,\dot\rho$ of \texttt{symquad.derive}, $S(t)=S(0)$ for all $t$ in the "
+        r"existence interval of the solution whenever the start lies in"
         r"\[\mathcal I_T=\{\operatorname{rank}\rho=p^*,\ [Q,\Pi]=0,\ [Q_\parallel,P]=[Q_\parallel,T]=[P,T]=0\},\]"
         r"and $\mathcal I_T$ is invariant. For $T\propto I$, $\dot S=0$ at a point iff the "
         r"point lies in $\mathcal I_T$; hence $S$ is conserved along a trajectory iff its "
