@@ -279,3 +279,16 @@ def test_reduced_roundoff_does_not_accumulate():
     C = np.einsum("rac,rbc->rab", st.X, st.X)
     np.testing.assert_allclose(C[:, 3:, 3:], np.broadcast_to(T, (4, 2, 2)), atol=1e-12)
     assert np.all(np.linalg.eigvalsh(C) > -1e-12)
+
+
+def test_benchmark_script_runs(capsys):
+    """Smoke test of benchmarks/bench_simulators.py (tiny sizes)."""
+    import importlib.util
+    import pathlib
+    path = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "bench_simulators.py"
+    spec = importlib.util.spec_from_file_location("bench_simulators", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    rows = mod.main(["--N", "100", "--replicas", "1", "4", "--min-time", "0.01"])
+    assert len(rows) == 2 and all(r[3] > 0 and r[2] > 0 for r in rows)
+    assert "speed-up" in capsys.readouterr().out
