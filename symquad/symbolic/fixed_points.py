@@ -147,27 +147,16 @@ class PlateauSolution:
                                   "q_gradient_flow", "rate_gradient_flow", "other_root")])
 
 
-def plateau_solution(m: Model | None = None) -> PlateauSolution:
-    r"""The plateau ``ρ = 0, Q = q I`` of the full ODE (η² term and noise included).
-
-    Parameters
-    ----------
-    m : Model, optional
-        Without it the result is generic in ``p, p*, η, Δ``; with it, exact numbers
-        (``η = m.eta`` as a rational, so both learning-rate conventions are covered).
-    """
-    act = (0, 0, 1) if m is None else m.activation
-    if m is not None and not m.is_quadratic:
-        raise ValueError(f"the plateau is derived for σ(z) = c z² (+ c0); got "
-                         f"{m.activation_str!r}")
-    red = isotropic_reduction(tuple(act))
+@lru_cache(maxsize=None)
+def _plateau_generic(activation=(0, 0, 1)) -> PlateauSolution:
+    red = isotropic_reduction(tuple(activation))
     q = Q_SYM
     g = sp.factor(red["S"] / q)
     roots = sp.solve(sp.numer(sp.together(g)), q)
     if len(roots) != 2:
         raise RuntimeError(f"expected a quadratic for the plateau norm, got roots {roots}")
     risk_q = red["risk"]
-    q_gf = [r for r in sp.solve(sp.diff(risk_q, q), q)]
+    q_gf = sp.solve(sp.diff(risk_q, q), q)
     if len(q_gf) != 1:
         raise RuntimeError(f"expected one stationary point of ε(qI,0,I), got {q_gf}")
     q_gf = sp.simplify(q_gf[0])
@@ -178,31 +167,64 @@ def plateau_solution(m: Model | None = None) -> PlateauSolution:
     def at_sample(expr, eta, p, k):
         return complex(expr.subs({ETA: eta, NOISE: 0, P: p, P_STAR: k}).evalf())
 
-    near = []
-    for r in roots:
-        ok = all(abs(at_sample(r, 1e-6, p, k) - at_sample(q_gf, 0, p, k)) < 1e-4
-                 for p, k in ((1, 1), (3, 2), (2, 5), (8, 3)))
-        if ok:
-            near.append(r)
+    near = [r for r in roots
+            if all(abs(at_sample(r, 1e-6, p, k) - at_sample(q_gf, 0, p, k)) < 1e-4
+                   for p, k in ((1, 1), (3, 2), (2, 5), (8, 3)))]
     if len(near) != 1:
         raise RuntimeError("could not identify the plateau root (η → 0 limit p/(p+2))")
     q_pl = near[0]
-    other = [r for r in roots if r is not near[0]][0]
+    other = [r for r in roots if r is not q_pl][0]
     S = red["S"]
-    sol = PlateauSolution(
+    return PlateauSolution(
         q=q_pl,
-        rate=sp.simplify(red["kappa"].subs(q, q_pl)),
-        risk=sp.simplify(risk_q.subs(q, q_pl)),
-        lambda_iso=sp.simplify(sp.diff(S, q).subs(q, q_pl)),
-        lambda_traceless=sp.simplify(red["S_tl"].subs(q, q_pl)),
+        rate=red["kappa"].subs(q, q_pl),
+        risk=risk_q.subs(q, q_pl),
+        lambda_iso=sp.diff(S, q).subs(q, q_pl),
+        lambda_traceless=red["S_tl"].subs(q, q_pl),
         q_gradient_flow=q_gf,
         rate_gradient_flow=sp.factor(red["kappa"].subs(q, q_gf)),
         other_root=other,
     )
+
+
+def plateau_solution(m: Model | None = None) -> PlateauSolution:
+    r"""The plateau ``ρ = 0, Q = q I`` of the full ODE (η² term and noise included).
+
+    Parameters
+    ----------
+    m : Model, optional
+        Without it the result is generic in ``p, p*, η, Δ`` (the root of the
+        quadratic ``S(q)/q`` that tends to ``p/(p+2)`` as ``η → 0``); with it, exact
+        numbers (``η = m.eta`` as a rational, so both learning-rate conventions are
+        covered), obtained by solving the quadratic with the model's numbers.
+    """
+    act = (0, 0, 1) if m is None else m.activation
+    if m is not None and not m.is_quadratic:
+        raise ValueError(f"the plateau is derived for σ(z) = c z² (+ c0); got "
+                         f"{m.activation_str!r}")
     if m is None:
-        return sol
-    return sol.subs({P: m.p, P_STAR: m.p_star, ETA: sp.nsimplify(m.eta),
-                     NOISE: sp.nsimplify(m.noise)})
+        return _plateau_generic(tuple(act))
+    red = isotropic_reduction(tuple(act))
+    vals = {P: m.p, P_STAR: m.p_star, ETA: sp.nsimplify(m.eta), NOISE: sp.nsimplify(m.noise)}
+    q = Q_SYM
+    S = sp.expand(red["S"].subs(vals))
+    q_gf = sp.solve(sp.diff(red["risk"].subs(vals), q), q)[0]
+    roots = [r for r in sp.solve(sp.expand(sp.cancel(S / q)), q) if r.is_real and r > 0]
+    if not roots:
+        raise ValueError(f"no plateau fixed point for eta = {m.eta}: reduce lr")
+    q_pl = min(roots, key=lambda r: abs(float(r) - float(q_gf)))
+    other = [r for r in roots if r != q_pl]
+    kappa = red["kappa"].subs(vals)
+    return PlateauSolution(
+        q=sp.radsimp(q_pl),
+        rate=sp.radsimp(sp.expand(kappa.subs(q, q_pl))),
+        risk=sp.radsimp(sp.expand(red["risk"].subs(vals).subs(q, q_pl))),
+        lambda_iso=sp.radsimp(sp.expand(sp.diff(S, q).subs(q, q_pl))),
+        lambda_traceless=sp.radsimp(sp.expand(red["S_tl"].subs(vals).subs(q, q_pl))),
+        q_gradient_flow=q_gf,
+        rate_gradient_flow=kappa.subs(q, q_gf),
+        other_root=other[0] if other else sp.nan,
+    )
 
 
 def check_symmetric_ansatz(m: Model) -> dict:
@@ -267,8 +289,8 @@ def solution_jacobian(m: Model, eta=None, noise=0):
     eta_val = eq.eta if eta == "symbol" else sp.nsimplify(m.eta if eta is None else eta)
     at.update({eq.eta: eta_val, eq.noise: sp.nsimplify(noise)})
     F = sp.Matrix(fq + fr)
-    J = F.jacobian(qv + rv).xreplace(at).applyfunc(sp.simplify)
-    rhs = F.xreplace(at).applyfunc(sp.simplify)
+    J = F.jacobian(qv + rv).xreplace(at).applyfunc(sp.expand)
+    rhs = F.xreplace(at).applyfunc(sp.expand)
     return J, J.eigenvals(), rhs
 
 
