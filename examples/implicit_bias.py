@@ -134,6 +134,7 @@ def main(quick=False, out_dir=".", seed=0):
     if quick:
         N_fig, Ns, reps, t_max = 2000, [250, 1000], 8, 150.0
     else:
+        # ~10 CPU-minutes for the drift study (reduced simulator, cost ∝ N·t_max·replicas)
         N_fig, Ns, reps, t_max = 8000, [500, 1000, 2000, 4000, 8000], 32, 250.0
     numbers = figure_S(m, N_fig, t_max, seed, out_dir / "implicit_bias_S.png")
     numbers.update(figure_distances(m, 20, 2000, N_fig, 8 if quick else 16, t_max / 3,
