@@ -219,9 +219,9 @@ def invariant_S(rho):
     bad = ~(smin > 1e-12 * np.maximum(smax, np.finfo(float).tiny))
     if np.any(bad):
         idx = tuple(int(i) for i in np.argwhere(np.atleast_1d(bad))[0]) if rho.ndim > 2 else ()
+        where = f"rho[{', '.join(map(str, idx))}]" if idx else "rho"
         raise ValueError(
-            f"rho{list(idx) if idx else ''} is rank deficient (singular values "
-            f"{np.atleast_2d(s)[0 if not idx else idx[0]] if rho.ndim <= 3 else s[idx]}): "
+            f"{where} is rank deficient (singular values {s[idx]}): "
             f"S = rho (rho^T rho)^(-1/2) needs rank p_star={k}")
     return U @ Vt
 
