@@ -148,7 +148,6 @@ def test_population_risk_batched_and_zero_at_teacher():
 def test_recorded_risk_is_the_population_risk_of_the_weights():
     """Monte Carlo over fresh inputs at the final weights of a full run."""
     m = sq.Model(p=2, p_star=2, lr=0.3)
-    from symquad.numeric import simulate as sim
     run = simulate(m, N=200, t_max=3.0, replicas=1, seed=5, method="full", t_eval=[3.0])
     Q, rho = run.Q[0, -1], run.rho[0, -1]
     C = np.block([[Q, rho], [rho.T, run.T]])

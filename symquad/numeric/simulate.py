@@ -29,9 +29,12 @@ Two simulators share one driver and one output type (:class:`SimulationRun`):
     ``N − k`` degrees of freedom.  Then ``(λ, ν) = X g`` has exactly the law
     ``N(0, C)``, ``‖x‖²/N = (‖g‖² + s²)/N``, and the update is
     ``X_student ← X_student − (δ/N) (g, s)`` with
-    ``δ_k = (η/p)(ŷ − y) σ'(λ_k)``; every ``K`` steps the basis is
-    re-compressed to the span of the ``p + p*`` rows by a QR factorisation
-    (``Xᵀ = 𝒬ℛ`` gives new coordinates ``ℛᵀ``).  This is the construction of
+    ``δ_k = (η/p)(ŷ − y) σ'(λ_k)``; every ``K = 16`` steps the basis is
+    re-compressed to ``p + p*`` columns with the same Gram matrix (a Cholesky
+    factor of ``C = X Xᵀ``, or the ``ℛᵀ`` of a QR factorisation ``Xᵀ = 𝒬ℛ``
+    where ``C`` is singular).  Within a block the steps are made lazily
+    (see :class:`_ReducedStepper`): per step a few operations on arrays of
+    shape ``(replicas, p)``.  This is the construction of
     SPEC.md ("(λ, ν) ~ N(0, C) plus a chi-square with N − rank degrees of
     freedom"), written with a factor of ``C`` instead of ``C`` itself: the
     in-span part of ``‖x‖²`` is ``‖g‖² = zᵀC⁺z`` without forming a
@@ -446,7 +449,7 @@ class _FullStepper(_Stepper):
     def __init__(self, model, N, replicas, X0, rng_teacher, rng_init, rng_data, rng_noise,
                  random_student):
         super().__init__(model, N, replicas, rng_data, rng_noise)
-        p, ps = self.p, self.ps
+        p = self.p
         nbytes = 8 * replicas * (p + 2) * N
         if nbytes > _FULL_MAX_BYTES:
             raise ValueError(f"method='full' with N={N} and replicas={replicas} needs about "
