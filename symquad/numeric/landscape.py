@@ -43,7 +43,7 @@ __all__ = [
     "overlaps", "weight_risk", "weight_hessian", "sign_counts",
     "critical_weights", "gradient_flow_plateau_q", "minimum_overlaps", "minimum_risk",
     "plateau", "rho_diffusion", "escape_threshold", "escape_times",
-    "escape_time", "escape_prediction", "noisy_floor",
+    "escape_time", "escape_prediction", "noisy_floor", "random_start", "ode_escape_times",
 ]
 
 #: Names of the critical points handled by the landscape functions.
@@ -586,7 +586,7 @@ class EscapePrediction:
 
 def escape_prediction(m: Model, N: int, q0: float = 1.0, sgd_noise: bool = True,
                       n_samples: int = 256, seed: int = 0, fraction: float = 0.5,
-                      delta: float = 1e-4, n_eval: int = 6000) -> EscapePrediction:
+                      delta: float = 1e-4, n_eval: int = 6000, Z=None) -> EscapePrediction:
     r"""Escape-time law from the linearisation at the plateau and the statistics of ρ(0).
 
     Model of the escape (T = I, start ``w_k ~ N(0, q0 I)``):
@@ -622,6 +622,9 @@ def escape_prediction(m: Model, N: int, q0: float = 1.0, sgd_noise: bool = True,
     fraction : float in (0, 1), escape threshold (:func:`escape_threshold`)
     delta : float, the small start scale ``δ`` (must be << s)
     n_eval : int, time grid for the first-passage detection
+    Z : array (n, p, p*), optional
+        Directions to use instead of a fresh Gaussian sample, e.g.
+        ``ρ(0)·√(N/q0)`` of realised starts for a paired comparison.
     """
     _check_model(m)
     _check_quadratic(m, "escape_time")
@@ -636,8 +639,13 @@ def escape_prediction(m: Model, N: int, q0: float = 1.0, sgd_noise: bool = True,
             f"escape_time: the plateau is stable (rate {kappa:.4g} <= 0) for lr={m.lr}, "
             f"noise={m.noise}: rho does not grow, there is no escape")
     thr = escape_threshold(m, fraction, fp)
-    rng = np.random.default_rng(seed)
-    Z = rng.standard_normal((n_samples, m.p, m.p_star))
+    if Z is None:
+        Z = np.random.default_rng(seed).standard_normal((n_samples, m.p, m.p_star))
+    else:
+        Z = np.asarray(Z, dtype=float)
+        if Z.ndim != 3 or Z.shape[1:] != (m.p, m.p_star):
+            raise ValueError(f"Z must have shape (n, {m.p}, {m.p_star}), got {Z.shape}")
+        n_samples = Z.shape[0]
     p = m.p
     Q0 = np.broadcast_to(q0 * np.eye(p), (n_samples, p, p)).copy()
     # horizon: relaxation (a few 1/η) + linear growth from δ + nonlinear escape
@@ -664,6 +672,43 @@ def escape_prediction(m: Model, N: int, q0: float = 1.0, sgd_noise: bool = True,
     return EscapePrediction(model=m, N=N, median=med, samples=samples, rate=kappa,
                             log_prefactor=kappa * med - 0.5 * math.log(N),
                             sigma2=sigma2, seed_noise=J, threshold=thr)
+
+
+def random_start(m: Model, N: int, n: int, seed=0, q0: float = 1.0):
+    r"""Exact law of the initial overlaps for ``w_k ~ N(0, q0 I_N)`` and ``T = I``.
+
+    With the teacher rows ``√N e_l`` (any orthonormal frame gives the same law),
+    ``ρ_kl = w_kl/√N`` and ``Q = (G₁G₁ᵀ + S)/N·q0`` where ``G₁`` holds the first
+    ``p*`` coordinates and ``S ~ Wishart(N − p*, I_p)`` the rest.
+
+    Returns ``(Q0, rho0)`` of shapes ``(n, p, p)``, ``(n, p, p*)``.
+    """
+    from scipy.stats import wishart
+    _check_model(m)
+    N = _check_int(N, "N", m.p_star + m.p)
+    n = _check_int(n, "n", 1)
+    q0 = _check_positive(q0, "q0")
+    rng = np.random.default_rng(seed)
+    p, k = m.p, m.p_star
+    G1 = rng.standard_normal((n, p, k))
+    if N - k >= p:
+        S = wishart(df=N - k, scale=np.eye(p)).rvs(size=n, random_state=rng).reshape(n, p, p)
+    else:
+        G2 = rng.standard_normal((n, p, N - k))
+        S = G2 @ np.swapaxes(G2, -1, -2)
+    Q0 = q0 * (G1 @ np.swapaxes(G1, -1, -2) + S) / N
+    rho0 = math.sqrt(q0 / N) * G1
+    return Q0, rho0
+
+
+def ode_escape_times(m: Model, Q0, rho0, t_max: float, fraction: float = 0.5,
+                     n_eval: int = 4000):
+    """Escape times of ODE trajectories (batched) from given starts; NaN if none by t_max."""
+    _check_model(m)
+    Q0 = np.asarray(Q0, dtype=float)
+    rho0 = np.asarray(rho0, dtype=float)
+    t, _, _, risk = _integrate_batch(m, Q0, rho0, t_max, n_eval)
+    return escape_times(t, risk, escape_threshold(m, fraction))
 
 
 def escape_time(m: Model, N: int, **kwargs) -> float:
