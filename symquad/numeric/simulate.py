@@ -575,10 +575,10 @@ class _ReducedStepper(_Stepper):
         inv_p = 1.0 / p
         quad = self.act.quadratic
         if quad is not None:
-            # σ(z) = c z² + c0 (c0 cancels in ŷ − y): fewer array operations per step
-            y -= self.act.c[0]
-            coef *= 2.0 * quad
-            ratio = quad / p
+            # σ(z) = c z² + c0 (c0 cancels in ŷ − y): δ_j/N = a (Σλ²) λ − b_j λ with
+            # a = coef·2c·c/p and b_j = coef·2c·(y_j − c0), precomputed for the block
+            a = coef * (2.0 * quad * quad / p)
+            b = np.ascontiguousarray(((y - self.act.c[0]) * (coef * 2.0 * quad)[:, None]).T)
         for j in range(n):
             if j:
                 lam = lam0[:, :, j] - np.einsum("rpi,ri->rp", deltas, gram[:, j])
@@ -586,9 +586,8 @@ class _ReducedStepper(_Stepper):
                 lam = lam0[:, :, 0]
             if quad is not None:
                 err = np.einsum("rp,rp->r", lam, lam)
-                err *= ratio
-                err -= y[:, j]
-                err *= coef
+                err *= a
+                err -= b[j]
                 np.multiply(err[:, None], lam, out=deltas[:, :, j])
                 continue
             err = _horner(self.act.c, lam).sum(axis=1)
