@@ -312,6 +312,8 @@ class ValidationReport:
             if dd["n"]:
                 lines.append(f"  t_esc(SGD) - t_esc(ODE), same replica: mean {dd['mean']:.3g} "
                              f"± {dd['se'] or 0:.2g} (s.e.), std {dd['std'] or 0:.3g}")
+                lines.append("  (SGD noise on the plateau is as large as rho(0) ~ N^-1/2: the "
+                             "escape time shifts by O(1) at any N)")
         else:
             lines.append(f"  escape: not applicable ({e.get('reason', '')})")
         f = n.get("finite_size_scaling")
