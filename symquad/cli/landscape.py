@@ -1,0 +1,108 @@
+"""``symquad landscape``: Hessian spectra at the critical points, the plateau, the escape law.
+
+Prints, for one model (T = I):
+
+* the eigenvalue counts (negative / zero / positive) of the weight-space
+  Hessian of the risk at ``W = 0``, the plateau and the minimum, as formulas in
+  ``(p, p*, N)`` and for the given ``N``, with the exact spectra and the split of
+  the zero modes into tangent and extra (overparameterisation) directions;
+* the plateau fixed point of the full ODE (``q``, risk, growth rate of ρ, the
+  gradient-flow values);
+* the predicted median escape time for SGD and for the ODE from a random start.
+"""
+
+from __future__ import annotations
+
+
+def register(sub):
+    parser = sub.add_parser(
+        "landscape", help="Hessian spectra at critical points, plateau fixed point, escape time",
+        description="Weight-space Hessian of the population risk at W=0, the plateau and "
+                    "the minimum (exact spectra and counts), the plateau fixed point of the "
+                    "ODE with its growth rate, and the predicted escape time.")
+    parser.add_argument("--p", type=int, default=4, help="student width (default 4)")
+    parser.add_argument("--p-star", type=int, default=2, help="teacher width (default 2)")
+    parser.add_argument("--lr", type=float, default=0.1, help="learning rate (default 0.1)")
+    parser.add_argument("--lr-scaling", choices=("fixed", "width"), default="fixed",
+                        help="eta = lr (fixed) or eta = lr*p (width); default fixed")
+    parser.add_argument("--noise", type=float, default=0.0,
+                        help="label-noise variance Delta >= 0 (default 0)")
+    parser.add_argument("--N", type=int, default=1000,
+                        help="input dimension for counts and escape time (default 1000)")
+    parser.add_argument("--samples", type=int, default=128,
+                        help="sampled directions of rho(0) for the escape law (default 128)")
+    parser.add_argument("--no-escape", action="store_true", help="skip the escape prediction")
+    parser.set_defaults(func=run)
+
+
+def _fmt_spec(spec: dict) -> str:
+    return ", ".join(f"{v}" + (f" (x{n})" if n > 1 else "")
+                     for v, n in sorted(spec.items(), key=lambda kv: float(kv[0])))
+
+
+def run(args) -> int:
+    import sympy as sp
+
+    from ..numeric import landscape as L
+    from ..spec import Model
+    from ..symbolic import hessian as H
+    from ..symbolic.fixed_points import plateau_solution
+    try:
+        m = Model(p=args.p, p_star=args.p_star, lr=args.lr, noise=args.noise,
+                  lr_scaling=args.lr_scaling)
+        if args.N < args.p + args.p_star:
+            raise ValueError(f"--N must be >= p + p_star = {args.p + args.p_star}, got {args.N}")
+        if args.samples < 1:
+            raise ValueError(f"--samples must be >= 1, got {args.samples}")
+    except (TypeError, ValueError) as exc:
+        print(f"symquad landscape: error: {exc}")
+        return 2
+    N, p, k = args.N, m.p, m.p_star
+    print(f"# {m!r}, eta = {m.eta}, T = I, N = {N}")
+    print("\n## Hessian of the population risk in the p*N weights "
+          "(eigenvalues of d^2 eps/dW^2; N*eigenvalue shown)")
+    for point in H.POINTS:
+        regime = None if point != "minimum" else ("over" if p >= k else "under")
+        counts = H.count_formulas(point, regime)
+        blocks = H.hessian_blocks(m, point)
+        neg, zero, pos = blocks.counts(N)
+        print(f"\n### {point}  (span dimension r = {blocks.r})")
+        print(f"counts (neg, zero, pos) = ({neg}, {zero}, {pos});  formulas: "
+              f"neg = {counts['negative']}, zero = {counts['zero']}, "
+              f"pos = {counts['positive']}")
+        print(f"  in-span block  (N*H, {p * blocks.r}x{p * blocks.r}): "
+              f"{_fmt_spec(blocks.parallel_eigenvalues)}")
+        print(f"  orthogonal block (N*H, {p}x{p}, x(N - r) = x{N - blocks.r}): "
+              f"{_fmt_spec(blocks.perp_eigenvalues)}")
+        print(f"  zero modes: {blocks.zero_modes(N)}")
+        for value, mult, meaning in H.spectrum_formulas(point, regime):
+            print(f"    N*lambda = {sp.simplify(value)}  x [{sp.simplify(mult)}]  ({meaning})")
+    print("\n## Plateau fixed point of the ODE (rho = 0, Q = q I; eta^2 term and noise included)")
+    try:
+        fp = L.plateau(m)
+        exact = plateau_solution(m)
+    except ValueError as exc:
+        print(f"no plateau: {exc}")
+        return 0
+    print(f"q = {exact.q}  = {fp.q:.10g}   (gradient flow: q = {exact.q_gradient_flow})")
+    print(f"risk = {fp.risk:.10g}   (gradient flow: {fp.risk_gradient_flow:.10g})")
+    print(f"growth rate of rho kappa = {fp.rate:.10g}   (gradient flow: "
+          f"{exact.rate_gradient_flow} = {fp.rate_gradient_flow:.10g})")
+    print(f"Q-block Jacobian eigenvalues: isotropic {float(exact.lambda_iso):.6g}, "
+          f"traceless {float(exact.lambda_traceless):.6g} (x{p * (p + 1) // 2 - 1})")
+    if args.no_escape:
+        return 0
+    if fp.rate <= 0:
+        print("\nthe plateau is stable (kappa <= 0): no escape")
+        return 0
+    print(f"\n## Escape time (median, start w ~ N(0, I), N = {N}, "
+          f"{args.samples} sampled rho(0) directions)")
+    pred = L.escape_prediction(m, N, n_samples=args.samples)
+    import math
+    t_ode = pred.median + math.log(pred.sigma2) / (2 * pred.rate)
+    print(f"SGD: t_esc = {pred.median:.4f}   (quartiles {pred.quantile(0.25):.4f}, "
+          f"{pred.quantile(0.75):.4f}; noise seed J = {pred.seed_noise:.4f})")
+    print(f"ODE from the random start: t_esc = {t_ode:.4f}")
+    print(f"law: t_esc = log(N)/(2 kappa) + c/kappa with kappa = {pred.rate:.6g}, "
+          f"c = {pred.log_prefactor:.4f} (SGD)")
+    return 0
