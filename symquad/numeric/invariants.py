@@ -667,6 +667,7 @@ def plot_invariant_drift(study, path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     N = np.asarray(study["Ns"], float)
     fig, ax = plt.subplots(figsize=(5.5, 4))
@@ -678,15 +679,18 @@ def plot_invariant_drift(study, path):
         proto = study[key]
         ref = proto["mean"][0] if ref is None else ref
         fit = proto["fit"]
-        ax.errorbar(N, proto["mean"], yerr=proto["sem"], fmt=mk, capsize=3,
-                    label=f"{label}: slope {fit['exponent']:.2f}"
-                          f" ± {fit['exponent_se']:.2f}")
+        bars = ax.errorbar(N, proto["mean"], yerr=proto["sem"], fmt=mk, capsize=3,
+                           label=f"{label}: slope {fit['exponent']:.2f}"
+                                 f" ± {fit['exponent_se']:.2f}")
         if np.isfinite(fit["exponent"]):
-            ax.plot(N, fit["prefactor"] * N ** fit["exponent"], "-", lw=1, alpha=0.7)
+            ax.plot(N, fit["prefactor"] * N ** fit["exponent"], "-", lw=1, alpha=0.7,
+                    color=bars[0].get_color())
     if ref is not None and np.isfinite(ref):
         ax.plot(N, ref * (N / N[0]) ** -0.5, "k:", lw=1, label=r"$\propto N^{-1/2}$")
     ax.set_xscale("log")
     ax.set_yscale("log")
+    ax.set_xticks(N, [f"{int(n)}" for n in N])
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.set_xlabel("N")
     ax.set_ylabel(r"$\|S(t_{max}) - S(t_{ref})\|_F$")
     ax.set_title("drift of the polar factor S under SGD")
