@@ -107,7 +107,7 @@ def figure_distances(m, n_starts, n_random, N, replicas, t_max, seed, out):
                                   others.Q[None], others.rho[None])
     fig, ax = plt.subplots(figsize=(7.5, 3.6), constrained_layout=True)
     groups = [("ODE end → Procrustes point", np.maximum(d_proc, 1e-16)),
-              (f"ODE end → random manifold points", np.asarray(d_rand)),
+              ("ODE end → random manifold points", np.asarray(d_rand)),
               (f"SGD (N={N}) point reached → Procrustes", d_sgd),
               (f"SGD point reached → nearest of {n_random} random", d_sgd_rand.min(1))]
     for y, (label, vals) in enumerate(groups):

@@ -491,7 +491,7 @@ def conservation_latex(proof: ConservationProof, standalone: bool = False) -> st
     L.append(r"As $\kappa_0,\kappa_1\neq0$ and $P$ is invertible, for $T\propto I$: "
              r"$\dot S=0\iff Q_{21}=0$ and $[Q_\parallel,P]=0$, i.e. the point is in $\mathcal I_T$. "
              r"($[Q_\parallel,P]=0\iff[Q_\parallel,\rho^\top\rho]=0$ since $P$ is a polynomial in $\rho^\top\rho$.)")
-    al, be, pi, ta = inv["alpha"], inv["beta"], inv["pi"], inv["tau"]
+    al, be, pi = inv["alpha"], inv["beta"], inv["pi"]
     L.append("\n\n" + r"\paragraph{Step 2 (invariance).} The derived ODE is equivariant under "
              r"$(U,V)\in O(p)\times O(p^*)$, $(Q,\rho,T)\mapsto(UQU^\top,U\rho V,V^\top TV)$ "
              f"(checked: {proof.equivariance.get('generators_checked', 'skipped')} Lie-algebra "
