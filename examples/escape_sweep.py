@@ -38,7 +38,7 @@ HERE = Path(__file__).resolve().parent
 OUT = HERE / "output"
 FIG = HERE / "figures"
 
-LR = {"width": 0.1, "fixed": 0.15}   # η = 0.1 p  or  η = 0.15
+LR = {"width": 0.1, "fixed": 0.1}   # η = 0.1 p  or  η = 0.1 (DEFAULT_MODEL lr)
 
 
 def model(p, k, conv):
@@ -72,11 +72,14 @@ def run_ode(quick):
     ks = (1, 2) if quick else (1, 2, 3)
     Ns = (100, 1000, 10_000, 100_000)
     n = 48 if quick else 96
-    results = []
+    results = [r for r in load("ode") if r["lr"] == LR[r["conv"]]]   # resume
+    done = {(r["conv"], r["p_star"], r["p"]) for r in results}
     for conv in ("width", "fixed"):
         for k in ks:
             ps = sorted({k, 4, 8}) if quick else range(k, 9)
             for p in ps:
+                if (conv, k, p) in done:
+                    continue
                 m = model(p, k, conv)
                 t0 = time.time()
                 fp = L.plateau(m)
@@ -126,8 +129,11 @@ def sgd_grid(quick):
 
 
 def run_sgd(quick):
-    results = []
+    results = [r for r in load("sgd") if r.get("lr", LR["width"]) == LR[r["conv"]]]  # resume
+    done = {(r["conv"], r["p_star"], r["p"], r["N"]) for r in results}
     for conv, k, p, N, reps in sgd_grid(quick):
+        if (conv, k, p, N) in done:
+            continue
         m = model(p, k, conv)
         t0 = time.time()
         pred = L.escape_prediction(m, N, n_samples=256, seed=0)
@@ -136,7 +142,7 @@ def run_sgd(quick):
                           method="reduced", t_eval=np.linspace(0, t_max, 1201))
         t_sgd = L.escape_times(run.t, run.risk, pred.threshold)
         ok = ~np.isnan(t_sgd)
-        rec = {"p": p, "p_star": k, "conv": conv, "N": N, "replicas": reps,
+        rec = {"p": p, "p_star": k, "conv": conv, "lr": m.lr, "N": N, "replicas": reps,
                "pred_sgd": pred.median, "pred_se": median_se(pred.samples),
                "pred_ode": float(np.median(pred.samples
                                            + math.log(pred.sigma2) / (2 * pred.rate))),
@@ -191,7 +197,7 @@ def plot():
                               label=f"p*={k}: fit (ODE)")
                 ax_c.plot(ps, [r["pred_logpref"] for r in rows], "-", color=color,
                           label=f"p*={k}: prediction")
-            title = "η = 0.1·p (lr_scaling='width')" if conv == "width" else "η = 0.15 (fixed)"
+            title = f"η = {LR['width']}·p (lr_scaling='width')" if conv == "width" else f"η = {LR['fixed']} (fixed)"
             ax_r.set_title(f"rate: {title}")
             ax_r.set_xlabel("p")
             ax_r.set_ylabel("κ  (t_esc ≈ log N /(2κ) + c/κ)")

@@ -102,7 +102,7 @@ SLOW_GRID = [(k, p, conv, N) for k in (1, 2, 3) for p in sorted({k, 4, 8})
 @pytest.mark.slow
 @pytest.mark.parametrize("k,p,conv,N", SLOW_GRID)
 def test_prediction_vs_sgd_grid(k, p, conv, N):
-    m = sq.Model(p=p, p_star=k, lr=0.1 if conv == "width" else 0.15, lr_scaling=conv)
+    m = sq.Model(p=p, p_star=k, lr=0.1, lr_scaling=conv)
     pred = L.escape_prediction(m, N, n_samples=256, seed=0)
     t_sgd = _sgd_escape(m, N, 128, 11, 2.5 * pred.median)
     assert np.isnan(t_sgd).mean() < 0.05

@@ -707,8 +707,26 @@ def ode_escape_times(m: Model, Q0, rho0, t_max: float, fraction: float = 0.5,
     _check_model(m)
     Q0 = np.asarray(Q0, dtype=float)
     rho0 = np.asarray(rho0, dtype=float)
-    t, _, _, risk = _integrate_batch(m, Q0, rho0, t_max, n_eval)
-    return escape_times(t, risk, escape_threshold(m, fraction))
+    thr = escape_threshold(m, fraction)
+    try:
+        t, _, _, risk = _integrate_batch(m, Q0, rho0, t_max, n_eval)
+        return escape_times(t, risk, thr)
+    except DivergenceError:
+        pass
+    # some start lies beyond the divergence threshold (the larger root of the
+    # plateau equation): integrate one by one and mark the diverging ones NaN
+    out = np.full(Q0.shape[0], np.nan)
+    n_div = 0
+    for i in range(Q0.shape[0]):
+        try:
+            t, _, _, risk = _integrate_batch(m, Q0[i:i + 1], rho0[i:i + 1], t_max, n_eval)
+        except DivergenceError:
+            n_div += 1
+            continue
+        out[i] = escape_times(t, risk, thr)[0]
+    warnings.warn(f"{n_div} of {Q0.shape[0]} ODE trajectories diverged (reported as NaN)",
+                  RuntimeWarning, stacklevel=2)
+    return out
 
 
 def escape_time(m: Model, N: int, **kwargs) -> float:
