@@ -211,3 +211,12 @@ def test_underparameterised_minimum_is_global(p, k):
                         options={"gtol": 1e-10}).fun for s in range(6))
     assert abs(best - exact) < 1e-8
     assert exact > 0
+
+
+def test_underparameterised_minimum_agrees_with_landscape_module():
+    """Third route: the landscape module's constructed minimum (independent code)."""
+    from symquad.numeric import landscape
+    for p, k in ((1, 2), (2, 3), (2, 5)):
+        m = sq.Model(p=p, p_star=k, lr=0.1)
+        exact = float(smf.underparameterised_minimum(m)["min_risk"])
+        assert landscape.minimum_risk(m) == pytest.approx(exact, rel=1e-12)
