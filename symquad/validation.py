@@ -259,6 +259,7 @@ class ValidationReport:
     ode_Q: np.ndarray = field(repr=False)
     sgd_rho: np.ndarray = field(repr=False)
     ode_rho: np.ndarray = field(repr=False)
+    invariant_study: dict | None = field(default=None, repr=False)
 
     # -- numbers --------------------------------------------------------------
     def to_dict(self) -> dict:
@@ -321,6 +322,9 @@ class ValidationReport:
             lines.append(f"  finite-size scaling ({f['start']} start, N={f['N'][0]}..{f['N'][-1]}): "
                          f"deviation ~ N^({f['exponent']:.3f} ± {f['exponent_se']:.3f}) "
                          f"[theory -1/2], chi2/dof {f['chi2_per_dof']:.2f}")
+        inv = n.get("invariant_drift")
+        if inv:
+            lines.append("  implicit bias: " + inv["text"].replace("\n", "\n  "))
         lines.append(f"  runtime: {n['runtime_s']:.1f} s")
         return "\n".join(lines)
 
@@ -454,6 +458,10 @@ class ValidationReport:
             paths[name] = os.path.join(folder, f"{name}.png")
             fig.savefig(paths[name], dpi=120)
             plt.close(fig)
+        if self.invariant_study is not None:
+            from .numeric.invariants import plot_invariant_drift
+            paths["invariant_drift"] = plot_invariant_drift(
+                self.invariant_study, os.path.join(folder, "invariant_drift.png"))
         return paths
 
 
@@ -475,7 +483,8 @@ def _finite_or_none(values):
 def validate(model=None, N=2000, t_max=None, replicas=64, start="random", seed=0, *,
              method="reduced", n_times=201, band=(2.5, 97.5), escape_fraction=0.5,
              overlap=0.5, fss=True, fss_N=None, fss_t_max=None, fss_replicas=None,
-             fss_start="informed", progress=False):
+             fss_start="informed", invariant=True, invariant_N=(250, 500, 1000, 2000),
+             invariant_replicas=16, progress=False):
     r"""Compare SGD with the ODE theory for `model`; return a :class:`ValidationReport`.
 
     Parameters
@@ -512,6 +521,13 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start="random", seed=0
         Finite-size scaling: N values (default 100, 300, 1000, 3000, 10000),
         time window (default ``min(t_max, max(5, 2/η))``), replicas (default
         `replicas`) and start (default ``"informed"``, see the module docstring).
+    invariant : bool
+        Measure the drift of the implicit-bias invariant ``S = ρ(ρᵀρ)^(-1/2)``
+        along SGD as a function of N (random start from a time after the early
+        re-randomisation, and an informed start), with a fitted exponent; see
+        :func:`symquad.numeric.invariants.invariant_drift_study`.  Needs ``p >= p*``.
+    invariant_N, invariant_replicas
+        The N values and replicas per N of that study (t_max as the main run).
     progress : bool
         tqdm progress bars.
 
@@ -658,6 +674,14 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start="random", seed=0
         numbers["finite_size_scaling"] = finite_size_scaling(
             model, Ns=fss_N, t_max=fss_t, replicas=fss_replicas or replicas, seed=seed,
             start=fss_start, overlap=overlap, method=method, progress=progress)
+    study = None
+    if invariant and model.p >= model.p_star:
+        # SPEC result 4 at finite N: drift of S = rho (rho^T rho)^(-1/2) vs N
+        from .numeric.invariants import invariant_drift_study, summarize_drift_study
+        study = invariant_drift_study(model, Ns=list(invariant_N), t_max=t_max,
+                                      replicas=invariant_replicas, seed=seed, method=method,
+                                      progress=progress)
+        numbers["invariant_drift"] = summarize_drift_study(study)
     numbers["runtime_s"] = time.perf_counter() - t_start
 
     config = {"model": repr(model), "p": model.p, "p_star": model.p_star, "lr": model.lr,
@@ -670,4 +694,4 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start="random", seed=0
                             if shared else "each replica's realised initial overlaps")}
     return ValidationReport(config=config, numbers=numbers, t=t, sgd_risk=run.risk,
                             ode_risk=orisk, sgd_Q=run.Q, ode_Q=oQ, sgd_rho=run.rho,
-                            ode_rho=orho)
+                            ode_rho=orho, invariant_study=study)

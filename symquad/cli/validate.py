@@ -3,7 +3,8 @@
 With no arguments it runs :data:`symquad.spec.DEFAULT_MODEL` from a random
 start (plateau and escape), prints a short table and writes the report folder
 (``./symquad_report``: ``report.json``, ``summary.txt``, ``trajectories.npz``,
-``risk.png``, ``overlaps.png``, ``escape.png``, ``fss.png``).  ``--quick`` is a
+``risk.png``, ``overlaps.png``, ``escape.png``, ``fss.png``,
+``invariant_drift.png``).  ``--quick`` is a
 seconds-long version (small N, few replicas) for smoke tests.
 """
 
@@ -14,7 +15,7 @@ import sys
 
 # --quick: small enough for a test, still every stage (SGD, ODE, escape, FSS)
 _QUICK = dict(N=200, replicas=8, fss_N=[50, 200, 800, 3200], fss_replicas=8, fss_t_max=4.0,
-              n_times=61)
+              n_times=61, invariant_N=(100, 400), invariant_replicas=4)
 
 
 def _positive_int(text):
@@ -67,6 +68,8 @@ def register(subparsers) -> None:
     ps.add_argument("--method", choices=("reduced", "full"), default="reduced",
                     help="SGD simulator (reduced: exact in law, cost independent of N)")
     ps.add_argument("--no-fss", action="store_true", help="skip the finite-size scaling")
+    ps.add_argument("--no-invariant", action="store_true",
+                    help="skip the finite-N drift study of the invariant S = ρ(ρᵀρ)^(-1/2)")
     ps.add_argument("--out", default="symquad_report", help="report folder")
     ps.add_argument("--quick", action="store_true",
                     help="seconds-long version (N=300, 8 replicas, small FSS) for tests")
@@ -84,6 +87,7 @@ def run(args) -> int:
                       lr_scaling=args.lr_scaling)
         kwargs = dict(N=args.N, t_max=args.t_max, replicas=args.replicas, start=args.start,
                       seed=args.seed, method=args.method, fss=not args.no_fss,
+                      invariant=not args.no_invariant,
                       progress=sys.stderr.isatty())
         if args.quick:
             kwargs.update(_QUICK)
