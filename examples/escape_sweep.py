@@ -114,7 +114,9 @@ def run_ode(quick):
     return results
 
 
-def sgd_grid(quick):
+def sgd_grid(quick, which="all"):
+    if which == "extra":   # more decades for SGD: N = 10^4 and p ∈ {p*, 4, 8}
+        return [("width", k, p, 10_000, 48) for k in (1, 2, 3) for p in sorted({k, 4, 8})]
     grid = []
     for k in ((1, 2) if quick else (1, 2, 3)):
         for p in (sorted({k, 8}) if quick else range(k, 9)):
@@ -131,7 +133,7 @@ def sgd_grid(quick):
 def run_sgd(quick):
     results = [r for r in load("sgd") if r.get("lr", LR["width"]) == LR[r["conv"]]]  # resume
     done = {(r["conv"], r["p_star"], r["p"], r["N"]) for r in results}
-    for conv, k, p, N, reps in sgd_grid(quick):
+    for conv, k, p, N, reps in sgd_grid(quick, "extra" if TAG == "_extra" else "all"):
         if (conv, k, p, N) in done:
             continue
         m = model(p, k, conv)
@@ -142,7 +144,8 @@ def run_sgd(quick):
                           method="reduced", t_eval=np.linspace(0, t_max, 1201))
         t_sgd = L.escape_times(run.t, run.risk, pred.threshold)
         ok = ~np.isnan(t_sgd)
-        rec = {"p": p, "p_star": k, "conv": conv, "lr": m.lr, "N": N, "replicas": reps,
+        rec = {"tag": TAG, "p": p, "p_star": k, "conv": conv, "lr": m.lr, "N": N,
+               "replicas": reps,
                "pred_sgd": pred.median, "pred_se": median_se(pred.samples),
                "pred_ode": float(np.median(pred.samples
                                            + math.log(pred.sigma2) / (2 * pred.rate))),
@@ -160,14 +163,62 @@ def run_sgd(quick):
     return results
 
 
+TAG = ""   # set by --tag: separate output files for parallel runs
+
+
 def save(part, results):
     OUT.mkdir(exist_ok=True)
-    (OUT / f"escape_sweep_{part}.json").write_text(json.dumps(results, indent=1))
+    mine = [r for r in results if r.get("tag", "") == TAG]
+    (OUT / f"escape_sweep_{part}{TAG}.json").write_text(json.dumps(mine, indent=1))
 
 
 def load(part):
-    path = OUT / f"escape_sweep_{part}.json"
-    return json.loads(path.read_text()) if path.exists() else []
+    """All results of a part (every tag)."""
+    out = []
+    for path in sorted(OUT.glob(f"escape_sweep_{part}*.json")):
+        out += json.loads(path.read_text())
+    return out
+
+
+def sgd_fits(sgd):
+    """Per (conv, p*, p): fit of the SGD medians vs log N where >= 2 values of N exist."""
+    out = {}
+    keys = sorted({(s["conv"], s["p_star"], s["p"]) for s in sgd})
+    for key in keys:
+        rows = sorted((s for s in sgd if (s["conv"], s["p_star"], s["p"]) == key),
+                      key=lambda s: s["N"])
+        if len(rows) >= 2:
+            out[key] = fit_log_n([s["N"] for s in rows], [s["sgd"] for s in rows],
+                                 [s["sgd_se"] for s in rows]) + (len(rows),)
+    return out
+
+
+def summary():
+    """Print the accuracy of the law against the ODE and SGD medians."""
+    ode, sgd = load("ode"), load("sgd")
+    for conv in ("width", "fixed"):
+        rows = [r for r in ode if r["conv"] == conv]
+        if rows:
+            rel = np.array([np.array(r["pred_ode"]) / np.array(r["ode"]) - 1 for r in rows])
+            z = np.array([(np.array(r["pred_ode"]) - np.array(r["ode"]))
+                          / np.hypot(r["ode_se"], r["pred_se"]) for r in rows])
+            print(f"ODE {conv}: {len(rows)} configs; N = {rows[0]['N']}; max |pred/ODE − 1| "
+                  f"per N = {np.array2string(np.abs(rel).max(0), precision=4)}; "
+                  f"RMS z = {np.sqrt((z ** 2).mean()):.2f}")
+        srows = [s for s in sgd if s["conv"] == conv]
+        for N in sorted({s["N"] for s in srows}):
+            sel = [s for s in srows if s["N"] == N]
+            rel = np.array([s["pred_sgd"] / s["sgd"] - 1 for s in sel])
+            z = np.array([(s["pred_sgd"] - s["sgd"]) / math.hypot(s["pred_se"], s["sgd_se"])
+                          for s in sel])
+            print(f"SGD {conv} N={N}: {len(sel)} configs; max |pred/SGD − 1| = "
+                  f"{np.abs(rel).max():.4f}, mean {rel.mean():+.4f}; RMS z = "
+                  f"{np.sqrt((z ** 2).mean()):.2f}, max |z| = {np.abs(z).max():.2f}")
+    for key, (kap, se_k, c, se_c, n) in sgd_fits(sgd).items():
+        r = [o for o in ode if (o["conv"], o["p_star"], o["p"]) == key]
+        ref = f" (plateau κ {r[0]['rate']:.4f})" if r else ""
+        print(f"SGD fit {key} over {n} N: κ = {kap:.4f} ± {se_k:.4f}{ref}, "
+              f"c = {c:.3f} ± {se_c:.3f}")
 
 
 def plot():
@@ -274,12 +325,17 @@ def main():
     ap.add_argument("--part", choices=("ode", "sgd"))
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--plot", action="store_true")
+    ap.add_argument("--tag", default="", choices=("", "_extra"),
+                    help="'_extra': the additional SGD runs at N = 10^4 (own output file)")
     args = ap.parse_args()
+    global TAG
+    TAG = args.tag
     if args.part == "ode":
         run_ode(args.quick)
     elif args.part == "sgd":
         run_sgd(args.quick)
     if args.plot or args.part is None:
+        summary()
         plot()
 
 
