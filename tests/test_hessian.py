@@ -157,3 +157,31 @@ def test_exact_eigenvalues_are_exact():
     assert all(isinstance(v, sp.Rational) for v in b.parallel_eigenvalues)
     assert sum(b.parallel_eigenvalues.values()) == 3 * b.r
     assert sum(b.perp_eigenvalues.values()) == 3
+
+
+@pytest.mark.parametrize("p,k,lr,conv", [(3, 2, 0.1, "fixed"), (4, 1, 0.1, "width")])
+def test_ode_plateau_is_not_a_critical_point_of_the_risk(p, k, lr, conv):
+    """The ODE's plateau (η² term included) has q > p/(p+2): the risk gradient does not
+    vanish there (it balances the η² term), yet −η N ∂²ε along a teacher direction is
+    still the ODE's growth rate of ρ at that point."""
+    m = sq.Model(p=p, p_star=k, lr=lr, lr_scaling=conv)
+    fp = L.plateau(m)
+    N = p + k + 2
+    rng = np.random.default_rng(0)
+    O, _ = np.linalg.qr(rng.standard_normal((N, N)))
+    O = O.T
+    Wstar = np.sqrt(N) * O[:k]
+    W = np.sqrt(N * fp.q) * O[k:k + p]
+
+    def risk_along(V, s):
+        return float(L.weight_risk(m, W + s * V, Wstar))
+
+    radial = W / np.linalg.norm(W)
+    h = 1e-3
+    slope = (risk_along(radial, h) - risk_along(radial, -h)) / (2 * h)
+    assert slope > 1e-3                      # not critical: the risk wants smaller q
+    V = np.zeros_like(W)
+    V[0] = O[0]                              # unit 1 toward teacher direction 1
+    curv = (risk_along(V, h) - 2 * risk_along(V, 0) + risk_along(V, -h)) / h ** 2
+    assert -m.eta * N * curv == pytest.approx(fp.rate, rel=1e-5)
+    assert fp.q > fp.q_gradient_flow
