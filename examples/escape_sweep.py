@@ -242,6 +242,15 @@ def plot():
                               label=f"p*={k}: fit to ODE medians vs log N")
                 ax_r.plot(ps, [r["rate"] for r in rows], "-", color=color,
                           label=f"p*={k}: plateau rate κ")
+                fits = sgd_fits(sgd)
+                sp_ = [p for p in ps if (conv, k, p) in fits and fits[(conv, k, p)][4] >= 3]
+                if sp_:
+                    ax_r.errorbar(sp_, [fits[(conv, k, p)][0] for p in sp_],
+                                  [fits[(conv, k, p)][1] for p in sp_], fmt="s", mfc="none",
+                                  color=color, label=f"p*={k}: fit to SGD medians (N=1e2..1e4)")
+                    ax_c.errorbar(sp_, [fits[(conv, k, p)][2] for p in sp_],
+                                  [fits[(conv, k, p)][3] for p in sp_], fmt="s", mfc="none",
+                                  color=color, label=f"p*={k}: fit (SGD, N=1e2..1e4)")
                 ax_r.plot(ps, [r["rate_gf"] for r in rows], ":", color=color)
                 ax_c.errorbar(ps, [r["fit_logpref"] for r in rows],
                               [r["fit_logpref_se"] for r in rows], fmt="o", color=color,
