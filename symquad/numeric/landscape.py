@@ -21,7 +21,10 @@ Contents
   included), its Jacobian and the growth rate of ρ.
 * :func:`escape_time`: the escape-time law from the linearisation at the
   plateau and the statistics of the random ``ρ(0)``.
-* :func:`escape_times`: first-passage times of measured risk curves.
+* :func:`escape_times`: first-passage times of measured risk curves;
+  :func:`random_start` (exact law of the initial overlaps) and
+  :func:`ode_escape_times` (batched ODE escapes from given starts).
+* :func:`noisy_floor`: where the ODE goes from a zero-risk point when Δ > 0.
 """
 
 from __future__ import annotations
