@@ -22,7 +22,7 @@ M = sq.Model(p=4, p_star=2, lr=0.3)     # p > p*, plateau and escape by t ~ 30
 
 def _informed_check(N, t_max, replicas, seed):
     rep = validate(M, N=N, t_max=t_max, replicas=replicas, start="informed", seed=seed,
-                   fss=False, n_times=41)
+                   fss=False, invariant=False, n_times=41)
     b = rep.numbers["band"]
     # precision first: the standard error of the mean risk is far below the
     # O(N^-1/2) fluctuation scale the band measures
@@ -48,7 +48,8 @@ def test_informed_start_ode_inside_band_N1e4_whole_run():
 
 
 def test_random_start_tracks_until_plateau_and_reports_escape_spread():
-    rep = validate(M, N=1000, replicas=24, start="random", seed=5, fss=False, n_times=131)
+    rep = validate(M, N=1000, replicas=24, start="random", seed=5, fss=False, invariant=False,
+                   n_times=131)
     e = rep.numbers["escape"]
     assert e["defined"]
     assert e["sgd_escaped"] == e["ode_escaped"] == 24, "the run must contain every escape"
@@ -75,7 +76,8 @@ def test_random_start_tracks_sgd_until_the_plateau_with_N_minus_half():
 def test_replica_mean_start_would_not_escape():
     """Why the ODE starts per replica: from the replica-mean ρ(0) (≈ 0) it stays on the
     plateau far longer than any SGD replica."""
-    rep = validate(M, N=1000, t_max=40.0, replicas=24, seed=5, fss=False, n_times=41)
+    rep = validate(M, N=1000, t_max=40.0, replicas=24, seed=5, fss=False, invariant=False,
+                   n_times=41)
     rho_mean = rep.sgd_rho[:, 0].mean(0)
     Q_mean = rep.sgd_Q[:, 0].mean(0)
     sol = sq.integrate(M, Q_mean, rho_mean, np.eye(2), 40.0, t_eval=rep.t)
@@ -104,7 +106,7 @@ def test_finite_size_exponent_three_decades():
 
 def test_report_json_save_and_reproducible(tmp_path):
     kw = dict(N=200, t_max=30.0, replicas=6, seed=11, fss_N=[50, 200, 800], fss_t_max=2.0,
-              fss_replicas=6, n_times=31)
+              fss_replicas=6, n_times=31, invariant_N=(100, 200), invariant_replicas=3)
     a = validate(M, **kw)
     b = validate(M, **kw)
     da, db = a.to_dict(), b.to_dict()
