@@ -65,9 +65,10 @@ import json
 import math
 import os
 from dataclasses import dataclass, field
-from numbers import Integral, Real
+from numbers import Real
 
 import numpy as np
+from .numeric.checks import check_int as _check_int
 
 __all__ = ["validate", "ValidationReport", "finite_size_scaling", "informed_start", "STARTS"]
 
@@ -163,10 +164,6 @@ def _escape_setup(model, T, escape_fraction):
     return fp, float(escape_threshold(model, escape_fraction, fp)), ""
 
 
-def _check_int(value, name, minimum):
-    if isinstance(value, bool) or not isinstance(value, Integral) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
 
 
 # ---------------------------------------------------------------------------

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["as_overlaps", "check_positive"]
+__all__ = ["as_overlaps", "check_positive", "check_int"]
 
 
 def check_positive(name: str, value, integer: bool = False, allow_zero: bool = False):
@@ -16,8 +16,17 @@ def check_positive(name: str, value, integer: bool = False, allow_zero: bool = F
     if integer and int(value) != value:
         raise TypeError(f"{name} must be {kind} {bound}, got {value!r}")
     if not np.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
-        raise ValueError(f"{name} must be {kind} {bound} (finite), got {value!r}")
+        allowed = "[0, inf)" if allow_zero else "(0, inf)"
+        raise ValueError(f"{name} must be a finite {kind.split()[-1]} {bound} "
+                         f"(allowed range: {allowed}), got {value!r}")
     return int(value) if integer else float(value)
+
+
+def check_int(value, name: str, minimum: int = 1) -> int:
+    """Return ``value`` as an int if it is an integer >= ``minimum`` (else ValueError)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
 
 
 def as_overlaps(model, Q, rho, T, names=("Q0", "rho0", "T"), tol: float = 1e-9):

@@ -40,6 +40,7 @@ from scipy import optimize as _opt
 from ..spec import Model
 from .errors import DivergenceError, describe_state
 from .kernels import kernels
+from .checks import check_int as _check_int, check_positive
 
 __all__ = [
     "POINTS", "PlateauFixedPoint", "EscapePrediction",
@@ -73,19 +74,8 @@ def _check_point(point: str) -> str:
     return point
 
 
-def _check_int(value, name: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value}")
-    return int(value)
 
 
-def _check_positive(value, name: str) -> float:
-    value = float(value)
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be a finite number > 0, got {value}")
-    return value
 
 
 def _identity_teacher(m: Model) -> np.ndarray:
@@ -155,7 +145,7 @@ def weight_hessian(m: Model, W, Wstar, step: float = 0.05, chunk: int = 20000):
     W = np.asarray(W, dtype=float)
     if W.shape[0] != m.p:
         raise ValueError(f"W must have p = {m.p} rows, got shape {W.shape}")
-    step = _check_positive(step, "step")
+    step = check_positive("step", step)
     n = W.size
     x0 = W.ravel()
     iu, ju = np.triu_indices(n)
@@ -632,9 +622,9 @@ def escape_prediction(m: Model, N: int, q0: float = 1.0, sgd_noise: bool = True,
     _check_model(m)
     _check_quadratic(m, "escape_time")
     N = _check_int(N, "N", 1)
-    q0 = _check_positive(q0, "q0")
+    q0 = check_positive("q0", q0)
     n_samples = _check_int(n_samples, "n_samples", 1)
-    delta = _check_positive(delta, "delta")
+    delta = check_positive("delta", delta)
     fp = plateau(m)
     kappa = fp.rate
     if kappa <= 0:
@@ -690,7 +680,7 @@ def random_start(m: Model, N: int, n: int, seed=0, q0: float = 1.0):
     _check_model(m)
     N = _check_int(N, "N", m.p_star + m.p)
     n = _check_int(n, "n", 1)
-    q0 = _check_positive(q0, "q0")
+    q0 = check_positive("q0", q0)
     rng = np.random.default_rng(seed)
     p, k = m.p, m.p_star
     G1 = rng.standard_normal((n, p, k))

@@ -68,11 +68,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from numbers import Integral, Real
+from numbers import Integral
 
 import numpy as np
 
 from .errors import DivergenceError, describe_state
+from .checks import check_int as _check_int, check_positive
 
 __all__ = ["simulate", "SimulationRun", "population_risk", "DEFAULT_Q0", "METHODS"]
 
@@ -257,18 +258,8 @@ def population_risk(activation, Q, rho, T) -> np.ndarray:
 # ---------------------------------------------------------------------------
 # input validation and initial conditions
 # ---------------------------------------------------------------------------
-def _check_int(value, name, minimum):
-    if isinstance(value, bool) or not isinstance(value, Integral) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
 
 
-def _check_positive(value, name):
-    if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value) \
-            or value <= 0:
-        raise ValueError(f"{name} must be a finite number > 0 (allowed range: (0, inf)), "
-                         f"got {value!r}")
-    return float(value)
 
 
 def _psd_factor(G, name, tol=1e-10):
@@ -708,8 +699,8 @@ def simulate(model, N=2000, t_max=20.0, replicas=64, seed=0, method="reduced",
         raise TypeError(f"model must be a symquad.Model, got {type(model).__name__}")
     N = _check_int(N, "N", 1)
     replicas = _check_int(replicas, "replicas", 1)
-    t_max = _check_positive(t_max, "t_max")
-    blowup = _check_positive(blowup, "blowup")
+    t_max = check_positive("t_max", t_max)
+    blowup = check_positive("blowup", blowup)
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     if on_divergence not in ("raise", "stop"):

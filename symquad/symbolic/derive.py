@@ -22,7 +22,7 @@ import sympy as sp
 
 from ..spec import Model
 from . import entries, matrix_form
-from .symbols import ETA, NOISE, P, P_STAR, latex_names, matrix_symbols, overlap_symbols
+from .symbols import ETA, NOISE, P, P_STAR, matrix_symbols, overlap_symbols
 
 __all__ = ["Equations", "derive", "FORMS"]
 

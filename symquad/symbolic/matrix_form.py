@@ -24,7 +24,7 @@ from itertools import product
 import sympy as sp
 
 from ..spec import Model
-from .quadforms import COV, canonical_trace, expect_forms, expect_outer, trace_symbol
+from .quadforms import COV, expect_forms, expect_outer
 from .symbols import ETA, NOISE, P, P_STAR, XI, matrix_symbols, overlap_symbols
 
 __all__ = ["MatrixEquations", "derive_matrix_form", "explicit"]
