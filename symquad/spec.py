@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from numbers import Integral, Rational, Real
 
-__all__ = ["Model", "LR_SCALINGS"]
+__all__ = ["Model", "LR_SCALINGS", "check_model"]
 
 #: Learning-rate conventions.  ``"fixed"``: the SGD step size is ``η = lr``
 #: whatever the width.  ``"width"``: ``η = lr · p`` (the convention under which
@@ -212,6 +212,13 @@ class Model:
         return (f"Model(p={self.p}, p_star={self.p_star}, lr={self.lr!r}, "
                 f"noise={self.noise!r}, activation={self.activation_str!r}, "
                 f"lr_scaling={self.lr_scaling!r})")
+
+
+def check_model(model, name: str = "model") -> Model:
+    """Return ``model`` if it is a :class:`Model`, else raise a TypeError naming ``name``."""
+    if not isinstance(model, Model):
+        raise TypeError(f"{name} must be a symquad.Model, got {type(model).__name__}")
+    return model
 
 
 #: The built-in default model (plateau and escape within t ≈ 100 from a random

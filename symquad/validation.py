@@ -535,12 +535,11 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start="random", seed=0
     import time
 
     from .numeric.simulate import simulate
-    from .spec import DEFAULT_MODEL, Model
+    from .spec import DEFAULT_MODEL, check_model
 
     t_start = time.perf_counter()
     model = DEFAULT_MODEL if model is None else model
-    if not isinstance(model, Model):
-        raise TypeError(f"model must be a symquad.Model, got {type(model).__name__}")
+    check_model(model)
     N = _check_int(N, "N", 1)
     replicas = _check_int(replicas, "replicas", 2)
     n_times = _check_int(n_times, "n_times", 3)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.integrate import solve_ivp
 
-from ..spec import Model
+from ..spec import Model, check_model
 from .checks import as_overlaps, check_positive
 from .errors import DivergenceError, describe_state
 from .kernels import kernels
@@ -90,8 +90,7 @@ def integrate(model: Model, Q0, rho0, T, t_max, t_eval=None, *, method: str = "R
     -------
     ODESolution
     """
-    if not isinstance(model, Model):
-        raise TypeError(f"model must be a symquad.Model, got {type(model).__name__}")
+    check_model(model)
     Q0, rho0, T = as_overlaps(model, Q0, rho0, T)
     t_max = check_positive("t_max", t_max)
     if on_divergence not in ON_DIVERGENCE:

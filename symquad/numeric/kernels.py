@@ -15,7 +15,7 @@ from typing import Callable
 import numpy as np
 
 from ..kernel_files import cache_dir, load_module_file
-from ..spec import Model
+from ..spec import Model, check_model
 
 __all__ = ["Kernels", "kernels"]
 
@@ -96,8 +96,7 @@ def kernels(model: Model, form: str | None = None) -> Kernels:
     >>> round(k.risk(np.eye(2), np.zeros((2, 1)), np.eye(1)), 6)
     1.5
     """
-    if not isinstance(model, Model):
-        raise TypeError(f"model must be a symquad.Model, got {type(model).__name__}")
+    check_model(model)
     if form is None:
         form = "matrix" if model.is_quadratic else "entries"
     if form not in KERNEL_FORMS:

@@ -37,7 +37,7 @@ import numpy as np
 from scipy import integrate as _spint
 from scipy import optimize as _opt
 
-from ..spec import Model
+from ..spec import Model, check_model
 from .errors import DivergenceError, describe_state
 from .kernels import kernels
 from .checks import check_int as _check_int, check_positive
@@ -56,9 +56,7 @@ POINTS = ("origin", "plateau", "minimum")
 
 # --------------------------------------------------------------------------- checks
 def _check_model(m) -> Model:
-    if not isinstance(m, Model):
-        raise TypeError(f"m must be a symquad.Model, got {type(m).__name__}")
-    return m
+    return check_model(m, "m")
 
 
 def _check_quadratic(m: Model, what: str) -> None:

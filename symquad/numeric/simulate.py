@@ -693,10 +693,9 @@ def simulate(model, N=2000, t_max=20.0, replicas=64, seed=0, method="reduced",
     -------
     SimulationRun
     """
-    from ..spec import Model
+    from ..spec import check_model
 
-    if not isinstance(model, Model):
-        raise TypeError(f"model must be a symquad.Model, got {type(model).__name__}")
+    check_model(model)
     N = _check_int(N, "N", 1)
     replicas = _check_int(replicas, "replicas", 1)
     t_max = check_positive("t_max", t_max)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import sympy as sp
 
-from ..spec import Model
+from ..spec import Model, check_model
 from . import entries, matrix_form
 from .symbols import ETA, NOISE, P, P_STAR, matrix_symbols, overlap_symbols
 
@@ -102,8 +102,7 @@ def derive(model: Model, form: str | None = None) -> Equations:
         ``η`` and ``Δ`` are kept as symbols (``eq.eta``, ``eq.noise``);
         ``eq.params`` maps them to the model's values.
     """
-    if not isinstance(model, Model):
-        raise TypeError(f"model must be a symquad.Model, got {type(model).__name__}")
+    check_model(model)
     if form is None:
         form = "matrix" if model.is_quadratic else "entries"
     if form not in FORMS:

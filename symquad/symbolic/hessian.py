@@ -53,7 +53,7 @@ import numpy as np
 import sympy as sp
 from sympy.polys.matrices import DomainMatrix
 
-from ..spec import Model
+from ..spec import Model, check_model
 
 __all__ = [
     "POINTS", "HessianBlocks", "effective_point", "hessian_blocks", "hessian_spectrum",
@@ -69,8 +69,7 @@ N_SYM = sp.Symbol("N", positive=True, integer=True)
 
 
 def _check(m, point):
-    if not isinstance(m, Model):
-        raise TypeError(f"m must be a symquad.Model, got {type(m).__name__}")
+    check_model(m, "m")
     if point not in POINTS:
         raise ValueError(f"point must be one of {POINTS}, got {point!r}")
     if not m.is_quadratic:

@@ -40,7 +40,7 @@ from functools import lru_cache
 
 import sympy as sp
 
-from ..spec import Model
+from ..spec import Model, check_model
 
 __all__ = [
     "ProofError", "ConservationProof", "prove_conservation", "ode_explicit",
@@ -60,8 +60,7 @@ class ProofError(AssertionError):
 @lru_cache(maxsize=None)
 def ode_explicit(m: Model):
     """``(dQ, drho, (Q, rho, T), eta, noise)`` from ``symquad.derive(m).explicit()``."""
-    if not isinstance(m, Model):
-        raise TypeError(f"m must be a symquad.Model, got {type(m).__name__}")
+    check_model(m, "m")
     if not m.is_quadratic:
         raise ValueError(
             f"the conservation of S is derived for sigma(z) = c z**2 (+ c0); the model has "
