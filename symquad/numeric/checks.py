@@ -57,6 +57,7 @@ def as_overlaps(model, Q, rho, T, names=("Q0", "rho0", "T"), tol: float = 1e-9):
     scale = max(1.0, float(np.max(np.abs(C))))
     if low < -tol * scale * C.shape[0]:
         raise ValueError(
-            f"the joint covariance [[{names[0]}, {names[1]}], [{names[1]}^T, {names[2]}]] must be "
-            f"positive semi-definite (it is a Gram matrix / N); smallest eigenvalue {low:.3g}")
+            f"({names[0]}, {names[1]}, {names[2]}) is not a Gram matrix of weights / N: the joint "
+            f"covariance [[{names[0]}, {names[1]}], [{names[1]}^T, {names[2]}]] must be positive "
+            f"semi-definite; smallest eigenvalue {low:.3g}")
     return Q, rho, T

@@ -44,6 +44,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .checks import as_overlaps
+
 __all__ = [
     "manifold_dimension", "invariant_S", "closest_solution", "ZeroRiskPoint",
     "zero_risk_point", "random_manifold_points", "weight_distance",
@@ -261,15 +263,7 @@ def closest_solution(m, Q0, rho0, T=None) -> ZeroRiskPoint:
     if p < k:
         raise ValueError(
             f"model has p={p} < p_star={k}: no zero-risk solution exists (need p >= p_star)")
-    T = _teacher(T, k)
-    Q0 = _as_matrix(Q0, "Q0", (p, p))
-    rho0 = _as_matrix(rho0, "rho0", (p, k))
-    C = np.block([[Q0, rho0], [rho0.T, T]])
-    lam = np.linalg.eigvalsh(_sym(C))
-    if lam[0] < -1e-9 * max(1.0, lam[-1]):
-        raise ValueError(
-            f"(Q0, rho0, T) is not a Gram matrix of weights: [[Q0, rho0], [rho0^T, T]] has "
-            f"eigenvalue {lam[0]:.3g} < 0")
+    Q0, rho0, T = as_overlaps(m, Q0, rho0, _teacher(T, k))
     return zero_risk_point(invariant_S(rho0), T, p)
 
 
