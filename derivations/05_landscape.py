@@ -87,7 +87,6 @@ def plateau_part(m):
     exact = F.plateau_solution(m)
     fp = L.plateau(m)
     assert abs(float(exact.q) - fp.q) < 1e-12 and abs(float(exact.rate) - fp.rate) < 1e-9
-    q = F.Q_SYM
     print(r"\begin{align*}")
     print(rf"\dot Q\big|_{{Q=qI,\rho=0}} &= S(q)\, I,\quad S(q) = {sp.latex(red['S'])} \\")
     print(rf"\dot\rho &= \kappa(q)\,\rho + O(\rho^3),\quad \kappa(q) = {sp.latex(red['kappa'])} \\")
