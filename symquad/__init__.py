@@ -29,6 +29,7 @@ _LAZY = {
     "SimulationRun": "symquad.numeric.simulate",
     "validate": "symquad.studies.validation",
     "ValidationReport": "symquad.studies.validation",
+    "compare": "symquad.studies.validation",
     "invariant_S": "symquad.numeric.invariants",
     "closest_solution": "symquad.numeric.invariants",
     "manifold_dimension": "symquad.numeric.invariants",
