@@ -109,8 +109,10 @@ def validation_figures(report) -> dict:
     ax.set_xlabel("t = steps / N")
     ax.set_ylabel("population risk")
     ax.set_yscale("log")
-    ax.set_title(f"{c['model']}\nN={c['N']}, {c['replicas']} replicas, {c['start']} start",
-                 fontsize=8)
+    source = (f"N={c['N']}, {c['replicas']} replicas, {c['start']} start"
+              if c.get("source", "simulation") == "simulation"
+              else f"{c['source']}, {c['replicas']} replicas")
+    ax.set_title(f"{c['model']}\n{source}", fontsize=8)
     ax.legend(fontsize=7)
     fig.tight_layout()
     figs["risk"] = fig

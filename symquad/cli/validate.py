@@ -11,11 +11,12 @@ simulating (:func:`symquad.compare`): keys ``t`` (n,), ``Q`` (replicas, n, p, p)
 or (n, p, p), ``rho`` (replicas, n, p, p*) or (n, p, p*), optional ``T``; the
 model comes from ``--p --p-star --lr --noise --lr-scaling``.
 
-``--quick`` is a seconds-long version (small N, few replicas) for smoke
+``--quick`` is a short version (small N, few replicas) for smoke
 tests; explicit ``--N`` / ``--replicas`` win over it.
 
 The destination ``--out`` is checked before any computation.  Exit status:
-0 PASS, 1 FAIL or INCONCLUSIVE, 2 bad arguments or destination, 3 SGD diverged.
+0 PASS, 1 FAIL, 2 bad arguments or destination, 3 SGD diverged,
+4 INCONCLUSIVE (too little data to test the criteria).
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ import os
 import sys
 
 # --quick: small enough for a test, still every stage (SGD, ODE, escape, FSS, drift)
-_QUICK = dict(N=300, replicas=16, fss_N=[50, 200, 800, 3200], fss_replicas=16, fss_t_max=4.0,
-              n_times=61, invariant_N=(100, 400), invariant_replicas=4)
+_QUICK = dict(N=400, replicas=32, fss_N=[50, 200, 800, 3200], fss_replicas=16, fss_t_max=4.0,
+              n_times=121, invariant_N=(100, 400), invariant_replicas=4)
 # flags that describe a simulation, meaningless with --data
 _SIMULATION_FLAGS = ("N", "t_max", "replicas", "seed", "start", "method", "quick")
 _DATA_KEYS = ("t", "Q", "rho", "T")
@@ -65,7 +66,7 @@ def register(subparsers) -> None:
                     "and after the escape, the spread of escape times and the finite-size "
                     "scaling of the deviation (fitted exponent, theory -1/2), and decide "
                     "PASS/FAIL. With --data, compare your own trajectories instead. Exit "
-                    "status: 0 PASS, 1 FAIL or INCONCLUSIVE, 2 bad arguments, 3 SGD diverged.",
+                    "status: 0 PASS, 1 FAIL, 2 bad arguments, 3 SGD diverged, 4 INCONCLUSIVE.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ps.add_argument("--p", type=_positive_int, default=d.p, help="student width")
     ps.add_argument("--p-star", type=_positive_int, default=d.p_star, help="teacher width")
@@ -74,12 +75,12 @@ def register(subparsers) -> None:
     ps.add_argument("--lr-scaling", choices=LR_SCALINGS, default=d.lr_scaling,
                     help="'fixed': η = lr; 'width': η = lr·p")
     ps.add_argument("--N", type=_positive_int, default=None,
-                    help="input dimension (default 2000; 300 with --quick)")
+                    help="input dimension (default 2000; 400 with --quick)")
     ps.add_argument("--t-max", type=_positive_float, default=None,
                     help="final time steps/N (default: 2.5·log(N)/(2κ) from the plateau "
                          "growth rate κ for a random start, 10/η otherwise)")
     ps.add_argument("--replicas", type=_positive_int, default=None,
-                    help="SGD replicas, >= 2 (default 64; 16 with --quick)")
+                    help="SGD replicas, >= 2 (default 64; 32 with --quick)")
     ps.add_argument("--seed", type=int, default=None, help="random seed >= 0 (default 0)")
     ps.add_argument("--start", choices=("random", "informed"), default=None,
                     help="random: w ~ N(0, I) (plateau, escape); informed: ρ(0) of order 1 "
@@ -96,7 +97,7 @@ def register(subparsers) -> None:
     ps.add_argument("--out", default="symquad_report",
                     help="report folder (replaced whole; checked before computing)")
     ps.add_argument("--quick", action="store_true",
-                    help="seconds-long version (N=300, 16 replicas, small FSS and drift "
+                    help="short version (N=400, 32 replicas, small FSS and drift "
                          "study) for smoke tests; explicit --N/--replicas win")
     ps.set_defaults(func=run)
 
@@ -194,4 +195,4 @@ def run(args) -> int:
         return _fail(f"could not write the report to {args.out!r}: {exc}")
     print(f"\nreport written to {args.out}/: " + ", ".join(
         sorted(os.path.basename(p) for p in paths.values())))
-    return 0 if report.passed else 1
+    return {"PASS": 0, "FAIL": 1}.get(report.verdict, 4)

@@ -97,9 +97,9 @@ tested (``report.verdict`` is ``"PASS"``, ``"FAIL"`` or ``"INCONCLUSIVE"``;
    otherwise the times before the median ODE ``‖ρ‖²_F`` has grown to twice its
    start (``_RHO_GROWTH``): the relaxation onto the plateau, before the
    ``N^{-1}e^{2κt}`` seeding effect above.  Precision first: the test is
-   *not tested* when its resolution ``t_crit · max s.e.`` exceeds 5 %
+   *not tested* when its resolution ``t_crit · max s.e.`` exceeds 10 %
    (``_RESOLUTION``) of the range of the mean ODE risk over ``W`` (too few
-   replicas to see a wrong theory).
+   replicas to see a wrong theory; the default run resolves about 1 %).
 2. **Band coverage** (``band``): the fraction of (replica, time) pairs at which
    each replica's ODE risk lies inside the SGD band must be at least the
    coverage expected for a curve distributed like the replicas,
@@ -147,7 +147,7 @@ ALPHA = 0.01
 #: Mean-deviation window: until the median ODE ‖ρ‖² has grown by this factor.
 _RHO_GROWTH = 2.0
 #: Mean-deviation test: largest resolution, as a fraction of the ODE risk range.
-_RESOLUTION = 0.05
+_RESOLUTION = 0.10
 #: Band criterion: allowed shortfall below the coverage of an exchangeable curve.
 _BAND_MARGIN = 0.10
 #: Finite-size criterion: tolerance on |b + 1/2| and the largest usable s.e.(b).
@@ -476,7 +476,10 @@ def _exchangeable_coverage(R, band):
     With ``R`` exchangeable values and a band between the empirical percentiles
     ``lo, hi`` (linear interpolation, so between order statistics of rank
     ``1 + (R − 1) lo/100`` and ``1 + (R − 1) hi/100``), a new value falls inside
-    with probability ``(R − 1)(hi − lo)/100 / (R + 1)``.
+    with probability ``(R − 1)(hi − lo)/100 / (R + 1)`` — exactly for uniform
+    values (the interpolation is then linear in the CDF), and slightly less
+    than the truth for bell-shaped ones (0.014 at R = 8, Gaussian), which makes
+    the band criterion lenient by that much.
     """
     return float((R - 1) * (band[1] - band[0]) / 100.0 / (R + 1)) if R > 1 else 0.0
 

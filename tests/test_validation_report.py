@@ -1,0 +1,269 @@
+"""ValidationReport persistence and integrity, and the ``symquad validate`` CLI around it.
+
+save/load round trip (numbers, config, arrays, verdict, drift study), a compact
+repr, atomic folder replacement (an interrupted save leaves the old folder),
+destinations refused before any computation, ``--quick`` never overriding
+explicit flags, ``--data`` for user trajectories.
+"""
+
+import json
+import os
+
+import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+
+import symquad as sq
+from symquad.cli import main
+from symquad.studies import report_io
+from symquad.studies.validation import ValidationReport
+
+M = sq.Model(p=3, p_star=2, lr=0.3)
+
+
+@pytest.fixture(scope="module")
+def report():
+    """A small report with every part: escape, finite-size scaling, drift study."""
+    return sq.validate(M, N=200, t_max=40.0, replicas=6, seed=11, fss_N=[50, 200, 800],
+                       fss_t_max=2.0, fss_replicas=6, n_times=41, invariant_N=(100, 200),
+                       invariant_replicas=3)
+
+
+def _same_tree(a, b):
+    if isinstance(a, dict):
+        assert set(a) == set(b)
+        for k in a:
+            _same_tree(a[k], b[k])
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b)
+        for x, y in zip(a, b):
+            _same_tree(x, y)
+    elif isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    elif isinstance(a, float) and np.isnan(a):
+        assert np.isnan(b)
+    else:
+        assert a == b
+
+
+def test_save_load_round_trip(report, tmp_path):
+    paths = report.save(tmp_path / "rep")
+    back = ValidationReport.load(tmp_path / "rep")
+    assert back.config == report.config
+    assert back.numbers == json.loads(json.dumps(report.numbers))
+    assert back.verdict == report.verdict and back.passed == report.passed
+    assert back.reasons == report.reasons
+    for name in ("t", "sgd_risk", "ode_risk", "sgd_Q", "ode_Q", "sgd_rho", "ode_rho", "T"):
+        np.testing.assert_array_equal(getattr(back, name), getattr(report, name))
+    _same_tree(report.invariant_study, back.invariant_study)
+    assert back.summary() == report.summary()
+    # the figures can be redrawn from the loaded report
+    assert set(back.figures()) == {"risk", "overlaps", "fss", "escape"}
+    for key in ("json", "summary", "trajectories", "risk", "invariant_drift"):
+        assert os.path.getsize(paths[key]) > 0
+    # files are readable by others like any file the user writes (not mkstemp-private)
+    umask = os.umask(0)
+    os.umask(umask)
+    assert os.stat(paths["risk"]).st_mode & 0o777 == 0o666 & ~umask
+
+
+def test_repr_is_short(report):
+    text = repr(report)
+    assert len(text) < 300 and text.count("\n") == 0
+    assert text.startswith(f"ValidationReport({report.verdict}")
+    assert "replicas=6" in text and "times=41" in text
+
+
+def test_load_refuses_what_is_not_a_report(tmp_path):
+    with pytest.raises(ValueError, match="no report.json"):
+        ValidationReport.load(tmp_path)
+    (tmp_path / "report.json").write_text('{"something": "else"}')
+    with pytest.raises(ValueError, match="not a symquad ValidationReport"):
+        ValidationReport.load(tmp_path)
+
+
+def test_save_replaces_the_folder_whole(report, tmp_path):
+    dest = tmp_path / "rep"
+    report.save(dest, figures=False)
+    (dest / "risk.png").write_bytes(b"a figure of an older run")
+    (dest / "stale_figure_of_an_older_run.png").write_bytes(b"old")
+    report.save(dest, figures=False)
+    assert not (dest / "stale_figure_of_an_older_run.png").exists()
+    assert not (dest / "risk.png").exists()       # figures=False: none of the old ones kept
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rep"]   # no temporary folder left
+
+
+def test_interrupted_save_leaves_the_old_folder(report, tmp_path, monkeypatch):
+    dest = tmp_path / "rep"
+    report.save(dest, figures=False)
+    before = {p.name: p.read_bytes() for p in dest.iterdir()}
+    calls = []
+
+    def interrupted(fig, path, dpi=120):
+        calls.append(path)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return original(fig, path, dpi)
+
+    from symquad import plotting
+    original = plotting.save_figure
+    monkeypatch.setattr(plotting, "save_figure", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        report.save(dest)
+    assert len(calls) == 2
+    assert {p.name: p.read_bytes() for p in dest.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rep"]
+    # and into a new folder: nothing at all is left behind
+    with pytest.raises(KeyboardInterrupt):
+        calls.clear()
+        report.save(tmp_path / "new")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rep"]
+
+
+def test_save_touches_no_global_matplotlib_state(report, tmp_path, monkeypatch):
+    def forbidden(*args, **kwargs):
+        raise AssertionError("matplotlib.use must not be called")
+    monkeypatch.setattr(matplotlib, "use", forbidden)
+    plt.close("all")
+    backend = matplotlib.get_backend()
+    report.save(tmp_path / "rep")
+    assert plt.get_fignums() == []
+    assert matplotlib.get_backend() == backend
+
+
+def _a_file(tmp):
+    (tmp / "f.txt").write_text("x")
+    return tmp / "f.txt"
+
+
+def _a_foreign_folder(tmp):
+    (tmp / "mine").mkdir()
+    (tmp / "mine" / "notes.txt").write_text("x")
+    return tmp / "mine"
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda tmp: "", "non-empty folder path"),
+    (lambda tmp: "   ", "non-empty folder path"),
+    (_a_file, "is not a folder"),
+    (_a_foreign_folder, "not a symquad report"),
+    (lambda tmp: "/proc/symquad_report", "cannot create files"),
+    (lambda tmp: _a_file(tmp) / "sub", "not a folder"),
+])
+def test_bad_destinations_refused(make, match, tmp_path, report):
+    dest = make(tmp_path)
+    with pytest.raises(ValueError, match=match):
+        report_io.check_destination(dest)
+    with pytest.raises(ValueError, match=match):
+        report.save(dest)
+    with pytest.raises(TypeError, match="folder path"):
+        report_io.check_destination(3)
+
+
+def test_unwritable_folder_refused(tmp_path):
+    if os.geteuid() == 0:
+        pytest.skip("root can write into read-only folders")
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+        with pytest.raises(ValueError, match="cannot create files"):
+            report_io.check_destination(ro / "rep")
+    finally:
+        ro.chmod(0o700)
+
+
+# ---------------------------------------------------------------------------
+# CLI
+# ---------------------------------------------------------------------------
+@pytest.fixture
+def no_computation(monkeypatch):
+    """Make any computation fail loudly: the CLI must refuse before it."""
+    from symquad.studies import validation
+
+    def boom(*args, **kwargs):
+        raise AssertionError("computation started")
+    monkeypatch.setattr(validation, "validate", boom)
+    monkeypatch.setattr(validation, "compare", boom)
+
+
+@pytest.mark.parametrize("out", ["FILE", "", "/proc/symquad_report"])
+def test_cli_bad_out_refused_before_computing(out, tmp_path, capsys, no_computation):
+    if out == "FILE":
+        out = str(tmp_path / "f.txt")
+        (tmp_path / "f.txt").write_text("x")
+    assert main(["validate", "--out", out]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("symquad validate: error: --out") and "Traceback" not in err
+
+
+def test_cli_quick_does_not_override_explicit_flags(monkeypatch, tmp_path):
+    from symquad.studies import validation
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def capture(model, **kwargs):
+        seen.update(kwargs)
+        raise Stop
+    monkeypatch.setattr(validation, "validate", capture)
+    with pytest.raises(Stop):
+        main(["validate", "--quick", "--N", "777", "--out", str(tmp_path / "r")])
+    assert seen["N"] == 777 and seen["replicas"] == 32      # explicit N, quick replicas
+    seen.clear()
+    with pytest.raises(Stop):
+        main(["validate", "--quick", "--replicas", "5", "--out", str(tmp_path / "r")])
+    assert seen["replicas"] == 5 and seen["N"] == 400
+    seen.clear()
+    with pytest.raises(Stop):
+        main(["validate", "--out", str(tmp_path / "r")])
+    assert seen["N"] == 2000 and seen["replicas"] == 64 and seen["fss"] and seen["invariant"]
+
+
+def _write_npz(path, **arrays):
+    np.savez(path, **arrays)
+    return str(path)
+
+
+def test_cli_data(tmp_path, capsys):
+    m = sq.Model(p=2, p_star=1, lr=0.3)
+    run = sq.simulate(m, N=500, t_max=4.0, replicas=8, seed=1, t_eval=np.linspace(0, 4, 9))
+    data = _write_npz(tmp_path / "run.npz", t=run.t, Q=run.Q, rho=run.rho)
+    out = tmp_path / "rep"
+    rc = main(["validate", "--data", data, "--p", "2", "--p-star", "1", "--lr", "0.3",
+               "--out", str(out)])
+    rep = ValidationReport.load(out)
+    assert rc == {"PASS": 0, "FAIL": 1, "INCONCLUSIVE": 4}[rep.verdict]
+    assert rep.config["source"] == "user data" and rep.config["replicas"] == 8
+    np.testing.assert_array_equal(rep.sgd_Q, run.Q)
+    assert "VERDICT:" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("arrays, extra_args, match", [
+    (dict(t=np.arange(3.0), Q=np.zeros((3, 4, 4)), rho=np.zeros((3, 4, 2)), code=np.ones(2)),
+     [], r"unexpected array\(s\) \['code'\]"),
+    (dict(t=np.arange(3.0), Q=np.zeros((3, 4, 4))), [], r"lacks the array\(s\) \['rho'\]"),
+    (dict(t=np.arange(3.0), Q=np.zeros((3, 4, 4)), rho=np.array([{"a": 1}] * 3)), [],
+     "Python objects"),
+    (dict(t=np.arange(3.0), Q=np.zeros((3, 4, 4)), rho=np.zeros((3, 4, 2))), ["--N", "100"],
+     "--N describe a simulation"),
+    (dict(t=np.arange(3.0), Q=np.zeros((3, 3, 3)), rho=np.zeros((3, 3, 2))), [],
+     "Q must have shape"),
+])
+def test_cli_data_refused(arrays, extra_args, match, tmp_path, capsys):
+    data = _write_npz(tmp_path / "d.npz", **arrays)
+    rc = main(["validate", "--data", data, "--out", str(tmp_path / "r"), *extra_args])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert "Traceback" not in err
+    import re
+    assert re.search(match, err), err
+    assert not (tmp_path / "r").exists()
+
+
+def test_cli_data_missing_file(tmp_path, capsys):
+    assert main(["validate", "--data", str(tmp_path / "nope.npz"), "--out",
+                 str(tmp_path / "r")]) == 2
+    assert "no such file" in capsys.readouterr().err

@@ -1,0 +1,167 @@
+"""The verdict of the validation study, calibrated both ways, and ``sq.compare`` on user data.
+
+Calibration: genuine SGD data passes against its own model's ODE; the same
+data fails against the ODE of a model with a learning rate 30 % off (built
+through the public kernels from a perturbed Model) and when ρ is scaled by
+1.25.  The statistical precision of each run is asserted before its verdict
+is (the criteria must have been *tested*, not skipped).
+"""
+
+import math
+
+import numpy as np
+import pytest
+
+import symquad as sq
+from symquad.studies.validation import _exchangeable_coverage
+
+M = sq.Model(p=4, p_star=2, lr=0.3)        # plateau and escape by t ~ 30
+
+
+@pytest.fixture(scope="module")
+def sgd_run():
+    """24 genuine SGD replicas of M from a random start, through every escape."""
+    return sq.simulate(M, N=1000, t_max=60.0, replicas=24, seed=5, t_eval=np.linspace(0, 60, 121))
+
+
+def _status(report):
+    return {c["name"]: c["status"] for c in report.numbers["verdict"]["checks"]}
+
+
+def test_genuine_sgd_data_passes(sgd_run):
+    rep = sq.compare(M, sgd_run.t, sgd_run.Q, sgd_run.rho)
+    status = _status(rep)
+    # precision first: every criterion was tested, with a resolution finer than
+    # 5 % of the risk range the window covers
+    assert set(status) == {"divergence", "mean_deviation", "band", "escape_time"}
+    assert "not tested" not in status.values(), rep.reasons
+    assert rep.numbers["escape"]["sgd_escaped"] == 24
+    assert rep.passed and rep.verdict == "PASS", rep.reasons
+    assert "VERDICT: PASS" in rep.summary()
+    # the paired escape-time shift is O(1) and close to the noise-seeding prediction
+    e = rep.numbers["escape"]
+    assert e["predicted_difference"] < 0
+    assert abs(e["difference"]["mean"] - e["predicted_difference"]) < 3 * e["difference"]["se"]
+
+
+def test_wrong_learning_rate_fails(sgd_run):
+    wrong = sq.Model(p=4, p_star=2, lr=0.39)
+    rep = sq.compare(wrong, sgd_run.t, sgd_run.Q, sgd_run.rho)
+    status = _status(rep)
+    assert not rep.passed and rep.verdict == "FAIL"
+    assert status["band"] == "fail" and status["escape_time"] == "fail", rep.reasons
+    assert any(r.startswith("FAIL: band coverage") for r in rep.reasons)
+
+
+def test_rho_scaled_by_one_and_a_quarter_fails(sgd_run):
+    rep = sq.compare(M, sgd_run.t, sgd_run.Q, 1.25 * sgd_run.rho)
+    assert rep.verdict == "FAIL"
+    assert _status(rep)["band"] == "fail", rep.reasons
+
+
+def test_default_model_passes_validate():
+    """The default model, with few replicas and N (cheap), through its escape."""
+    rep = sq.validate(sq.DEFAULT_MODEL, N=500, replicas=24, seed=2, fss=False, invariant=False,
+                      n_times=161)
+    status = _status(rep)
+    assert "not tested" not in status.values(), rep.reasons
+    assert rep.passed, rep.reasons
+
+
+def test_one_run_is_inconclusive_and_shapes_without_replica_axis(sgd_run):
+    rep = sq.compare(M, sgd_run.t, sgd_run.Q[0], sgd_run.rho[0])
+    assert rep.sgd_Q.shape == (1,) + sgd_run.Q.shape[1:]
+    assert rep.verdict == "INCONCLUSIVE" and rep.passed is False
+    assert any("needs >= 2 replicas" in r for r in rep.reasons)
+
+
+def test_compare_reproduces_validate_numbers():
+    """compare on validate's own SGD trajectories gives validate's numbers and verdict."""
+    val = sq.validate(M, N=300, t_max=8.0, replicas=6, seed=3, start="informed", fss=False,
+                      invariant=False, n_times=17)
+    cmp_ = sq.compare(M, val.t, val.sgd_Q, val.sgd_rho, escape=False)
+    np.testing.assert_allclose(cmp_.ode_risk, val.ode_risk, rtol=1e-10, atol=1e-13)
+    np.testing.assert_allclose(cmp_.sgd_risk, val.sgd_risk, rtol=1e-12, atol=1e-14)
+    assert cmp_.numbers["band"] == val.numbers["band"]
+    assert cmp_.verdict == val.verdict
+
+
+def test_exchangeable_coverage_matches_monte_carlo():
+    """The band criterion's expected coverage, against a direct simulation: exact for
+    uniform values (the percentiles interpolate linearly in the CDF), within 0.02 for
+    Gaussian ones (where the tails make the band slightly wider)."""
+    rng = np.random.default_rng(0)
+    for R in (8, 24, 64):
+        for draw, tol in ((rng.random, 0.0), (rng.standard_normal, 0.02)):
+            x = draw((40000, R + 1))
+            lo, hi = np.percentile(x[:, :R], [2.5, 97.5], axis=1)
+            inside = np.mean((x[:, R] >= lo) & (x[:, R] <= hi))
+            se = math.sqrt(inside * (1 - inside) / x.shape[0])
+            assert se < 0.0025
+            assert abs(inside - _exchangeable_coverage(R, (2.5, 97.5))) < 4 * se + tol
+
+
+# ---------------------------------------------------------------------------
+# input checks: clear errors naming the parameter, before any integration
+# ---------------------------------------------------------------------------
+def _data(R=3, n=5, p=4, k=2, seed=0):
+    from conftest import random_overlaps
+    rng = np.random.default_rng(seed)
+    Q = np.empty((R, n, p, p))
+    rho = np.empty((R, n, p, k))
+    for r in range(R):
+        for i in range(n):
+            Q[r, i], rho[r, i], _ = random_overlaps(p, k, rng)
+    return np.linspace(0, 1, n), Q, rho
+
+
+@pytest.mark.parametrize("change, error, match", [
+    (lambda t, Q, r: (t[::-1], Q, r), ValueError, "t must be finite, >= 0 and strictly"),
+    (lambda t, Q, r: (t[:2], Q[:, :2], r[:, :2]), ValueError, "t must be a 1-d array of >= 3"),
+    (lambda t, Q, r: (t, Q[:, :, :3, :3], r), ValueError, r"Q must have shape"),
+    (lambda t, Q, r: (t, Q, r[..., :1]), ValueError, r"rho must have shape"),
+    (lambda t, Q, r: (t, Q[:2], r), ValueError, "same number of replicas"),
+    (lambda t, Q, r: (t, np.where(np.arange(4) == 0, np.nan, Q), r), ValueError,
+     "Q must be finite"),
+    (lambda t, Q, r: (t, Q + np.triu(np.ones((4, 4)), 1), r), ValueError,
+     "Q must be symmetric"),
+    (lambda t, Q, r: (t, Q.astype(complex), r), TypeError, "Q must be real"),
+    (lambda t, Q, r: (t, Q, np.array(r, dtype=object)), TypeError, "rho must be a real"),
+    (lambda t, Q, r: (t, Q, 10 * r), ValueError, "rho"),
+])
+def test_compare_bad_data(change, error, match):
+    t, Q, rho = change(*_data())
+    with pytest.raises(error, match=match):
+        sq.compare(M, t, Q, rho)
+
+
+def test_compare_bad_options():
+    t, Q, rho = _data()
+    with pytest.raises(ValueError, match="T must have shape"):
+        sq.compare(M, t, Q, rho, T=np.eye(3))
+    with pytest.raises(ValueError, match="alpha must be in"):
+        sq.compare(M, t, Q, rho, alpha=0.7)
+    with pytest.raises(ValueError, match="escape must be None, True or False"):
+        sq.compare(M, t, Q, rho, escape="yes")
+    with pytest.raises(TypeError, match="model"):
+        sq.compare("not a model", t, Q, rho)
+
+
+def test_validate_takes_T_Q0_rho0_checked():
+    with pytest.raises(ValueError, match="T must be symmetric"):
+        sq.validate(M, N=50, replicas=2, t_max=1.0, T=np.array([[1.0, 0.5], [0.0, 1.0]]))
+    with pytest.raises(ValueError, match="Q0 and rho0 must be given together"):
+        sq.validate(M, N=50, replicas=2, t_max=1.0, Q0=np.eye(4))
+    with pytest.raises(ValueError, match="not both"):
+        sq.validate(M, N=50, replicas=2, t_max=1.0, start="informed", Q0=np.eye(4),
+                    rho0=np.zeros((4, 2)))
+    with pytest.raises(ValueError, match="Gram matrix"):
+        sq.validate(M, N=50, replicas=2, t_max=1.0, Q0=np.eye(4), rho0=2 * np.ones((4, 2)))
+    # a given start and teacher are used, and the ODE starts from them
+    T = np.diag([1.0, 0.5])
+    rho0 = 0.3 * np.eye(4, 2)
+    rep = sq.validate(M, N=400, replicas=4, t_max=2.0, Q0=np.eye(4), rho0=rho0, T=T,
+                      fss=False, invariant=False, n_times=9)
+    np.testing.assert_allclose(rep.T, T)
+    np.testing.assert_allclose(rep.ode_rho[:, 0], np.broadcast_to(rho0, (4, 4, 2)), atol=1e-12)
+    assert rep.config["start"] == "given" and not rep.numbers["escape"]["defined"]
