@@ -749,6 +749,8 @@ class ValidationReport:
         inv = n.get("invariant_drift")
         if inv:
             lines.append("  implicit bias: " + inv["text"].replace("\n", "\n  "))
+        elif n.get("invariant_drift_skipped"):
+            lines.append(f"  implicit bias: drift study skipped ({n['invariant_drift_skipped']})")
         if n.get("runtime_s") is not None:
             lines.append(f"  runtime: {n['runtime_s']:.1f} s")
         lines.append("")
@@ -955,7 +957,9 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start=None, seed=0, *,
         along SGD as a function of N (random start from a time after the early
         re-randomisation, and an informed start), with a fitted exponent; see
         :func:`symquad.studies.invariant_drift.invariant_drift_study`.  Needs
-        ``p >= p*`` (skipped otherwise).  Reported, not part of the verdict.
+        ``p >= p*`` and ``σ = c z²`` (skipped otherwise, with the reason in
+        ``numbers["invariant_drift_skipped"]``).  Reported, not part of the
+        verdict.
     invariant_N, invariant_replicas
         The N values and replicas per N of that study (t_max as the main run).
     progress : bool
@@ -1042,7 +1046,11 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start=None, seed=0, *,
             start=fss_start, overlap=overlap, method=method, progress=progress)
         phases["finite_size_scaling"] = time.perf_counter() - tick
     study = None
-    if invariant and model.p >= model.p_star:
+    if invariant and not (model.p >= model.p_star and model.is_quadratic):
+        numbers["invariant_drift_skipped"] = (
+            "the conservation of S is a result for sigma = c z^2" if not model.is_quadratic
+            else "S = rho (rho^T rho)^(-1/2) needs p >= p_star")
+    elif invariant:
         # docs/model.md (conserved S) at finite N: drift of S = rho (rho^T rho)^(-1/2) vs N
         from .invariant_drift import invariant_drift_study, summarize_drift_study
         tick = time.perf_counter()
