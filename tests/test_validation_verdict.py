@@ -165,3 +165,20 @@ def test_validate_takes_T_Q0_rho0_checked():
     np.testing.assert_allclose(rep.T, T)
     np.testing.assert_allclose(rep.ode_rho[:, 0], np.broadcast_to(rho0, (4, 4, 2)), atol=1e-12)
     assert rep.config["start"] == "given" and not rep.numbers["escape"]["defined"]
+
+
+@pytest.mark.slow
+def test_default_statistics_pass_and_a_five_percent_wrong_learning_rate_fails():
+    """`symquad validate` as run by default: PASS with every criterion tested; its own SGD
+    data against the ODE of lr 0.105 or 0.095 (instead of 0.1) fails."""
+    rep = sq.validate()
+    status = _status(rep)
+    assert set(status) == {"divergence", "mean_deviation", "band", "finite_size_exponent",
+                           "escape_time"}
+    assert "not tested" not in status.values(), rep.reasons
+    assert rep.passed, rep.reasons
+    for lr in (0.105, 0.095):
+        wrong = sq.Model(p=4, p_star=2, lr=lr)
+        bad = sq.compare(wrong, rep.t, rep.sgd_Q, rep.sgd_rho)
+        assert _status(bad)["mean_deviation"] == "fail", bad.reasons
+        assert bad.verdict == "FAIL"

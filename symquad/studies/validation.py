@@ -112,8 +112,10 @@ tested (``report.verdict`` is ``"PASS"``, ``"FAIL"`` or ``"INCONCLUSIVE"``;
 4. **Escape-time shift** (``escape_time``, with an escape analysis): the mean
    paired difference ``d = t_esc^SGD − t_esc^ODE`` over the replicas where
    both escaped must agree with the prediction above:
-   ``|d̄ − d_pred| <= t_{1−alpha/2, n−1} s.e.(d̄) + 0.25/κ`` (``_ESCAPE_TOL``:
-   a quarter of an e-folding time of ρ for the linearised noise model), and
+   ``|d̄ − d_pred| <= t_{1−alpha/2, n−1} s.e.(d̄) + 0.1/κ`` (``_ESCAPE_TOL``:
+   a tenth of an e-folding time of ρ for the neglected nonlinear and
+   anisotropic corrections of the linearised noise model; in every run we
+   measured the gap was within the statistical part alone), and
    at most 10 % of the replicas may escape in one and not in the other.
    Not tested when fewer than half of the replicas escaped in both.
 5. **Divergence** (``divergence``): SGD and the ODE diverge in the same
@@ -121,7 +123,14 @@ tested (``report.verdict`` is ``"PASS"``, ``"FAIL"`` or ``"INCONCLUSIVE"``;
 
 Calibration (tests/test_validation_verdict.py): the default model passes;
 the same SGD data compared with the ODE of a model whose learning rate is
-30 % off fails, and so does the data with ρ scaled by 1.25.
+30 % off fails, and so does the data with ρ scaled by 1.25.  Power at the
+default statistics (``symquad validate``: N = 2000, 64 replicas, seed 0),
+measured by comparing its SGD trajectories with the ODE of a perturbed
+model: learning rate 0.105 or 0.095 instead of 0.1 fails the mean-deviation
+criterion (7.1 and 4.7 s.e. against a critical 3.4), 0.11 and 0.09 fail the
+mean-deviation, band and escape criteria; the true model passes all four
+(1.7 s.e.; band 93.8 % against 82.1 %; escape shift −1.07 ± 0.36 against the
+predicted −0.81).
 """
 
 from __future__ import annotations
@@ -153,7 +162,7 @@ _BAND_MARGIN = 0.10
 #: Finite-size criterion: tolerance on |b + 1/2| and the largest usable s.e.(b).
 _FSS_TOL = 0.1
 #: Escape criterion: tolerance on the mean shift, in units of 1/κ.
-_ESCAPE_TOL = 0.25
+_ESCAPE_TOL = 0.1
 #: Escape and divergence criteria: largest fraction of replicas that may disagree.
 _DISAGREE = 0.10
 #: Escape analysis applies to starts whose RMS entry of ρ(0) is below this.
