@@ -280,13 +280,14 @@ def _seeding_shift(model, q0, fp):
 # ---------------------------------------------------------------------------
 def finite_size_scaling(model, Ns=(100, 300, 1000, 3000, 10000), t_max=10.0, replicas=64,
                         seed=0, start="informed", overlap=0.5, method="reduced",
-                        n_times=51, progress=False):
+                        n_times=51, T=None, progress=False):
     r"""Deviation SGD − ODE versus ``N`` and the fitted exponent.
 
     For each ``N``: ``D_r = [mean_{t ∈ (0, t_max]} D_r(t)²]^{1/2}`` (overlap
     deviation, module docstring) for every replica; ``D(N)`` is its replica
     mean with standard error ``s(N)``.  The fit ``log D = a + b log N`` uses
     the standard errors of ``log D`` (``s/D``) as absolute uncertainties.
+    ``T`` (default ``I``) is the teacher overlap of the runs.
 
     Returns
     -------
@@ -313,7 +314,7 @@ def finite_size_scaling(model, Ns=(100, 300, 1000, 3000, 10000), t_max=10.0, rep
     for i, N in enumerate(Ns):
         run = simulate(model, N=N, t_max=t_max, replicas=replicas, seed=seed + 7919 * (i + 1),
                        method=method, t_eval=t, on_divergence="stop", progress=progress,
-                       **kwargs)
+                       T=T, **kwargs)
         ok = run.status == "ok"
         if ok.sum() < 2:
             raise ValueError(f"finite-size scaling: SGD diverged at N={N} "
@@ -1005,10 +1006,14 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start=None, seed=0, *,
         _check_start(model, Q0, rho0, T)
     if fss and fss_start not in STARTS:
         raise ValueError(f"fss_start must be one of {STARTS}, got {fss_start!r}")
+    if (start == "informed" or (fss and fss_start == "informed")):
+        from ..numeric.checks import as_overlaps
+        as_overlaps(model, *informed_start(model, overlap), T,
+                    names=("informed Q0", "informed rho0 (overlap)", "T"))
 
     escape = {"random": None, "informed": False, "given": None}[start]
     fp, threshold = None, None
-    if start == "random":
+    if start != "informed":
         fp, threshold, _ = _escape_setup(model, T, escape_fraction)
     if t_max is None:
         if threshold is not None:
@@ -1052,7 +1057,7 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start=None, seed=0, *,
         tick = time.perf_counter()
         numbers["finite_size_scaling"] = finite_size_scaling(
             model, Ns=fss_N, t_max=fss_t, replicas=fss_replicas or replicas, seed=seed,
-            start=fss_start, overlap=overlap, method=method, progress=progress)
+            start=fss_start, overlap=overlap, method=method, T=T, progress=progress)
         phases["finite_size_scaling"] = time.perf_counter() - tick
     study = None
     if invariant and not (model.p >= model.p_star and model.is_quadratic):
@@ -1065,7 +1070,7 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start=None, seed=0, *,
         tick = time.perf_counter()
         study = invariant_drift_study(model, Ns=list(invariant_N), t_max=t_max,
                                       replicas=invariant_replicas, seed=seed, method=method,
-                                      progress=progress)
+                                      T=T, progress=progress)
         numbers["invariant_drift"] = summarize_drift_study(study)
         phases["invariant_drift"] = time.perf_counter() - tick
     numbers["verdict"] = _decide(numbers, replicas, alpha)
