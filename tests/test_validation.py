@@ -183,3 +183,16 @@ def test_numeric_runtime_never_imports_sympy(tmp_path):
                          cwd=str(tmp_path), env={**os.environ, "PYTHONPATH": os.getcwd()})
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().endswith("False")
+
+
+def test_studies_in_worker_processes_give_the_same_numbers():
+    """The finite-size scaling and the drift study in spawned workers: identical numbers."""
+    kw = dict(N=200, t_max=20.0, replicas=4, seed=3, fss_N=[50, 200, 800], fss_t_max=1.0,
+              fss_replicas=4, n_times=21, invariant_N=(100, 200), invariant_replicas=3)
+    serial = validate(M, workers=1, **kw).to_dict()
+    parallel = validate(M, workers=3, **kw).to_dict()
+    assert serial["config"].pop("workers") == 1 and parallel["config"].pop("workers") == 3
+    for d in (serial, parallel):
+        d["numbers"].pop("runtime_s")
+        d["numbers"].pop("runtime_phases_s")
+    assert json.dumps(serial, sort_keys=True) == json.dumps(parallel, sort_keys=True)

@@ -910,7 +910,8 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start=None, seed=0, *,
              T=None, Q0=None, rho0=None, method="reduced", n_times=201, band=(2.5, 97.5),
              escape_fraction=0.5, overlap=0.5, alpha=ALPHA, fss=True, fss_N=None,
              fss_t_max=None, fss_replicas=None, fss_start="informed", invariant=True,
-             invariant_N=(250, 500, 1000, 2000), invariant_replicas=16, progress=False):
+             invariant_N=(250, 500, 1000, 2000), invariant_replicas=16, workers=None,
+             progress=False):
     r"""Compare SGD with the ODE theory for `model`; return a :class:`ValidationReport`.
 
     The report carries a PASS/FAIL verdict (``report.passed``,
@@ -972,8 +973,15 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start=None, seed=0, *,
         verdict.
     invariant_N, invariant_replicas
         The N values and replicas per N of that study (t_max as the main run).
+    workers : int, optional
+        Processes for the studies: the finite-size scaling and the drift
+        study run in worker processes while this one runs the main
+        comparison.  Default: 1 on a single-core machine or inside a daemonic
+        worker (e.g. of a process pool), otherwise up to 3 (one per study,
+        at most the number of CPUs + 1).  The numbers do not depend on it
+        (every study has its own seeds).
     progress : bool
-        tqdm progress bars.
+        tqdm progress bars (main comparison only when studies run in workers).
 
     Returns
     -------
@@ -1030,55 +1038,64 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start=None, seed=0, *,
             else float(min(t_max, max(5.0, 2.0 / model.eta)))
         _check_fss_args(fss_N, fss_t, fss_replicas)
 
-    phases = {}
-    tick = time.perf_counter()
-    kwargs = {"T": T}
-    if start == "informed":
-        kwargs["Q0"], kwargs["rho0"] = informed_start(model, overlap)
-    elif given:
-        kwargs["Q0"], kwargs["rho0"] = Q0, rho0
-    t_eval = np.linspace(0.0, t_max, n_times)
-    run = simulate(model, N=N, t_max=t_max, replicas=replicas, seed=seed, method=method,
-                   t_eval=t_eval, on_divergence="stop", progress=progress, **kwargs)
-    phases["sgd"] = time.perf_counter() - tick
-    ok = run.status == "ok"
-    if ok.sum() < 2:
-        from ..numeric.errors import DivergenceError
-        raise DivergenceError(
-            f"validate: SGD diverged in {run.n_diverged}/{replicas} replicas (first at "
-            f"t = {np.nanmin(run.t_diverged):.4g}); reduce lr", np.nanmin(run.t_diverged),
-            {k: v[0] for k, v in run.last_finite.items()}, partial=run)
-    tick = time.perf_counter()
-    numbers, ode, shared, phases["ode"] = _analyse(
-        model, run.t, run.Q, run.rho, run.risk, ok, run.T, band=band,
-        escape_fraction=escape_fraction, escape=escape, progress=progress)
-    phases["analysis"] = time.perf_counter() - tick - phases["ode"]
+    jobs = {}
     if fss:
-        tick = time.perf_counter()
-        numbers["finite_size_scaling"] = finite_size_scaling(
-            model, Ns=fss_N, t_max=fss_t, replicas=fss_replicas or replicas, seed=seed,
-            start=fss_start, overlap=overlap, method=method, T=T, progress=progress)
-        phases["finite_size_scaling"] = time.perf_counter() - tick
-    study = None
+        jobs["finite_size_scaling"] = (finite_size_scaling, dict(
+            model=model, Ns=fss_N, t_max=fss_t, replicas=fss_replicas or replicas, seed=seed,
+            start=fss_start, overlap=overlap, method=method, T=T))
+    skipped = None
     if invariant and not (model.p >= model.p_star and model.is_quadratic):
-        numbers["invariant_drift_skipped"] = (
-            "the conservation of S is a result for sigma = c z^2" if not model.is_quadratic
-            else "S = rho (rho^T rho)^(-1/2) needs p >= p_star")
+        skipped = ("the conservation of S is a result for sigma = c z^2" if not model.is_quadratic
+                   else "S = rho (rho^T rho)^(-1/2) needs p >= p_star")
     elif invariant:
         # docs/model.md (conserved S) at finite N: drift of S = rho (rho^T rho)^(-1/2) vs N
-        from .invariant_drift import invariant_drift_study, summarize_drift_study
+        from .invariant_drift import invariant_drift_study
+        jobs["invariant_drift"] = (invariant_drift_study, dict(
+            model=model, Ns=list(invariant_N), t_max=t_max, replicas=invariant_replicas,
+            seed=seed, method=method, T=T))
+    workers = _resolve_workers(workers, len(jobs))
+
+    phases = {}
+    with _StudyRunner(jobs, workers, progress) as studies:
         tick = time.perf_counter()
-        study = invariant_drift_study(model, Ns=list(invariant_N), t_max=t_max,
-                                      replicas=invariant_replicas, seed=seed, method=method,
-                                      T=T, progress=progress)
+        kwargs = {"T": T}
+        if start == "informed":
+            kwargs["Q0"], kwargs["rho0"] = informed_start(model, overlap)
+        elif given:
+            kwargs["Q0"], kwargs["rho0"] = Q0, rho0
+        t_eval = np.linspace(0.0, t_max, n_times)
+        run = simulate(model, N=N, t_max=t_max, replicas=replicas, seed=seed, method=method,
+                       t_eval=t_eval, on_divergence="stop", progress=progress, **kwargs)
+        phases["sgd"] = time.perf_counter() - tick
+        ok = run.status == "ok"
+        if ok.sum() < 2:
+            from ..numeric.errors import DivergenceError
+            raise DivergenceError(
+                f"validate: SGD diverged in {run.n_diverged}/{replicas} replicas (first at "
+                f"t = {np.nanmin(run.t_diverged):.4g}); reduce lr", np.nanmin(run.t_diverged),
+                {k: v[0] for k, v in run.last_finite.items()}, partial=run)
+        tick = time.perf_counter()
+        numbers, ode, shared, phases["ode"] = _analyse(
+            model, run.t, run.Q, run.rho, run.risk, ok, run.T, band=band,
+            escape_fraction=escape_fraction, escape=escape, progress=progress)
+        phases["analysis"] = time.perf_counter() - tick - phases["ode"]
+        results, study_times = studies.results()
+    phases.update(study_times)
+    if fss:
+        numbers["finite_size_scaling"] = results["finite_size_scaling"]
+    study = results.get("invariant_drift")
+    if study is not None:
+        from .invariant_drift import summarize_drift_study
         numbers["invariant_drift"] = summarize_drift_study(study)
-        phases["invariant_drift"] = time.perf_counter() - tick
+    if skipped:
+        numbers["invariant_drift_skipped"] = skipped
     numbers["verdict"] = _decide(numbers, replicas, alpha)
     numbers["runtime_s"] = time.perf_counter() - t_start
     numbers["runtime_phases_s"] = phases
 
     config = {**_model_config(model), "source": "simulation", "N": N, "t_max": t_max,
               "replicas": replicas, "start": start, "start_reason": start_reason, "seed": seed,
+              "workers": workers,
               "method": method, "n_times": n_times,
               "overlap": overlap if start == "informed" else None,
               "T_is_identity": bool(np.array_equal(T, np.eye(model.p_star))),
@@ -1088,6 +1105,65 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start=None, seed=0, *,
     return ValidationReport(config=config, numbers=numbers, t=run.t, sgd_risk=run.risk,
                             sgd_Q=run.Q, sgd_rho=run.rho, T=np.asarray(run.T, float),
                             invariant_study=study, **ode)
+
+
+def _resolve_workers(workers, n_jobs):
+    """Number of processes for `n_jobs` studies (see :func:`validate`, `workers`)."""
+    import multiprocessing
+
+    if workers is not None:
+        return _check_int(workers, "workers", 1)
+    cpus = os.cpu_count() or 1
+    if cpus < 2 or n_jobs == 0 or multiprocessing.current_process().daemon:
+        return 1
+    return min(n_jobs + 1, cpus + 1)
+
+
+class _StudyRunner:
+    """Run the side studies (name -> (function, kwargs)) serially or in worker processes.
+
+    With ``workers > 1`` the studies are submitted to a process pool (spawned
+    interpreters: no fork of a process that may hold compiled-code threads)
+    when the context is entered, and collected by :meth:`results`; the caller
+    does its own work in between.  With ``workers == 1`` they run inside
+    :meth:`results`.  Leaving the context early (an error, an interrupt)
+    cancels what has not started and waits for the workers to exit.
+    """
+
+    def __init__(self, jobs, workers, progress):
+        self.jobs, self.workers, self.progress = jobs, workers, progress
+        self.pool, self.futures = None, {}
+
+    def __enter__(self):
+        if self.workers > 1 and self.jobs:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            self.pool = ProcessPoolExecutor(max_workers=min(self.workers - 1, len(self.jobs)),
+                                            mp_context=multiprocessing.get_context("spawn"))
+            self.futures = {name: self.pool.submit(_timed_call, fn, kwargs)
+                            for name, (fn, kwargs) in self.jobs.items()}
+        return self
+
+    def results(self):
+        out, times = {}, {}
+        for name, (fn, kwargs) in self.jobs.items():
+            if self.pool is not None:
+                out[name], times[name] = self.futures[name].result()
+            else:
+                out[name], times[name] = _timed_call(fn, dict(kwargs, progress=self.progress))
+        return out, times
+
+    def __exit__(self, *exc):
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+        return False
+
+
+def _timed_call(fn, kwargs):
+    tick = time.perf_counter()
+    value = fn(**kwargs)
+    return value, time.perf_counter() - tick
 
 
 def _check_teacher(model, T):
