@@ -98,21 +98,21 @@ tested (``report.verdict`` is ``"PASS"``, ``"FAIL"`` or ``"INCONCLUSIVE"``;
    start (``_RHO_GROWTH``): the relaxation onto the plateau, before the
    ``N^{-1}e^{2κt}`` seeding effect above.  Precision first: the test is
    *not tested* when its resolution ``t_crit · max s.e.`` exceeds 10 %
-   (``_RESOLUTION``) of the range of the mean ODE risk over ``W`` (too few
+   (``verdict._RESOLUTION``) of the range of the mean ODE risk over ``W`` (too few
    replicas to see a wrong theory; the default run resolves about 1 %).
 2. **Band coverage** (``band``): the fraction of (replica, time) pairs at which
    each replica's ODE risk lies inside the SGD band must be at least the
    coverage expected for a curve distributed like the replicas,
-   ``(R − 1)(hi − lo)/100/(R + 1)``, minus ``0.10`` (``_BAND_MARGIN``: the
+   ``(R − 1)(hi − lo)/100/(R + 1)``, minus ``0.10`` (``verdict._BAND_MARGIN``: the
    ODE curves are shifted by the O(1/κ) escape-time difference above).
 3. **Finite-size exponent** (``finite_size_exponent``, :func:`validate` only):
-   ``|b + ½| <= z_{1−alpha/2} s.e.(b) + 0.1`` (``_FSS_TOL``: the O(N^{-1})
+   ``|b + ½| <= z_{1−alpha/2} s.e.(b) + 0.1`` (``verdict._FSS_TOL``: the O(N^{-1})
    bias of the deviation bends the log–log line over two decades); not tested
    when ``s.e.(b) > 0.1``.
 4. **Escape-time shift** (``escape_time``, with an escape analysis): the mean
    paired difference ``d = t_esc^SGD − t_esc^ODE`` over the replicas where
    both escaped must agree with the prediction above:
-   ``|d̄ − d_pred| <= t_{1−alpha/2, n−1} s.e.(d̄) + 0.1/κ`` (``_ESCAPE_TOL``:
+   ``|d̄ − d_pred| <= t_{1−alpha/2, n−1} s.e.(d̄) + 0.1/κ`` (``verdict._ESCAPE_TOL``:
    a tenth of an e-folding time of ρ for the neglected nonlinear and
    anisotropic corrections of the linearised noise model; in every run we
    measured the gap was within the statistical part alone), and
@@ -139,32 +139,21 @@ import json
 import math
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from numbers import Real
 
 import numpy as np
 
 from ..numeric.checks import check_int as _check_int
+from .verdict import ALPHA, decide as _decide
 
 __all__ = ["validate", "compare", "ValidationReport", "finite_size_scaling", "informed_start",
            "STARTS"]
 
 STARTS = ("random", "informed")
 _BAND_TOL = 1e-9
-#: Family-wise level of the verdict's tests.
-ALPHA = 0.01
 #: Mean-deviation window: until the median ODE ‖ρ‖² has grown by this factor.
 _RHO_GROWTH = 2.0
-#: Mean-deviation test: largest resolution, as a fraction of the ODE risk range.
-_RESOLUTION = 0.10
-#: Band criterion: allowed shortfall below the coverage of an exchangeable curve.
-_BAND_MARGIN = 0.10
-#: Finite-size criterion: tolerance on |b + 1/2| and the largest usable s.e.(b).
-_FSS_TOL = 0.1
-#: Escape criterion: tolerance on the mean shift, in units of 1/κ.
-_ESCAPE_TOL = 0.1
-#: Escape and divergence criteria: largest fraction of replicas that may disagree.
-_DISAGREE = 0.10
 #: Escape analysis applies to starts whose RMS entry of ρ(0) is below this.
 _SMALL_RHO = 0.2
 
@@ -497,126 +486,6 @@ def _exchangeable_coverage(R, band):
 def _finite_float(x):
     x = float(x)
     return x if math.isfinite(x) else None
-
-
-# ---------------------------------------------------------------------------
-# the verdict
-# ---------------------------------------------------------------------------
-def _check(name, status, text, **values):
-    return {"name": name, "status": status, "text": text, **values}
-
-
-def _check_mean_deviation(md, replicas, alpha):
-    from scipy.stats import t as student
-
-    name = "mean_deviation"
-    if replicas < 2:
-        return _check(name, "not tested", "mean risk deviation: needs >= 2 replicas "
-                      "(standard errors)")
-    if not md["times"]:
-        return _check(name, "not tested", "mean risk deviation: no recorded time in the window")
-    crit = float(student.ppf(1 - alpha / (2 * md["times"]), replicas - 1))
-    resolution = crit * (md["max_se"] or 0.0)
-    rng = md["ode_risk_range"]
-    window = f"t in [{md['t_start']:.4g}, {md['t_end']:.4g}], {md['times']} times"
-    if not rng > 0 or resolution > _RESOLUTION * rng:
-        return _check(name, "not tested",
-                      f"mean risk deviation ({window}): too few replicas - the test resolves "
-                      f"{resolution:.3g}, more than {100 * _RESOLUTION:g}% of the ODE risk "
-                      f"range {rng:.3g}", critical=crit, resolution=resolution)
-    zmax = md["max_z"] if md["max_z"] is not None else math.inf
-    ok = zmax <= crit
-    return _check(name, "pass" if ok else "fail",
-                  f"mean risk deviation ({window}): max |mean SGD - ODE| = {zmax:.2f} s.e. "
-                  f"{'<=' if ok else '>'} {crit:.2f} (t-test, Bonferroni, alpha={alpha:g}; "
-                  f"resolves {resolution:.2g})", critical=crit, value=zmax,
-                  resolution=resolution)
-
-
-def _check_band(b, replicas):
-    need = b["expected_inside_fraction"] - _BAND_MARGIN
-    name = "band"
-    if replicas < 2:
-        return _check(name, "not tested", "band coverage: needs >= 2 replicas")
-    frac = b["ode_inside_fraction"]
-    ok = frac >= need
-    return _check(name, "pass" if ok else "fail",
-                  f"band coverage: ODE inside the SGD {b['percentiles'][0]:g}-"
-                  f"{b['percentiles'][1]:g}% band at {100 * frac:.1f}% of (replica, time) "
-                  f"pairs {'>=' if ok else '<'} {100 * need:.1f}% (expected "
-                  f"{100 * b['expected_inside_fraction']:.1f}% minus {100 * _BAND_MARGIN:g})",
-                  value=frac, threshold=need)
-
-
-def _check_fss(f, alpha):
-    from scipy.stats import norm
-
-    name = "finite_size_exponent"
-    b, se = f["exponent"], f["exponent_se"]
-    if not (math.isfinite(b) and math.isfinite(se)) or se > _FSS_TOL:
-        return _check(name, "not tested", f"finite-size exponent {b:.3f} ± {se:.3f}: standard "
-                      f"error above {_FSS_TOL:g} (more replicas or a wider N range)")
-    bound = float(norm.ppf(1 - alpha / 2)) * se + _FSS_TOL
-    ok = abs(b + 0.5) <= bound
-    return _check(name, "pass" if ok else "fail",
-                  f"finite-size exponent {b:.3f} ± {se:.3f}: |b + 1/2| = {abs(b + 0.5):.3f} "
-                  f"{'<=' if ok else '>'} {bound:.3f} (z-test at alpha={alpha:g} + "
-                  f"{_FSS_TOL:g})", value=b, threshold=bound)
-
-
-def _check_escape(e, alpha):
-    from scipy.stats import t as student
-
-    name = "escape_time"
-    d = e["difference"]
-    n, R = d["n"], e["replicas"]
-    if n < max(2, (R + 1) // 2):
-        return _check(name, "not tested", f"escape time: only {n} of {R} replicas escaped in "
-                      f"both SGD and the ODE (longer t_max)")
-    one = e["escaped_in_one_only"]
-    if one > _DISAGREE * R:
-        return _check(name, "fail", f"escape time: {one} of {R} replicas escaped in only one "
-                      f"of SGD and the ODE (> {100 * _DISAGREE:g}%)", value=one)
-    kappa = e["plateau_rate"]
-    bound = float(student.ppf(1 - alpha / 2, n - 1)) * d["se"] + _ESCAPE_TOL / kappa
-    gap = abs(d["mean"] - e["predicted_difference"])
-    ok = gap <= bound
-    return _check(name, "pass" if ok else "fail",
-                  f"escape-time shift: mean t_esc(SGD) - t_esc(ODE) = {d['mean']:.3g} ± "
-                  f"{d['se']:.2g}, predicted {e['predicted_difference']:.3g} (SGD noise seeding "
-                  f"rho, J = {e['seed_noise_J']:.3g}); |difference| {gap:.3g} "
-                  f"{'<=' if ok else '>'} {bound:.3g} (t-test at alpha={alpha:g} + "
-                  f"{_ESCAPE_TOL:g}/kappa)", value=gap, threshold=bound)
-
-
-def _check_divergence(numbers, replicas):
-    k = numbers["divergence_disagreements"]
-    ok = k <= _DISAGREE * replicas
-    return _check("divergence", "pass" if ok else "fail",
-                  f"divergence: SGD and the ODE disagree in {k} of {replicas} replicas "
-                  f"({'<=' if ok else '>'} {100 * _DISAGREE:g}%; SGD diverged in "
-                  f"{numbers['diverged_replicas']}, the ODE in "
-                  f"{numbers['ode_diverged_replicas']})", value=k)
-
-
-def _decide(numbers, replicas, alpha=ALPHA) -> dict:
-    """PASS/FAIL/INCONCLUSIVE from the report numbers (criteria in the module docstring)."""
-    used = numbers["replicas_used"]
-    checks = [_check_divergence(numbers, replicas),
-              _check_mean_deviation(numbers["mean_deviation"], used, alpha),
-              _check_band(numbers["band"], used)]
-    if numbers.get("finite_size_scaling"):
-        checks.append(_check_fss(numbers["finite_size_scaling"], alpha))
-    if numbers["escape"].get("defined"):
-        checks.append(_check_escape(numbers["escape"], alpha))
-    status = {c["name"]: c["status"] for c in checks}
-    if "fail" in status.values():
-        outcome = "FAIL"
-    elif status["mean_deviation"] == "pass" and status["band"] == "pass":
-        outcome = "PASS"
-    else:
-        outcome = "INCONCLUSIVE"
-    return {"verdict": outcome, "passed": outcome == "PASS", "alpha": alpha, "checks": checks}
 
 
 # ---------------------------------------------------------------------------
