@@ -1,4 +1,4 @@
-"""Implicit bias (SPEC results 3 and 4): S = ρ(ρᵀρ)^{-1/2} and the closest solution.
+"""Implicit bias (docs/model.md §8.3 and §8.4): S = ρ(ρᵀρ)^{-1/2} and the closest solution.
 
 Writes three figures and prints the numbers behind them:
 

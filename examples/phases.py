@@ -1,4 +1,4 @@
-"""The three phases of learning from a random start (SPEC result 1), from the ODEs.
+"""The three phases of learning from a random start (docs/model.md §8.1), from the ODEs.
 
 Integrates the default model from Q0 = I and ρ0 with entries of size 1/√N and
 plots the risk, the student norms (diagonal of Q) and the teacher overlaps |ρ|:

@@ -35,6 +35,16 @@ _LAZY = {
     "hessian_spectrum": "symquad.symbolic.hessian",
     "plateau": "symquad.numeric.landscape",
     "escape_time": "symquad.numeric.landscape",
+    "EscapePrediction": "symquad.numeric.landscape",
+    "PlateauFixedPoint": "symquad.numeric.landscape",
+    "HessianSpectrum": "symquad.symbolic.hessian",
+    "tau_from_t": "symquad.conventions",
+    "t_from_tau": "symquad.conventions",
+    "rate_per_tau": "symquad.conventions",
+    "from_unnormalised": "symquad.conventions",
+    "to_unnormalised": "symquad.conventions",
+    "overlaps_from_unnormalised": "symquad.conventions",
+    "overlaps_to_unnormalised": "symquad.conventions",
 }
 
 __all__ = ["Model", "DEFAULT_MODEL", "LR_SCALINGS", *_LAZY]

@@ -4,7 +4,7 @@ This module is part of the numeric runtime and never imports SymPy.  The risk
 and the ODE right-hand sides come from the generated kernels
 (:func:`symquad.numeric.kernels.kernels`); nothing here re-types them.
 
-Conventions (SPEC.md): student weights ``W`` (p×N), teacher ``W*`` (p*×N) with
+Conventions (docs/model.md §1–§3): student weights ``W`` (p×N), teacher ``W*`` (p*×N) with
 ``T = W* W*ᵀ/N = I`` (teacher rows orthonormal·√N), ``Q = W Wᵀ/N``,
 ``ρ = W W*ᵀ/N``, time ``t = steps/N``.  The gradient flow of the population
 risk in these units is ``dW/dt = −η N ∇_W ε``, so a weight-space Hessian
@@ -219,7 +219,7 @@ def minimum_overlaps(m: Model):
     r"""Overlaps ``(Q, ρ)`` of a global minimum of the risk (T = I), axis-aligned.
 
     * ``p >= p*``: ``ρ = √(p/p*) S`` with ``S = [I_{p*}; 0]`` and ``Q = ρρᵀ``, so
-      ``WᵀW/p = W*ᵀW*/p*`` and the risk vanishes (SPEC result 3).
+      ``WᵀW/p = W*ᵀW*/p*`` and the risk vanishes (docs/model.md §8.3).
     * ``p < p*``: the best rank-``p`` fit, ``Q = c I_p``, ``ρ = √c [I_p, 0]``
       with ``c`` minimising ``ε(cI, √c[I,0], I)`` (numerically, from the kernel).
     """
@@ -558,6 +558,13 @@ class EscapePrediction:
         ``J`` (0 without SGD noise).
     threshold : float
         Risk level that defines escape.
+    sgd_noise : bool
+        Whether the prediction is for SGD (True) or for the ODE integrated from
+        the realised random start (False).
+
+    ``float(prediction)`` is the median, so the object can stand in for a
+    number; ``prediction.quartiles`` and ``prediction.quantile(q)`` give the
+    spread of the escape time over random starts.
     """
 
     model: Model
@@ -569,10 +576,31 @@ class EscapePrediction:
     sigma2: float
     seed_noise: float
     threshold: float
+    sgd_noise: bool = True
 
     def quantile(self, qs):
-        """Quantiles of the predicted escape time."""
-        return np.quantile(self.samples, qs)
+        """Quantiles of the predicted escape time (samples that never escaped are ignored)."""
+        return np.nanquantile(self.samples, qs)
+
+    @property
+    def quartiles(self) -> tuple:
+        """``(25 %, 50 %, 75 %)`` quantiles of the predicted escape time."""
+        return tuple(float(v) for v in self.quantile([0.25, 0.5, 0.75]))
+
+    @property
+    def n_samples(self) -> int:
+        """Number of sampled directions of ``ρ(0)``."""
+        return int(self.samples.size)
+
+    def __float__(self) -> float:
+        return float(self.median)
+
+    def __repr__(self) -> str:
+        lo, _, hi = self.quartiles
+        who = "SGD" if self.sgd_noise else "ODE"
+        return (f"EscapePrediction({who}, N={self.N}: median t_esc {self.median:.4g}, "
+                f"quartiles [{lo:.4g}, {hi:.4g}], kappa {self.rate:.4g}, "
+                f"c {self.log_prefactor:.4g}, {self.n_samples} samples; {self.model!r})")
 
 
 def escape_prediction(m: Model, N: int, q0: float = 1.0, sgd_noise: bool = True,
@@ -662,7 +690,7 @@ def escape_prediction(m: Model, N: int, q0: float = 1.0, sgd_noise: bool = True,
     med = float(np.nanmedian(samples))
     return EscapePrediction(model=m, N=N, median=med, samples=samples, rate=kappa,
                             log_prefactor=kappa * med - 0.5 * math.log(N),
-                            sigma2=sigma2, seed_noise=J, threshold=thr)
+                            sigma2=sigma2, seed_noise=J, threshold=thr, sgd_noise=sgd_noise)
 
 
 def random_start(m: Model, N: int, n: int, seed=0, q0: float = 1.0):
@@ -720,9 +748,22 @@ def ode_escape_times(m: Model, Q0, rho0, t_max: float, fraction: float = 0.5,
     return out
 
 
-def escape_time(m: Model, N: int, **kwargs) -> float:
-    """Predicted median escape time from a random start (see :func:`escape_prediction`)."""
-    return escape_prediction(m, N, **kwargs).median
+def escape_time(m: Model, N: int, **kwargs) -> EscapePrediction:
+    r"""Predicted escape time from a random start: median, quantiles and samples.
+
+    ``t_esc = log(N)/(2κ) + c/κ`` with ``κ`` the growth rate of ρ at the
+    plateau and ``c`` from the law of ``ρ(0)`` and the relaxation of ``Q``
+    (derivation: :func:`escape_prediction`, whose keyword arguments ``q0``,
+    ``sgd_noise``, ``n_samples``, ``seed``, ``fraction``, ``delta``,
+    ``n_eval``, ``Z`` this accepts).
+
+    Returns
+    -------
+    EscapePrediction
+        ``float(result)`` is the median escape time; ``result.quartiles``,
+        ``result.quantile(q)``, ``result.samples`` give its spread.
+    """
+    return escape_prediction(m, N, **kwargs)
 
 
 # --------------------------------------------------------------------------- noisy solutions

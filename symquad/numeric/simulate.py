@@ -1,4 +1,4 @@
-"""Monte Carlo simulation of one-pass SGD in the teacher–student model of SPEC.md.
+"""Monte Carlo simulation of one-pass SGD in the teacher–student model of docs/model.md.
 
 Two simulators share one driver and one output type (:class:`SimulationRun`):
 
@@ -35,7 +35,7 @@ Two simulators share one driver and one output type (:class:`SimulationRun`):
     where ``C`` is singular).  Within a block the steps are made lazily
     (see :class:`_ReducedStepper`): per step a few operations on arrays of
     shape ``(replicas, p)``.  This is the construction of
-    SPEC.md ("(λ, ν) ~ N(0, C) plus a chi-square with N − rank degrees of
+    docs/model.md §9 ("(λ, ν) ~ N(0, C) plus a chi-square with N − rank degrees of
     freedom"), written with a factor of ``C`` instead of ``C`` itself: the
     in-span part of ``‖x‖²`` is ``‖g‖² = zᵀC⁺z`` without forming a
     pseudo-inverse, a singular ``C`` (``W = 0``, or ``p > p*`` at a
@@ -69,6 +69,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from numbers import Integral
+from pathlib import Path
 
 import numpy as np
 
@@ -170,6 +171,43 @@ class SimulationRun:
 
     def __str__(self) -> str:
         return self.summary()
+
+    def __repr__(self) -> str:
+        div = f", {self.n_diverged} diverged" if self.n_diverged else ""
+        return (f"SimulationRun({self.method}, N={self.N}, {self.replicas} replicas x "
+                f"{len(self.t)} times in [{self.t[0]:.3g}, {self.t[-1]:.3g}], "
+                f"seed={self.seed}{div}; {self.model!r})")
+
+    def save(self, path) -> Path:
+        """Write the run to ``path`` (``.npz`` with a JSON ``meta.json`` member), atomically.
+
+        Arrays (``t, Q, rho, risk, T, status, t_diverged`` and the
+        ``last_finite`` states) are stored exactly; the model, ``N``, the
+        method, the seed and ``check_every`` go into the JSON metadata.
+        :meth:`load` reads it back.
+        """
+        from .persist import model_to_dict, save_npz
+        meta = {"model": model_to_dict(self.model), "N": int(self.N), "method": self.method,
+                "seed": None if self.seed is None else int(self.seed),
+                "check_every": int(self.check_every)}
+        arrays = {"t": self.t, "Q": self.Q, "rho": self.rho, "risk": self.risk, "T": self.T,
+                  "status": np.asarray(self.status, dtype=str),
+                  "t_diverged": self.t_diverged,
+                  **{f"last_finite_{key}": value for key, value in self.last_finite.items()}}
+        return save_npz(path, "SimulationRun", meta, arrays)
+
+    @classmethod
+    def load(cls, path) -> "SimulationRun":
+        """Read a run written by :meth:`save` (same arrays, same model)."""
+        from .persist import load_npz, model_from_dict
+        meta, arr = load_npz(path, "SimulationRun")
+        last = {key[len("last_finite_"):]: value for key, value in arr.items()
+                if key.startswith("last_finite_")}
+        return cls(model=model_from_dict(meta["model"]), N=int(meta["N"]),
+                   method=meta["method"], seed=meta["seed"], t=arr["t"], Q=arr["Q"],
+                   rho=arr["rho"], risk=arr["risk"], T=arr["T"], status=arr["status"],
+                   t_diverged=arr["t_diverged"], last_finite=last,
+                   check_every=int(meta["check_every"]))
 
 
 # ---------------------------------------------------------------------------
