@@ -32,6 +32,7 @@ _LAZY = {
     "invariant_S": "symquad.numeric.invariants",
     "closest_solution": "symquad.numeric.invariants",
     "manifold_dimension": "symquad.numeric.invariants",
+    "ZeroRiskPoint": "symquad.numeric.invariants",
     "hessian_spectrum": "symquad.symbolic.hessian",
     "plateau": "symquad.numeric.landscape",
     "escape_time": "symquad.numeric.landscape",

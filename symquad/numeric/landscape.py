@@ -606,45 +606,7 @@ class EscapePrediction:
 def escape_prediction(m: Model, N: int, q0: float = 1.0, sgd_noise: bool = True,
                       n_samples: int = 256, seed: int = 0, fraction: float = 0.5,
                       delta: float = 1e-4, n_eval: int = 6000, Z=None) -> EscapePrediction:
-    r"""Escape-time law from the linearisation at the plateau and the statistics of ρ(0).
-
-    Model of the escape (T = I, start ``w_k ~ N(0, q0 I)``):
-
-    1. ``ρ(0) = s Z`` with ``Z`` a standard Gaussian p×p* matrix and
-       ``s² = q0/N`` (exact for T = I).  With SGD, the fluctuations of ρ during
-       the plateau add independent isotropic noise of rate ``D(q(t))/N``
-       (:func:`rho_diffusion`); in the linear regime ``ρ(t) = e^{G(t)} ρ̃`` with
-       ``ρ̃ = ρ(0) + ∫ e^{−G} dB``, so ``s² = (q0 + J)/N``,
-       ``J = ∫_0^∞ D(q(u)) e^{−2G(u)} du`` and ``G(t) = ∫_0^t κ(u) du``.
-    2. ρ's dynamics is linear while ρ is small, and ``Q`` relaxes to the
-       plateau independently of ρ (to O(ρ²)).  Hence the first-passage time of a
-       start ``(q0 I, δZ)`` obeys ``t_c(δZ) = t_c(sZ) + log(s/δ)/κ`` up to
-       O(δ², s²), where ``κ`` is the plateau rate (:func:`plateau`).  One batched
-       ODE integration from ``(q0 I, δZ)`` with small ``δ`` gives ``t_c`` for
-       all sampled ``Z``, including the relaxation of ``Q`` and the nonlinear
-       escape.
-
-    So ``t_esc = log(N)/(2κ) + [log(δ/√(q0+J)) + κ t_c(δZ)]/κ``: the rate ``κ``
-    multiplies ``log N``; ``p`` enters the bracket (the prefactor) through the
-    law of ``Z`` (p·p* entries), the relaxation and the nonlinear escape.
-
-    Parameters
-    ----------
-    m : Model (quadratic activation)
-    N : int, input dimension (>= 1)
-    q0 : float, initial weight variance (> 0)
-    sgd_noise : bool
-        True: prediction for SGD (noise seeding included); False: for the ODE
-        integrated from the realised random start.
-    n_samples : int, sampled directions Z (>= 1)
-    seed : int, seed of the Z sample
-    fraction : float in (0, 1), escape threshold (:func:`escape_threshold`)
-    delta : float, the small start scale ``δ`` (must be << s)
-    n_eval : int, time grid for the first-passage detection
-    Z : array (n, p, p*), optional
-        Directions to use instead of a fresh Gaussian sample, e.g.
-        ``ρ(0)·√(N/q0)`` of realised starts for a paired comparison.
-    """
+    """Implementation of :func:`escape_time` (same arguments and result)."""
     _check_model(m)
     _check_quadratic(m, "escape_time")
     N = _check_int(N, "N", 1)
@@ -748,22 +710,63 @@ def ode_escape_times(m: Model, Q0, rho0, t_max: float, fraction: float = 0.5,
     return out
 
 
-def escape_time(m: Model, N: int, **kwargs) -> EscapePrediction:
+def escape_time(m: Model, N: int, q0: float = 1.0, sgd_noise: bool = True,
+                n_samples: int = 256, seed: int = 0, fraction: float = 0.5,
+                delta: float = 1e-4, n_eval: int = 6000, Z=None) -> EscapePrediction:
     r"""Predicted escape time from a random start: median, quantiles and samples.
 
-    ``t_esc = log(N)/(2κ) + c/κ`` with ``κ`` the growth rate of ρ at the
-    plateau and ``c`` from the law of ``ρ(0)`` and the relaxation of ``Q``
-    (derivation: :func:`escape_prediction`, whose keyword arguments ``q0``,
-    ``sgd_noise``, ``n_samples``, ``seed``, ``fraction``, ``delta``,
-    ``n_eval``, ``Z`` this accepts).
+    The law comes from the linearisation at the plateau and the statistics of ρ(0).
+
+    Model of the escape (T = I, start ``w_k ~ N(0, q0 I)``):
+
+    1. ``ρ(0) = s Z`` with ``Z`` a standard Gaussian p×p* matrix and
+       ``s² = q0/N`` (exact for T = I).  With SGD, the fluctuations of ρ during
+       the plateau add independent isotropic noise of rate ``D(q(t))/N``
+       (the SGD-noise covariance of ρ at ρ = 0, computed from the kernels);
+       in the linear regime ``ρ(t) = e^{G(t)} ρ̃`` with
+       ``ρ̃ = ρ(0) + ∫ e^{−G} dB``, so ``s² = (q0 + J)/N``,
+       ``J = ∫_0^∞ D(q(u)) e^{−2G(u)} du`` and ``G(t) = ∫_0^t κ(u) du``.
+    2. ρ's dynamics is linear while ρ is small, and ``Q`` relaxes to the
+       plateau independently of ρ (to O(ρ²)).  Hence the first-passage time of a
+       start ``(q0 I, δZ)`` obeys ``t_c(δZ) = t_c(sZ) + log(s/δ)/κ`` up to
+       O(δ², s²), where ``κ`` is the plateau rate (:func:`plateau`).  One batched
+       ODE integration from ``(q0 I, δZ)`` with small ``δ`` gives ``t_c`` for
+       all sampled ``Z``, including the relaxation of ``Q`` and the nonlinear
+       escape.
+
+    So ``t_esc = log(N)/(2κ) + [log(δ/√(q0+J)) + κ t_c(δZ)]/κ``: the rate ``κ``
+    multiplies ``log N``; ``p`` enters the bracket (the prefactor) through the
+    law of ``Z`` (p·p* entries), the relaxation and the nonlinear escape.
+
+    Parameters
+    ----------
+    m : Model (quadratic activation)
+    N : int, input dimension (>= 1)
+    q0 : float, initial weight variance (> 0)
+    sgd_noise : bool
+        True: prediction for SGD (noise seeding included); False: for the ODE
+        integrated from the realised random start.
+    n_samples : int, sampled directions Z (>= 1)
+    seed : int, seed of the Z sample
+    fraction : float in (0, 1)
+        Escape threshold: the risk ``ε_pl − fraction·(ε_pl − ε_min)`` between the
+        plateau and the minimum.
+    delta : float, the small start scale ``δ`` (must be << s)
+    n_eval : int, time grid for the first-passage detection
+    Z : array (n, p, p*), optional
+        Directions to use instead of a fresh Gaussian sample, e.g.
+        ``ρ(0)·√(N/q0)`` of realised starts for a paired comparison.
 
     Returns
     -------
     EscapePrediction
         ``float(result)`` is the median escape time; ``result.quartiles``,
-        ``result.quantile(q)``, ``result.samples`` give its spread.
+        ``result.quantile(q)`` and ``result.samples`` give its spread over
+        random starts; ``result.rate`` is ``κ`` and ``result.log_prefactor``
+        is ``c``.
     """
-    return escape_prediction(m, N, **kwargs)
+    return escape_prediction(m, N, q0=q0, sgd_noise=sgd_noise, n_samples=n_samples, seed=seed,
+                             fraction=fraction, delta=delta, n_eval=n_eval, Z=Z)
 
 
 # --------------------------------------------------------------------------- noisy solutions

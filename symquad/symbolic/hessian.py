@@ -347,7 +347,7 @@ class HessianSpectrum:
         which the risk grows quartically).
     count_formulas : dict
         ``{"negative", "zero", "positive"}``: the counts as formulas in
-        ``p, p_star, N`` (strings), from :func:`count_formulas`.
+        ``p, p_star, N`` (strings), from the closed-form spectra (module docstring).
     r : int
         Dimension of the span of student and teacher rows at the point.
 
