@@ -38,6 +38,8 @@ _LAZY = {
     "escape_time": "symquad.numeric.landscape",
     "EscapePrediction": "symquad.numeric.landscape",
     "PlateauFixedPoint": "symquad.numeric.landscape",
+    "critical_weights": "symquad.numeric.landscape",
+    "weight_hessian": "symquad.numeric.landscape",
     "HessianSpectrum": "symquad.symbolic.hessian",
     "tau_from_t": "symquad.conventions",
     "t_from_tau": "symquad.conventions",

@@ -94,7 +94,9 @@ def test_reprs_are_short():
     run = sq.simulate(sq.DEFAULT_MODEL, N=100, t_max=1.0, replicas=8, seed=0)
     sol = sq.integrate(sq.DEFAULT_MODEL, np.eye(4), 0.01 * np.ones((4, 2)), np.eye(2), 2.0)
     spec = sq.hessian_spectrum(sq.Model(p=3, p_star=2, lr=0.1), "minimum", 10)
-    for obj in (run, sol, spec, sq.plateau(sq.DEFAULT_MODEL), sq.kernels(sq.DEFAULT_MODEL)):
+    point = sq.closest_solution(sq.Model(p=3, p_star=2, lr=0.1), np.eye(3), 0.3 * np.eye(3, 2))
+    for obj in (run, sol, spec, point, sq.plateau(sq.DEFAULT_MODEL), sq.kernels(sq.DEFAULT_MODEL),
+                sq.derive(sq.Model(p=2, p_star=1, lr=0.1))):
         text = repr(obj)
         assert len(text) < 300 and text.count("\n") <= 1, text
     assert "8 replicas" in repr(run) and "N=100" in repr(run)

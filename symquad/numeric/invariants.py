@@ -143,6 +143,10 @@ class ZeroRiskPoint(NamedTuple):
     rho: np.ndarray
     S: np.ndarray
 
+    def __repr__(self):
+        return (f"ZeroRiskPoint(Q: {self.Q.shape}, rho: {self.rho.shape}, S: {self.S.shape}; "
+                f"tr Q = {np.trace(self.Q, axis1=-2, axis2=-1)!s})")
+
 
 def zero_risk_point(O, T=None, p=None):
     r"""Overlaps of the zero-risk weights ``W = √(p/p*) O W*``.

@@ -248,11 +248,17 @@ def critical_weights(m: Model, point: str, N: int, seed=0):
     ``T = I``).  The points:
 
     * ``"origin"``: ``W = 0``;
-    * ``"plateau"``: ``W = √(N q) R O_{p*+1:p*+p}`` with ``q`` from
-      :func:`gradient_flow_plateau_q` and a random ``R ∈ O(p)`` (rows orthogonal
-      to the teacher; needs ``N >= p + p*``);
-    * ``"minimum"``: ``W = √N X O_{1:p*}`` with ``X = U ρ_min V`` from
-      :func:`minimum_overlaps`, ``U ∈ O(p)``, ``V ∈ O(p*)`` random.
+    * ``"plateau"``: ``W = √(N q) R O_{p*+1:p*+p}`` with ``q = argmin ε(qI, 0, I)``
+      (the gradient-flow plateau, ``p/(p+2)`` for σ = z²) and a random
+      ``R ∈ O(p)`` (rows orthogonal to the teacher; needs ``N >= p + p*``);
+    * ``"minimum"``: ``W = √N X O_{1:p*}`` with ``X = U ρ_min V``, ``ρ_min`` the
+      overlap of a global minimum (``√(p/p*)`` times the first ``p*`` unit
+      vectors for ``p >= p*``, the best rank-``p`` fit otherwise) and
+      ``U ∈ O(p)``, ``V ∈ O(p*)`` random.
+
+    Returns ``(W, W*)`` of shapes ``(p, N)``, ``(p*, N)``; with
+    :func:`weight_hessian` this gives the numeric Hessian that
+    :func:`symquad.hessian_spectrum` predicts exactly.
     """
     _check_model(m)
     _check_point(point)
