@@ -351,7 +351,8 @@ class HessianSpectrum:
     r : int
         Dimension of the span of student and teacher rows at the point.
 
-    ``numpy.asarray(spectrum)`` and ``len(spectrum)`` act on the eigenvalues.
+    ``numpy.asarray(spectrum)``, ``len(spectrum)`` and ``spectrum[i]`` act on the
+    eigenvalues, so code written for the plain array keeps working.
     """
 
     model: Model
@@ -386,6 +387,9 @@ class HessianSpectrum:
 
     def __len__(self) -> int:
         return len(self.eigenvalues)
+
+    def __getitem__(self, index):
+        return self.eigenvalues[index]
 
     def __repr__(self) -> str:
         m = self.model
