@@ -132,3 +132,14 @@ def test_hessian_spectrum_is_a_rich_result():
                                "extra": spec.zero - sq.manifold_dimension(3, 2)}
     assert spec.count_formulas["negative"] == "0"
     assert "tangent" in str(spec) and len(spec) == 3 * N
+
+
+def test_landscape_cli_prints_the_result_objects(capsys):
+    from symquad.cli import main
+    assert main(["landscape", "--p", "2", "--p-star", "1", "--N", "10", "--samples", "8"]) == 0
+    out = capsys.readouterr().out
+    spec = sq.hessian_spectrum(sq.Model(p=2, p_star=1, lr=0.1), "minimum", 10)
+    assert spec.summary() in out                      # the CLI prints the object itself
+    pred = sq.escape_time(sq.Model(p=2, p_star=1, lr=0.1), 10, n_samples=8)
+    lo, med, hi = pred.quartiles
+    assert f"SGD: t_esc = {med:.4f}   (quartiles {lo:.4f}, {hi:.4f}" in out
