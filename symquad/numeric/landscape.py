@@ -463,7 +463,12 @@ def rho_diffusion(m: Model, q):
 
 # --------------------------------------------------------------------------- escape times
 def escape_threshold(m: Model, fraction: float = 0.5, fp: PlateauFixedPoint | None = None):
-    """Risk level ``ε_pl − fraction·(ε_pl − ε_min)`` whose first crossing defines escape."""
+    """Risk level ``ε_pl − fraction·(ε_pl − ε_min)`` whose first crossing defines escape.
+
+    ``ε_pl`` is the risk at the plateau fixed point of the full ODE
+    (:func:`plateau`, or `fp` if given) and ``ε_min`` the risk at a global
+    minimum (0 for ``p >= p*``); ``fraction`` in ``(0, 1)``.
+    """
     if not 0 < fraction < 1:
         raise ValueError(f"fraction must be in (0, 1), got {fraction}")
     fp = plateau(m) if fp is None else fp
