@@ -42,7 +42,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
-__all__ = ["reduced_steps", "reduced_steps_parallel", "full_update"]
+__all__ = ["reduced_steps", "reduced_steps_lanes", "reduced_steps_lanes_parallel", "full_update"]
 
 
 @njit(cache=True, inline="always")
@@ -269,16 +269,6 @@ def reduced_steps(B, E, F_T, c, dc, coef, G, S, XI, residual, triangular, alive,
                check_every, blowup, caught_step, last_step, last_Q, last_rho)
 
 
-@njit(cache=True, nogil=True, parallel=True)
-def reduced_steps_parallel(B, E, F_T, c, dc, coef, G, S, XI, residual, triangular, alive,
-                           step0, check_every, blowup, caught_step, last_step, last_Q,
-                           last_rho):
-    """:func:`reduced_steps` with the replicas spread over numba's threads (same numbers)."""
-    for g in prange((B.shape[0] + GROUP - 1) // GROUP):
-        _group(g, B, E, F_T, c, dc, coef, G, S, XI, residual, triangular, alive, step0,
-               check_every, blowup, caught_step, last_step, last_Q, last_rho)
-
-
 @njit(cache=True, nogil=True)
 def full_update(W, Ws, x, c, dc, coef, xi, alive):
     r"""One SGD step of the full simulator, in place: ``w_k ← w_k − δ_k x/√N``.
@@ -327,3 +317,243 @@ def full_update(W, Ws, x, c, dc, coef, xi, alive):
             d = err * _horner(dc, lam[k])
             for n in range(N):
                 W[r, k, n] -= d * x[r, n]
+
+
+# ---------------------------------------------------------------------------
+# the same step for a group of replicas at once (structure of arrays)
+# ---------------------------------------------------------------------------
+#: Replicas per group of the vectorised kernel (a compile-time constant, so
+#: that every replica loop is unrolled into SIMD instructions).
+LANES = 8
+
+
+@njit(cache=True, inline="always")
+def _horner_lanes(coeffs, z, out):
+    """``out[w] = Σ_j coeffs[j] z[w]^j`` for every lane ``w``."""
+    top = coeffs[coeffs.size - 1]
+    for w in range(LANES):
+        out[w] = top
+    for j in range(coeffs.size - 2, -1, -1):
+        cj = coeffs[j]
+        for w in range(LANES):
+            out[w] = out[w] * z[w] + cj
+
+
+@njit(cache=True, inline="always")
+def _givens_lanes(a, b, cs, sn, h):
+    """Lane-wise :func:`_givens` without branches (selects vectorise)."""
+    for w in range(LANES):
+        r = math.sqrt(a[w] * a[w] + b[w] * b[w])
+        nz = r > 0.0
+        inv = 1.0 / (r if nz else 1.0)
+        cs[w] = a[w] * inv if nz else 1.0
+        sn[w] = b[w] * inv
+        h[w] = r
+
+
+@njit(cache=True, inline="always")
+def _rotate_lanes(e, ext, rows_from, i, cs, sn, p, m):
+    """Lane-wise :func:`_rotate_columns` on ``e`` (p, m, LANES) and ``ext`` (p, LANES)."""
+    for l in range(rows_from, p):
+        if i + 1 < m:
+            for w in range(LANES):
+                a = e[l, i, w]
+                b = e[l, i + 1, w]
+                e[l, i, w] = cs[w] * a + sn[w] * b
+                e[l, i + 1, w] = cs[w] * b - sn[w] * a
+        else:
+            for w in range(LANES):
+                a = e[l, i, w]
+                b = ext[l, w]
+                e[l, i, w] = cs[w] * a + sn[w] * b
+                ext[l, w] = cs[w] * b - sn[w] * a
+
+
+@njit(cache=True, inline="always")
+def _group_lanes(g, B, E, F_T, c, dc, coef, G, S, XI, residual, triangular, alive, step0,
+                 check_every, blowup, caught_step, last_step, last_Q, last_rho):
+    """Replicas ``LANES·g ..`` advanced together, one SIMD lane each (same arithmetic as :func:`_step`)."""
+    R, p, r_T = B.shape
+    m = E.shape[2]
+    ps = F_T.shape[0]
+    k = r_T + m
+    r0 = g * LANES
+    nr = min(LANES, R - r0)
+    b = np.zeros((p, r_T, LANES))
+    e = np.zeros((p, m, LANES))
+    ext = np.zeros((p, LANES))
+    x = np.zeros((k, LANES))
+    v = np.zeros((m + 1, LANES))
+    lam = np.zeros((p, LANES))
+    u = np.zeros((p, LANES))
+    live = np.zeros(LANES)
+    nu = np.zeros(LANES)
+    f = np.zeros(LANES)
+    y = np.zeros(LANES)
+    yhat = np.zeros(LANES)
+    err = np.zeros(LANES)
+    cs = np.zeros(LANES)
+    sn = np.zeros(LANES)
+    h = np.zeros(LANES)
+    va = np.zeros(LANES)
+    vb = np.zeros(LANES)
+    Qc = np.empty((p, p))
+    rc = np.empty((p, ps))
+    noise = XI.shape[0] > 0
+    for w in range(nr):
+        live[w] = 1.0 if alive[r0 + w] else 0.0
+        for i in range(p):
+            for a in range(r_T):
+                b[i, a, w] = B[r0 + w, i, a]
+            for a in range(m):
+                e[i, a, w] = E[r0 + w, i, a]
+    for j in range(G.shape[0]):
+        for w in range(nr):
+            for a in range(k):
+                x[a, w] = G[j, r0 + w, a]
+        # teacher output (+ label noise)
+        for w in range(LANES):
+            y[w] = 0.0
+        for l in range(ps):
+            for w in range(LANES):
+                nu[w] = 0.0
+            for a in range(r_T):
+                fl = F_T[l, a]
+                for w in range(LANES):
+                    nu[w] += fl * x[a, w]
+            _horner_lanes(c, nu, f)
+            for w in range(LANES):
+                y[w] += f[w]
+        for w in range(LANES):
+            y[w] /= ps
+        if noise:
+            for w in range(nr):
+                y[w] += XI[j, r0 + w]
+        # student fields
+        for w in range(LANES):
+            yhat[w] = 0.0
+        for i in range(p):
+            for w in range(LANES):
+                nu[w] = 0.0
+            for a in range(r_T):
+                for w in range(LANES):
+                    nu[w] += b[i, a, w] * x[a, w]
+            top = i + 1 if triangular else m
+            for a in range(top):
+                for w in range(LANES):
+                    nu[w] += e[i, a, w] * x[r_T + a, w]
+            for w in range(LANES):
+                lam[i, w] = nu[w]
+            _horner_lanes(c, nu, f)
+            for w in range(LANES):
+                yhat[w] += f[w]
+        for w in range(LANES):
+            err[w] = (yhat[w] / p - y[w]) * coef * live[w]
+        for i in range(p):
+            for w in range(LANES):
+                nu[w] = lam[i, w]
+            _horner_lanes(dc, nu, f)
+            for w in range(LANES):
+                u[i, w] = err[w] * f[w]
+        for i in range(p):
+            for a in range(r_T):
+                for w in range(LANES):
+                    b[i, a, w] -= u[i, w] * x[a, w]
+        if residual:
+            for a in range(m):
+                for w in range(LANES):
+                    v[a, w] = x[r_T + a, w]
+            for w in range(nr):
+                v[m, w] = math.sqrt(S[j, r0 + w])
+            for i in range(p):
+                for w in range(LANES):
+                    ext[i, w] = 0.0
+            # phase 1: v -> (‖v‖, 0, ..., 0)
+            for i in range(m, 0, -1):
+                for w in range(LANES):
+                    va[w] = v[i - 1, w]
+                    vb[w] = v[i, w]
+                _givens_lanes(va, vb, cs, sn, h)
+                for w in range(LANES):
+                    v[i - 1, w] = h[w]
+                    v[i, w] = 0.0
+                _rotate_lanes(e, ext, i - 1, i - 1, cs, sn, p, m)
+            # phase 2: rank-one term on the first column
+            for l in range(p):
+                for w in range(LANES):
+                    e[l, 0, w] -= u[l, w] * v[0, w]
+            # phase 3: zero the super-diagonal
+            for i in range(m):
+                for w in range(LANES):
+                    va[w] = e[i, i, w]
+                    vb[w] = e[i, i + 1, w] if i + 1 < m else ext[i, w]
+                _givens_lanes(va, vb, cs, sn, h)
+                _rotate_lanes(e, ext, i, i, cs, sn, p, m)
+                for w in range(LANES):
+                    e[i, i, w] = h[w]
+                    if i + 1 < m:
+                        e[i, i + 1, w] = 0.0
+                    else:
+                        ext[i, w] = 0.0
+        else:
+            for i in range(p):
+                for a in range(m):
+                    for w in range(LANES):
+                        e[i, a, w] -= u[i, w] * x[r_T + a, w]
+        step = step0 + j + 1
+        if step % check_every == 0:
+            for w in range(nr):
+                if live[w] == 0.0:
+                    continue
+                ok = True
+                for i in range(p):
+                    for jj in range(i + 1):
+                        acc = 0.0
+                        for a in range(r_T):
+                            acc += b[i, a, w] * b[jj, a, w]
+                        for a in range(m):
+                            acc += e[i, a, w] * e[jj, a, w]
+                        Qc[i, jj] = acc
+                        Qc[jj, i] = acc
+                        if not (abs(acc) < blowup):
+                            ok = False
+                    for l in range(ps):
+                        acc = 0.0
+                        for a in range(r_T):
+                            acc += b[i, a, w] * F_T[l, a]
+                        rc[i, l] = acc
+                        if not math.isfinite(acc):
+                            ok = False
+                if ok:
+                    last_step[r0 + w] = step
+                    last_Q[r0 + w, :, :] = Qc
+                    last_rho[r0 + w, :, :] = rc
+                else:
+                    caught_step[r0 + w] = step
+                    alive[r0 + w] = False
+                    live[w] = 0.0
+    for w in range(nr):
+        for i in range(p):
+            for a in range(r_T):
+                B[r0 + w, i, a] = b[i, a, w]
+            for a in range(m):
+                E[r0 + w, i, a] = e[i, a, w]
+
+
+@njit(cache=True, nogil=True)
+def reduced_steps_lanes(B, E, F_T, c, dc, coef, G, S, XI, residual, triangular, alive, step0,
+                        check_every, blowup, caught_step, last_step, last_Q, last_rho):
+    """:func:`reduced_steps` vectorised over groups of :data:`LANES` replicas (same numbers)."""
+    for g in range((B.shape[0] + LANES - 1) // LANES):
+        _group_lanes(g, B, E, F_T, c, dc, coef, G, S, XI, residual, triangular, alive, step0,
+                     check_every, blowup, caught_step, last_step, last_Q, last_rho)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def reduced_steps_lanes_parallel(B, E, F_T, c, dc, coef, G, S, XI, residual, triangular,
+                                 alive, step0, check_every, blowup, caught_step, last_step,
+                                 last_Q, last_rho):
+    """:func:`reduced_steps_lanes` with the groups spread over numba's threads (same numbers)."""
+    for g in prange((B.shape[0] + LANES - 1) // LANES):
+        _group_lanes(g, B, E, F_T, c, dc, coef, G, S, XI, residual, triangular, alive, step0,
+                     check_every, blowup, caught_step, last_step, last_Q, last_rho)

@@ -515,7 +515,6 @@ class _ReducedStepper(_Stepper):
     def __init__(self, model, N, replicas, X0, rng_data, rng_noise, rng_chi, residual=True,
                  check_every=16, blowup=1e8, parallel=None):
         super().__init__(model, N, replicas, rng_data, rng_noise)
-        from . import _sgd_kernels
         p, ps = self.p, self.ps
         X0 = np.asarray(X0, dtype=float)
         F_T = X0[0, p:, :]
@@ -546,10 +545,7 @@ class _ReducedStepper(_Stepper):
         self.last_step = np.full(replicas, -1, dtype=np.int64)
         self.last_Q = np.zeros((replicas, p, p))
         self.last_rho = np.zeros((replicas, p, ps))
-        if parallel is None:
-            parallel = _use_parallel(replicas)
-        self._kernel = (_sgd_kernels.reduced_steps_parallel if parallel
-                        else _sgd_kernels.reduced_steps)
+        self._kernel = _reduced_kernel(replicas, parallel)
 
     def draw(self, n):
         """Random numbers of the next `n` steps: normals, chi-squares, label noise."""
@@ -615,15 +611,27 @@ def _reduced_chunk(replicas, k):
     return max(1, _CHUNK_VALUES // (replicas * max(k, 1)))
 
 
-#: Replica count from which the reduced kernel runs in parallel over replicas
-#: (when numba has more than one thread); below it thread start-up costs more
-#: than it saves.
-_PARALLEL_MIN_REPLICAS = 32
+#: Replica count from which the reduced kernel advances replicas in SIMD lanes
+#: (groups of ``_sgd_kernels.LANES``); below it a group would be mostly empty.
+_LANES_MIN_REPLICAS = 4
+#: Replica count from which the groups of lanes are spread over numba's
+#: threads (when it has more than one).
+_PARALLEL_MIN_REPLICAS = 16
 
 
-def _use_parallel(replicas):
+def _reduced_kernel(replicas, parallel=None):
+    """The compiled kernel for `replicas` replicas (all give bit-identical numbers).
+
+    ``parallel=None`` decides from the replica count and ``numba.get_num_threads()``
+    (set ``NUMBA_NUM_THREADS`` or call ``numba.set_num_threads`` to change it).
+    """
     import numba
-    return replicas >= _PARALLEL_MIN_REPLICAS and numba.get_num_threads() > 1
+    from . import _sgd_kernels as kern
+    if replicas < _LANES_MIN_REPLICAS:
+        return kern.reduced_steps
+    if parallel is None:
+        parallel = replicas >= _PARALLEL_MIN_REPLICAS and numba.get_num_threads() > 1
+    return kern.reduced_steps_lanes_parallel if parallel else kern.reduced_steps_lanes
 
 # ---------------------------------------------------------------------------
 # driver
