@@ -109,17 +109,17 @@ def _digest(run):
     return h.hexdigest()
 
 
-RUN = "sq.Model(p=3, p_star=2, lr=0.2, noise=0.1), N=500, t_max=3.0, replicas=20, seed=11"
+RUN = "sq.Model(p=3, p_star=2, lr=0.2, noise=0.1), N=500, t_max=3.0, replicas=130, seed=11"
 
 
 def test_same_seed_same_numbers_across_chunks_threads_and_processes(monkeypatch):
     model = sq.Model(p=3, p_star=2, lr=0.2, noise=0.1)
-    ref = sim.simulate(model, N=500, t_max=3.0, replicas=20, seed=11)
+    ref = sim.simulate(model, N=500, t_max=3.0, replicas=130, seed=11)
     # chunking of the random draws does not matter (one stream per kind of number)
     monkeypatch.setattr(sim, "_CHUNK_VALUES", 37)
-    small = sim.simulate(model, N=500, t_max=3.0, replicas=20, seed=11)
+    small = sim.simulate(model, N=500, t_max=3.0, replicas=130, seed=11)
     assert _digest(small) == _digest(ref)
-    # a fresh process with one numba thread (serial kernel) gives the same bytes
+    # a fresh process with one numba thread (serial kernel; threaded here) gives the same bytes
     code = ("import hashlib, numpy as np, symquad as sq\n"
             "from symquad.numeric.simulate import simulate\n"
             f"run = simulate({RUN})\n"

@@ -1,4 +1,4 @@
-"""Monte Carlo simulation of one-pass SGD in the teacher–student model of SPEC.md.
+"""Monte Carlo simulation of one-pass SGD in the teacher–student model of docs/model.md.
 
 Two simulators share one driver and one output type (:class:`SimulationRun`):
 
@@ -16,7 +16,7 @@ Two simulators share one driver and one output type (:class:`SimulationRun`):
     The same process, exactly in law, with a cost per step independent of
     ``N``.  Because ``x`` is isotropic, only the Gram matrix of the weights
     matters.  The simulator keeps coordinates ``X`` (a ``(p+p*) × k`` matrix
-    per replica, ``k ≤ p+p*+K``) of the rows of ``[W; W*]/√N`` in an
+    per replica, ``k ≤ p + p*``) of the rows of ``[W; W*]/√N`` in an
     orthonormal basis ``e_1..e_k`` of a subspace that contains them, so that
     ``C = X Xᵀ = [[Q, ρ], [ρᵀ, T]]``.  A fresh input is written
 
@@ -29,19 +29,26 @@ Two simulators share one driver and one output type (:class:`SimulationRun`):
     ``N − k`` degrees of freedom.  Then ``(λ, ν) = X g`` has exactly the law
     ``N(0, C)``, ``‖x‖²/N = (‖g‖² + s²)/N``, and the update is
     ``X_student ← X_student − (δ/N) (g, s)`` with
-    ``δ_k = (η/p)(ŷ − y) σ'(λ_k)``; every ``K = 16`` steps the basis is
-    re-compressed to ``p + p*`` columns with the same Gram matrix (a Cholesky
-    factor of ``C = X Xᵀ``, or the ``ℛᵀ`` of a QR factorisation ``Xᵀ = 𝒬ℛ``
-    where ``C`` is singular).  Within a block the steps are made lazily
-    (see :class:`_ReducedStepper`): per step a few operations on arrays of
-    shape ``(replicas, p)``.  This is the construction of
-    SPEC.md ("(λ, ν) ~ N(0, C) plus a chi-square with N − rank degrees of
-    freedom"), written with a factor of ``C`` instead of ``C`` itself: the
+    ``δ_k = (η/p)(ŷ − y) σ'(λ_k)``.  After every step the new direction
+    ``e_{k+1}`` is folded back: an orthogonal rotation of the columns (a
+    rank-one LQ update by Givens rotations, ``O(p²)``) returns the
+    coordinates to ``k`` columns with the same Gram matrix, so each step
+    uses exactly the ``k = p + p*`` normals and the one chi-square its law
+    needs (see :class:`_ReducedStepper`).  This is the construction
+    "(λ, ν) ~ N(0, C) plus a chi-square with N − rank degrees of freedom"
+    (docs/model.md), written with a factor of ``C`` instead of ``C`` itself: the
     in-span part of ``‖x‖²`` is ``‖g‖² = zᵀC⁺z`` without forming a
     pseudo-inverse, a singular ``C`` (``W = 0``, or ``p > p*`` at a
     solution) needs no special case, and ``C = X Xᵀ`` stays symmetric
     positive semi-definite to round-off at every step.  The equivalence with
     ``method="full"`` is checked by two-sample tests (tests/test_simulate_equivalence.py).
+
+    The deterministic part of a step runs in a compiled numba kernel
+    (:mod:`symquad.numeric._sgd_kernels`; groups of 8 replicas in SIMD
+    lanes, groups spread over numba's threads from 128 replicas); the random
+    numbers are drawn with numpy.  The kernels are compiled on first use and
+    cached on disk: the first call in a fresh installation pays that once
+    (see the README for the measured cost).
 
 Conventions
 -----------
@@ -52,12 +59,14 @@ entries of size ``√(q0/N)``.  With ``Q0, rho0`` (and optionally ``T``) the
 weights are built with exactly that Gram matrix.  Time is ``t = steps/N``.
 
 Random streams: one ``seed`` is split by :class:`numpy.random.SeedSequence`
-into independent streams for the teacher, the initialisation, the inputs and
-the label noise (so, e.g., the first input is never correlated with the
-teacher, and turning label noise on does not change the inputs).  Replicas are
-drawn together (batched), so the numbers of replica ``r`` depend on the number
-of replicas requested; the same ``(seed, replicas, N, ...)`` always gives the
-same numbers.
+into independent streams for the teacher, the initialisation, the inputs, the
+label noise and (reduced simulator) the chi-square norms (so, e.g., the first
+input is never correlated with the teacher, and turning label noise on does not
+change the inputs).  Replicas are drawn together (batched, step-major), so the
+numbers of replica ``r`` depend on the number of replicas requested; the same
+``(seed, replicas, N, ...)`` always gives the same numbers, whatever the number
+of threads or the process, and ``t_eval`` only chooses which states are
+recorded (the trajectories themselves do not depend on it).
 
 The population risk recorded with every state is computed from ``(Q, ρ, T)``
 by Isserlis' theorem (:func:`population_risk`), independently of the
@@ -615,8 +624,10 @@ def _reduced_chunk(replicas, k):
 #: (groups of ``_sgd_kernels.LANES``); below it a group would be mostly empty.
 _LANES_MIN_REPLICAS = 4
 #: Replica count from which the groups of lanes are spread over numba's
-#: threads (when it has more than one).
-_PARALLEL_MIN_REPLICAS = 16
+#: threads (when it has more than one).  Measured on a shared 2-core machine
+#: (benchmarks/bench_simulators.py): threads lose at 64 replicas when the other
+#: core is busy and win at 256.
+_PARALLEL_MIN_REPLICAS = 128
 
 
 def _reduced_kernel(replicas, parallel=None):
