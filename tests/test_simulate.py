@@ -290,4 +290,5 @@ def test_benchmark_script_runs(capsys):
     spec.loader.exec_module(mod)
     rows = mod.main(["--N", "100", "--replicas", "1", "4", "--min-time", "0.01"])
     assert len(rows) == 2 and all(r[3] > 0 and r[2] > 0 for r in rows)
-    assert "speed-up" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "cost/floor" in out and "red/full" in out

@@ -470,21 +470,25 @@ class _FullStepper(_Stepper):
             frame = np.linalg.qr(rng_teacher.standard_normal((N, c)))[0].T    # (c, N)
             self.Ws = sqrtN * (X0[0, p:, :] @ frame)
             self.W = sqrtN * (X0[:, :p, :] @ frame)
+        self.W = np.ascontiguousarray(self.W)
+        self.Ws = np.ascontiguousarray(self.Ws)
         self.sqrtN = sqrtN
+        self.c = np.array(self.act.c, dtype=float)
+        self.dc = np.array(self.act.dc if self.act.dc else [0.0], dtype=float)
 
     def advance(self, n):
+        from . import _sgd_kernels
         R, N = self.R, self.N
         xi = self._noise_block(n)
         inv = 1.0 / self.sqrtN
+        no_noise = np.zeros(0)
+        live = self.alive > 0
         for j in range(n):
             x = self.rng_data.standard_normal((R, N))
-            z = np.concatenate([np.matmul(self.W, x[:, :, None])[..., 0], x @ self.Ws.T],
-                               axis=1)
-            z *= inv
-            delta = self._delta(z, None if xi is None else xi[j], inv)
-            # row by row: avoids a (replicas, p, N) temporary
-            for k in range(self.p):
-                self.W[:, k, :] -= delta[:, k, None] * x
+            x *= inv
+            # fields, δ and the rank-one update of W fused in one compiled pass
+            _sgd_kernels.full_update(self.W, self.Ws, x, self.c, self.dc, self.eta_over_p,
+                                     no_noise if xi is None else xi[j], live)
 
     def gram(self):
         N = self.N
