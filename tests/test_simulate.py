@@ -288,7 +288,7 @@ def test_benchmark_script_runs(capsys):
     spec = importlib.util.spec_from_file_location("bench_simulators", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    rows = mod.main(["--N", "100", "--replicas", "1", "4", "--min-time", "0.01"])
+    rows = mod.main(["--N", "100", "--replicas", "1", "4", "--min-time", "0.01", "--rounds", "1"])
     assert len(rows) == 2 and all(r[3] > 0 and r[2] > 0 for r in rows)
     out = capsys.readouterr().out
     assert "cost/floor" in out and "red/full" in out

@@ -24,9 +24,10 @@ def _stepper(model, N, R, seed, Q0=None, rho0=None, T=None):
     return sim._ReducedStepper(model, N, R, X0, rngs[2], rngs[3], rngs[4])
 
 
-def _run_kernel(st, kernel, G, S, xi, check_every=10**9):
+def _run_kernel(st, kernel, G, S, xi, check_every=10**9, blowup=1e8):
     kernel(st.B, st.E, st.F_T, st.c, st.dc, st.coef, G, S, xi, st.residual, st.triangular,
-           st.live, 0, check_every, 1e8, st.caught_step, st.last_step, st.last_Q, st.last_rho)
+           st.live, 0, check_every, blowup, st.caught_step, st.last_step, st.last_Q,
+           st.last_rho)
 
 
 def _gram_law_step(model, N, X, g, s2, xi):
@@ -93,10 +94,11 @@ def test_all_kernels_give_identical_numbers():
     out = []
     for kernel in KERNELS:
         st = _stepper(model, 1000, R, 5)
-        st.E[3] *= 1e3                      # one replica diverges
-        _run_kernel(st, kernel, G, S, xi, check_every=16)
+        st.E[3] *= 3                        # one replica diverges (caught while finite)
+        _run_kernel(st, kernel, G, S, xi, check_every=16, blowup=50.0)
         out.append((st.B, st.E, st.live, st.caught_step, st.last_step, st.last_Q))
     assert not out[0][2][3] and out[0][2].sum() == R - 1
+    assert np.all(np.isfinite(out[0][1][3]))          # frozen where it was caught
     for other in out[1:]:
         for a, b in zip(out[0], other):
             np.testing.assert_array_equal(a, b)

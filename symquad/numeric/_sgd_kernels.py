@@ -532,7 +532,15 @@ def _group_lanes(g, B, E, F_T, c, dc, coef, G, S, XI, residual, triangular, aliv
                     caught_step[r0 + w] = step
                     alive[r0 + w] = False
                     live[w] = 0.0
+                    # keep the state where it was caught (as the scalar kernel does)
+                    for i in range(p):
+                        for a in range(r_T):
+                            B[r0 + w, i, a] = b[i, a, w]
+                        for a in range(m):
+                            E[r0 + w, i, a] = e[i, a, w]
     for w in range(nr):
+        if live[w] == 0.0:
+            continue                       # frozen: B, E hold its last state
         for i in range(p):
             for a in range(r_T):
                 B[r0 + w, i, a] = b[i, a, w]
