@@ -27,6 +27,7 @@ import importlib.util
 import os
 import pathlib
 import sys
+import time
 import timeit
 import types
 
@@ -44,8 +45,13 @@ def _point(p, k, rng):
 
 
 def time_call(fn, repeat):
-    """Best-of-`repeat` seconds per call, with the call count auto-scaled to ~0.05 s."""
-    timer = timeit.Timer(fn)
+    """Best-of-`repeat` CPU seconds per call, with the call count auto-scaled to ~0.05 s.
+
+    CPU time of this process (``time.process_time``), so that other processes on
+    a shared machine do not count; BLAS runs single-threaded here
+    (``OMP_NUM_THREADS=1``), so CPU time is also wall time on an idle machine.
+    """
+    timer = timeit.Timer(fn, timer=time.process_time)
     number, _ = timer.autorange()
     number = max(1, number // 4)
     return min(timer.repeat(repeat=repeat, number=number)) / number
@@ -114,7 +120,7 @@ def main(max_p=512, lambdify_max_p=6, repeat=5, p_star=2, before=None):
     rng = np.random.default_rng(0)
     square = load_peer()
     old = load_before(before) if before else None
-    print(f"# one RHS evaluation (unbatched), p* = {p_star}; best of {repeat}; microseconds")
+    print(f"# one RHS evaluation (unbatched), p* = {p_star}; best of {repeat}; CPU microseconds")
     print("# peer: " + ("committee_learning ode/square.py from $SYMQUAD_PEER_PATH" if square
                         else "peer not available (set SYMQUAD_PEER_PATH)"))
     print(f"{'p':>5} {'matrix kernel':>14} {'entry kernel':>13} {'live lambdify':>14} "

@@ -8,9 +8,8 @@ the full simulator, and the cost of the reduced simulator relative to its
 random-number floor: drawing the ``p + p*`` normals and the one chi-square
 (``N − p − p*`` degrees of freedom) that the exact law of a step needs, with
 numpy, in exactly the batch shape the simulator draws them
-(``(chunk, R, p+p*)`` and ``(chunk, R)``).  The reduced simulator is timed
-with numba restricted to one thread (``1 thr``) and with all of numba's
-threads (``all thr``; the kernel is threaded from 128 replicas).  The full
+(``(chunk, R, p+p*)`` and ``(chunk, R)``).  Everything is single-threaded
+(the reduced kernel runs replicas in SIMD lanes, not threads).  The full
 simulator is skipped where its weights would exceed ``--max-full-gib``.
 
 Usage::
@@ -70,17 +69,6 @@ def _time_rng(model, R, N, min_time):
     return n * R / (time.perf_counter() - t0)
 
 
-def _with_threads(n, fn, *args):
-    """Run ``fn(*args)`` with numba limited to `n` threads (None: all)."""
-    import numba
-    old = numba.get_num_threads()
-    numba.set_num_threads(n or numba.config.NUMBA_NUM_THREADS)
-    try:
-        return fn(*args)
-    finally:
-        numba.set_num_threads(old)
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--N", type=int, nargs="+", default=[1000, 10000, 100000])
@@ -101,13 +89,13 @@ def main(argv=None):
     import numba
     model = sq.Model(p=args.p, p_star=args.p_star, lr=0.05)
     print(f"model: {model}")
-    print(f"numpy {np.__version__}, numba {numba.__version__} "
-          f"({numba.config.NUMBA_NUM_THREADS} threads), python {sys.version.split()[0]}")
+    print(f"numpy {np.__version__}, numba {numba.__version__}, python {sys.version.split()[0]}")
     # warm-up: compile (or load from the cache) every kernel outside the timings
-    for R in sorted(set(args.replicas) | {1, 4, 128}):
-        _with_threads(None, simulate, model, 100, 0.2, R, 0, "reduced", None, None, None, [0.0])
-    head = (f"{'N':>7} {'R':>4} {'full rs/s':>10} {'red rs/s 1thr':>13} {'all thr':>10} "
-            f"{'red/full':>9} {'floor rs/s':>11} {'cost/floor 1thr':>15} {'all thr':>8}")
+    for R in sorted(set(args.replicas) | {1, 4}):
+        for method in ("reduced", "full"):
+            simulate(model, 100, 0.2, R, 0, method, None, None, None, [0.0])
+    head = (f"{'N':>7} {'R':>4} {'full rs/s':>10} {'reduced rs/s':>13} {'red/full':>9} "
+            f"{'floor rs/s':>11} {'cost/floor':>11}")
     print(head)
     print("-" * len(head))
     rows = []
@@ -115,23 +103,20 @@ def main(argv=None):
         for R in args.replicas:
             # best of `rounds` interleaved measurements: on a shared machine the
             # load changes between them, and the ratio needs both at their best
-            red1 = redn = rng = 0.0
+            red = rng = 0.0
             for _ in range(args.rounds):
-                red1 = max(red1, _with_threads(1, _time_simulator, model, N, R, "reduced",
-                                               args.min_time, 10**7)[0])
-                redn = max(redn, _with_threads(None, _time_simulator, model, N, R, "reduced",
-                                               args.min_time, 10**7)[0])
+                red = max(red, _time_simulator(model, N, R, "reduced", args.min_time, 10**7)[0])
                 rng = max(rng, _time_rng(model, R, N, args.min_time))
             gib = 8 * R * (model.p + 2) * N / 2**30
             if gib <= args.max_full_gib:
                 full, _ = _time_simulator(model, N, R, "full", args.min_time, 10**6)
-                speed = max(red1, redn) / full
+                speed = red / full
             else:
                 full, speed = math.nan, math.nan
-            rows.append((N, R, full, red1, speed, rng, redn))
-            print(f"{N:>7} {R:>4} {full:>10.4g} {red1:>13.4g} {redn:>10.4g} {speed:>9.4g} "
-                  f"{rng:>11.4g} {rng / red1:>15.3g} {rng / redn:>8.3g}", flush=True)
-    print("\nrs/s = replica-steps per second; red/full = reduced (faster setting) over full per\n"
+            rows.append((N, R, full, red, speed, rng))
+            print(f"{N:>7} {R:>4} {full:>10.4g} {red:>13.4g} {speed:>9.4g} {rng:>11.4g} "
+                  f"{rng / red:>11.3g}", flush=True)
+    print("\nrs/s = replica-steps per second; red/full = reduced over full per\n"
           "replica-step; cost/floor = time of a reduced replica-step / time to draw its\n"
           "p+p* normals and one chi-square in the simulator's batch shape.")
     return rows

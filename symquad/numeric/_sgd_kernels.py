@@ -5,7 +5,10 @@ caller with :class:`numpy.random.Generator` and passed in, so the numbers a
 simulation produces do not depend on numba, on the number of threads, or on
 how the steps are split into calls.  Each replica is advanced by its own
 sequence of floating-point operations (no reductions across replicas), so the
-parallel and the serial kernels give bit-identical results.
+scalar kernel and the SIMD-lane kernel (replicas in vector lanes) give
+bit-identical results.  Threads over replicas (numba ``prange``) were measured
+and left out: on a shared 2-core machine they did not pay at 64 replicas, and
+they tripled the compilation time.
 
 The functions are compiled on first use and cached on disk (``cache=True``,
 in ``__pycache__`` next to this file), so only the first call in a fresh
@@ -40,12 +43,12 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
-__all__ = ["reduced_steps", "reduced_steps_lanes", "reduced_steps_lanes_parallel", "full_update"]
+__all__ = ["reduced_steps", "reduced_steps_lanes", "full_update"]
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _horner(coeffs, z):
     """``Σ_j coeffs[j] z^j``."""
     out = coeffs[coeffs.size - 1]
@@ -54,7 +57,7 @@ def _horner(coeffs, z):
     return out
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _rotate_columns(E, r, ext, rows_from, i, cs, sn, p, m):
     """Columns ``(i, i+1)`` of ``[E | ext]`` ← ``(cs·a + sn·b, −sn·a + cs·b)`` on rows >= rows_from."""
     if i + 1 < m:
@@ -71,7 +74,7 @@ def _rotate_columns(E, r, ext, rows_from, i, cs, sn, p, m):
             ext[l] = cs * b - sn * a
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _givens(a, b):
     """``(cs, sn, r)`` with ``cs·a + sn·b = r``, ``−sn·a + cs·b = 0``."""
     r = math.sqrt(a * a + b * b)
@@ -81,7 +84,7 @@ def _givens(a, b):
     return a * inv, b * inv, r
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _lq_rank_one_update(E, r, u, v, ext, m, p):
     """``[E | 0] − u vᵀ`` (``v`` has m + 1 entries) brought back to ``[E' | 0]``, ``E'`` lower triangular.
 
@@ -115,7 +118,7 @@ def _lq_rank_one_update(E, r, u, v, ext, m, p):
             ext[i] = 0.0
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _check(r, B, E, F_T, blowup, Q, rho):
     """``Q = BBᵀ + EEᵀ``, ``ρ = B F_Tᵀ`` of replica r into Q, rho; True when finite, ``max|Q| < blowup``."""
     p, r_T = B.shape[1], B.shape[2]
@@ -143,7 +146,7 @@ def _check(r, B, E, F_T, blowup, Q, rho):
     return ok
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _step(r, j, B, E, F_T, c, dc, coef, G, S, XI, residual, triangular, lam, u, v, ext):
     """One exact SGD step of replica ``r`` with the random numbers of step ``j``."""
     p, r_T = B.shape[1], B.shape[2]
@@ -191,7 +194,7 @@ def _step(r, j, B, E, F_T, c, dc, coef, G, S, XI, residual, triangular, lam, u, 
 GROUP = 8
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _group(g, B, E, F_T, c, dc, coef, G, S, XI, residual, triangular, alive, step0,
            check_every, blowup, caught_step, last_step, last_Q, last_rho):
     """Advance replicas ``GROUP·g ..`` by ``G.shape[0]`` steps, step by step in lock-step."""
@@ -327,7 +330,7 @@ def full_update(W, Ws, x, c, dc, coef, xi, alive):
 LANES = 8
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _horner_lanes(coeffs, z, out):
     """``out[w] = Σ_j coeffs[j] z[w]^j`` for every lane ``w``."""
     top = coeffs[coeffs.size - 1]
@@ -339,7 +342,7 @@ def _horner_lanes(coeffs, z, out):
             out[w] = out[w] * z[w] + cj
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _givens_lanes(a, b, cs, sn, h):
     """Lane-wise :func:`_givens` without branches (selects vectorise)."""
     for w in range(LANES):
@@ -351,7 +354,7 @@ def _givens_lanes(a, b, cs, sn, h):
         h[w] = r
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _rotate_lanes(e, ext, rows_from, i, cs, sn, p, m):
     """Lane-wise :func:`_rotate_columns` on ``e`` (p, m, LANES) and ``ext`` (p, LANES)."""
     for l in range(rows_from, p):
@@ -369,7 +372,7 @@ def _rotate_lanes(e, ext, rows_from, i, cs, sn, p, m):
                 ext[l, w] = cs[w] * b - sn[w] * a
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _group_lanes(g, B, E, F_T, c, dc, coef, G, S, XI, residual, triangular, alive, step0,
                  check_every, blowup, caught_step, last_step, last_Q, last_rho):
     """Replicas ``LANES·g ..`` advanced together, one SIMD lane each (same arithmetic as :func:`_step`)."""
@@ -553,15 +556,5 @@ def reduced_steps_lanes(B, E, F_T, c, dc, coef, G, S, XI, residual, triangular, 
                         check_every, blowup, caught_step, last_step, last_Q, last_rho):
     """:func:`reduced_steps` vectorised over groups of :data:`LANES` replicas (same numbers)."""
     for g in range((B.shape[0] + LANES - 1) // LANES):
-        _group_lanes(g, B, E, F_T, c, dc, coef, G, S, XI, residual, triangular, alive, step0,
-                     check_every, blowup, caught_step, last_step, last_Q, last_rho)
-
-
-@njit(cache=True, nogil=True, parallel=True)
-def reduced_steps_lanes_parallel(B, E, F_T, c, dc, coef, G, S, XI, residual, triangular,
-                                 alive, step0, check_every, blowup, caught_step, last_step,
-                                 last_Q, last_rho):
-    """:func:`reduced_steps_lanes` with the groups spread over numba's threads (same numbers)."""
-    for g in prange((B.shape[0] + LANES - 1) // LANES):
         _group_lanes(g, B, E, F_T, c, dc, coef, G, S, XI, residual, triangular, alive, step0,
                      check_every, blowup, caught_step, last_step, last_Q, last_rho)

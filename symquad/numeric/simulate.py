@@ -45,7 +45,7 @@ Two simulators share one driver and one output type (:class:`SimulationRun`):
 
     The deterministic part of a step runs in a compiled numba kernel
     (:mod:`symquad.numeric._sgd_kernels`; groups of 8 replicas in SIMD
-    lanes, groups spread over numba's threads from 128 replicas); the random
+    lanes, single-threaded); the random
     numbers are drawn with numpy.  The kernels are compiled on first use and
     cached on disk: the first call in a fresh installation pays that once
     (see the README for the measured cost).
@@ -64,8 +64,8 @@ label noise and (reduced simulator) the chi-square norms (so, e.g., the first
 input is never correlated with the teacher, and turning label noise on does not
 change the inputs).  Replicas are drawn together (batched, step-major), so the
 numbers of replica ``r`` depend on the number of replicas requested; the same
-``(seed, replicas, N, ...)`` always gives the same numbers, whatever the number
-of threads or the process, and ``t_eval`` only chooses which states are
+``(seed, replicas, N, ...)`` always gives the same numbers, whatever the process
+or the numba kernel used (the scalar and the SIMD-lane kernel agree bit for bit), and ``t_eval`` only chooses which states are
 recorded (the trajectories themselves do not depend on it).
 
 The population risk recorded with every state is computed from ``(Q, ρ, T)``
@@ -526,7 +526,7 @@ class _ReducedStepper(_Stepper):
     """
 
     def __init__(self, model, N, replicas, X0, rng_data, rng_noise, rng_chi, residual=True,
-                 check_every=16, blowup=1e8, parallel=None):
+                 check_every=16, blowup=1e8):
         super().__init__(model, N, replicas, rng_data, rng_noise)
         p, ps = self.p, self.ps
         X0 = np.asarray(X0, dtype=float)
@@ -558,7 +558,7 @@ class _ReducedStepper(_Stepper):
         self.last_step = np.full(replicas, -1, dtype=np.int64)
         self.last_Q = np.zeros((replicas, p, p))
         self.last_rho = np.zeros((replicas, p, ps))
-        self._kernel = _reduced_kernel(replicas, parallel)
+        self._kernel = _reduced_kernel(replicas)
 
     def draw(self, n):
         """Random numbers of the next `n` steps: normals, chi-squares, label noise."""
@@ -627,26 +627,13 @@ def _reduced_chunk(replicas, k):
 #: Replica count from which the reduced kernel advances replicas in SIMD lanes
 #: (groups of ``_sgd_kernels.LANES``); below it a group would be mostly empty.
 _LANES_MIN_REPLICAS = 4
-#: Replica count from which the groups of lanes are spread over numba's
-#: threads (when it has more than one).  Measured on a shared 2-core machine
-#: (benchmarks/bench_simulators.py): threads lose at 64 replicas when the other
-#: core is busy and win at 256.
-_PARALLEL_MIN_REPLICAS = 128
 
 
-def _reduced_kernel(replicas, parallel=None):
-    """The compiled kernel for `replicas` replicas (all give bit-identical numbers).
-
-    ``parallel=None`` decides from the replica count and ``numba.get_num_threads()``
-    (set ``NUMBA_NUM_THREADS`` or call ``numba.set_num_threads`` to change it).
-    """
-    import numba
+def _reduced_kernel(replicas):
+    """The compiled kernel for `replicas` replicas (both give bit-identical numbers)."""
     from . import _sgd_kernels as kern
-    if replicas < _LANES_MIN_REPLICAS:
-        return kern.reduced_steps
-    if parallel is None:
-        parallel = replicas >= _PARALLEL_MIN_REPLICAS and numba.get_num_threads() > 1
-    return kern.reduced_steps_lanes_parallel if parallel else kern.reduced_steps_lanes
+    return kern.reduced_steps if replicas < _LANES_MIN_REPLICAS else kern.reduced_steps_lanes
+
 
 # ---------------------------------------------------------------------------
 # driver
