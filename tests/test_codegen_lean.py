@@ -65,3 +65,21 @@ def test_each_product_formed_once():
                                               (("rho", "T", "rhoT"), ("rho", "T", "rhoT"))])
 def test_transpose_of_words(word, transposed):
     assert render._transpose_word(word) == transposed
+
+
+def test_mixed_batch_axes_broadcast():
+    """An unbatched Q with a batch of rho (and the reverse) broadcasts like the 2-d calls."""
+    rng = np.random.default_rng(3)
+    p, k = 3, 2
+    G = rng.standard_normal((p + k, p + k + 2))
+    C = G @ G.T / (p + k + 2)
+    Q, T = C[:p, :p], C[p:, p:]
+    rhos = np.stack([C[:p, p:], 0.5 * C[:p, p:]])
+    dQ, drho = mod.rhs(Q, rhos, T, 0.3, 0.1, p, k, 1.5)
+    risk = mod.risk(Q, rhos, T, p, k, 1.5)
+    assert dQ.shape == (2, p, p) and drho.shape == (2, p, k) and risk.shape == (2,)
+    for b in range(2):
+        one = mod.rhs(Q, rhos[b], T, 0.3, 0.1, p, k, 1.5)
+        np.testing.assert_allclose(dQ[b], one[0], rtol=1e-13, atol=1e-15)
+        np.testing.assert_allclose(drho[b], one[1], rtol=1e-13, atol=1e-15)
+        np.testing.assert_allclose(risk[b], mod.risk(Q, rhos[b], T, p, k, 1.5), rtol=1e-13)

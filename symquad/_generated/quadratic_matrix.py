@@ -41,7 +41,8 @@ def risk(Q, rho, T, p, p_star, c):
 
 def rhs(Q, rho, T, eta, Delta, p, p_star, c):
     """ODE right-hand side: returns (dQ/dt, dρ/dt) with the shapes of Q and rho."""
-    if Q.ndim == 2 and rho.ndim == 2 and T.ndim == 2:
+    if (Q.ndim == 2 and rho.ndim == 2 and T.ndim == 2 and Q.dtype.kind == 'f'
+            and rho.dtype.kind == 'f'):
         return _rhs_single(Q, rho, T, eta, Delta, p, p_star, c)
     return _rhs_batched(Q, rho, T, eta, Delta, p, p_star, c)
 
@@ -91,15 +92,22 @@ def _rhs_single(Q, rho, T, eta, Delta, p, p_star, c):
     Q_Q_Q = Q @ Q_Q
     Q_rho_rhoT = Q_rho @ rhoT
     rho_T_rhoT = rho_T @ rhoT
-    dQ = (x2/(p*p*p*p))*Q_Q_Q
+    Q_Q_Q *= x2/(p*p*p*p)
+    dQ = Q_Q_Q
     dQ += (x11*(Delta*x8 + 8*x0*(tr_Q_Q*x11 + tr_T_T*x12*x9 - 2*tr_rho_rhoT*x13) + (x6*x6)*x8) - x3*x7)*Q
-    dQ += (-8*x14 + x15*x16)*Q_Q
-    dQ += (8*eta*x4*x5*x9 - x10*x16*x4)*rho_rhoT
-    dQ += (-64*x1*x15*x4)*Q_rho_rhoT
-    dQ += (x10*x12*x2)*rho_T_rhoT
+    Q_Q *= -8*x14 + x15*x16
+    dQ += Q_Q
+    rho_rhoT *= 8*eta*x4*x5*x9 - x10*x16*x4
+    dQ += rho_rhoT
+    Q_rho_rhoT *= -64*x1*x15*x4
+    dQ += Q_rho_rhoT
+    rho_T_rhoT *= x10*x12*x2
+    dQ += rho_T_rhoT
     drho = (-2*eta*x7)*rho
-    drho += (-4*x14)*Q_rho
-    drho += (x13*x3)*rho_T
+    Q_rho *= -4*x14
+    drho += Q_rho
+    rho_T *= x13*x3
+    drho += rho_T
     # words were merged with their transposes: ½(M + Mᵀ) restores the sum
     dQ += dQ.T
     dQ *= 0.5
@@ -151,16 +159,9 @@ def _rhs_batched(Q, rho, T, eta, Delta, p, p_star, c):
     Q_Q_Q = Q @ Q_Q
     Q_rho_rhoT = Q_rho @ rhoT
     rho_T_rhoT = rho_T @ rhoT
-    dQ = (x2/(p*p*p*p))*Q_Q_Q
-    dQ += (x11*(Delta*x8 + 8*x0*(tr_Q_Q*x11 + tr_T_T*x12*x9 - 2*tr_rho_rhoT*x13) + (x6*x6)*x8) - x3*x7)*Q
-    dQ += (-8*x14 + x15*x16)*Q_Q
-    dQ += (8*eta*x4*x5*x9 - x10*x16*x4)*rho_rhoT
-    dQ += (-64*x1*x15*x4)*Q_rho_rhoT
-    dQ += (x10*x12*x2)*rho_T_rhoT
-    drho = (-2*eta*x7)*rho
-    drho += (-4*x14)*Q_rho
-    drho += (x13*x3)*rho_T
+    dQ = (x2/(p*p*p*p))*Q_Q_Q + (x11*(Delta*x8 + 8*x0*(tr_Q_Q*x11 + tr_T_T*x12*x9 - 2*tr_rho_rhoT*x13) + (x6*x6)*x8) - x3*x7)*Q + (-8*x14 + x15*x16)*Q_Q + (8*eta*x4*x5*x9 - x10*x16*x4)*rho_rhoT + (-64*x1*x15*x4)*Q_rho_rhoT + (x10*x12*x2)*rho_T_rhoT
+    drho = (-2*eta*x7)*rho + (-4*x14)*Q_rho + (x13*x3)*rho_T
     # words were merged with their transposes: ½(M + Mᵀ) restores the sum
     dQ = 0.5 * (dQ + numpy.swapaxes(dQ, -1, -2))
     return dQ, drho
-# sha256: a67c3e76a48cfc16787603fa19e38816aed2e7bf3d40f95cb5d101d7d391be8b
+# sha256: e64b299bd3d4267178b3deeeea7fa206738d3539b676c1188f5809d54dfc5cf2

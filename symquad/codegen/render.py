@@ -187,11 +187,26 @@ def _matrix_body(exprs_terms, printer, batched):
     name_of = {(x,): x for x in _TRANSPOSED}
     name_of.update({tuple(n.split("_")): n for n, _, _ in plan})
     n_dq = len(dq_terms)
-    for target, words, values in (("dQ", list(dq_terms), reduced[:n_dq]),
-                                  ("drho", list(drho_terms), reduced[n_dq:])):
-        for i, (word, value) in enumerate(zip(words, values)):
-            term = f"({printer.doprint(value)})*{name_of[word]}"
-            lines.append(f"    {target} {'=' if i == 0 else '+='} {term}")
+    terms = [("dQ", i, name_of[w], v) for i, (w, v) in enumerate(zip(dq_terms, reduced[:n_dq]))]
+    terms += [("drho", i, name_of[w], v)
+              for i, (w, v) in enumerate(zip(drho_terms, reduced[n_dq:]))]
+    # 2-d path: a product not used by a later term is scaled in place (no
+    # temporary); never the inputs Q, rho, T, and never with batch axes (the
+    # coefficients there may broadcast the product to a larger shape)
+    last_use = {name: n for n, (_, _, name, _) in enumerate(terms)}
+    if batched:
+        # one expression per output: broadcasts whatever batch axes each input has
+        for target in ("dQ", "drho"):
+            parts = [f"({printer.doprint(v)})*{name}" for t, _, name, v in terms if t == target]
+            lines.append(f"    {target} = " + " + ".join(parts))
+        terms = []
+    for n, (target, i, name, value) in enumerate(terms):
+        coeff = printer.doprint(value)
+        if name not in _TRANSPOSED and last_use[name] == n:
+            lines.append(f"    {name} *= {coeff}")
+            lines.append(f"    {target} = {name}" if i == 0 else f"    {target} += {name}")
+        else:
+            lines.append(f"    {target} {'=' if i == 0 else '+='} ({coeff})*{name}")
     lines.append("    # words were merged with their transposes: ½(M + Mᵀ) restores the sum")
     if batched:
         lines.append("    dQ = 0.5 * (dQ + numpy.swapaxes(dQ, -1, -2))")
@@ -251,7 +266,8 @@ def render_matrix_module() -> str:
            "", "",
            "def rhs(Q, rho, T, eta, Delta, p, p_star, c):",
            '    """ODE right-hand side: returns (dQ/dt, dρ/dt) with the shapes of Q and rho."""',
-           "    if Q.ndim == 2 and rho.ndim == 2 and T.ndim == 2:",
+           "    if (Q.ndim == 2 and rho.ndim == 2 and T.ndim == 2 and Q.dtype.kind == 'f'",
+           "            and rho.dtype.kind == 'f'):",
            "        return _rhs_single(Q, rho, T, eta, Delta, p, p_star, c)",
            "    return _rhs_batched(Q, rho, T, eta, Delta, p, p_star, c)"]
     for batched, suffix, what in ((False, "single", "2-d arguments"),
