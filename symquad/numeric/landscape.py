@@ -508,42 +508,26 @@ def escape_times(t, risk, threshold):
 
 
 def _integrate_batch(m: Model, Q0, rho0, t_max, n_eval, rtol=1e-9, atol=1e-13):
-    """Integrate a batch of ODE trajectories at once with the kernel (DOP853).
+    """Batch of ODE trajectories from ``T = I`` (DOP853), via :func:`.ode_batch.integrate_batch`.
 
-    Raises :class:`DivergenceError` (time and last finite state) on blow-up.
+    Returns the :class:`~symquad.numeric.ode_batch.BatchODESolution`; diverged
+    starts (``max|Q| >= 1e6`` or non-finite) are marked, not raised.
     """
-    k = kernels(m)
-    B, p, ps = rho0.shape
-    nq = B * p * p
-    T = _identity_teacher(m)
+    from .ode_batch import integrate_batch
+    return integrate_batch(m, Q0, rho0, _identity_teacher(m), t_max,
+                           np.linspace(0.0, t_max, n_eval), method="DOP853", rtol=rtol,
+                           atol=atol, max_norm=1e6)
 
-    def f(_, y):
-        Q = y[:nq].reshape(B, p, p)
-        r = y[nq:].reshape(B, p, ps)
-        dQ, dr = k.rhs(Q, r, T)
-        return np.concatenate([np.ravel(dQ), np.ravel(dr)])
 
-    def blowup(_, y):
-        return 1e6 - np.max(np.abs(y))
-    blowup.terminal = True
-
-    t_eval = np.linspace(0.0, t_max, n_eval)
-    y0 = np.concatenate([np.ravel(Q0), np.ravel(rho0)])
-    sol = _spint.solve_ivp(f, (0.0, t_max), y0, method="DOP853", t_eval=t_eval,
-                           rtol=rtol, atol=atol, events=blowup)
-    if sol.status == 1 or not np.isfinite(sol.y).all():
-        good = np.isfinite(sol.y).all(axis=0)
-        last = sol.y[:, good][:, -1] if good.any() else y0
-        t_last = sol.t[good][-1] if good.any() else 0.0
-        state = {"t": t_last, "Q": last[:nq], "rho": last[nq:]}
+def _raise_if_diverged(sol, what):
+    if sol.n_diverged:
+        first = int(np.nanargmin(sol.t_diverged))
+        state = {"t": sol.last_finite["t"][first], "Q": sol.last_finite["Q"][first],
+                 "rho": sol.last_finite["rho"][first]}
         raise DivergenceError(
-            f"escape ODE diverged near t = {t_last:.4g} ({describe_state(state)}); "
-            f"reduce lr", t_last, state)
-    if sol.status < 0:
-        raise RuntimeError(f"escape ODE integration failed: {sol.message}")
-    Q = sol.y[:nq].T.reshape(-1, B, p, p).swapaxes(0, 1)
-    rho = sol.y[nq:].T.reshape(-1, B, p, ps).swapaxes(0, 1)
-    return sol.t, Q, rho, k.risk(Q, rho, T)
+            f"{what} diverged near t = {sol.t_diverged[first]:.4g} ({sol.n_diverged} of "
+            f"{sol.size} starts; last finite state {describe_state(state)}); reduce lr",
+            float(sol.t_diverged[first]), state)
 
 
 @dataclass(frozen=True)
@@ -642,7 +626,9 @@ def escape_prediction(m: Model, N: int, q0: float = 1.0, sgd_noise: bool = True,
     Q0 = np.broadcast_to(q0 * np.eye(p), (n_samples, p, p)).copy()
     # horizon: relaxation (a few 1/η) + linear growth from δ + nonlinear escape
     t_max = 20.0 / m.eta + (math.log(1.0 / delta) + 15.0) / kappa
-    t, Q, rho, risk = _integrate_batch(m, Q0, delta * Z, t_max, n_eval)
+    sol = _integrate_batch(m, Q0, delta * Z, t_max, n_eval)
+    _raise_if_diverged(sol, "escape ODE")
+    t, Q, rho, risk = sol.t, sol.Q, sol.rho, sol.risk
     t_c = escape_times(t, risk, thr)
     if np.isnan(t_c).any():
         warnings.warn(f"{int(np.isnan(t_c).sum())} of {n_samples} sampled starts did not "
@@ -700,24 +686,14 @@ def ode_escape_times(m: Model, Q0, rho0, t_max: float, fraction: float = 0.5,
     Q0 = np.asarray(Q0, dtype=float)
     rho0 = np.asarray(rho0, dtype=float)
     thr = escape_threshold(m, fraction)
-    try:
-        t, _, _, risk = _integrate_batch(m, Q0, rho0, t_max, n_eval)
-        return escape_times(t, risk, thr)
-    except DivergenceError:
-        pass
-    # some start lies beyond the divergence threshold (the larger root of the
-    # plateau equation): integrate one by one and mark the diverging ones NaN
-    out = np.full(Q0.shape[0], np.nan)
-    n_div = 0
-    for i in range(Q0.shape[0]):
-        try:
-            t, _, _, risk = _integrate_batch(m, Q0[i:i + 1], rho0[i:i + 1], t_max, n_eval)
-        except DivergenceError:
-            n_div += 1
-            continue
-        out[i] = escape_times(t, risk, thr)[0]
-    warnings.warn(f"{n_div} of {Q0.shape[0]} ODE trajectories diverged (reported as NaN)",
-                  RuntimeWarning, stacklevel=2)
+    # starts beyond the divergence threshold (the larger root of the plateau
+    # equation) diverge: they are marked by the batched solve and reported NaN
+    sol = _integrate_batch(m, Q0, rho0, t_max, n_eval)
+    out = escape_times(sol.t, sol.risk, thr)
+    if sol.n_diverged:
+        out[sol.diverged] = np.nan
+        warnings.warn(f"{sol.n_diverged} of {sol.size} ODE trajectories diverged (reported as "
+                      f"NaN)", RuntimeWarning, stacklevel=2)
     return out
 
 
