@@ -181,36 +181,37 @@ def informed_start(model, overlap=0.5):
 def _ode_per_replica(model, Q0, rho0, T, t, progress=False):
     """ODE trajectories from each initial state at times ``t`` (the ODE starts at ``t[0]``).
 
+    All distinct starts are integrated in one vectorised solve
+    (:func:`symquad.numeric.ode_batch.integrate_batch`, per-start divergence);
+    replicas that share one start (informed start) share one trajectory.
     Returns arrays shaped like the SGD records, the status of each replica
-    (``"ok"``/``"diverged"``/``"failed"``) and whether all replicas share one start.
+    (``"ok"``/``"diverged"``) and whether all replicas share one start.
     """
-    from ..numeric.integrate import integrate
-
     R = Q0.shape[0]
-    p, ps = model.p, model.p_star
-    n = len(t)
-    Q = np.full((R, n, p, p), np.nan)
-    rho = np.full((R, n, p, ps), np.nan)
-    risk = np.full((R, n), np.nan)
-    status = []
     same = bool(np.allclose(Q0, Q0[:1], rtol=0, atol=1e-14)
                 and np.allclose(rho0, rho0[:1], rtol=0, atol=1e-14))
     tau = np.asarray(t, float) - float(t[0])
     horizon = float(tau[-1]) if tau[-1] > 0 else 1e-9
-    it = range(1 if same else R)
-    if progress and not same:
-        from tqdm.auto import tqdm
-        it = tqdm(it, desc="ODE from realised overlaps", leave=False)
-    for r in it:
-        sol = integrate(model, Q0[r], rho0[r], T, horizon, t_eval=tau, rtol=1e-8, atol=1e-11,
-                        on_divergence="stop")
-        m = len(sol.t)
-        Q[r, :m], rho[r, :m], risk[r, :m] = sol.Q, sol.rho, sol.risk
-        status.append(sol.status)
+    starts = slice(0, 1) if same else slice(None)
+    Q, rho, risk, status = _integrate_starts(model, Q0[starts], rho0[starts], T, horizon, tau)
     if same:
-        Q[:], rho[:], risk[:] = Q[0], rho[0], risk[0]
-        status = status * R
-    return Q, rho, risk, np.array(status), same
+        Q, rho = np.repeat(Q, R, axis=0), np.repeat(rho, R, axis=0)
+        risk, status = np.repeat(risk, R, axis=0), np.repeat(status, R)
+    return Q, rho, risk, status, same
+
+
+def _integrate_starts(model, Q0, rho0, T, horizon, tau):
+    """Batched ODE solve of the starts; NaN after a start's divergence."""
+    from ..numeric.ode_batch import integrate_batch
+
+    sol = integrate_batch(model, Q0, rho0, T, horizon, t_eval=tau, rtol=1e-8, atol=1e-11)
+    B, n = Q0.shape[0], len(tau)
+    Q = np.full((B, n) + Q0.shape[1:], np.nan)
+    rho = np.full((B, n) + rho0.shape[1:], np.nan)
+    risk = np.full((B, n), np.nan)
+    m = len(sol.t)
+    Q[:, :m], rho[:, :m], risk[:, :m] = sol.Q, sol.rho, sol.risk
+    return Q, rho, risk, np.asarray(sol.status)
 
 
 def _overlap_deviation(Qa, rhoa, Qb, rhob):
@@ -642,7 +643,7 @@ class ValidationReport:
 
     # -- figures and files ------------------------------------------------------
     def figures(self) -> dict:
-        """Matplotlib figures ``{"risk", "overlaps", "fss", "escape"}`` (:mod:`symquad.plotting`).
+        """Matplotlib figures ``{"risk", "overlaps", "fss", "escape"}`` of the report.
 
         Built with the object-oriented API: no global backend switch, nothing
         left open in pyplot.
@@ -658,7 +659,7 @@ class ValidationReport:
         ``trajectories.npz`` (all arrays), ``invariant_study.npz`` when the drift
         study ran, and PNG figures (``figures=False`` skips them).  Everything
         is written into a temporary folder beside `folder`, which then replaces
-        `folder` whole (:mod:`symquad.studies.report_io`): an interrupted save
+        `folder` whole (one rename; see "Report folders" in the README): an interrupted save
         leaves the previous folder untouched, and no figure of an older run
         survives next to a new report.  `folder` is checked first: an existing
         file, a non-empty folder that is not a symquad report, or an unwritable
@@ -801,7 +802,8 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start=None, seed=0, *,
         Independent SGD runs (``>= 2``).
     start : {"random", "informed"}, optional
         ``"random"``: ``w_k ~ N(0, I)`` (plateau and escape);
-        ``"informed"``: :func:`informed_start` (``ρ(0)`` of order one).
+        ``"informed"``: ``Q(0) = I``, ``ρ(0) = α P`` with ``α`` = `overlap` and
+        ``P`` a fixed p×p* matrix with orthonormal columns (no plateau).
         Default: ``"random"`` for ``σ = c z²``; ``"informed"`` for other
         activations, whose plateau from a random start lasts far longer (the
         escape analysis is for ``σ = c z²``).  Not with `Q0`/`rho0`.
@@ -836,7 +838,7 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start=None, seed=0, *,
         Measure the drift of the implicit-bias invariant ``S = ρ(ρᵀρ)^(-1/2)``
         along SGD as a function of N (random start from a time after the early
         re-randomisation, and an informed start), with a fitted exponent; see
-        :func:`symquad.studies.invariant_drift.invariant_drift_study`.  Needs
+        :func:`symquad.invariant_drift_study`.  Needs
         ``p >= p*`` and ``σ = c z²`` (skipped otherwise, with the reason in
         ``numbers["invariant_drift_skipped"]``).  Reported, not part of the
         verdict.
@@ -917,7 +919,7 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start=None, seed=0, *,
         skipped = ("the conservation of S is a result for sigma = c z^2" if not model.is_quadratic
                    else "S = rho (rho^T rho)^(-1/2) needs p >= p_star")
     elif invariant:
-        # docs/model.md (conserved S) at finite N: drift of S = rho (rho^T rho)^(-1/2) vs N
+        # docs/model.md §8.4 at finite N: drift of S = rho (rho^T rho)^(-1/2) vs N
         from .invariant_drift import invariant_drift_study
         jobs["invariant_drift"] = (invariant_drift_study, dict(
             model=model, Ns=list(invariant_N), t_max=t_max, replicas=invariant_replicas,
