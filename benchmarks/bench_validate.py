@@ -130,19 +130,23 @@ def main(argv=None):
     ap.add_argument("--before", metavar="REV", help="also time git revision REV")
     ap.add_argument("--repeat", type=int, default=1, help="alternating runs of each")
     ap.add_argument("--quick", action="store_true", help="small statistics (smoke test)")
+    ap.add_argument("--workers", type=int, nargs="+", default=None,
+                    help="also time these worker counts (validate(workers=...)) side by side")
     args = ap.parse_args(argv)
     kwargs = dict(_QUICK) if args.quick else {}
     print(f"symquad validate phase breakdown; python {sys.version.split()[0]}, "
           f"{os.cpu_count()} CPUs, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}, "
           f"statistics: {'quick' if args.quick else 'default'}")
     with tempfile.TemporaryDirectory() as tmp:
-        roots = [("after", REPO)]
+        roots = [("after", REPO, kwargs)]
+        for w in args.workers or ():
+            roots.append((f"w={w}", REPO, dict(kwargs, workers=w)))
         if args.before:
-            roots.append(("before", _extract(args.before, tmp)))
-        results = {label: [] for label, _ in roots}
+            roots.append(("before", _extract(args.before, tmp), kwargs))
+        results = {label: [] for label, _, _ in roots}
         for _ in range(max(1, args.repeat)):
-            for label, root in roots:
-                res = _run(root, kwargs)
+            for label, root, kw in roots:
+                res = _run(root, kw)
                 results[label].append(res)
                 _print(label, res)
     if args.before:

@@ -91,6 +91,9 @@ def register(subparsers) -> None:
     ps.add_argument("--no-fss", action="store_true", help="skip the finite-size scaling")
     ps.add_argument("--no-invariant", action="store_true",
                     help="skip the finite-N drift study of the invariant S = ρ(ρᵀρ)^(-1/2)")
+    ps.add_argument("--workers", type=_positive_int, default=1,
+                    help="processes: > 1 runs the finite-size scaling and the drift study "
+                         "in worker processes beside the main comparison (pays on idle cores)")
     ps.add_argument("--data", default=None, metavar="FILE.npz",
                     help="compare trajectories from FILE.npz (keys t, Q, rho, optional T) "
                          "instead of simulating; not with the simulation flags")
@@ -151,7 +154,7 @@ def _simulation_kwargs(args) -> dict:
             kwargs[name] = value
     kwargs.setdefault("method", "reduced")
     kwargs.setdefault("seed", 0)
-    kwargs.update(fss=not args.no_fss, invariant=not args.no_invariant,
+    kwargs.update(fss=not args.no_fss, invariant=not args.no_invariant, workers=args.workers,
                   progress=sys.stderr.isatty())
     return kwargs
 
