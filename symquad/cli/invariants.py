@@ -11,6 +11,8 @@ Derives (with SymPy, from ``symquad.derive``) and prints:
 
 from __future__ import annotations
 
+import sys
+
 
 def register(sub):
     parser = sub.add_parser(
@@ -50,10 +52,10 @@ def run(args) -> int:
             else:
                 parts.append(prove_conservation(model).latex())
     except (TypeError, ValueError) as exc:
-        print(f"symquad invariants: error: {exc}")
+        print(f"symquad invariants: error: {exc}", file=sys.stderr)
         return 2
     except ProofError as exc:  # a proof step failed: report, never print a false theorem
-        print(f"symquad invariants: proof step FAILED: {exc}")
+        print(f"symquad invariants: proof step FAILED: {exc}", file=sys.stderr)
         return 1
     body = "\n".join(parts)
     print(document(body, title="Zero-risk manifold and the conserved S") if args.standalone

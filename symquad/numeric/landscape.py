@@ -40,7 +40,7 @@ from scipy import optimize as _opt
 from ..spec import Model, check_model
 from .errors import DivergenceError, describe_state
 from .kernels import kernels
-from .checks import check_int as _check_int, check_positive
+from .checks import as_real_array, check_int as _check_int, check_positive, check_real, check_seed
 
 __all__ = [
     "POINTS", "PlateauFixedPoint", "EscapePrediction",
@@ -458,8 +458,8 @@ def rho_diffusion(m: Model, q):
 # --------------------------------------------------------------------------- escape times
 def escape_threshold(m: Model, fraction: float = 0.5, fp: PlateauFixedPoint | None = None):
     """Risk level ``ε_pl − fraction·(ε_pl − ε_min)`` whose first crossing defines escape."""
-    if not 0 < fraction < 1:
-        raise ValueError(f"fraction must be in (0, 1), got {fraction}")
+    _check_model(m)
+    fraction = check_real("fraction", fraction, low=0.0, high=1.0, low_open=True, high_open=True)
     fp = plateau(m) if fp is None else fp
     return fp.risk - fraction * (fp.risk - minimum_risk(m))
 
@@ -575,6 +575,11 @@ class EscapePrediction:
         return np.quantile(self.samples, qs)
 
 
+#: Most sampled directions escape_prediction accepts: one batched ODE of
+#: n_samples·(p² + p·p*) variables over n_eval times is held in memory.
+MAX_ESCAPE_SAMPLES = 100_000
+
+
 def escape_prediction(m: Model, N: int, q0: float = 1.0, sgd_noise: bool = True,
                       n_samples: int = 256, seed: int = 0, fraction: float = 0.5,
                       delta: float = 1e-4, n_eval: int = 6000, Z=None) -> EscapePrediction:
@@ -619,10 +624,18 @@ def escape_prediction(m: Model, N: int, q0: float = 1.0, sgd_noise: bool = True,
     """
     _check_model(m)
     _check_quadratic(m, "escape_time")
-    N = _check_int(N, "N", 1)
+    # the random start w_k ~ N(0, q0 I_N) has a full-rank Gram matrix only for N >= p + p*
+    # (the sizes the CLI accepts); below that the law's s = sqrt(q0/N) is O(1) and the
+    # prediction is meaningless (N = 1 gave a negative time)
+    N = _check_int(N, "N", m.p + m.p_star)
     q0 = check_positive("q0", q0)
-    n_samples = _check_int(n_samples, "n_samples", 1)
-    delta = check_positive("delta", delta)
+    if not isinstance(sgd_noise, (bool, np.bool_)):
+        raise TypeError(f"sgd_noise must be True or False, got {sgd_noise!r}")
+    n_samples = _check_int(n_samples, "n_samples", 1, MAX_ESCAPE_SAMPLES)
+    check_seed(seed)
+    fraction = check_real("fraction", fraction, low=0.0, high=1.0, low_open=True, high_open=True)
+    delta = check_real("delta", delta, low=0.0, high=1e-2, low_open=True)
+    n_eval = _check_int(n_eval, "n_eval", 100, 10 ** 6)
     fp = plateau(m)
     kappa = fp.rate
     if kappa <= 0:
@@ -633,8 +646,8 @@ def escape_prediction(m: Model, N: int, q0: float = 1.0, sgd_noise: bool = True,
     if Z is None:
         Z = np.random.default_rng(seed).standard_normal((n_samples, m.p, m.p_star))
     else:
-        Z = np.asarray(Z, dtype=float)
-        if Z.ndim != 3 or Z.shape[1:] != (m.p, m.p_star):
+        Z = as_real_array(Z, "Z")
+        if Z.ndim != 3 or Z.shape[0] == 0 or Z.shape[1:] != (m.p, m.p_star):
             raise ValueError(f"Z must have shape (n, {m.p}, {m.p_star}), got {Z.shape}")
         n_samples = Z.shape[0]
     p = m.p
@@ -658,6 +671,12 @@ def escape_prediction(m: Model, N: int, q0: float = 1.0, sgd_noise: bool = True,
         J = 0.0
     sigma2 = q0 + J
     s = math.sqrt(sigma2 / N)
+    if s * s > 0.05 * q0:
+        warnings.warn(
+            f"escape_time: N={N} is small: the start's teacher overlap s = {s:.3g} is not small, "
+            f"so the asymptotic law (linear in rho, corrections O(s^2) = {s * s:.2g}) is "
+            f"inaccurate; it is meant for N >> {math.ceil(20 * sigma2 / q0)}",
+            RuntimeWarning, stacklevel=2)
     samples = t_c + math.log(delta / s) / kappa
     med = float(np.nanmedian(samples))
     return EscapePrediction(model=m, N=N, median=med, samples=samples, rate=kappa,
@@ -696,8 +715,13 @@ def ode_escape_times(m: Model, Q0, rho0, t_max: float, fraction: float = 0.5,
                      n_eval: int = 4000):
     """Escape times of ODE trajectories (batched) from given starts; NaN if none by t_max."""
     _check_model(m)
-    Q0 = np.asarray(Q0, dtype=float)
-    rho0 = np.asarray(rho0, dtype=float)
+    Q0 = as_real_array(Q0, "Q0")
+    rho0 = as_real_array(rho0, "rho0")
+    if Q0.ndim != 3 or Q0.shape[1:] != (m.p, m.p) or rho0.shape != (Q0.shape[0], m.p, m.p_star):
+        raise ValueError(f"Q0 and rho0 must have shapes (n, {m.p}, {m.p}) and "
+                         f"(n, {m.p}, {m.p_star}), got {Q0.shape} and {rho0.shape}")
+    t_max = check_positive("t_max", t_max)
+    n_eval = _check_int(n_eval, "n_eval", 2, 10 ** 6)
     thr = escape_threshold(m, fraction)
     try:
         t, _, _, risk = _integrate_batch(m, Q0, rho0, t_max, n_eval)
@@ -721,7 +745,13 @@ def ode_escape_times(m: Model, Q0, rho0, t_max: float, fraction: float = 0.5,
 
 
 def escape_time(m: Model, N: int, **kwargs) -> float:
-    """Predicted median escape time from a random start (see :func:`escape_prediction`)."""
+    """Predicted median escape time from a random start (see :func:`escape_prediction`).
+
+    ``N`` must be an integer >= ``p + p*``; the law is asymptotic in ``N`` and
+    warns when ``N`` is too small for it (``q0/N`` not small).
+    """
+    _check_model(m)
+    _check_int(N, "N", m.p + m.p_star)
     return escape_prediction(m, N, **kwargs).median
 
 
@@ -739,8 +769,11 @@ def noisy_floor(m: Model, t_max: float = 400.0, n_eval: int = 401):
     from .integrate import integrate
     _check_model(m)
     _check_quadratic(m, "noisy_floor")
+    t_max = check_positive("t_max", t_max)
+    n_eval = _check_int(n_eval, "n_eval", 2, 10 ** 6)
     if m.p < m.p_star:
         raise ValueError(f"zero-risk points need p >= p_star, got p={m.p}, p_star={m.p_star}")
     Q, rho = minimum_overlaps(m)
     return integrate(m, Q, rho, _identity_teacher(m), t_max,
-                     t_eval=np.linspace(0.0, t_max, n_eval), rtol=1e-10, atol=1e-13)
+                     t_eval=np.linspace(0.0, t_max, n_eval), rtol=1e-10, atol=1e-13,
+                     warn_symmetric=False)  # the axis-aligned minimum is symmetric on purpose

@@ -320,6 +320,10 @@ def hessian_blocks(m: Model, point: str) -> HessianBlocks:
                          _exact_eigenvalues(Hpar), _exact_eigenvalues(Hperp), tp, tq)
 
 
+#: Largest number of eigenvalues (p·N) hessian_spectrum lists one by one.
+MAX_SPECTRUM_SIZE = 10 ** 7
+
+
 def hessian_spectrum(m: Model, point: str = "plateau", N: int = 12) -> np.ndarray:
     """All ``p·N`` eigenvalues of the weight-space Hessian of the risk (T = I), ascending.
 
@@ -334,6 +338,13 @@ def hessian_spectrum(m: Model, point: str = "plateau", N: int = 12) -> np.ndarra
     -------
     numpy array of length ``p·N`` (floats of the exact eigenvalues, with multiplicity).
     """
+    _check(m, point)
+    if isinstance(N, bool) or not isinstance(N, (int, np.integer)):
+        raise TypeError(f"N must be an integer >= p + p_star, got {N!r}")
+    if m.p * N > MAX_SPECTRUM_SIZE:
+        raise ValueError(f"N={N} asks for p*N = {m.p * N} eigenvalues; allowed N <= "
+                         f"{MAX_SPECTRUM_SIZE // m.p} (use HessianBlocks.spectrum(N) for the "
+                         f"exact spectrum as a dict of multiplicities at any N)")
     blocks = hessian_blocks(m, point)
     spec = blocks.spectrum(N)
     out = np.concatenate([np.full(n, float(v)) for v, n in spec.items()])
