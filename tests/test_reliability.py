@@ -94,7 +94,7 @@ def test_bad_activations_name_the_parameter(bad, error, match):
 # --------------------------------------------------------------------------- silent wrong results
 @pytest.mark.parametrize("N", [1, 2, 5])
 def test_escape_time_refuses_sizes_below_p_plus_p_star(N):
-    with pytest.raises(ValueError, match=r"N must be an integer in \[6, inf\]"):
+    with pytest.raises(ValueError, match=r"N must be an integer >= 6 \(allowed range: \[6, inf\)\)"):
         sq.escape_time(M42, N)
 
 

@@ -47,11 +47,12 @@ def run(args) -> int:
         if args.p > MAX_EXACT_P or args.p_star > MAX_EXACT_P:
             raise ValueError(
                 f"--p and --p-star must be <= {MAX_EXACT_P} for the exact SymPy checks "
-                f"(their cost grows about like p^6: p=6 takes ~15 s, p=8 ~1 min); "
+                f"(their cost grows fast with p: p=8, p*=2 takes about 30 s); "
                 f"symquad.manifold_dimension(p, p_star) gives the dimension at any size")
         if args.p + args.p_star > 8:
             print(f"symquad invariants: exact checks at p={args.p}, p*={args.p_star} take "
-                  f"about a minute or more (p=8, p*=2: ~1 min on 2 cores)", file=sys.stderr)
+                  f"tens of seconds or more (p=8, p*=2 --only manifold: 26 s measured on "
+                  f"2 shared cores)", file=sys.stderr)
         model = Model(p=args.p, p_star=args.p_star, lr=1.0, activation=args.activation)
         if not model.is_quadratic:
             raise ValueError(f"--activation must be c*z**2 (+ c0), got {model.activation_str!r}")

@@ -60,12 +60,12 @@ def check_int(value, name: str, minimum: int = 1, maximum: int | None = None) ->
     TypeError for a non-integer (a float such as ``2.0``, a bool, a string),
     ValueError for an integer out of range.
     """
-    allowed = f"[{minimum}, {'inf' if maximum is None else maximum}]"
+    want = (f"an integer >= {minimum} (allowed range: [{minimum}, inf))" if maximum is None
+            else f"an integer in [{minimum}, {maximum}]")
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, Integral):
-        raise TypeError(f"{name} must be an integer in {allowed}, got {value!r} "
-                        f"({type(value).__name__})")
+        raise TypeError(f"{name} must be {want}, got {value!r} ({type(value).__name__})")
     if value < minimum or (maximum is not None and value > maximum):
-        raise ValueError(f"{name} must be an integer in {allowed}, got {value!r}")
+        raise ValueError(f"{name} must be {want}, got {value!r}")
     return int(value)
 
 

@@ -634,7 +634,7 @@ def escape_prediction(m: Model, N: int, q0: float = 1.0, sgd_noise: bool = True,
     n_samples = _check_int(n_samples, "n_samples", 1, MAX_ESCAPE_SAMPLES)
     check_seed(seed)
     fraction = check_real("fraction", fraction, low=0.0, high=1.0, low_open=True, high_open=True)
-    delta = check_real("delta", delta, low=0.0, high=1e-2, low_open=True)
+    delta = check_positive("delta", delta)
     n_eval = _check_int(n_eval, "n_eval", 100, 10 ** 6)
     fp = plateau(m)
     kappa = fp.rate
