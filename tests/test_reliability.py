@@ -167,6 +167,15 @@ def test_long_horizon_is_bounded():
     assert time.perf_counter() - start < 60 and sol.status == "ok" and sol.risk[-1] < 1e-10
 
 
+def test_hessian_size_is_checked_before_any_work():
+    start = time.perf_counter()
+    with pytest.raises(ValueError, match=r"p and p_star in \[1, 10\]"):
+        sq.hessian_spectrum(sq.Model(p=40, p_star=2, lr=0.1), "plateau", 100)
+    with pytest.raises(ValueError, match="p\\*N"):
+        sq.hessian_spectrum(M42, "plateau", 10 ** 9)
+    assert time.perf_counter() - start < 1.0
+
+
 def test_exact_rank_agrees_with_sympy_rank():
     from symquad.symbolic.manifold import _exact_rank, constraint_jacobian, _stiefel_point
     import sympy as sp
@@ -189,6 +198,9 @@ def _cli(*args):
     (("landscape", "--N", "2"), "--N"),
     (("landscape", "--samples", "0"), "--samples"),
     (("landscape", "--lr", "nan"), "lr must be finite"),
+    (("landscape", "--p", "11"), "--p and --p-star must be <= 10"),
+    (("invariants", "--p", "11"), "--p and --p-star must be <= 10"),
+    (("equations", "--activation", "__import__('os').getcwd() or z**2"), "activation"),
 ])
 def test_cli_errors_go_to_stderr_with_exit_2(args, match):
     res = _cli(*args)

@@ -52,6 +52,13 @@ def run(args) -> int:
     try:
         m = Model(p=args.p, p_star=args.p_star, lr=args.lr, noise=args.noise,
                   lr_scaling=args.lr_scaling)
+        if max(m.p, m.p_star) > H.MAX_HESSIAN_WIDTH:
+            raise ValueError(f"--p and --p-star must be <= {H.MAX_HESSIAN_WIDTH} for the exact "
+                             f"Hessians (p=6, p*=2 takes ~15 s; the cost roughly doubles with "
+                             f"each unit of p), got p={m.p}, p_star={m.p_star}")
+        if m.p + m.p_star > 8:
+            print(f"symquad landscape: exact Hessians at p={m.p}, p*={m.p_star} take a minute "
+                  f"or more", file=sys.stderr)
         if args.N < args.p + args.p_star:
             raise ValueError(f"--N must be >= p + p_star = {args.p + args.p_star}, got {args.N}")
         if not 1 <= args.samples <= L.MAX_ESCAPE_SAMPLES:

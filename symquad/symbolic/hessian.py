@@ -68,14 +68,26 @@ P_STAR_SYM = sp.Symbol("p_star", positive=True, integer=True)
 N_SYM = sp.Symbol("N", positive=True, integer=True)
 
 
+#: Largest p and p* of the exact Hessian reduction.  Its cost is the explicit
+#: risk in the p(p+1)/2 + p p* entry symbols, exact Hessians and eigenvalues;
+#: measured on a shared 2-core machine (all three points): p=4, p*=2: 3 s;
+#: p=6, p*=2: 15 s; it roughly doubles with each unit of p.
+MAX_HESSIAN_WIDTH = 10
+
+
 def _check(m, point):
     check_model(m, "m")
-    if point not in POINTS:
+    if not isinstance(point, str) or point not in POINTS:
         raise ValueError(f"point must be one of {POINTS}, got {point!r}")
     if not m.is_quadratic:
         raise ValueError(
             "the weight-space Hessian reduction is derived for σ(z) = c z² (+ c0); "
             f"the model has activation {m.activation_str!r}")
+    if max(m.p, m.p_star) > MAX_HESSIAN_WIDTH:
+        raise ValueError(
+            f"the exact Hessian reduction needs p and p_star in [1, {MAX_HESSIAN_WIDTH}] "
+            f"(cost roughly doubles with each unit of p: p=6, p*=2 takes ~15 s, p=10 several "
+            f"minutes); got p={m.p}, p_star={m.p_star}")
 
 
 @lru_cache(maxsize=None)
