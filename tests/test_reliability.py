@@ -176,6 +176,15 @@ def test_hessian_size_is_checked_before_any_work():
     assert time.perf_counter() - start < 1.0
 
 
+def test_plateau_size_is_checked_before_any_work():
+    start = time.perf_counter()
+    with pytest.raises(ValueError, match=r"n = p\(p\+1\)/2 \+ p\*p_star = 20500"):
+        sq.plateau(sq.Model(p=200, p_star=2, lr=0.01))
+    with pytest.raises(ValueError, match="limited to n"):
+        sq.escape_time(sq.Model(p=200, p_star=2, lr=0.01), 10 ** 6)
+    assert time.perf_counter() - start < 1.0
+
+
 def test_exact_rank_agrees_with_sympy_rank():
     from symquad.symbolic.manifold import _exact_rank, constraint_jacobian, _stiefel_point
     import sympy as sp
@@ -282,7 +291,7 @@ CALLS = {
 # values that are valid for the given parameter and must not be drawn as "bad"
 VALID = {"Model.p": {10 ** 30}, "Model.p_star": {10 ** 30}, "Model.lr": {10 ** 30},
          "Model.noise": {0, 10 ** 30}, "escape_time.N": {10 ** 30},
-         "manifold_dimension.p": {10 ** 30}, "simulate.seed": {0, 10 ** 30},
+         "manifold_dimension.p": {10 ** 30}, "simulate.seed": {0, 10 ** 30, None},
          # KNOWN, not fixed here (simulate.py belongs to another change): huge sizes end
          # in MemoryError instead of a size check; tracked in the reliability report
          "simulate.N": {10 ** 30}, "simulate.replicas": {10 ** 30}}

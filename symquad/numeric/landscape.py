@@ -371,6 +371,26 @@ def _rho_rate(m: Model, q: float) -> float:
     return float(np.max(np.linalg.eigvals(J[nq:, nq:]).real))
 
 
+#: Largest ODE dimension ``n = p(p+1)/2 + p·p*`` whose full Jacobian plateau()
+#: builds and diagonalises (n³ work, n² memory).  Measured on a shared 2-core
+#: machine (p* = 2): p = 40 (n = 900) 2.9 s, p = 60 (n = 1950) 19 s; n = 6000
+#: (p ≈ 105) extrapolates to ~10 min.
+MAX_JACOBIAN_DIM = 6000
+
+
+def _check_jacobian_size(m: Model) -> None:
+    n = m.p * (m.p + 1) // 2 + m.p * m.p_star
+    if n > MAX_JACOBIAN_DIM:
+        raise ValueError(
+            f"plateau: the ODE has n = p(p+1)/2 + p*p_star = {n} variables for p={m.p}, "
+            f"p_star={m.p_star}; its Jacobian (n^3 work) is limited to n <= {MAX_JACOBIAN_DIM} "
+            f"(p up to about {int((2 * MAX_JACOBIAN_DIM) ** 0.5) - m.p_star})")
+    if n > 2000:
+        warnings.warn(f"plateau: Jacobian of dimension n = {n}: about "
+                      f"{20 * (n / 1950) ** 3:.0f} s (n = 1950 took 19 s on 2 cores)",
+                      RuntimeWarning, stacklevel=3)
+
+
 def plateau(m: Model) -> PlateauFixedPoint:
     r"""Plateau fixed point of the full ODE, its Jacobian and the growth rate of ρ.
 
@@ -393,6 +413,7 @@ def plateau(m: Model) -> PlateauFixedPoint:
     """
     _check_model(m)
     _check_quadratic(m, "plateau")
+    _check_jacobian_size(m)
     q_gf = gradient_flow_plateau_q(m)
     g = _q_equation(m)
     # scan upward from q_gf on a geometric grid for the first sign change
