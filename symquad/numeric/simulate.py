@@ -73,7 +73,7 @@ from numbers import Integral
 import numpy as np
 
 from .errors import DivergenceError, describe_state
-from .checks import check_int as _check_int, check_positive
+from .checks import as_real_array, check_int as _check_int, check_positive
 
 __all__ = ["simulate", "SimulationRun", "population_risk", "DEFAULT_Q0", "METHODS"]
 
@@ -299,7 +299,7 @@ def _initial_coordinates(model, N, replicas, Q0, rho0, T, rng_init):
     p, ps = model.p, model.p_star
     if T is None:
         T = np.eye(ps)
-    T = np.asarray(T, dtype=float)
+    T = as_real_array(T, "T")  # complex/str refused, not truncated
     if T.shape != (ps, ps):
         raise ValueError(f"T must have shape (p_star, p_star) = ({ps}, {ps}), got {T.shape}")
     F_T, r_T = _psd_factor(T, "T")
@@ -324,8 +324,8 @@ def _initial_coordinates(model, N, replicas, Q0, rho0, T, rng_init):
         else:
             E = q_scale * rng_init.standard_normal((replicas, p, n_perp))
     else:
-        Q0 = np.asarray(Q0, dtype=float)
-        rho0 = np.asarray(rho0, dtype=float)
+        Q0 = as_real_array(Q0, "Q0")
+        rho0 = as_real_array(rho0, "rho0")
         if Q0.shape not in ((p, p), (replicas, p, p)):
             raise ValueError(f"Q0 must have shape (p, p) = ({p}, {p}) or (replicas, p, p), "
                              f"got {Q0.shape}")
@@ -634,7 +634,7 @@ def _record_steps(t_max, N, t_eval):
         n = min(101, n_steps + 1)
         steps = np.unique(np.round(np.linspace(0, n_steps, n)).astype(np.int64))
     else:
-        t_eval = np.asarray(t_eval, dtype=float)
+        t_eval = as_real_array(t_eval, "t_eval")
         if t_eval.ndim != 1 or t_eval.size == 0 or not np.all(np.isfinite(t_eval)):
             raise ValueError("t_eval must be a non-empty 1-d array of finite times")
         if np.any(t_eval < 0) or np.any(t_eval > t_max * (1 + 1e-12)):
