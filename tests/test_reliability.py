@@ -302,10 +302,7 @@ CALLS = {
 # values that are valid for the given parameter and must not be drawn as "bad"
 VALID = {"Model.p": {10 ** 30}, "Model.p_star": {10 ** 30}, "Model.lr": {10 ** 30},
          "Model.noise": {0, 10 ** 30}, "escape_time.N": {10 ** 30},
-         "manifold_dimension.p": {10 ** 30}, "simulate.seed": {0, 10 ** 30, None},
-         # KNOWN, not fixed here (simulate.py belongs to another change): huge sizes end
-         # in MemoryError instead of a size check; tracked in the reliability report
-         "simulate.N": {10 ** 30}, "simulate.replicas": {10 ** 30}}
+         "manifold_dimension.p": {10 ** 30}, "simulate.seed": {0, 10 ** 30, None}}
 
 
 @settings(max_examples=60, deadline=None, derandomize=True,
@@ -330,3 +327,16 @@ def test_wrong_shapes_and_values_of_overlaps(shape, fill):
     Q0 = np.full(shape, fill)
     with pytest.raises(ValueError, match="Q0"):
         sq.integrate(M32, Q0, generic_start()[1], np.eye(2), t_max=1.0)
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    (dict(N=10 ** 30), "N"),
+    (dict(N=2000, replicas=10 ** 12), "replicas"),
+    (dict(N=2000, t_max=1e12), "t_max"),
+    (dict(N=10 ** 9, method="full"), "method='full'"),
+])
+def test_simulate_refuses_out_of_reach_sizes_at_once(kwargs, name):
+    # refused before allocating or stepping: otherwise this test would run out of memory
+    kwargs = {"t_max": 0.1, "replicas": 2, **kwargs}
+    with pytest.raises(ValueError, match=name):
+        sq.simulate(M42, **kwargs)
