@@ -35,6 +35,11 @@ _LAZY = {
     "hessian_spectrum": "symquad.symbolic.hessian",
     "plateau": "symquad.numeric.landscape",
     "escape_time": "symquad.numeric.landscape",
+    "sweep": "symquad.studies.sweep",
+    "load_sweep": "symquad.studies.store",
+    "load_sweep_arrays": "symquad.studies.store",
+    "register_task": "symquad.studies.tasks",
+    "list_tasks": "symquad.studies.tasks",
 }
 
 __all__ = ["Model", "DEFAULT_MODEL", "LR_SCALINGS", *_LAZY]
