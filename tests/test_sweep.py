@@ -96,15 +96,15 @@ def test_store_belongs_to_one_task(tmp_path):
 # serial executor: values, errors, resuming
 # ---------------------------------------------------------------------------
 def test_builtin_tasks_equal_direct_calls(tmp_path):
-    df = sq.sweep("plateau", {"p": [1, 3], "p_star": [1, 2], "lr": [0.1],
+    df = sq.sweep("plateau", {"p": [1, 3], "p_star": [2], "lr": [0.1],
                               "lr_scaling": ["fixed", "width"]}, tmp_path / "pl", workers=1)
-    assert len(df) == 8 and (df["status"] == "ok").all()
+    assert len(df) == 4 and (df["status"] == "ok").all()
     for _, row in df.iterrows():
         fp = sq.plateau(sq.Model(p=int(row.p), p_star=int(row.p_star), lr=row.lr,
                                  lr_scaling=row.lr_scaling))
         assert (row.q, row.risk, row.rate) == (fp.q, fp.risk, fp.rate)
     # Hessian at the gradient-flow plateau: p·p* negative directions (closed form)
-    dh = sq.sweep("hessian", {"p": [2, 3], "p_star": [1, 2], "N": [8]}, tmp_path / "h",
+    dh = sq.sweep("hessian", {"p": [2], "p_star": [1, 2], "N": [8]}, tmp_path / "h",
                   workers=1)
     assert (dh["negative"] == dh["p"] * dh["p_star"]).all()
     assert (dh["negative"] + dh["zero"] + dh["positive"] == dh["p"] * dh["N"]).all()
@@ -177,7 +177,7 @@ def test_store_ignores_temporaries_and_damaged_cache(tmp_path):
 # Dask: identical numbers, killed worker, killed client
 # ---------------------------------------------------------------------------
 def test_serial_and_distributed_identical(tmp_path, client):
-    grid = {"p": [2, 3], "p_star": [1], "N": [300], "t_max": [30.0], "seed": [1, 2]}
+    grid = {"p": [2], "p_star": [1], "N": [300], "t_max": [20.0], "seed": [1, 2, 3]}
     a = sq.sweep("ode", grid, tmp_path / "serial", workers=1)
     b = sq.sweep("ode", grid, tmp_path / "dask", client=client)
     assert b.attrs["sweep"].executor.startswith("dask")

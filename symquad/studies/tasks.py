@@ -273,7 +273,8 @@ def escape_task(p, p_star, lr=0.1, lr_scaling="fixed", noise=0.0, N=1000, replic
 
     * ``pred_sgd`` / ``pred_ode``: median of the predicted law
       (:func:`symquad.numeric.landscape.escape_prediction`, ``2·replicas``
-      sampled directions) with and without the SGD-noise seeding of ρ;
+      sampled directions) with and without the SGD-noise seeding of ρ
+      (``pred_se``: bootstrap standard error of these medians);
     * ``ode_*``: ODE integrated from ``replicas`` realised random starts
       (exact law of ``Q(0), ρ(0)`` at this ``N``);
     * ``sgd_*`` (if `sgd`): ``replicas`` runs of the reduced SGD simulator up to
@@ -285,6 +286,7 @@ def escape_task(p, p_star, lr=0.1, lr_scaling="fixed", noise=0.0, N=1000, replic
     the plateau to the minimum.
     """
     from ..numeric import landscape as L
+    from .escape_grid import median_se
 
     m = _model(p, p_star, lr, noise, lr_scaling)
     if isinstance(replicas, bool) or not isinstance(replicas, (int, np.integer)) or replicas < 2:
@@ -293,9 +295,10 @@ def escape_task(p, p_star, lr=0.1, lr_scaling="fixed", noise=0.0, N=1000, replic
     fp = L.plateau(m)
     pred = L.escape_prediction(m, N, n_samples=2 * replicas, seed=s_pred)
     ode_samples = pred.samples + math.log(pred.sigma2) / (2 * pred.rate)
-    out = {"eta": float(m.eta), "rate": float(fp.rate), "plateau_risk": float(fp.risk),
+    out = {"eta": float(m.eta), "rate": float(fp.rate), "rate_gf": float(fp.rate_gradient_flow),
+           "plateau_risk": float(fp.risk),
            "threshold": float(pred.threshold), "pred_sgd": float(pred.median),
-           "pred_ode": float(np.nanmedian(ode_samples))}
+           "pred_ode": float(np.nanmedian(ode_samples)), "pred_se": median_se(ode_samples)}
     Q0, r0 = L.random_start(m, N, replicas, seed=s_ode)
     t_ode = L.ode_escape_times(m, Q0, r0, 3 * float(np.nanmedian(ode_samples)))
     out.update(_spread(t_ode, "ode"))
