@@ -398,7 +398,7 @@ def sweep_errorbar_figure(df, x, y, yerr=None, group=None, *, logx=None, logy=Fa
     """One curve of `y` (± `yerr`) against `x` per value of `group`, from a sweep table.
 
     Only rows with ``status == "ok"`` are drawn; rows of one group are sorted
-    by `x`.  ``logx`` defaults to True when `x` spans more than a decade of
+    by `x`.  ``logx`` defaults to True when `x` spans at least a decade of
     positive values.  With `ax` the curves are added to that Axes (and its
     figure is returned), so several quantities can share one plot.
     """
@@ -417,7 +417,7 @@ def sweep_errorbar_figure(df, x, y, yerr=None, group=None, *, logx=None, logy=Fa
     xs = data[x].to_numpy()
     if logx is None:
         num = np.asarray(xs, float) if xs.dtype.kind in "iuf" else np.array([])
-        logx = bool(num.size and num.min() > 0 and num.max() / num.min() > 10)
+        logx = bool(num.size and num.min() > 0 and num.max() / num.min() >= 10)
     if logx:
         ax.set_xscale("log")
     if logy:
@@ -455,7 +455,7 @@ def sweep_escape_figure(df, x, group=None, title=None):
                     color=c, capsize=3, ms=4, label=f"ODE {name}".strip())
         ax.plot(xv, sub["pred_ode"], ":", color=c, lw=1)
     num = np.asarray(data[x].to_numpy(), float) if data[x].dtype.kind in "iuf" else np.array([])
-    if num.size and num.min() > 0 and num.max() / num.min() > 10:
+    if num.size and num.min() > 0 and num.max() / num.min() >= 10:
         ax.set_xscale("log")
     ax.set_xlabel(x)
     ax.set_ylabel("median escape time (t = steps/N)")

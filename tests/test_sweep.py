@@ -73,6 +73,10 @@ def test_bad_parameters_rejected_before_running(tmp_path):
         sq.sweep("plateau", {"p": [], "p_star": [1]}, store, workers=1)
     with pytest.raises(ValueError, match="finite"):
         sq.sweep("plateau", {"p": [1], "p_star": [1], "lr": [float("nan")]}, store, workers=1)
+    with pytest.raises(ValueError, match="1000000 points"):
+        sq.sweep("plateau", {"p": list(range(1, 101)), "p_star": list(range(1, 101)),
+                             "lr": [0.1 * i for i in range(1, 101)]}, store, workers=1,
+                 max_points=10**5)
     with pytest.raises(ValueError, match="workers"):
         sq.sweep("plateau", {"p": [1], "p_star": [1]}, store, workers=0)
     assert not store.exists()                    # nothing was written

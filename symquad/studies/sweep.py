@@ -43,6 +43,7 @@ they are identical whichever executor ran the point.
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import sys
 import time
@@ -89,11 +90,13 @@ class SweepInfo:
 # ---------------------------------------------------------------------------
 # grid
 # ---------------------------------------------------------------------------
-def expand_grid(grid) -> list:
+def expand_grid(grid, max_points=1_000_000) -> list:
     """Cartesian product of ``{name: [values]}`` as a list of dicts (insertion order).
 
     A scalar value counts as a one-element list (a list, tuple, range or 1-d
     array lists the values).  Values must be int, float, str, bool or None.
+    The number of points is checked against `max_points` before the product
+    is built (``ValueError`` beyond it).
     """
     if not isinstance(grid, dict):
         raise TypeError(f"grid must be a dict of parameter name -> list of values, "
@@ -112,6 +115,11 @@ def expand_grid(grid) -> list:
             canonical_params({name: v})        # type check (TypeError/ValueError)
         names.append(name)
         values.append(vals)
+    size = math.prod(len(v) for v in values)
+    if size > max_points:
+        raise ValueError(f"the grid has {size} points ({' x '.join(str(len(v)) for v in values)}"
+                         f"), more than max_points={max_points}; split the sweep or raise "
+                         f"max_points")
     return [dict(zip(names, combo)) for combo in itertools.product(*values)]
 
 
@@ -194,16 +202,19 @@ def _run_dask(task, todo, on_done, client, retries):
         fut = client.submit(run_point, task.func, params, key=f"{task.name}-{key[:12]}-{token}",
                             pure=False, retries=retries)
         futures[fut] = (key, params)
-    for fut in as_completed(list(futures)):
-        key, params = futures.pop(fut)
-        try:
-            outcome = fut.result()
-        except Exception as exc:    # outside the task: KilledWorker, cancelled, ...
-            outcome = None
-            on_done(key, params, outcome, f"{type(exc).__name__}: {exc}")
-        else:
-            on_done(key, params, outcome)
-        fut.release()
+    try:
+        for fut in as_completed(list(futures)):
+            key, params = futures.pop(fut)
+            try:
+                outcome = fut.result()
+            except Exception as exc:    # outside the task: KilledWorker, cancelled, ...
+                on_done(key, params, None, f"{type(exc).__name__}: {exc}")
+            else:
+                on_done(key, params, outcome)
+            fut.release()
+    finally:
+        if futures:          # interrupted: do not leave our points running on the cluster
+            client.cancel(list(futures))
 
 
 def _local_client(workers):
@@ -220,7 +231,7 @@ def _local_client(workers):
 # sweep
 # ---------------------------------------------------------------------------
 def sweep(task, grid, store, *, client=None, workers=None, progress=None, retries=2,
-          retry_errors=False):
+          retry_errors=False, max_points=1_000_000):
     r"""Run `task` at every point of `grid`, storing each point as it finishes.
 
     Parameters
@@ -249,6 +260,8 @@ def sweep(task, grid, store, *, client=None, workers=None, progress=None, retrie
         Dask retries of a point whose execution failed outside the task.
     retry_errors : bool
         Recompute stored points whose status is ``"error"``.
+    max_points : int
+        Largest grid accepted (checked before the product is built).
 
     Returns
     -------
@@ -269,7 +282,7 @@ def sweep(task, grid, store, *, client=None, workers=None, progress=None, retrie
         raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
     if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
         raise ValueError(f"retries must be an integer >= 0, got {retries!r}")
-    points = [task.bind(pt) for pt in expand_grid(grid)]
+    points = [task.bind(pt) for pt in expand_grid(grid, max_points)]
     keys = [point_key(task.name, task.version, pt) for pt in points]
     unique = dict(zip(keys, points))                 # a repeated grid value runs once
 
