@@ -123,6 +123,12 @@ def main():
         print(f"  speed-up dask-2 vs dask-1: {res['dask-1'][1] / res['dask-2'][1]:.2f}x; "
               f"dask-2 vs serial: {res['serial'][1] / res['dask-2'][1]:.2f}x")
         print(f"  identical numbers on all three executors: {same}")
+        # points in flight on average = summed task time / wall time: ~2 on 2 workers means
+        # they ran concurrently; if the speed-up is still ~1, the cores were not idle
+        for k in ("serial", "dask-1", "dask-2"):
+            busy = float(res[k][0]["seconds"].sum())
+            print(f"  {k}: summed task time {busy:.1f} s, points in flight on average "
+                  f"{busy / res[k][1]:.2f}, mean task time {busy / n:.2f} s")
         s, d, r = _overhead(args.overhead_points, root)
         print(f"\nengine overhead per point (no-op task, {args.overhead_points} points):")
         print(f"  serial (incl. atomic Parquet write): {1e3 * s:.1f} ms")

@@ -66,6 +66,9 @@ def save_figure(fig, path, dpi=120):
     try:
         with os.fdopen(fd, "wb") as fh:
             fig.savefig(fh, dpi=dpi, format=suffix.lstrip("."))
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)        # mkstemp makes 0600; give the usual permissions
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

@@ -45,7 +45,7 @@ from numbers import Integral, Real
 import numpy as np
 
 __all__ = ["SweepStore", "point_key", "canonical_params", "load_sweep", "load_sweep_arrays",
-           "META_COLUMNS"]
+           "atomic_write", "META_COLUMNS"]
 
 FORMAT = 1
 #: columns the engine adds to every row (a task's results may not use these names)
@@ -91,19 +91,29 @@ def point_key(task_name: str, task_version: str, params: dict) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
 
+def _default_file_mode():
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+_FILE_MODE = _default_file_mode()
+
+
 def _tmp_prefix():
     return f".tmp-{socket.gethostname()}-{os.getpid()}-"
 
 
-def _atomic_write(path, write):
+def atomic_write(path, write):
     """Call ``write(fh)`` on a temporary file next to `path`, fsync, then rename over `path`."""
-    folder = os.path.dirname(path)
+    folder = os.path.dirname(os.fspath(path)) or "."
     fd, tmp = tempfile.mkstemp(prefix=_tmp_prefix(), dir=folder)
     try:
         with os.fdopen(fd, "wb") as fh:
             write(fh)
             fh.flush()
             os.fsync(fh.fileno())
+        os.chmod(tmp, _FILE_MODE)      # mkstemp makes 0600; give the usual permissions
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -153,11 +163,20 @@ class SweepStore:
                                  f"{task!r}; use another folder")
         else:
             self.meta = {"format": FORMAT, "task": task}
-            data = json.dumps(self.meta, indent=1).encode()
-            _atomic_write(meta_path, lambda fh: fh.write(data))
+            self._write_meta()
 
     def __repr__(self):
         return f"SweepStore({self.path!r}, task={self.meta['task']!r})"
+
+    def _write_meta(self):
+        data = json.dumps(self.meta, indent=1).encode()
+        atomic_write(os.path.join(self.path, "store.json"), lambda fh: fh.write(data))
+
+    def record_params(self, names):
+        """Record the task's parameter names (column order of :func:`load_sweep`)."""
+        if self.meta.get("params") != list(names):
+            self.meta["params"] = list(names)
+            self._write_meta()
 
     # -- paths ----------------------------------------------------------------
     def point_path(self, key):
@@ -197,10 +216,10 @@ class SweepStore:
         row = dict(row)
         if arrays:
             path = self.arrays_path(key)
-            _atomic_write(path, lambda fh: np.savez(fh, **arrays))
+            atomic_write(path, lambda fh: np.savez(fh, **arrays))
             row["arrays"] = os.path.relpath(path, self.path)
         table = pa.Table.from_pylist([row])
-        _atomic_write(self.point_path(key), lambda fh: pq.write_table(table, fh))
+        atomic_write(self.point_path(key), lambda fh: pq.write_table(table, fh))
 
     # -- reading --------------------------------------------------------------
     def rows(self, consolidate=True) -> list:
@@ -234,7 +253,7 @@ class SweepStore:
         if consolidate and fresh >= _CONSOLIDATE_AFTER:
             table = pa.Table.from_pylist(out)
             try:
-                _atomic_write(cache_path, lambda fh: pq.write_table(table, fh))
+                atomic_write(cache_path, lambda fh: pq.write_table(table, fh))
             except (OSError, pa.ArrowException):
                 pass      # the cache is an optimisation only
         return out

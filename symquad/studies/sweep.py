@@ -287,12 +287,7 @@ def sweep(task, grid, store, *, client=None, workers=None, progress=None, retrie
     unique = dict(zip(keys, points))                 # a repeated grid value runs once
 
     st = SweepStore(store, task.name)
-    if st.meta.get("params") != list(task.defaults):
-        from .store import _atomic_write
-        import json
-        st.meta["params"] = list(task.defaults)
-        data = json.dumps(st.meta, indent=1).encode()
-        _atomic_write(os.path.join(st.path, "store.json"), lambda fh: fh.write(data))
+    st.record_params(list(task.defaults))
     st.remove_stale_temporaries()
     stored = st.keys()
     if retry_errors and stored:

@@ -173,14 +173,8 @@ def get_task(task) -> Task:
 
 
 def list_tasks() -> list:
-    """The registered tasks, sorted by name."""
-    _ensure_builtins()
+    """The registered tasks (built-in ones register when this module is imported), by name."""
     return [TASKS[k] for k in sorted(TASKS)]
-
-
-def _ensure_builtins():
-    # the built-in tasks register themselves when this module is imported
-    return TASKS
 
 
 # ---------------------------------------------------------------------------
