@@ -193,6 +193,11 @@ def test_serial_and_distributed_identical(tmp_path, client):
                                       sq.load_sweep_arrays(tmp_path / "dask", key)["risk"])
     rerun = sq.sweep("ode", grid, tmp_path / "dask", client=client)
     assert rerun.attrs["sweep"].computed == 0
+    # the CLI attached to the same running scheduler
+    assert main(["sweep", "plateau", "--grid", "p=1,2", "--grid", "p_star=1", "--store",
+                 str(tmp_path / "cli"), "--scheduler", client.scheduler.address,
+                 "--no-progress"]) == 0
+    assert list(sq.load_sweep(tmp_path / "cli")["p"]) == [1, 2]
 
 
 def test_worker_killed_mid_sweep_loses_nothing(tmp_path, client):

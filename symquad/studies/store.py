@@ -284,11 +284,14 @@ def load_sweep(store):
     store are returned; filter on ``task_version`` if the task changed.
     """
     st = SweepStore(store)
-    df = st.dataframe()
-    names = st.meta.get("params")
-    if names and not df.empty:
-        front = [c for c in names if c in df.columns]
-        df = df[front + [c for c in df.columns if c not in front]]
+    names = st.meta.get("params") or []
+    df = st.dataframe(names)
+    front = [c for c in names if c in df.columns]
+    if front:
+        try:        # rows ordered by parameters (mixed-type columns keep the key order)
+            df = df.sort_values(front, kind="stable", ignore_index=True)
+        except TypeError:
+            pass
     return df
 
 
