@@ -225,7 +225,7 @@ def test_client_killed_mid_sweep_then_rerun_completes(tmp_path, client):
     """)
     proc = subprocess.Popen([sys.executable, "-c", script])
     try:
-        deadline = time.time() + 60
+        deadline = time.time() + 120
         while len(_point_files(store)) < 3 and time.time() < deadline and proc.poll() is None:
             time.sleep(0.05)
         assert proc.poll() is None, "the client finished before it could be killed"
