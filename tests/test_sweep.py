@@ -126,6 +126,20 @@ def test_builtin_tasks_equal_direct_calls(tmp_path):
         np.testing.assert_array_equal(arrays["risk"], sol.risk)
 
 
+def test_validate_task_equals_direct_call(tmp_path):
+    kw = dict(N=150, t_max=6.0, replicas=3, start="informed", seed=5)
+    df = sq.sweep("validate", {"p": [3], "p_star": [2], "lr": [0.3], **{k: [v] for k, v in
+                                                                     kw.items()}},
+                  tmp_path, workers=1)
+    rep = sq.validate(sq.Model(p=3, p_star=2, lr=0.3), fss=False, invariant=False, **kw)
+    row = df.iloc[0]
+    assert row.status == "ok", row.error
+    assert row.band_inside_fraction == rep.numbers["band"]["ode_inside_fraction"]
+    assert row.risk_rms_whole_run == rep.numbers["deviation"]["whole_run"]["risk_rms"]["mean"]
+    assert row.replicas_used == rep.numbers["replicas_used"] == 3
+    assert ("passed" in df.columns) == hasattr(rep, "passed")
+
+
 def test_error_rows_rerun_and_retry(tmp_path):
     store = tmp_path / "s"
     df = sq.sweep(sweep_tasks.fails_on_odd, {"x": [0, 1, 2, 3]}, store, workers=1)
@@ -198,6 +212,19 @@ def test_serial_and_distributed_identical(tmp_path, client):
                  str(tmp_path / "cli"), "--scheduler", client.scheduler.address,
                  "--no-progress"]) == 0
     assert list(sq.load_sweep(tmp_path / "cli")["p"]) == [1, 2]
+
+
+@pytest.mark.slow
+def test_escape_task_serial_and_distributed_identical(tmp_path, client):
+    grid = {"p": [2, 3], "p_star": [1], "lr_scaling": ["width"], "N": [300], "replicas": [8],
+            "seed": [0, 1]}
+    a = sq.sweep("escape", grid, tmp_path / "serial", workers=1)
+    b = sq.sweep("escape", grid, tmp_path / "dask", client=client)
+    assert (a["status"] == "ok").all() and (b["status"] == "ok").all()
+    for col in ("pred_sgd", "pred_ode", "ode_median", "sgd_median", "sgd_median_se"):
+        np.testing.assert_array_equal(a[col].to_numpy(), b[col].to_numpy(), err_msg=col)
+    # different seeds give different SGD samples (the seed is really used)
+    assert a.loc[0, "sgd_median"] != a.loc[1, "sgd_median"]
 
 
 def test_worker_killed_mid_sweep_loses_nothing(tmp_path, client):
