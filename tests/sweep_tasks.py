@@ -34,3 +34,10 @@ def kill_worker_once(x, marker_dir, delay=0.2):
         open(marker, "w").close()
         os.kill(os.getpid(), signal.SIGKILL)
     return {"y": x * x, "pid": os.getpid()}
+
+
+def mostly_fails(x):
+    """Raises for x not a multiple of 10 (error rows without result columns)."""
+    if x % 10:
+        raise ValueError(f"x={x}")
+    return {"y": x * x, "label": f"x{x}"}

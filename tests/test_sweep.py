@@ -191,6 +191,23 @@ def test_store_ignores_temporaries_and_damaged_cache(tmp_path):
                               for x in range(3)}
 
 
+def test_consolidated_cache_keeps_every_column(tmp_path, monkeypatch):
+    from symquad.studies import store as store_module
+    monkeypatch.setattr(store_module, "_CONSOLIDATE_AFTER", 16)
+    store = tmp_path / "s"
+    sq.sweep(sweep_tasks.mostly_fails, {"x": list(range(70))}, store, workers=1)
+    first = sq.load_sweep(store)                 # 70 fresh rows: writes table.parquet
+    assert (store / "table.parquet").exists()
+    second = sq.load_sweep(store)                # now read from the cache
+    for df in (first, second):
+        ok = df[df["status"] == "ok"]
+        assert sorted(ok["x"]) == list(range(0, 70, 10))
+        assert list(ok["y"]) == [x * x for x in ok["x"]]
+        assert list(ok["label"]) == [f"x{x}" for x in ok["x"]]
+        assert (df["status"] == "error").sum() == 63
+    assert second.drop(columns="traceback").equals(first.drop(columns="traceback"))
+
+
 # ---------------------------------------------------------------------------
 # Dask: identical numbers, killed worker, killed client
 # ---------------------------------------------------------------------------

@@ -251,11 +251,13 @@ class SweepStore:
             out.append(r)
             fresh += 1
         if consolidate and fresh >= _CONSOLIDATE_AFTER:
-            table = pa.Table.from_pylist(out)
+            # every row gets every column: from_pylist takes its columns from the first row
+            columns = list(dict.fromkeys(k for r in out for k in r))
             try:
+                table = pa.Table.from_pylist([{k: r.get(k) for k in columns} for r in out])
                 atomic_write(cache_path, lambda fh: pq.write_table(table, fh))
             except (OSError, pa.ArrowException):
-                pass      # the cache is an optimisation only
+                pass      # e.g. a column mixing types: the cache is an optimisation only
         return out
 
     def dataframe(self, param_names=None):
