@@ -6,6 +6,9 @@ registered tasks and their parameters.  Grid values are parsed as literals,
 never evaluated: ``true``/``false`` -> bool, ``none`` -> None, an integer
 literal -> int, a decimal/scientific literal (or ``inf``-free float) -> float,
 anything else -> str.  ``--grid N=100,1000 --grid p=2,4`` gives 4 points.
+
+Exit status: 0 when every point is ``ok``, 1 when some are errors (the first
+five messages go to stderr), 2 for bad arguments.
 """
 
 from __future__ import annotations
