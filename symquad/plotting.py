@@ -18,7 +18,7 @@ Contents
   :func:`escape_time_vs_N_figure`, :func:`escape_time_vs_p_figure`;
 * sweeps (a table from :func:`symquad.sweep` / :func:`symquad.load_sweep`):
   :func:`sweep_errorbar_figure`, :func:`sweep_escape_figure`,
-  :func:`sweep_heatmap_figure`.
+  :func:`sweep_heatmap_figure`, :func:`escape_sweep_figures`.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ __all__ = [
     "new_figure", "save_figure", "validation_figures", "plot_invariant_drift",
     "plot_S_components", "escape_rate_prefactor_figure", "escape_time_vs_N_figure",
     "escape_time_vs_p_figure", "sweep_errorbar_figure", "sweep_escape_figure",
-    "sweep_heatmap_figure",
+    "sweep_heatmap_figure", "escape_sweep_figures",
 ]
 
 
@@ -394,6 +394,40 @@ def _check_columns(df, *names):
     for n in names:
         if n is not None and n not in df.columns:
             raise ValueError(f"column {n!r} is not in the sweep table; it has {list(df.columns)}")
+
+
+def escape_sweep_figures(df, lr=None, N=1000) -> dict:
+    """The figures of an ``escape`` sweep table (``examples/escape_sweep.py``).
+
+    Groups the rows by configuration and fits ``t_esc = log N/(2κ) + c/κ``
+    (:func:`symquad.studies.escape_grid.records_from_sweep`); returns
+    ``{"escape_rate_prefactor_vs_p", "escape_time_vs_N", "escape_time_vs_p"}`` (when
+    some configuration has >= 2 values of N) and ``"sweep_escape_time_vs_N"`` (SGD
+    rows, width convention, straight from the table).  `lr`: ``{convention: lr}``
+    for the titles (default: read from the table); `N`: the N of the vs-p figure.
+    """
+    from .studies.escape_grid import records_from_sweep, sgd_fits
+
+    ode, sgd = records_from_sweep(df)
+    if lr is None:
+        lr = {conv: float(df.loc[df["lr_scaling"] == conv, "lr"].iloc[0])
+              if (df["lr_scaling"] == conv).any() else float("nan")
+              for conv in ("width", "fixed")}
+    figs = {}
+    if ode:
+        figs["escape_rate_prefactor_vs_p"] = escape_rate_prefactor_figure(ode, sgd_fits(sgd),
+                                                                          lr)
+        figs["escape_time_vs_N"] = escape_time_vs_N_figure(ode, sgd)
+        if all(N in r["N"] for r in ode):
+            figs["escape_time_vs_p"] = escape_time_vs_p_figure(ode, sgd, N=N)
+    ok = df[df["status"] == "ok"]
+    if "sgd_median" in ok.columns:
+        width = ok[ok["sgd_median"].notna() & (ok["lr_scaling"] == "width")]
+        if len(width):
+            figs["sweep_escape_time_vs_N"] = sweep_escape_figure(
+                width, "N", group=["p_star", "p"],
+                title=f"η = {lr['width']}·p: escape time vs N (markers measured, lines predicted)")
+    return figs
 
 
 def sweep_errorbar_figure(df, x, y, yerr=None, group=None, *, logx=None, logy=False,

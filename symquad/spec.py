@@ -1,6 +1,6 @@
 """The model specification: the single input of every derivation stage.
 
-A :class:`Model` fixes everything that defines the learning problem of SPEC.md:
+A :class:`Model` fixes everything that defines the learning problem of docs/model.md:
 
 * student ``ŷ = (1/p) Σ_k σ(λ_k)`` with ``λ_k = w_k·x/√N``;
 * teacher ``y = (1/p*) Σ_l σ(ν_l) + √Δ ξ`` with ``ν_l = w*_l·x/√N``;
@@ -23,7 +23,8 @@ __all__ = ["Model", "LR_SCALINGS", "check_model"]
 
 #: Learning-rate conventions.  ``"fixed"``: the SGD step size is ``η = lr``
 #: whatever the width.  ``"width"``: ``η = lr · p`` (the convention under which
-#: the escape rate depends on ``p*`` only, see SPEC.md).
+#: the escape rate depends on ``p*`` only at leading order in η, see
+#: docs/model.md §4).
 LR_SCALINGS = ("fixed", "width")
 
 

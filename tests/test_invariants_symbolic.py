@@ -1,4 +1,4 @@
-"""Symbolic proof that S = rho (rho^T rho)^(-1/2) is conserved (issue 4, SPEC result 4).
+"""Symbolic proof that S = rho (rho^T rho)^(-1/2) is conserved (issue 4, docs/model.md §8.4).
 
 Every proof step takes the ODE from ``symquad.derive``; the tests also check that
 each step *can* fail, by feeding it deliberately broken ODEs, and compare the

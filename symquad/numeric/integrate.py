@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 from scipy.integrate import solve_ivp
@@ -11,6 +12,7 @@ from ..spec import Model, check_model
 from .checks import as_overlaps, check_positive
 from .errors import DivergenceError, describe_state
 from .kernels import kernels
+from .persist import load_npz, model_from_dict, model_to_dict, save_npz
 
 __all__ = ["ODESolution", "integrate"]
 
@@ -46,9 +48,30 @@ class ODESolution:
     nfev: int = field(default=0, repr=False)
 
     def __repr__(self):
-        return (f"ODESolution(model={self.model!r}, n={len(self.t)}, "
-                f"t=[{self.t[0]:.3g}, {self.t[-1]:.3g}], status={self.status!r}, "
-                f"final risk={self.risk[-1]:.4g})")
+        return (f"ODESolution({len(self.t)} times in [{self.t[0]:.3g}, {self.t[-1]:.3g}], "
+                f"status={self.status!r}, final risk {self.risk[-1]:.4g}; {self.model!r})")
+
+    def save(self, path) -> Path:
+        """Write the solution to ``path`` (``.npz`` with a JSON ``meta.json`` member), atomically.
+
+        The arrays ``t, Q, rho, risk, T`` are stored exactly; the model, the
+        status, ``t_diverged``, the solver message and ``nfev`` go into the
+        JSON metadata.  :meth:`load` reads it back.
+        """
+        meta = {"model": model_to_dict(self.model), "status": self.status,
+                "t_diverged": self.t_diverged, "message": self.message,
+                "nfev": int(self.nfev)}
+        arrays = {"t": self.t, "Q": self.Q, "rho": self.rho, "risk": self.risk, "T": self.T}
+        return save_npz(path, "ODESolution", meta, arrays)
+
+    @classmethod
+    def load(cls, path) -> "ODESolution":
+        """Read a solution written by :meth:`save` (same arrays, same model)."""
+        meta, arr = load_npz(path, "ODESolution")
+        t_div = meta["t_diverged"]
+        return cls(model_from_dict(meta["model"]), arr["t"], arr["Q"], arr["rho"], arr["risk"],
+                   arr["T"], meta["status"], None if t_div is None else float(t_div),
+                   meta["message"], int(meta["nfev"]))
 
 
 def _pack(Q, rho):

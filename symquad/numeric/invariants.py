@@ -102,8 +102,9 @@ def manifold_dimension(p, p_star) -> int:
     It is the dimension of the set of zero-risk overlaps ``(Q, ρ)`` at fixed
     teacher overlap ``T ≻ 0`` (equivalently of the zero-risk weights ``W``,
     the ``O(p)`` orbit ``W ↦ UW`` of one solution, which is the Stiefel manifold
-    ``O(p)/O(p − p*)``).  ``manifold_rank_deficiency`` measures it numerically as
-    the kernel dimension of ``dΦ_T``.
+    ``O(p)/O(p − p*)``).  The tests and ``symquad invariants`` also measure it
+    as the kernel dimension of the differential ``dΦ_T`` of the zero-risk
+    condition ``Φ_T(Q, ρ) = (Q − ρT⁻¹ρᵀ, ρᵀρ − (p/p*) T²)`` (docs/model.md §8.3).
 
     Parameters
     ----------
@@ -139,6 +140,10 @@ class ZeroRiskPoint(NamedTuple):
     Q: np.ndarray
     rho: np.ndarray
     S: np.ndarray
+
+    def __repr__(self):
+        return (f"ZeroRiskPoint(Q: {self.Q.shape}, rho: {self.rho.shape}, S: {self.S.shape}; "
+                f"tr Q = {np.trace(self.Q, axis1=-2, axis2=-1)!s})")
 
 
 def zero_risk_point(O, T=None, p=None):
@@ -237,7 +242,7 @@ def closest_solution(m, Q0, rho0, T=None) -> ZeroRiskPoint:
     which is minimal at ``O = S_0 = ρ_0(ρ_0ᵀρ_0)^{-1/2}`` (unique when ``ρ_0`` has
     full column rank).  The closest solution has ``ρ_c = √(p/p*) S_0 T`` and
     ``Q_c = (p/p*) S_0 T S_0ᵀ``.  When ``S`` is conserved (start in the invariant
-    set, see :func:`invariant_set_defect`) and the ODE reaches zero risk, it
+    set ``I_T`` of docs/model.md §8.4) and the ODE reaches zero risk, it
     reaches exactly this point.
 
     Parameters

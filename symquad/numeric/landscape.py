@@ -4,7 +4,7 @@ This module is part of the numeric runtime and never imports SymPy.  The risk
 and the ODE right-hand sides come from the generated kernels
 (:func:`symquad.numeric.kernels.kernels`); nothing here re-types them.
 
-Conventions (SPEC.md): student weights ``W`` (p×N), teacher ``W*`` (p*×N) with
+Conventions (docs/model.md §1–§3): student weights ``W`` (p×N), teacher ``W*`` (p*×N) with
 ``T = W* W*ᵀ/N = I`` (teacher rows orthonormal·√N), ``Q = W Wᵀ/N``,
 ``ρ = W W*ᵀ/N``, time ``t = steps/N``.  The gradient flow of the population
 risk in these units is ``dW/dt = −η N ∇_W ε``, so a weight-space Hessian
@@ -219,7 +219,7 @@ def minimum_overlaps(m: Model):
     r"""Overlaps ``(Q, ρ)`` of a global minimum of the risk (T = I), axis-aligned.
 
     * ``p >= p*``: ``ρ = √(p/p*) S`` with ``S = [I_{p*}; 0]`` and ``Q = ρρᵀ``, so
-      ``WᵀW/p = W*ᵀW*/p*`` and the risk vanishes (SPEC result 3).
+      ``WᵀW/p = W*ᵀW*/p*`` and the risk vanishes (docs/model.md §8.3).
     * ``p < p*``: the best rank-``p`` fit, ``Q = c I_p``, ``ρ = √c [I_p, 0]``
       with ``c`` minimising ``ε(cI, √c[I,0], I)`` (numerically, from the kernel).
     """
@@ -248,11 +248,17 @@ def critical_weights(m: Model, point: str, N: int, seed=0):
     ``T = I``).  The points:
 
     * ``"origin"``: ``W = 0``;
-    * ``"plateau"``: ``W = √(N q) R O_{p*+1:p*+p}`` with ``q`` from
-      :func:`gradient_flow_plateau_q` and a random ``R ∈ O(p)`` (rows orthogonal
-      to the teacher; needs ``N >= p + p*``);
-    * ``"minimum"``: ``W = √N X O_{1:p*}`` with ``X = U ρ_min V`` from
-      :func:`minimum_overlaps`, ``U ∈ O(p)``, ``V ∈ O(p*)`` random.
+    * ``"plateau"``: ``W = √(N q) R O_{p*+1:p*+p}`` with ``q = argmin ε(qI, 0, I)``
+      (the gradient-flow plateau, ``p/(p+2)`` for σ = z²) and a random
+      ``R ∈ O(p)`` (rows orthogonal to the teacher; needs ``N >= p + p*``);
+    * ``"minimum"``: ``W = √N X O_{1:p*}`` with ``X = U ρ_min V``, ``ρ_min`` the
+      overlap of a global minimum (``√(p/p*)`` times the first ``p*`` unit
+      vectors for ``p >= p*``, the best rank-``p`` fit otherwise) and
+      ``U ∈ O(p)``, ``V ∈ O(p*)`` random.
+
+    Returns ``(W, W*)`` of shapes ``(p, N)``, ``(p*, N)``; with
+    :func:`weight_hessian` this gives the numeric Hessian that
+    :func:`symquad.hessian_spectrum` predicts exactly.
     """
     _check_model(m)
     _check_point(point)
@@ -457,7 +463,12 @@ def rho_diffusion(m: Model, q):
 
 # --------------------------------------------------------------------------- escape times
 def escape_threshold(m: Model, fraction: float = 0.5, fp: PlateauFixedPoint | None = None):
-    """Risk level ``ε_pl − fraction·(ε_pl − ε_min)`` whose first crossing defines escape."""
+    """Risk level ``ε_pl − fraction·(ε_pl − ε_min)`` whose first crossing defines escape.
+
+    ``ε_pl`` is the risk at the plateau fixed point of the full ODE
+    (:func:`plateau`, or `fp` if given) and ``ε_min`` the risk at a global
+    minimum (0 for ``p >= p*``); ``fraction`` in ``(0, 1)``.
+    """
     if not 0 < fraction < 1:
         raise ValueError(f"fraction must be in (0, 1), got {fraction}")
     fp = plateau(m) if fp is None else fp
@@ -497,42 +508,26 @@ def escape_times(t, risk, threshold):
 
 
 def _integrate_batch(m: Model, Q0, rho0, t_max, n_eval, rtol=1e-9, atol=1e-13):
-    """Integrate a batch of ODE trajectories at once with the kernel (DOP853).
+    """Batch of ODE trajectories from ``T = I`` (DOP853), via :func:`.ode_batch.integrate_batch`.
 
-    Raises :class:`DivergenceError` (time and last finite state) on blow-up.
+    Returns the :class:`~symquad.numeric.ode_batch.BatchODESolution`; diverged
+    starts (``max|Q| >= 1e6`` or non-finite) are marked, not raised.
     """
-    k = kernels(m)
-    B, p, ps = rho0.shape
-    nq = B * p * p
-    T = _identity_teacher(m)
+    from .ode_batch import integrate_batch
+    return integrate_batch(m, Q0, rho0, _identity_teacher(m), t_max,
+                           np.linspace(0.0, t_max, n_eval), method="DOP853", rtol=rtol,
+                           atol=atol, max_norm=1e6)
 
-    def f(_, y):
-        Q = y[:nq].reshape(B, p, p)
-        r = y[nq:].reshape(B, p, ps)
-        dQ, dr = k.rhs(Q, r, T)
-        return np.concatenate([np.ravel(dQ), np.ravel(dr)])
 
-    def blowup(_, y):
-        return 1e6 - np.max(np.abs(y))
-    blowup.terminal = True
-
-    t_eval = np.linspace(0.0, t_max, n_eval)
-    y0 = np.concatenate([np.ravel(Q0), np.ravel(rho0)])
-    sol = _spint.solve_ivp(f, (0.0, t_max), y0, method="DOP853", t_eval=t_eval,
-                           rtol=rtol, atol=atol, events=blowup)
-    if sol.status == 1 or not np.isfinite(sol.y).all():
-        good = np.isfinite(sol.y).all(axis=0)
-        last = sol.y[:, good][:, -1] if good.any() else y0
-        t_last = sol.t[good][-1] if good.any() else 0.0
-        state = {"t": t_last, "Q": last[:nq], "rho": last[nq:]}
+def _raise_if_diverged(sol, what):
+    if sol.n_diverged:
+        first = int(np.nanargmin(sol.t_diverged))
+        state = {"t": sol.last_finite["t"][first], "Q": sol.last_finite["Q"][first],
+                 "rho": sol.last_finite["rho"][first]}
         raise DivergenceError(
-            f"escape ODE diverged near t = {t_last:.4g} ({describe_state(state)}); "
-            f"reduce lr", t_last, state)
-    if sol.status < 0:
-        raise RuntimeError(f"escape ODE integration failed: {sol.message}")
-    Q = sol.y[:nq].T.reshape(-1, B, p, p).swapaxes(0, 1)
-    rho = sol.y[nq:].T.reshape(-1, B, p, ps).swapaxes(0, 1)
-    return sol.t, Q, rho, k.risk(Q, rho, T)
+            f"{what} diverged near t = {sol.t_diverged[first]:.4g} ({sol.n_diverged} of "
+            f"{sol.size} starts; last finite state {describe_state(state)}); reduce lr",
+            float(sol.t_diverged[first]), state)
 
 
 @dataclass(frozen=True)
@@ -558,6 +553,13 @@ class EscapePrediction:
         ``J`` (0 without SGD noise).
     threshold : float
         Risk level that defines escape.
+    sgd_noise : bool
+        Whether the prediction is for SGD (True) or for the ODE integrated from
+        the realised random start (False).
+
+    ``float(prediction)`` is the median, so the object can stand in for a
+    number; ``prediction.quartiles`` and ``prediction.quantile(q)`` give the
+    spread of the escape time over random starts.
     """
 
     model: Model
@@ -569,54 +571,37 @@ class EscapePrediction:
     sigma2: float
     seed_noise: float
     threshold: float
+    sgd_noise: bool = True
 
     def quantile(self, qs):
-        """Quantiles of the predicted escape time."""
-        return np.quantile(self.samples, qs)
+        """Quantiles of the predicted escape time (samples that never escaped are ignored)."""
+        return np.nanquantile(self.samples, qs)
+
+    @property
+    def quartiles(self) -> tuple:
+        """``(25 %, 50 %, 75 %)`` quantiles of the predicted escape time."""
+        return tuple(float(v) for v in self.quantile([0.25, 0.5, 0.75]))
+
+    @property
+    def n_samples(self) -> int:
+        """Number of sampled directions of ``ρ(0)``."""
+        return int(self.samples.size)
+
+    def __float__(self) -> float:
+        return float(self.median)
+
+    def __repr__(self) -> str:
+        lo, _, hi = self.quartiles
+        who = "SGD" if self.sgd_noise else "ODE"
+        return (f"EscapePrediction({who}, N={self.N}: median t_esc {self.median:.4g}, "
+                f"quartiles [{lo:.4g}, {hi:.4g}], kappa {self.rate:.4g}, "
+                f"c {self.log_prefactor:.4g}, {self.n_samples} samples; {self.model!r})")
 
 
 def escape_prediction(m: Model, N: int, q0: float = 1.0, sgd_noise: bool = True,
                       n_samples: int = 256, seed: int = 0, fraction: float = 0.5,
                       delta: float = 1e-4, n_eval: int = 6000, Z=None) -> EscapePrediction:
-    r"""Escape-time law from the linearisation at the plateau and the statistics of ρ(0).
-
-    Model of the escape (T = I, start ``w_k ~ N(0, q0 I)``):
-
-    1. ``ρ(0) = s Z`` with ``Z`` a standard Gaussian p×p* matrix and
-       ``s² = q0/N`` (exact for T = I).  With SGD, the fluctuations of ρ during
-       the plateau add independent isotropic noise of rate ``D(q(t))/N``
-       (:func:`rho_diffusion`); in the linear regime ``ρ(t) = e^{G(t)} ρ̃`` with
-       ``ρ̃ = ρ(0) + ∫ e^{−G} dB``, so ``s² = (q0 + J)/N``,
-       ``J = ∫_0^∞ D(q(u)) e^{−2G(u)} du`` and ``G(t) = ∫_0^t κ(u) du``.
-    2. ρ's dynamics is linear while ρ is small, and ``Q`` relaxes to the
-       plateau independently of ρ (to O(ρ²)).  Hence the first-passage time of a
-       start ``(q0 I, δZ)`` obeys ``t_c(δZ) = t_c(sZ) + log(s/δ)/κ`` up to
-       O(δ², s²), where ``κ`` is the plateau rate (:func:`plateau`).  One batched
-       ODE integration from ``(q0 I, δZ)`` with small ``δ`` gives ``t_c`` for
-       all sampled ``Z``, including the relaxation of ``Q`` and the nonlinear
-       escape.
-
-    So ``t_esc = log(N)/(2κ) + [log(δ/√(q0+J)) + κ t_c(δZ)]/κ``: the rate ``κ``
-    multiplies ``log N``; ``p`` enters the bracket (the prefactor) through the
-    law of ``Z`` (p·p* entries), the relaxation and the nonlinear escape.
-
-    Parameters
-    ----------
-    m : Model (quadratic activation)
-    N : int, input dimension (>= 1)
-    q0 : float, initial weight variance (> 0)
-    sgd_noise : bool
-        True: prediction for SGD (noise seeding included); False: for the ODE
-        integrated from the realised random start.
-    n_samples : int, sampled directions Z (>= 1)
-    seed : int, seed of the Z sample
-    fraction : float in (0, 1), escape threshold (:func:`escape_threshold`)
-    delta : float, the small start scale ``δ`` (must be << s)
-    n_eval : int, time grid for the first-passage detection
-    Z : array (n, p, p*), optional
-        Directions to use instead of a fresh Gaussian sample, e.g.
-        ``ρ(0)·√(N/q0)`` of realised starts for a paired comparison.
-    """
+    """Implementation of :func:`escape_time` (same arguments and result)."""
     _check_model(m)
     _check_quadratic(m, "escape_time")
     N = _check_int(N, "N", 1)
@@ -641,7 +626,9 @@ def escape_prediction(m: Model, N: int, q0: float = 1.0, sgd_noise: bool = True,
     Q0 = np.broadcast_to(q0 * np.eye(p), (n_samples, p, p)).copy()
     # horizon: relaxation (a few 1/η) + linear growth from δ + nonlinear escape
     t_max = 20.0 / m.eta + (math.log(1.0 / delta) + 15.0) / kappa
-    t, Q, rho, risk = _integrate_batch(m, Q0, delta * Z, t_max, n_eval)
+    sol = _integrate_batch(m, Q0, delta * Z, t_max, n_eval)
+    _raise_if_diverged(sol, "escape ODE")
+    t, Q, rho, risk = sol.t, sol.Q, sol.rho, sol.risk
     t_c = escape_times(t, risk, thr)
     if np.isnan(t_c).any():
         warnings.warn(f"{int(np.isnan(t_c).sum())} of {n_samples} sampled starts did not "
@@ -662,7 +649,7 @@ def escape_prediction(m: Model, N: int, q0: float = 1.0, sgd_noise: bool = True,
     med = float(np.nanmedian(samples))
     return EscapePrediction(model=m, N=N, median=med, samples=samples, rate=kappa,
                             log_prefactor=kappa * med - 0.5 * math.log(N),
-                            sigma2=sigma2, seed_noise=J, threshold=thr)
+                            sigma2=sigma2, seed_noise=J, threshold=thr, sgd_noise=sgd_noise)
 
 
 def random_start(m: Model, N: int, n: int, seed=0, q0: float = 1.0):
@@ -699,30 +686,74 @@ def ode_escape_times(m: Model, Q0, rho0, t_max: float, fraction: float = 0.5,
     Q0 = np.asarray(Q0, dtype=float)
     rho0 = np.asarray(rho0, dtype=float)
     thr = escape_threshold(m, fraction)
-    try:
-        t, _, _, risk = _integrate_batch(m, Q0, rho0, t_max, n_eval)
-        return escape_times(t, risk, thr)
-    except DivergenceError:
-        pass
-    # some start lies beyond the divergence threshold (the larger root of the
-    # plateau equation): integrate one by one and mark the diverging ones NaN
-    out = np.full(Q0.shape[0], np.nan)
-    n_div = 0
-    for i in range(Q0.shape[0]):
-        try:
-            t, _, _, risk = _integrate_batch(m, Q0[i:i + 1], rho0[i:i + 1], t_max, n_eval)
-        except DivergenceError:
-            n_div += 1
-            continue
-        out[i] = escape_times(t, risk, thr)[0]
-    warnings.warn(f"{n_div} of {Q0.shape[0]} ODE trajectories diverged (reported as NaN)",
-                  RuntimeWarning, stacklevel=2)
+    # starts beyond the divergence threshold (the larger root of the plateau
+    # equation) diverge: they are marked by the batched solve and reported NaN
+    sol = _integrate_batch(m, Q0, rho0, t_max, n_eval)
+    out = escape_times(sol.t, sol.risk, thr)
+    if sol.n_diverged:
+        out[sol.diverged] = np.nan
+        warnings.warn(f"{sol.n_diverged} of {sol.size} ODE trajectories diverged (reported as "
+                      f"NaN)", RuntimeWarning, stacklevel=2)
     return out
 
 
-def escape_time(m: Model, N: int, **kwargs) -> float:
-    """Predicted median escape time from a random start (see :func:`escape_prediction`)."""
-    return escape_prediction(m, N, **kwargs).median
+def escape_time(m: Model, N: int, q0: float = 1.0, sgd_noise: bool = True,
+                n_samples: int = 256, seed: int = 0, fraction: float = 0.5,
+                delta: float = 1e-4, n_eval: int = 6000, Z=None) -> EscapePrediction:
+    r"""Predicted escape time from a random start: median, quantiles and samples.
+
+    The law comes from the linearisation at the plateau and the statistics of ρ(0).
+
+    Model of the escape (T = I, start ``w_k ~ N(0, q0 I)``):
+
+    1. ``ρ(0) = s Z`` with ``Z`` a standard Gaussian p×p* matrix and
+       ``s² = q0/N`` (exact for T = I).  With SGD, the fluctuations of ρ during
+       the plateau add independent isotropic noise of rate ``D(q(t))/N``
+       (the SGD-noise covariance of ρ at ρ = 0, computed from the kernels);
+       in the linear regime ``ρ(t) = e^{G(t)} ρ̃`` with
+       ``ρ̃ = ρ(0) + ∫ e^{−G} dB``, so ``s² = (q0 + J)/N``,
+       ``J = ∫_0^∞ D(q(u)) e^{−2G(u)} du`` and ``G(t) = ∫_0^t κ(u) du``.
+    2. ρ's dynamics is linear while ρ is small, and ``Q`` relaxes to the
+       plateau independently of ρ (to O(ρ²)).  Hence the first-passage time of a
+       start ``(q0 I, δZ)`` obeys ``t_c(δZ) = t_c(sZ) + log(s/δ)/κ`` up to
+       O(δ², s²), where ``κ`` is the plateau rate (:func:`plateau`).  One batched
+       ODE integration from ``(q0 I, δZ)`` with small ``δ`` gives ``t_c`` for
+       all sampled ``Z``, including the relaxation of ``Q`` and the nonlinear
+       escape.
+
+    So ``t_esc = log(N)/(2κ) + [log(δ/√(q0+J)) + κ t_c(δZ)]/κ``: the rate ``κ``
+    multiplies ``log N``; ``p`` enters the bracket (the prefactor) through the
+    law of ``Z`` (p·p* entries), the relaxation and the nonlinear escape.
+
+    Parameters
+    ----------
+    m : Model (quadratic activation)
+    N : int, input dimension (>= 1)
+    q0 : float, initial weight variance (> 0)
+    sgd_noise : bool
+        True: prediction for SGD (noise seeding included); False: for the ODE
+        integrated from the realised random start.
+    n_samples : int, sampled directions Z (>= 1)
+    seed : int, seed of the Z sample
+    fraction : float in (0, 1)
+        Escape threshold: the risk ``ε_pl − fraction·(ε_pl − ε_min)`` between the
+        plateau and the minimum.
+    delta : float, the small start scale ``δ`` (must be << s)
+    n_eval : int, time grid for the first-passage detection
+    Z : array (n, p, p*), optional
+        Directions to use instead of a fresh Gaussian sample, e.g.
+        ``ρ(0)·√(N/q0)`` of realised starts for a paired comparison.
+
+    Returns
+    -------
+    EscapePrediction
+        ``float(result)`` is the median escape time; ``result.quartiles``,
+        ``result.quantile(q)`` and ``result.samples`` give its spread over
+        random starts; ``result.rate`` is ``κ`` and ``result.log_prefactor``
+        is ``c``.
+    """
+    return escape_prediction(m, N, q0=q0, sgd_noise=sgd_noise, n_samples=n_samples, seed=seed,
+                             fraction=fraction, delta=delta, n_eval=n_eval, Z=Z)
 
 
 # --------------------------------------------------------------------------- noisy solutions

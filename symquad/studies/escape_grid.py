@@ -18,7 +18,8 @@ import math
 
 import numpy as np
 
-__all__ = ["median_se", "fit_log_n", "records_from_sweep", "sgd_fits", "summary_lines"]
+__all__ = ["median_se", "fit_log_n", "records_from_sweep", "sgd_fits", "summary_lines",
+           "escape_sweep_summary"]
 
 
 def median_se(x, seed=0, n_boot=300):
@@ -128,3 +129,8 @@ def summary_lines(ode, sgd):
         lines.append(f"SGD fit {key} over {n} N: κ = {kap:.4f} ± {se_k:.4f}{ref}, "
                      f"c = {c:.3f} ± {se_c:.3f}")
     return lines
+
+
+def escape_sweep_summary(df) -> str:
+    """Text summary of an ``escape`` sweep table: the escape law against ODE and SGD medians."""
+    return "\n".join(summary_lines(*records_from_sweep(df)))
