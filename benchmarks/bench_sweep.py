@@ -18,8 +18,8 @@ and on an already running 2-worker cluster (scheduling + transfer + write).
 
 Usage::
 
-    OMP_NUM_THREADS=1 python benchmarks/bench_sweep.py            # ~2-4 min on 2 idle cores
-    OMP_NUM_THREADS=1 python benchmarks/bench_sweep.py --quick    # ~1 min
+    OMP_NUM_THREADS=1 python benchmarks/bench_sweep.py            # 58 s measured, 2 cores, load ~1.4
+    OMP_NUM_THREADS=1 python benchmarks/bench_sweep.py --quick    # fewer points and replicas
 
 Run on an otherwise idle machine: the speed-up of 2 workers over 1 is bounded
 by the number of idle cores.
