@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 
 def register(sub):
     parser = sub.add_parser(
@@ -27,7 +29,7 @@ def run(args) -> int:
         model = Model(p=args.p, p_star=args.p_star, lr=1.0, activation=args.activation)
         eq = derive(model, form=args.form)
     except (TypeError, ValueError) as exc:
-        print(f"symquad equations: error: {exc}")
+        print(f"symquad equations: error: {exc}", file=sys.stderr)
         return 2
     print(eq.latex(standalone=args.standalone), end="")
     return 0

@@ -13,6 +13,8 @@ Prints, for one model (T = I):
 
 from __future__ import annotations
 
+import sys
+
 
 def register(sub):
     parser = sub.add_parser(
@@ -50,12 +52,22 @@ def run(args) -> int:
     try:
         m = Model(p=args.p, p_star=args.p_star, lr=args.lr, noise=args.noise,
                   lr_scaling=args.lr_scaling)
+        if max(m.p, m.p_star) > H.MAX_HESSIAN_WIDTH:
+            raise ValueError(f"--p and --p-star must be <= {H.MAX_HESSIAN_WIDTH} for the exact "
+                             f"Hessians (p=6, p*=2 takes ~15 s; the cost roughly doubles with "
+                             f"each unit of p), got p={m.p}, p_star={m.p_star}")
+        if m.p + m.p_star > 8:
+            print(f"symquad landscape: exact Hessians at p={m.p}, p*={m.p_star} take a minute "
+                  f"or more", file=sys.stderr)
         if args.N < args.p + args.p_star:
             raise ValueError(f"--N must be >= p + p_star = {args.p + args.p_star}, got {args.N}")
-        if args.samples < 1:
-            raise ValueError(f"--samples must be >= 1, got {args.samples}")
+        if not 1 <= args.samples <= L.MAX_ESCAPE_SAMPLES:
+            raise ValueError(f"--samples must be in [1, {L.MAX_ESCAPE_SAMPLES}], "
+                             f"got {args.samples}")
+        if args.N > 10 ** 15:
+            raise ValueError(f"--N must be in [p + p_star, 1e15], got {args.N}")
     except (TypeError, ValueError) as exc:
-        print(f"symquad landscape: error: {exc}")
+        print(f"symquad landscape: error: {exc}", file=sys.stderr)
         return 2
     N, p, k = args.N, m.p, m.p_star
     print(f"# {m!r}, eta = {m.eta}, T = I, N = {N}")

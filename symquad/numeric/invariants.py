@@ -44,7 +44,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .checks import as_overlaps
+from ..spec import check_model
+from .checks import as_overlaps, as_real_array
 
 __all__ = [
     "manifold_dimension", "invariant_S", "closest_solution", "ZeroRiskPoint",
@@ -66,7 +67,7 @@ def _check_width(value, name):
 
 
 def _as_matrix(value, name, shape=None, batch=False):
-    arr = np.asarray(value, dtype=float)
+    arr = as_real_array(value, name)
     if arr.ndim < 2 or (not batch and arr.ndim != 2):
         want = "a 2-d array" if not batch else "an array with >= 2 dimensions"
         raise ValueError(f"{name} must be {want}, got shape {arr.shape}")
@@ -248,7 +249,7 @@ def closest_solution(m, Q0, rho0, T=None) -> ZeroRiskPoint:
     Parameters
     ----------
     m : Model
-        Needs ``m.p >= m.p_star``.
+        Needs ``m.p >= m.p_star`` and ``σ = c z² (+ c0)`` (ValueError otherwise).
     Q0 : array (p, p)
         Initial student overlap (used to check that the start is realisable,
         ``[[Q0, ρ0], [ρ0ᵀ, T]] ⪰ 0``).
@@ -262,6 +263,13 @@ def closest_solution(m, Q0, rho0, T=None) -> ZeroRiskPoint:
     ZeroRiskPoint
         ``(Q, rho, S)`` of the closest zero-risk solution.
     """
+    check_model(m, "m")
+    if not m.is_quadratic:
+        # for other activations the zero-risk set is not {W = sqrt(p/p*) O W*}
+        raise ValueError(
+            f"closest_solution needs a quadratic activation c*z**2 (+ c0): the zero-risk "
+            f"manifold W = sqrt(p/p*) O W* is derived for it; m has activation "
+            f"{m.activation_str!r}")
     p, k = m.p, m.p_star
     if p < k:
         raise ValueError(

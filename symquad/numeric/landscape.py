@@ -40,7 +40,7 @@ from scipy import optimize as _opt
 from ..spec import Model, check_model
 from .errors import DivergenceError, describe_state
 from .kernels import kernels
-from .checks import check_int as _check_int, check_positive
+from .checks import as_real_array, check_int as _check_int, check_positive, check_real, check_seed
 
 __all__ = [
     "POINTS", "PlateauFixedPoint", "EscapePrediction",
@@ -377,6 +377,26 @@ def _rho_rate(m: Model, q: float) -> float:
     return float(np.max(np.linalg.eigvals(J[nq:, nq:]).real))
 
 
+#: Largest ODE dimension ``n = p(p+1)/2 + p·p*`` whose full Jacobian plateau()
+#: builds and diagonalises (n³ work, n² memory).  Measured on a shared 2-core
+#: machine (p* = 2): p = 40 (n = 900) 2.9 s, p = 60 (n = 1950) 19 s; n = 6000
+#: (p ≈ 105) extrapolates to ~10 min.
+MAX_JACOBIAN_DIM = 6000
+
+
+def _check_jacobian_size(m: Model) -> None:
+    n = m.p * (m.p + 1) // 2 + m.p * m.p_star
+    if n > MAX_JACOBIAN_DIM:
+        raise ValueError(
+            f"plateau: the ODE has n = p(p+1)/2 + p*p_star = {n} variables for p={m.p}, "
+            f"p_star={m.p_star}; its Jacobian (n^3 work) is limited to n <= {MAX_JACOBIAN_DIM} "
+            f"(p up to about {int((2 * MAX_JACOBIAN_DIM) ** 0.5) - m.p_star})")
+    if n > 2000:
+        warnings.warn(f"plateau: Jacobian of dimension n = {n}: about "
+                      f"{20 * (n / 1950) ** 3:.0f} s (n = 1950 took 19 s on 2 cores)",
+                      RuntimeWarning, stacklevel=3)
+
+
 def plateau(m: Model) -> PlateauFixedPoint:
     r"""Plateau fixed point of the full ODE, its Jacobian and the growth rate of ρ.
 
@@ -399,6 +419,7 @@ def plateau(m: Model) -> PlateauFixedPoint:
     """
     _check_model(m)
     _check_quadratic(m, "plateau")
+    _check_jacobian_size(m)
     q_gf = gradient_flow_plateau_q(m)
     g = _q_equation(m)
     # scan upward from q_gf on a geometric grid for the first sign change
@@ -469,8 +490,8 @@ def escape_threshold(m: Model, fraction: float = 0.5, fp: PlateauFixedPoint | No
     (:func:`plateau`, or `fp` if given) and ``ε_min`` the risk at a global
     minimum (0 for ``p >= p*``); ``fraction`` in ``(0, 1)``.
     """
-    if not 0 < fraction < 1:
-        raise ValueError(f"fraction must be in (0, 1), got {fraction}")
+    _check_model(m)
+    fraction = check_real("fraction", fraction, low=0.0, high=1.0, low_open=True, high_open=True)
     fp = plateau(m) if fp is None else fp
     return fp.risk - fraction * (fp.risk - minimum_risk(m))
 
@@ -598,16 +619,29 @@ class EscapePrediction:
                 f"c {self.log_prefactor:.4g}, {self.n_samples} samples; {self.model!r})")
 
 
+#: Most sampled directions escape_prediction accepts: one batched ODE of
+#: n_samples·(p² + p·p*) variables over n_eval times is held in memory.
+MAX_ESCAPE_SAMPLES = 100_000
+
+
 def escape_prediction(m: Model, N: int, q0: float = 1.0, sgd_noise: bool = True,
                       n_samples: int = 256, seed: int = 0, fraction: float = 0.5,
                       delta: float = 1e-4, n_eval: int = 6000, Z=None) -> EscapePrediction:
     """Implementation of :func:`escape_time` (same arguments and result)."""
     _check_model(m)
     _check_quadratic(m, "escape_time")
-    N = _check_int(N, "N", 1)
+    # the random start w_k ~ N(0, q0 I_N) has a full-rank Gram matrix only for N >= p + p*
+    # (the sizes the CLI accepts); below that the law's s = sqrt(q0/N) is O(1) and the
+    # prediction is meaningless (N = 1 gave a negative time)
+    N = _check_int(N, "N", m.p + m.p_star)
     q0 = check_positive("q0", q0)
-    n_samples = _check_int(n_samples, "n_samples", 1)
+    if not isinstance(sgd_noise, (bool, np.bool_)):
+        raise TypeError(f"sgd_noise must be True or False, got {sgd_noise!r}")
+    n_samples = _check_int(n_samples, "n_samples", 1, MAX_ESCAPE_SAMPLES)
+    check_seed(seed)
+    fraction = check_real("fraction", fraction, low=0.0, high=1.0, low_open=True, high_open=True)
     delta = check_positive("delta", delta)
+    n_eval = _check_int(n_eval, "n_eval", 100, 10 ** 6)
     fp = plateau(m)
     kappa = fp.rate
     if kappa <= 0:
@@ -618,8 +652,8 @@ def escape_prediction(m: Model, N: int, q0: float = 1.0, sgd_noise: bool = True,
     if Z is None:
         Z = np.random.default_rng(seed).standard_normal((n_samples, m.p, m.p_star))
     else:
-        Z = np.asarray(Z, dtype=float)
-        if Z.ndim != 3 or Z.shape[1:] != (m.p, m.p_star):
+        Z = as_real_array(Z, "Z")
+        if Z.ndim != 3 or Z.shape[0] == 0 or Z.shape[1:] != (m.p, m.p_star):
             raise ValueError(f"Z must have shape (n, {m.p}, {m.p_star}), got {Z.shape}")
         n_samples = Z.shape[0]
     p = m.p
@@ -645,6 +679,12 @@ def escape_prediction(m: Model, N: int, q0: float = 1.0, sgd_noise: bool = True,
         J = 0.0
     sigma2 = q0 + J
     s = math.sqrt(sigma2 / N)
+    if s * s > 0.05 * q0:
+        warnings.warn(
+            f"escape_time: N={N} is small: the start's teacher overlap s = {s:.3g} is not small, "
+            f"so the asymptotic law (linear in rho, corrections O(s^2) = {s * s:.2g}) is "
+            f"inaccurate; it is meant for N >> {math.ceil(20 * sigma2 / q0)}",
+            RuntimeWarning, stacklevel=2)
     samples = t_c + math.log(delta / s) / kappa
     med = float(np.nanmedian(samples))
     return EscapePrediction(model=m, N=N, median=med, samples=samples, rate=kappa,
@@ -683,8 +723,13 @@ def ode_escape_times(m: Model, Q0, rho0, t_max: float, fraction: float = 0.5,
                      n_eval: int = 4000):
     """Escape times of ODE trajectories (batched) from given starts; NaN if none by t_max."""
     _check_model(m)
-    Q0 = np.asarray(Q0, dtype=float)
-    rho0 = np.asarray(rho0, dtype=float)
+    Q0 = as_real_array(Q0, "Q0")
+    rho0 = as_real_array(rho0, "rho0")
+    if Q0.ndim != 3 or Q0.shape[1:] != (m.p, m.p) or rho0.shape != (Q0.shape[0], m.p, m.p_star):
+        raise ValueError(f"Q0 and rho0 must have shapes (n, {m.p}, {m.p}) and "
+                         f"(n, {m.p}, {m.p_star}), got {Q0.shape} and {rho0.shape}")
+    t_max = check_positive("t_max", t_max)
+    n_eval = _check_int(n_eval, "n_eval", 2, 10 ** 6)
     thr = escape_threshold(m, fraction)
     # starts beyond the divergence threshold (the larger root of the plateau
     # equation) diverge: they are marked by the batched solve and reported NaN
@@ -728,12 +773,15 @@ def escape_time(m: Model, N: int, q0: float = 1.0, sgd_noise: bool = True,
     Parameters
     ----------
     m : Model (quadratic activation)
-    N : int, input dimension (>= 1)
+    N : int, input dimension (>= p + p*)
+        The law is asymptotic in ``N``; it warns when ``N`` is too small for it
+        (``s² = (q0 + J)/N`` not small).  Smaller ``N`` is refused (N = 1
+        returned a negative time).
     q0 : float, initial weight variance (> 0)
     sgd_noise : bool
         True: prediction for SGD (noise seeding included); False: for the ODE
         integrated from the realised random start.
-    n_samples : int, sampled directions Z (>= 1)
+    n_samples : int, sampled directions Z (in [1, MAX_ESCAPE_SAMPLES])
     seed : int, seed of the Z sample
     fraction : float in (0, 1)
         Escape threshold: the risk ``ε_pl − fraction·(ε_pl − ε_min)`` between the
@@ -752,6 +800,8 @@ def escape_time(m: Model, N: int, q0: float = 1.0, sgd_noise: bool = True,
         random starts; ``result.rate`` is ``κ`` and ``result.log_prefactor``
         is ``c``.
     """
+    _check_model(m)
+    _check_int(N, "N", m.p + m.p_star)
     return escape_prediction(m, N, q0=q0, sgd_noise=sgd_noise, n_samples=n_samples, seed=seed,
                              fraction=fraction, delta=delta, n_eval=n_eval, Z=Z)
 
@@ -770,8 +820,11 @@ def noisy_floor(m: Model, t_max: float = 400.0, n_eval: int = 401):
     from .integrate import integrate
     _check_model(m)
     _check_quadratic(m, "noisy_floor")
+    t_max = check_positive("t_max", t_max)
+    n_eval = _check_int(n_eval, "n_eval", 2, 10 ** 6)
     if m.p < m.p_star:
         raise ValueError(f"zero-risk points need p >= p_star, got p={m.p}, p_star={m.p_star}")
     Q, rho = minimum_overlaps(m)
     return integrate(m, Q, rho, _identity_teacher(m), t_max,
-                     t_eval=np.linspace(0.0, t_max, n_eval), rtol=1e-10, atol=1e-13)
+                     t_eval=np.linspace(0.0, t_max, n_eval), rtol=1e-10, atol=1e-13,
+                     warn_symmetric=False)  # the axis-aligned minimum is symmetric on purpose

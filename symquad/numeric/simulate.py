@@ -83,7 +83,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import DivergenceError, describe_state
-from .checks import check_int as _check_int, check_positive
+from .checks import as_real_array, check_int as _check_int, check_positive
 
 __all__ = ["simulate", "SimulationRun", "population_risk", "DEFAULT_Q0", "METHODS"]
 
@@ -346,7 +346,7 @@ def _initial_coordinates(model, N, replicas, Q0, rho0, T, rng_init):
     p, ps = model.p, model.p_star
     if T is None:
         T = np.eye(ps)
-    T = np.asarray(T, dtype=float)
+    T = as_real_array(T, "T")  # complex/str refused, not truncated
     if T.shape != (ps, ps):
         raise ValueError(f"T must have shape (p_star, p_star) = ({ps}, {ps}), got {T.shape}")
     F_T, r_T = _psd_factor(T, "T")
@@ -371,8 +371,8 @@ def _initial_coordinates(model, N, replicas, Q0, rho0, T, rng_init):
         else:
             E = q_scale * rng_init.standard_normal((replicas, p, n_perp))
     else:
-        Q0 = np.asarray(Q0, dtype=float)
-        rho0 = np.asarray(rho0, dtype=float)
+        Q0 = as_real_array(Q0, "Q0")
+        rho0 = as_real_array(rho0, "rho0")
         if Q0.shape not in ((p, p), (replicas, p, p)):
             raise ValueError(f"Q0 must have shape (p, p) = ({p}, {p}) or (replicas, p, p), "
                              f"got {Q0.shape}")
@@ -676,7 +676,44 @@ def _reduced_kernel(replicas):
 # ---------------------------------------------------------------------------
 # driver
 # ---------------------------------------------------------------------------
+#: Limits checked before any work: bytes of the recorded trajectories or of
+#: the full simulator's weights, and replica-steps of one call (at the
+#: ~1e6 replica-steps/s of the compiled reduced simulator, 1e13 is months).
+MAX_BYTES = 8 * 2**30
+MAX_REPLICA_STEPS = 10**13
+#: Largest input dimension: N enters the step as a float and as the
+#: chi-square's degrees of freedom, exact in float64 up to 2**53.
+MAX_N = 2**53
+
+
+def _check_sizes(method, N, replicas, n_steps, n_rec, p, ps):
+    """Refuse, before any work, a run whose memory or step count is out of reach."""
+    if N > MAX_N:
+        raise ValueError(f"N must be <= 2**53 (allowed range 1..{MAX_N}), got {N}")
+    record_bytes = 8 * replicas * n_rec * (p * p + p * ps)
+    if record_bytes > MAX_BYTES:
+        raise ValueError(
+            f"replicas={replicas} with {n_rec} recorded times needs "
+            f"{record_bytes / 2**30:.3g} GiB for the trajectories (limit "
+            f"{MAX_BYTES / 2**30:g} GiB): use fewer replicas or a shorter t_eval")
+    if method == "full":
+        weight_bytes = 8 * replicas * N * (p + ps)
+        if weight_bytes > MAX_BYTES:
+            raise ValueError(
+                f"method='full' with N={N} and replicas={replicas} needs "
+                f"{weight_bytes / 2**30:.3g} GiB of weights (limit {MAX_BYTES / 2**30:g} GiB): "
+                f"use method='reduced' (same law, cost independent of N)")
+    if replicas * n_steps > MAX_REPLICA_STEPS:
+        raise ValueError(
+            f"replicas * t_max * N = {replicas * n_steps:.3g} replica-steps is beyond "
+            f"{MAX_REPLICA_STEPS:.0e} (months at ~1e6 replica-steps/s): reduce t_max, N "
+            f"or replicas")
+
+
 def _record_steps(t_max, N, t_eval):
+    if not t_max * N <= MAX_REPLICA_STEPS:
+        raise ValueError(f"t_max * N = {t_max * N:.3g} steps is beyond {MAX_REPLICA_STEPS:.0e}: "
+                         f"reduce t_max (allowed t_max <= {MAX_REPLICA_STEPS / N:.3g}) or N")
     n_steps = int(round(t_max * N))
     if n_steps < 1:
         raise ValueError(f"t_max * N must be >= 1 step, got t_max={t_max}, N={N}")
@@ -684,7 +721,7 @@ def _record_steps(t_max, N, t_eval):
         n = min(101, n_steps + 1)
         steps = np.unique(np.round(np.linspace(0, n_steps, n)).astype(np.int64))
     else:
-        t_eval = np.asarray(t_eval, dtype=float)
+        t_eval = as_real_array(t_eval, "t_eval")
         if t_eval.ndim != 1 or t_eval.size == 0 or not np.all(np.isfinite(t_eval)):
             raise ValueError("t_eval must be a non-empty 1-d array of finite times")
         if np.any(t_eval < 0) or np.any(t_eval > t_max * (1 + 1e-12)):
@@ -757,7 +794,10 @@ def simulate(model, N=2000, t_max=20.0, replicas=64, seed=0, method="reduced",
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, Integral)
                              or seed < 0):
         raise ValueError(f"seed must be an integer >= 0 or None, got {seed!r}")
+    if N > MAX_N:
+        raise ValueError(f"N must be <= 2**53 (allowed range 1..{MAX_N}), got {N}")
     n_steps, rec_steps = _record_steps(t_max, N, t_eval)
+    _check_sizes(method, N, replicas, n_steps, len(rec_steps), model.p, model.p_star)
 
     ss = np.random.SeedSequence(seed)
     # five independent streams; the first four are the same as spawn(4)'s

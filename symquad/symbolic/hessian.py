@@ -69,14 +69,26 @@ P_STAR_SYM = sp.Symbol("p_star", positive=True, integer=True)
 N_SYM = sp.Symbol("N", positive=True, integer=True)
 
 
+#: Largest p and p* of the exact Hessian reduction.  Its cost is the explicit
+#: risk in the p(p+1)/2 + p p* entry symbols, exact Hessians and eigenvalues;
+#: measured on a shared 2-core machine (all three points): p=4, p*=2: 3 s;
+#: p=6, p*=2: 15 s; it roughly doubles with each unit of p.
+MAX_HESSIAN_WIDTH = 10
+
+
 def _check(m, point):
     check_model(m, "m")
-    if point not in POINTS:
+    if not isinstance(point, str) or point not in POINTS:
         raise ValueError(f"point must be one of {POINTS}, got {point!r}")
     if not m.is_quadratic:
         raise ValueError(
             "the weight-space Hessian reduction is derived for σ(z) = c z² (+ c0); "
             f"the model has activation {m.activation_str!r}")
+    if max(m.p, m.p_star) > MAX_HESSIAN_WIDTH:
+        raise ValueError(
+            f"the exact Hessian reduction needs p and p_star in [1, {MAX_HESSIAN_WIDTH}] "
+            f"(cost roughly doubles with each unit of p: p=6, p*=2 takes ~15 s, p=10 several "
+            f"minutes); got p={m.p}, p_star={m.p_star}")
 
 
 @lru_cache(maxsize=None)
@@ -321,6 +333,10 @@ def hessian_blocks(m: Model, point: str) -> HessianBlocks:
                          _exact_eigenvalues(Hpar), _exact_eigenvalues(Hperp), tp, tq)
 
 
+#: Largest number of eigenvalues (p·N) hessian_spectrum lists one by one.
+MAX_SPECTRUM_SIZE = 10 ** 7
+
+
 @dataclass(frozen=True, repr=False)
 class HessianSpectrum:
     r"""Spectrum of the weight-space Hessian ``∂²ε/∂W²`` of the risk at a critical point.
@@ -440,6 +456,13 @@ def hessian_spectrum(m: Model, point: str = "plateau", N: int = 12) -> HessianSp
         negative/zero/positive ones with their formulas in ``(p, p*, N)``, and
         the zero modes split into tangent and extra.
     """
+    _check(m, point)
+    if isinstance(N, bool) or not isinstance(N, (int, np.integer)):
+        raise TypeError(f"N must be an integer >= p + p_star, got {N!r}")
+    if m.p * N > MAX_SPECTRUM_SIZE:
+        raise ValueError(f"N={N} asks for p*N = {m.p * N} eigenvalues; allowed N <= "
+                         f"{MAX_SPECTRUM_SIZE // m.p} (use HessianBlocks.spectrum(N) for the "
+                         f"exact spectrum as a dict of multiplicities at any N)")
     blocks = hessian_blocks(m, point)
     N = blocks._check_N(N)
     spec = blocks.spectrum(N)
