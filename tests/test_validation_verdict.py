@@ -182,3 +182,20 @@ def test_default_statistics_pass_and_a_five_percent_wrong_learning_rate_fails():
         bad = sq.compare(wrong, rep.t, rep.sgd_Q, rep.sgd_rho)
         assert _status(bad)["mean_deviation"] == "fail", bad.reasons
         assert bad.verdict == "FAIL"
+
+
+def test_non_quadratic_activation_uses_an_informed_start_and_skips_the_escape():
+    """σ = z³ − 3z: the plateau/escape analysis and the drift of S are results for σ = c z²;
+    the default start is informed and both are skipped with a stated reason."""
+    m = sq.Model(p=2, p_star=1, lr=0.01, activation="z**3 - 3*z")
+    rep = sq.validate(m, N=2000, replicas=6, t_max=5.0, seed=0, fss=False, n_times=11)
+    assert rep.config["start"] == "informed"
+    assert not rep.numbers["escape"]["defined"]
+    assert "σ = c z²" in rep.numbers["escape"]["reason"]
+    assert "sigma = c z^2" in rep.numbers["invariant_drift_skipped"]
+    assert "drift study skipped" in rep.summary()
+    np.testing.assert_allclose(rep.ode_Q[:, 0], rep.sgd_Q[:, 0], atol=1e-12)
+    # the SGD risk (Isserlis route) and the ODE's (generated kernel) agree at the start
+    np.testing.assert_allclose(rep.sgd_risk[:, 0], rep.ode_risk[:, 0], rtol=1e-9)
+    assert {c["name"] for c in rep.numbers["verdict"]["checks"]} == {
+        "divergence", "mean_deviation", "band"}

@@ -332,11 +332,11 @@ def finite_size_scaling(model, Ns=(100, 300, 1000, 3000, 10000), t_max=10.0, rep
 # ---------------------------------------------------------------------------
 def _escape_applies(model, T, rho0, risk0, escape, escape_fraction):
     """Resolve ``escape`` (True/False/None = auto) to (fp, threshold, reason)."""
-    if escape is False:
-        return None, None, "no plateau: the start is not near ρ = 0"
     fp, threshold, reason = _escape_setup(model, T, escape_fraction)
     if threshold is None or escape is True:
         return fp, threshold, reason
+    if escape is False:
+        return None, None, "no plateau: the start is not near ρ = 0"
     rms = float(np.median(np.sqrt(np.mean(rho0 ** 2, axis=(-2, -1)))))
     if rms > _SMALL_RHO:
         return fp, None, (f"the start is not near the plateau's ρ = 0 (median RMS entry of "
