@@ -150,6 +150,7 @@ def _a_foreign_folder(tmp):
     (_a_foreign_folder, "not a symquad report"),
     (lambda tmp: "/proc/symquad_report", "cannot create files"),
     (lambda tmp: _a_file(tmp) / "sub", "not a folder"),
+    (lambda tmp: (tmp / "link").symlink_to(tmp) or tmp / "link", "symbolic link"),
 ])
 def test_bad_destinations_refused(make, match, tmp_path, report):
     dest = make(tmp_path)

@@ -81,12 +81,15 @@ def check_destination(folder, name="out") -> str:
     TypeError
         `folder` is not a path.
     ValueError
-        It is empty, an existing file, an existing non-empty folder that is not
-        a symquad report folder, or its nearest existing parent is not a
+        It is empty, a symbolic link, an existing file, an existing non-empty
+        folder that is not a symquad report folder, or its nearest existing parent is not a
         folder one can create entries in (tried, not guessed from permission
         bits: a temporary folder is created there and removed).
     """
     path = _as_path(folder, name)
+    if os.path.islink(path):
+        raise ValueError(f"{name}={os.fspath(folder)!r} is a symbolic link; the report replaces "
+                         f"its folder whole, so give the real folder path")
     if os.path.lexists(path) and not os.path.isdir(path):
         raise ValueError(f"{name}={os.fspath(folder)!r} exists and is not a folder; "
                          f"give a folder path for the report")
