@@ -183,21 +183,39 @@ def _four_point(C, Cp, v, phik, p):
         K = len(keys)
         block = max(1, min(n, BLOCK_ELEMENTS // max(1, size * p * K * n)))
         R = numpy.zeros(batch + (p, p))
+        E = numpy.empty(batch + (p, K, block, n))
+        H = numpy.empty(batch + (p, K, block, n))
+        scratch = numpy.empty(batch + (p, block, n))
         for a0 in range(0, n, block):
             sl = slice(a0, min(n, a0 + block))
             m = sl.stop - a0
-            E = numpy.empty(batch + (p, K, m, n))
-            H = numpy.zeros(batch + (p, K, m, n))
+            if m < block:
+                E, H, scratch = E[..., :m, :], H[..., :m, :], scratch[..., :m, :]
+            H[...] = 0.0
             for i, (alpha, beta, weight, jk, inner) in enumerate(keys):
-                left = (weight * phik[jk])[..., :, None] * S[alpha][..., :, sl]
-                numpy.multiply(left[..., :, :, None], S[beta][..., :, None, :], out=E[..., i, :, :])
+                left = weight * phik[jk][..., :, None]
+                if alpha:
+                    left = left * S[alpha][..., :, sl]
+                Ei = E[..., i, :, :]
+                if beta:
+                    numpy.multiply(left[..., :, :, None], S[beta][..., :, None, :], out=Ei)
+                else:
+                    Ei[...] = left[..., :, :, None]
                 Hi = H[..., i, :, :]
                 for gamma, delta, jl, eps_terms in inner:
                     G = pair(alpha + gamma, beta + delta, eps_terms)[..., None, sl, :]
-                    right = phik[jl][..., :, None] * S[gamma][..., :, sl]
-                    Hi += right[..., :, :, None] * (S[delta][..., :, None, :] * G)
+                    coef = phik[jl][..., :, None]
+                    if gamma:
+                        coef = coef * S[gamma][..., :, sl]
+                    if delta:
+                        numpy.multiply(S[delta][..., :, None, :], G, out=scratch)
+                        scratch *= coef[..., :, :, None]
+                    else:
+                        numpy.multiply(coef[..., :, :, None], G, out=scratch)
+                    Hi += scratch
             flat = batch + (p, K * m * n)
-            R += E.reshape(flat) @ numpy.swapaxes(H.reshape(flat), -1, -2)
+            R += numpy.ascontiguousarray(E).reshape(flat) @ \
+                numpy.swapaxes(numpy.ascontiguousarray(H).reshape(flat), -1, -2)
         B += Cp[mu][..., :p, :p] * R
     return B
 
