@@ -43,15 +43,20 @@ from ..spec import Model
 from ..symbolic.tensor import VARIANCE, derive_tensor_form
 from .printer import ScalarPrinter
 
-__all__ = ["TENSOR_BUILTINS", "render_tensor_module", "tensor_plan", "ENGINE"]
+__all__ = ["TENSOR_BUILTINS", "coefficient_key", "render_tensor_module", "tensor_plan", "ENGINE"]
 
-#: Activations whose tensor modules are committed: ``{activation_str: module name}``.
+def coefficient_key(activation) -> tuple:
+    """Registry key of an activation: ``str`` of each coefficient, lowest order first."""
+    return tuple(str(c) for c in activation)
+
+
+#: Activations whose tensor modules are committed: ``{coefficient_key: module name}``
+#: (z³, the Hermite polynomial He₃ = z³ − 3z, z⁴, z + z², z²).
 TENSOR_BUILTINS = {
-    Model(1, 1, 1.0, activation="z**3").activation_str: "tensor_cubic",
-    Model(1, 1, 1.0, activation="z**3 - 3*z").activation_str: "tensor_hermite3",
-    Model(1, 1, 1.0, activation="z**4").activation_str: "tensor_quartic",
-    Model(1, 1, 1.0, activation="z + z**2").activation_str: "tensor_linear_quadratic",
-    Model(1, 1, 1.0, activation="z**2").activation_str: "tensor_square",
+    coefficient_key(Model(1, 1, 1.0, activation=a).activation): name
+    for a, name in (("z**3", "tensor_cubic"), ("z**3 - 3*z", "tensor_hermite3"),
+                    ("z**4", "tensor_quartic"), ("z + z**2", "tensor_linear_quadratic"),
+                    ("z**2", "tensor_square"))
 }
 
 _BANNER = (
