@@ -88,7 +88,7 @@ import sympy as sp
 from ..spec import Model
 
 __all__ = ["TensorForm", "derive_tensor_form", "vertex_function", "multigraphs",
-           "NPoint", "VARIANCE"]
+           "NPoint", "VARIANCE", "tensor_equations", "npoint_definition"]
 
 #: The variance ``D`` of a vertex field (argument of the vertex functions).
 VARIANCE = sp.Symbol("D", nonnegative=True)
@@ -270,3 +270,132 @@ def derive_tensor_form(activation) -> TensorForm:
         I3=_npoint("I3", ("k", "j", "a"), (1, None, 0), nz, d),
         I4=_npoint("I4", ("k", "l", "a", "b"), (1, 1, 0, 0), nz, d),
     )
+
+
+# ---- width-independent equations (for display and derive(form="tensor")) ----------
+
+#: Combined covariance ``C`` of ``u = (λ, ν)`` and output weights ``w``.
+COV = sp.IndexedBase("C")
+WEIGHT = sp.IndexedBase("w")
+#: Index symbols: ``k, l`` students, ``j`` any field, ``a, b`` summed over all fields.
+IDX = {name: sp.Symbol(name, integer=True, positive=True) for name in "kljabm"}
+#: Number of fields ``n = p + p*``.
+N_FIELDS = sp.Symbol("n", integer=True, positive=True)
+I2F, J2F, I3F, I4F = (sp.Function(name) for name in ("I_2", "J_2", "I_3", "I_4"))
+
+
+def npoint_definition(f: NPoint, tf: TensorForm) -> sp.Expr:
+    """``f`` as a polynomial in the covariance entries ``C_{vw}`` of its index names."""
+    names = [IDX[v] for v in f.vertices]
+    cov = {(a, b): COV[names[a], names[b]] for a in range(len(names))
+           for b in range(len(names)) if a < b}
+    variances = [COV[x, x] for x in names]
+    return sp.expand(f.expression(cov, variances, tf.phi))
+
+
+def tensor_equations(model: Model):
+    """Width-independent risk and ODEs as SymPy expressions with index sums.
+
+    Returns
+    -------
+    risk, dQ, drho : Expr
+        ``dQ`` stands for ``dQ_kl/dt``, ``drho`` for ``dρ_km/dt`` (field index
+        ``p + m``); sums run over ``a, b = 1..n``.
+    definitions : dict
+        ``{I_2(a,b): polynomial, J_2(k,l): ..., I_3(k,j,a): ..., I_4(k,l,a,b): ...}``.
+    """
+    from .symbols import ETA, NOISE, P
+    tf = derive_tensor_form(model.activation)
+    k, l, j, a, b, m = (IDX[x] for x in "kljabm")
+    definitions = {
+        I2F(a, b): npoint_definition(tf.I2, tf),
+        J2F(k, l): npoint_definition(tf.J2, tf),
+        I3F(k, j, a): npoint_definition(tf.I3, tf),
+        I4F(k, l, a, b): npoint_definition(tf.I4, tf),
+    }
+    over_a, over_b = (a, 1, N_FIELDS), (b, 1, N_FIELDS)
+    risk = sp.Rational(1, 2) * sp.Sum(WEIGHT[a] * WEIGHT[b] * I2F(a, b), over_a, over_b)
+    g_kl = sp.Sum(WEIGHT[a] * I3F(k, l, a), over_a)
+    g_lk = sp.Sum(WEIGHT[a] * I3F(l, k, a), over_a)
+    four = sp.Sum(WEIGHT[a] * WEIGHT[b] * I4F(k, l, a, b), over_a, over_b)
+    dQ = -ETA / P * (g_kl + g_lk) + ETA**2 / P**2 * (four + NOISE * J2F(k, l))
+    drho = -ETA / P * sp.Sum(WEIGHT[a] * I3F(k, P + m, a), over_a)
+    return risk, dQ, drho, definitions
+
+
+# ---- multiprecision reference (conditioning of the float64 kernels) ----------------
+
+def _mp_function(f: NPoint, tf: TensorForm):
+    """``f`` lambdified with exact rational coefficients (mpmath printer).
+
+    The returned ``call(C, idx)`` takes the covariance as a numpy object array
+    of mpf and, per vertex, an index or an index array; numpy broadcasts the
+    vertex indices, so one call evaluates ``f`` over a whole index grid
+    (element by element in mpf arithmetic).
+    """
+    expr = npoint_definition(f, tf)
+    names = [IDX[v] for v in f.vertices]
+    order = [(a, b) for a in range(len(names)) for b in range(a, len(names))]
+    args = [sp.Dummy(f"c{a}{b}") for a, b in order]
+    expr = expr.xreplace({COV[names[a], names[b]]: s for (a, b), s in zip(order, args)})
+    expr = expr.xreplace({COV[names[b], names[a]]: s for (a, b), s in zip(order, args)})
+    fn = sp.lambdify(args, expr, "mpmath")
+
+    def call(C, idx):
+        return fn(*[C[idx[a], idx[b]] for a, b in order])
+    return call
+
+
+def reference_entries(model: Model, Q, rho, T, dq_entries=(), drho_entries=(),
+                      risk: bool = False, dps: int = 40) -> dict:
+    r"""Selected ODE entries evaluated in ``dps``-digit arithmetic (mpmath).
+
+    Evaluates the derived polynomials ``I_2, J_2, I_3, I_4`` (expanded in the
+    covariance entries, as printed by ``symquad equations``) at every index
+    combination and sums them with :func:`mpmath.fsum` — without the kernels'
+    grouping into Hadamard powers, pair sums and matrix products: a second
+    route for the kernels and the yardstick of their float64 rounding error.
+    Cost ``O(n²)`` mpf operations per ``dQ`` entry and for the risk, ``O(n)``
+    per ``dρ`` entry.
+
+    Returns
+    -------
+    dict
+        ``{("dQ", k, l): mpf, ("drho", k, m): mpf, ("risk",): mpf}``.
+    """
+    import mpmath
+    import numpy as np
+    tf = derive_tensor_form(model.activation)
+    p, pk = model.p, model.p_star
+    n = p + pk
+    Cf = np.block([[np.asarray(Q, float), np.asarray(rho, float)],
+                   [np.asarray(rho, float).T, np.asarray(T, float)]])
+    with mpmath.workdps(dps):
+        mp = mpmath.mpf
+        C = np.empty((n, n), dtype=object)
+        for i in range(n):
+            for j in range(n):
+                C[i, j] = mp(float(Cf[i, j]))
+        w = np.array([mp(1) / p] * p + [mp(-1) / pk] * pk, dtype=object)
+        eta, noise = mp(float(model.eta)), mp(float(model.noise))
+        I2, J2, I3, I4 = (_mp_function(getattr(tf, name), tf) for name in ("I2", "J2", "I3", "I4"))
+        a_col, b_row = np.arange(n)[:, None], np.arange(n)[None, :]
+        a_all = np.arange(n)
+        ww = w[:, None] * w[None, :]
+
+        def total(values):
+            return mpmath.fsum(np.broadcast_to(values, (n,) * np.ndim(values)).ravel())
+
+        def G(k, j):
+            return total(w * I3(C, (k, j, a_all)))
+
+        out = {}
+        for k, l in dq_entries:
+            four = total(ww * I4(C, (k, l, a_col, b_row)))
+            out[("dQ", k, l)] = (-eta / p * (G(k, l) + G(l, k))
+                                 + eta**2 / p**2 * (four + noise * J2(C, (k, l))))
+        for k, m in drho_entries:
+            out[("drho", k, m)] = -eta / p * G(k, p + m)
+        if risk:
+            out[("risk",)] = total(ww * I2(C, (a_col, b_row))) / 2
+        return out
