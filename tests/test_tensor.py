@@ -237,3 +237,16 @@ def test_sgd_mean_tracks_tensor_ode_at_p16():
 @pytest.mark.slow
 def test_sgd_mean_tracks_tensor_ode_at_p16_large():
     _sgd_vs_ode(N=4000, t_max=10.0, replicas=32, seed=2)
+
+
+def test_equations_cli_prints_width_independent_tensor_form(capsys):
+    from symquad.cli import main
+    bodies = []
+    for p in (5, 64):
+        assert main(["equations", "--activation", "z**3 - 3*z", "--p", str(p), "--p-star", "4"]) == 0
+        text = capsys.readouterr().out
+        assert "tensor form" in text
+        for fn in ("I_{2}", "J_{2}", "I_{3}", "I_{4}"):   # each function defined once
+            assert sum(line.startswith(fn) for line in text.splitlines()) == 1, fn
+        bodies.append("\n".join(l for l in text.splitlines() if "p =" not in l and "p=" not in l))
+    assert bodies[0] == bodies[1] and len(bodies[1]) < 20_000
