@@ -250,3 +250,21 @@ def test_equations_cli_prints_width_independent_tensor_form(capsys):
             assert sum(line.startswith(fn) for line in text.splitlines()) == 1, fn
         bodies.append("\n".join(l for l in text.splitlines() if "p =" not in l and "p=" not in l))
     assert bodies[0] == bodies[1] and len(bodies[1]) < 20_000
+
+
+def test_entry_route_checks_its_size_first():
+    """Refuses (before any SymPy work) or warns with an estimate; the tensor route has no limit."""
+    import time
+    from symquad.symbolic.entries import check_entry_route_size, entry_route_estimate
+    huge = sq.Model(p=20, p_star=4, lr=0.1, activation="z**3")
+    start = time.perf_counter()
+    with pytest.raises(ValueError, match=r"p=20, p_star=4.*about .* s"):
+        sq.derive(huge, form="entries")
+    with pytest.raises(ValueError, match="tensor"):
+        sq.kernels(huge.replace(activation="z**3 + z"), form="entries")
+    assert time.perf_counter() - start < 5
+    # the estimate reproduces the measured 180 s of z³ at (8, 4) within a factor 2
+    assert 90 < entry_route_estimate(sq.Model(p=8, p_star=4, lr=0.1, activation="z**3")) < 360
+    with pytest.warns(RuntimeWarning, match="will take about"):
+        check_entry_route_size(sq.Model(p=8, p_star=4, lr=0.1, activation="z**3"))
+    assert sq.derive(huge).form == "tensor"

@@ -294,6 +294,13 @@ def npoint_definition(f: NPoint, tf: TensorForm) -> sp.Expr:
 
 
 def tensor_equations(model: Model):
+    """Width-independent risk and ODEs of ``model`` (see :func:`_tensor_equations`)."""
+    risk, dQ, drho, definitions = _tensor_equations(tuple(model.activation))
+    return risk, dQ, drho, dict(definitions)
+
+
+@lru_cache(maxsize=32)
+def _tensor_equations(activation):
     """Width-independent risk and ODEs as SymPy expressions with index sums.
 
     Returns
@@ -305,7 +312,7 @@ def tensor_equations(model: Model):
         ``{I_2(a,b): polynomial, J_2(k,l): ..., I_3(k,j,a): ..., I_4(k,l,a,b): ...}``.
     """
     from .symbols import ETA, NOISE, P
-    tf = derive_tensor_form(model.activation)
+    tf = derive_tensor_form(activation)
     k, l, j, a, b, m = (IDX[x] for x in "kljabm")
     definitions = {
         I2F(a, b): npoint_definition(tf.I2, tf),
@@ -320,7 +327,7 @@ def tensor_equations(model: Model):
     four = sp.Sum(WEIGHT[a] * WEIGHT[b] * I4F(k, l, a, b), over_a, over_b)
     dQ = -ETA / P * (g_kl + g_lk) + ETA**2 / P**2 * (four + NOISE * J2F(k, l))
     drho = -ETA / P * sp.Sum(WEIGHT[a] * I3F(k, P + m, a), over_a)
-    return risk, dQ, drho, definitions
+    return risk, dQ, drho, tuple(definitions.items())
 
 
 # ---- multiprecision reference (conditioning of the float64 kernels) ----------------
