@@ -21,11 +21,16 @@ import numpy
 
 ACTIVATION = 'z**2'
 DEGREE = 2
+
+# Contraction plan (see symquad.codegen.tensor_render.tensor_plan):
+#   RISK, NOISE: ε;  I3_DIRECT, I3_THROUGH: (μ, j_k, j_a);
+#   I4: (μ, ((α, β, weight, j_k, ((γ, δ, j_l, ((ε, j_a, j_b), ...)), ...)), ...))
 RISK = (0, 2)
 NOISE = (1,)
 I3_DIRECT = ((0, 2, 0),)
 I3_THROUGH = ((1, 2, 2),)
-I4 = ((0, ((0, 1, 2, 2, ((0, 1, 2, ((0, 0, 2),)), (1, 0, 2, ((1, 2, 2),)))),)), (1, ((0, 0, 1, 2, ((0, 0, 2, ((0, 0, 0), (2, 2, 2))),)),)))
+I4 = ((0, ((0, 1, 2, 2, ((0, 1, 2, ((0, 0, 2),)), (1, 0, 2, ((1, 2, 2),)))),)),
+      (1, ((0, 0, 1, 2, ((0, 0, 2, ((0, 0, 0), (2, 2, 2))),)),)))
 
 
 def _phi(D):
@@ -169,4 +174,4 @@ def rhs(Q, rho, T, eta, Delta):
     dQ = 0.5 * (dQ + numpy.swapaxes(dQ, -1, -2))
     drho = (-eta / p) * G[..., :, p:]
     return dQ, drho
-# sha256: cb752125e53aa0cc2759288ab80f7ae3bd577b2f348657e305d0a9a5c4558fe2
+# sha256: cfa5e9e39ff072d83db3a9133bd6fc8d66b7adf9d8b78fa4cc696a14c067f0cd

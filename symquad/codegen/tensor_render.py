@@ -33,6 +33,7 @@ counted twice (the generator checks the term set really is symmetric).
 
 from __future__ import annotations
 
+import pprint
 import textwrap
 from collections import defaultdict
 
@@ -292,8 +293,12 @@ def render_tensor_module(activation, generator: str | None = None) -> str:
            f"DEGREE = {tf.degree}"]
     if generator is not None:
         out.append(f"GENERATOR = {generator!r}")
+    out += ["", "# Contraction plan (see symquad.codegen.tensor_render.tensor_plan):",
+            "#   RISK, NOISE: ε;  I3_DIRECT, I3_THROUGH: (μ, j_k, j_a);",
+            "#   I4: (μ, ((α, β, weight, j_k, ((γ, δ, j_l, ((ε, j_a, j_b), ...)), ...)), ...))"]
     for name in ("RISK", "NOISE", "I3_DIRECT", "I3_THROUGH", "I4"):
-        out.append(f"{name} = {plan[name]!r}")
+        out.append(f"{name} = " + pprint.pformat(plan[name], width=96, compact=True)
+                   .replace("\n", "\n" + " " * (len(name) + 3)))
     out += ["", ""] + _phi_source(tf) + [""]
     body = "\n".join(out) + "\n" + ENGINE
     return body + checksum_line(body)
