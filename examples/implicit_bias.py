@@ -12,7 +12,7 @@ Writes three figures and prints the numbers behind them:
    point ``sq.closest_solution`` vs to Haar-random points of the zero-risk manifold;
    and for SGD at the largest N the same from the informed start.
 3. ``implicit_bias_drift.png`` — drift of S along SGD vs N
-   (:func:`symquad.numeric.invariants.invariant_drift_study`).
+   (:func:`symquad.studies.invariant_drift.invariant_drift_study`).
 
     python examples/implicit_bias.py [--quick] [--out-dir .]
 """
@@ -28,6 +28,8 @@ import numpy as np  # noqa: E402
 
 import symquad as sq  # noqa: E402
 from symquad.numeric import invariants as inv  # noqa: E402
+from symquad.plotting import plot_invariant_drift  # noqa: E402
+from symquad.studies.invariant_drift import invariant_drift_study  # noqa: E402
 
 
 def overlap_distance(Q1, rho1, Q2, rho2):
@@ -56,7 +58,7 @@ def figure_S(m, N, t_max, seed, out):
     Q0r, rho0r = run.Q[0, 0], run.rho[0, 0]
     ode = sq.integrate(m, Q0r, rho0r, run.T, t_max, t_eval=t_eval, rtol=1e-10, atol=1e-13)
     S_ode = inv.invariant_S(ode.rho)
-    S_sgd = inv._S_or_nan(run.rho[0])
+    S_sgd = inv.S_or_nan(run.rho[0])
     numbers["random: ODE from realised start, max|S(t)-S(0)|"] = float(
         np.abs(S_ode - S_ode[0]).max())
     numbers["random: SGD |S(t_max)-S(0)|_F"] = float(np.linalg.norm(S_sgd[-1] - S_sgd[0]))
@@ -139,8 +141,8 @@ def main(quick=False, out_dir=".", seed=0):
     numbers = figure_S(m, N_fig, t_max, seed, out_dir / "implicit_bias_S.png")
     numbers.update(figure_distances(m, 20, 2000, N_fig, 8 if quick else 16, t_max / 3,
                                     seed + 10, out_dir / "implicit_bias_distances.png"))
-    study = inv.invariant_drift_study(m, Ns, t_max, reps, seed + 20, progress=not quick)
-    inv.plot_invariant_drift(study, out_dir / "implicit_bias_drift.png")
+    study = invariant_drift_study(m, Ns, t_max, reps, seed + 20, progress=not quick)
+    plot_invariant_drift(study, out_dir / "implicit_bias_drift.png")
     for key, val in numbers.items():
         print(f"{key}: {val:.3g}")
     for key in ("random", "informed"):

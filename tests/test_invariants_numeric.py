@@ -11,8 +11,6 @@ Tolerances (stated, not tuned to pass):
   within +-0.1).
 """
 
-import math
-
 import numpy as np
 import pytest
 from scipy.linalg import sqrtm
@@ -179,67 +177,6 @@ def test_label_noise_keeps_S_but_not_zero_risk():
     assert np.abs(sq.invariant_S(sol.rho[-1]) - c.S).max() <= TOL_CONSERVED
     assert sol.risk[-1] > 1e-3
     assert not ninv.is_zero_risk_point(sol.Q[-1], sol.rho[-1], T)
-
-
-# --------------------------------------------------------------------------
-# finite N: SGD drift of S (cheap version; the full study is slow)
-# --------------------------------------------------------------------------
-def test_drift_study_informed_start_shrinks_with_N():
-    m = sq.Model(p=3, p_star=2, lr=0.1)
-    study = ninv.invariant_drift_study(m, Ns=[100, 1600], t_max=8.0, replicas=24, seed=7,
-                                       protocols=("informed",))
-    inf = study["informed"]
-    mean, sem = inf["mean"], inf["sem"]
-    # precision first: each mean known to better than 15 %
-    assert np.all(sem < 0.15 * mean), (mean, sem)
-    # the drift shrinks: 16x N must reduce it by far more than the combined error
-    assert mean[0] - mean[1] > 4 * math.hypot(sem[0], sem[1])
-    # diffusive scaling N^-1/2 predicts a ratio of 4; accept the exponent within 3 SE of -1/2
-    fit = inf["fit"]
-    assert abs(fit["exponent"] + 0.5) < 3 * fit["exponent_se"] + 0.05, fit
-    assert "random" not in study
-    import json
-    summary = ninv.summarize_drift_study(study)
-    assert json.loads(json.dumps(summary))["informed"]["mean"] == [float(x) for x in mean]
-    assert "fitted exponent" in summary["text"]
-
-
-def test_drift_study_input_errors():
-    m = sq.Model(p=3, p_star=2, lr=0.1)
-    with pytest.raises(ValueError, match="Ns"):
-        ninv.invariant_drift_study(m, Ns=[100], t_max=1.0, replicas=4, seed=0)
-    with pytest.raises(ValueError, match="replicas"):
-        ninv.invariant_drift_study(m, Ns=[100, 200], t_max=1.0, replicas=1, seed=0)
-    with pytest.raises(ValueError, match="protocols"):
-        ninv.invariant_drift_study(m, Ns=[100, 200], t_max=1.0, replicas=4, seed=0,
-                                   protocols=("bogus",))
-    with pytest.raises(ValueError, match="p >= p_star"):
-        ninv.invariant_drift_study(sq.Model(p=1, p_star=2, lr=0.1), Ns=[100, 200],
-                                   t_max=1.0, replicas=4, seed=0)
-
-
-@pytest.mark.slow
-def test_drift_study_both_protocols_scaling():
-    study = ninv.invariant_drift_study(sq.DEFAULT_MODEL, Ns=[500, 2000, 8000], t_max=250,
-                                       replicas=32, seed=4)
-    for key in ("random", "informed"):
-        res = study[key]
-        assert np.all(res["sem"] < 0.2 * res["mean"])
-        assert res["fit"]["exponent"] < -0.25
-        assert abs(res["fit"]["exponent"] + 0.5) < 3 * res["fit"]["exponent_se"] + 0.1
-    assert np.all(study["random"]["n_valid"] == 32)
-
-
-def test_plot_functions_write_png(tmp_path):
-    study = {"Ns": np.array([100, 400]),
-             "informed": {"mean": np.array([0.1, 0.05]), "sem": np.array([0.01, 0.005]),
-                          "fit": {"exponent": -0.5, "exponent_se": 0.05, "prefactor": 1.0}}}
-    path = ninv.plot_invariant_drift(study, tmp_path / "drift.png")
-    assert path.stat().st_size > 1000
-    t = np.linspace(0, 1, 5)
-    S = np.repeat(np.eye(3, 2)[None], 5, 0)
-    path2 = ninv.plot_S_components(t, S, t, S, tmp_path / "S.png")
-    assert path2.stat().st_size > 1000
 
 
 def test_numeric_invariants_never_import_sympy():

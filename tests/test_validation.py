@@ -1,4 +1,4 @@
-"""Tests of the validation layer (symquad.validation) and ``symquad validate``.
+"""Tests of the validation study (symquad.studies.validation) and ``symquad validate``.
 
 The statistical checks first assert their own precision (standard errors small
 enough), then that the theory lies within a few standard errors / inside the
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import symquad as sq
-from symquad.validation import finite_size_scaling, informed_start, validate
+from symquad.studies.validation import finite_size_scaling, informed_start, validate
 
 M = sq.Model(p=4, p_star=2, lr=0.3)     # p > p*, plateau and escape by t ~ 30
 

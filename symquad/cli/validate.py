@@ -80,7 +80,7 @@ def run(args) -> int:
     """Execute ``symquad validate``; returns the exit status."""
     from ..numeric.errors import DivergenceError
     from ..spec import Model
-    from ..validation import validate
+    from ..studies.validation import validate
 
     try:
         model = Model(p=args.p, p_star=args.p_star, lr=args.lr, noise=args.noise,

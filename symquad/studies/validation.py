@@ -68,7 +68,7 @@ from dataclasses import dataclass, field
 from numbers import Real
 
 import numpy as np
-from .numeric.checks import check_int as _check_int
+from ..numeric.checks import check_int as _check_int
 
 __all__ = ["validate", "ValidationReport", "finite_size_scaling", "informed_start", "STARTS"]
 
@@ -98,7 +98,7 @@ def informed_start(model, overlap=0.5):
 
 def _ode_per_replica(model, Q0, rho0, T, t, progress=False):
     """ODE trajectories from each initial state; arrays shaped like the SGD records."""
-    from .numeric.integrate import integrate
+    from ..numeric.integrate import integrate
 
     R = Q0.shape[0]
     p, ps = model.p, model.p_star
@@ -154,7 +154,7 @@ def _escape_setup(model, T, escape_fraction):
     """Plateau fixed point and escape threshold, or (None, reason)."""
     if not model.is_quadratic or not np.allclose(T, np.eye(model.p_star)):
         return None, None, "escape needs a quadratic activation and T = I"
-    from .numeric.landscape import escape_threshold, plateau
+    from ..numeric.landscape import escape_threshold, plateau
     try:
         fp = plateau(model)
     except ValueError as exc:
@@ -187,7 +187,7 @@ def finite_size_scaling(model, Ns=(100, 300, 1000, 3000, 10000), t_max=10.0, rep
     """
     from scipy.optimize import curve_fit
 
-    from .numeric.simulate import simulate
+    from ..numeric.simulate import simulate
 
     Ns = [_check_int(n, "fss N", 1) for n in Ns]
     if len(Ns) < 3:
@@ -330,114 +330,17 @@ class ValidationReport:
 
     # -- figures --------------------------------------------------------------
     def figures(self) -> dict:
-        """Matplotlib figures (Agg backend): ``{"risk", "overlaps", "fss", "escape"}``."""
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        """Matplotlib figures ``{"risk", "overlaps", "fss", "escape"}`` (:mod:`symquad.plotting`)."""
+        from ..plotting import validation_figures
 
-        figs = {}
-        c, n = self.config, self.numbers
-        t = self.t
-        lo, hi = self.numbers["band"]["percentiles"]
-        ok = np.all(np.isfinite(self.sgd_risk), axis=1)
-        sr, orisk = self.sgd_risk[ok], self.ode_risk[ok]
-        fig, ax = plt.subplots(figsize=(7, 4.5))
-        if sr.size:
-            ax.fill_between(t, np.percentile(sr, lo, axis=0), np.percentile(sr, hi, axis=0),
-                            color="C0", alpha=0.3, label=f"SGD {lo:g}-{hi:g}% of replicas")
-            ax.plot(t, sr.mean(0), color="C0", lw=1.5, label="SGD mean")
-            if c["replicas_share_ode"]:
-                ax.plot(t, orisk[0], "k--", lw=1.5, label="ODE")
-            else:
-                for r in range(min(len(orisk), 20)):
-                    ax.plot(t, orisk[r], color="k", lw=0.5, alpha=0.3,
-                            label="ODE from each replica's start" if r == 0 else None)
-                ax.plot(t, np.nanmedian(orisk, 0), "k--", lw=1.5, label="ODE (median)")
-        e = n["escape"]
-        if e.get("defined"):
-            ax.axhline(e["threshold"], color="C3", lw=0.8, ls=":", label="escape threshold")
-        ax.set_xlabel("t = steps / N")
-        ax.set_ylabel("population risk")
-        ax.set_yscale("log")
-        ax.set_title(f"{c['model']}\nN={c['N']}, {c['replicas']} replicas, {c['start']} start",
-                     fontsize=8)
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        figs["risk"] = fig
-
-        # overlaps: one representative replica, every entry, SGD solid vs ODE dashed
-        p, ps = self.sgd_rho.shape[-2:]
-        fig, axes = plt.subplots(1, 3, figsize=(12, 4))
-        r0 = int(np.argmax(ok)) if ok.any() else 0
-        for i in range(p):
-            for j in range(i, p):
-                line, = axes[0].plot(t, self.sgd_Q[r0, :, i, j], lw=1)
-                axes[0].plot(t, self.ode_Q[r0, :, i, j], "--", color=line.get_color(), lw=1)
-            for j in range(ps):
-                line, = axes[1].plot(t, self.sgd_rho[r0, :, i, j], lw=1)
-                axes[1].plot(t, self.ode_rho[r0, :, i, j], "--", color=line.get_color(), lw=1)
-        axes[0].set_title(f"Q entries, replica {r0} (solid SGD, dashed ODE)", fontsize=8)
-        axes[1].set_title(f"ρ entries, replica {r0} (solid SGD, dashed ODE)", fontsize=8)
-        rn = np.sqrt(np.sum(self.sgd_rho[ok] ** 2, axis=(-2, -1)))
-        on = np.sqrt(np.sum(self.ode_rho[ok] ** 2, axis=(-2, -1)))
-        if rn.size:
-            axes[2].fill_between(t, np.percentile(rn, lo, 0), np.percentile(rn, hi, 0),
-                                 alpha=0.3, color="C0", label=f"SGD {lo:g}-{hi:g}%")
-            axes[2].plot(t, rn.mean(0), color="C0", label="SGD mean")
-            axes[2].plot(t, np.nanmedian(on, 0), "k--", label="ODE (median)")
-        axes[2].set_title("‖ρ‖_F over replicas", fontsize=8)
-        axes[2].legend(fontsize=7)
-        for ax in axes:
-            ax.set_xlabel("t")
-        fig.tight_layout()
-        figs["overlaps"] = fig
-
-        f = n.get("finite_size_scaling")
-        if f:
-            fig, ax = plt.subplots(figsize=(5.5, 4.5))
-            Ns, D, S = np.array(f["N"]), np.array(f["deviation"]), np.array(f["deviation_se"])
-            ax.errorbar(Ns, D, yerr=S, fmt="o", label="SGD − ODE deviation")
-            xx = np.geomspace(Ns.min(), Ns.max(), 50)
-            ax.plot(xx, np.exp(f["intercept"]) * xx ** f["exponent"], "C1-",
-                    label=f"fit: N^({f['exponent']:.3f} ± {f['exponent_se']:.3f})")
-            ax.plot(xx, D[0] * (xx / Ns[0]) ** -0.5, "k:", label="N^(-1/2)")
-            ax.set_xscale("log")
-            ax.set_yscale("log")
-            ax.set_xlabel("N")
-            ax.set_ylabel("RMS overlap deviation")
-            ax.set_title(f"finite-size scaling ({f['start']} start, t ≤ {f['t_max']:g})",
-                         fontsize=8)
-            ax.legend(fontsize=7)
-            fig.tight_layout()
-            figs["fss"] = fig
-
-        if e.get("defined") and e["sgd"]["n"]:
-            fig, (ax, ax2) = plt.subplots(1, 2, figsize=(10, 4))
-            ts = np.array([np.nan if v is None else v for v in e["sgd_times"]], float)
-            to = np.array([np.nan if v is None else v for v in e["ode_times"]], float)
-            bins = np.histogram_bin_edges(np.concatenate([ts[np.isfinite(ts)],
-                                                          to[np.isfinite(to)]]), 20)
-            ax.hist(ts[np.isfinite(ts)], bins, alpha=0.5, label="SGD")
-            ax.hist(to[np.isfinite(to)], bins, alpha=0.5, label="ODE from realised start")
-            ax.set_xlabel("escape time")
-            ax.set_ylabel("replicas")
-            ax.legend(fontsize=7)
-            both = np.isfinite(ts) & np.isfinite(to)
-            ax2.plot(to[both], ts[both], "o", ms=3)
-            lim = [np.nanmin(bins), np.nanmax(bins)]
-            ax2.plot(lim, lim, "k:", lw=1)
-            ax2.set_xlabel("escape time, ODE from the replica's start")
-            ax2.set_ylabel("escape time, SGD (same replica)")
-            fig.tight_layout()
-            figs["escape"] = fig
-        return figs
+        return validation_figures(self)
 
     def save(self, folder="symquad_report") -> dict:
         """Write ``report.json``, ``summary.txt``, ``trajectories.npz`` and PNG figures.
 
         Returns a dict name -> path of the files written.
         """
-        import matplotlib.pyplot as plt
+        from ..plotting import plot_invariant_drift, save_figure
 
         os.makedirs(folder, exist_ok=True)
         paths = {}
@@ -453,10 +356,8 @@ class ValidationReport:
                             sgd_rho=self.sgd_rho, ode_rho=self.ode_rho)
         for name, fig in self.figures().items():
             paths[name] = os.path.join(folder, f"{name}.png")
-            fig.savefig(paths[name], dpi=120)
-            plt.close(fig)
+            save_figure(fig, paths[name])
         if self.invariant_study is not None:
-            from .numeric.invariants import plot_invariant_drift
             paths["invariant_drift"] = plot_invariant_drift(
                 self.invariant_study, os.path.join(folder, "invariant_drift.png"))
         return paths
@@ -522,7 +423,7 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start="random", seed=0
         Measure the drift of the implicit-bias invariant ``S = ρ(ρᵀρ)^(-1/2)``
         along SGD as a function of N (random start from a time after the early
         re-randomisation, and an informed start), with a fitted exponent; see
-        :func:`symquad.numeric.invariants.invariant_drift_study`.  Needs ``p >= p*``.
+        :func:`symquad.studies.invariant_drift.invariant_drift_study`.  Needs ``p >= p*``.
     invariant_N, invariant_replicas
         The N values and replicas per N of that study (t_max as the main run).
     progress : bool
@@ -534,8 +435,8 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start="random", seed=0
     """
     import time
 
-    from .numeric.simulate import simulate
-    from .spec import DEFAULT_MODEL, check_model
+    from ..numeric.simulate import simulate
+    from ..spec import DEFAULT_MODEL, check_model
 
     t_start = time.perf_counter()
     model = DEFAULT_MODEL if model is None else model
@@ -573,7 +474,7 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start="random", seed=0
     ok = run.status == "ok"
     n_ok = int(ok.sum())
     if n_ok < 2:
-        from .numeric.errors import DivergenceError
+        from ..numeric.errors import DivergenceError
         raise DivergenceError(
             f"validate: SGD diverged in {run.n_diverged}/{replicas} replicas (first at "
             f"t = {np.nanmin(run.t_diverged):.4g}); reduce lr", np.nanmin(run.t_diverged),
@@ -593,7 +494,7 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start="random", seed=0
     # escape times
     escape = {"defined": threshold is not None, "reason": reason}
     if threshold is not None:
-        from .numeric.landscape import escape_times
+        from ..numeric.landscape import escape_times
         ts = escape_times(t, run.risk[good], threshold)
         to = escape_times(t, orisk[good], threshold)
         escape.update({
@@ -673,7 +574,7 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start="random", seed=0
     study = None
     if invariant and model.p >= model.p_star:
         # SPEC result 4 at finite N: drift of S = rho (rho^T rho)^(-1/2) vs N
-        from .numeric.invariants import invariant_drift_study, summarize_drift_study
+        from .invariant_drift import invariant_drift_study, summarize_drift_study
         study = invariant_drift_study(model, Ns=list(invariant_N), t_max=t_max,
                                       replicas=invariant_replicas, seed=seed, method=method,
                                       progress=progress)
