@@ -86,16 +86,28 @@ NEW_WIDTH = """
 """
 
 
+def in_process_new_width_seconds(act):
+    """kernels() at a width not used before in this process, plus its first RHS."""
+    sq.kernels(sq.Model(p=3, p_star=2, lr=0.1, activation=act))      # activation loaded
+    start = timeit.default_timer()
+    kern = sq.kernels(sq.Model(p=41, p_star=6, lr=0.1, activation=act))
+    kern.rhs(np.eye(41), np.zeros((41, 6)), np.eye(6))
+    return timeit.default_timer() - start
+
+
 def derivation_table():
-    print("# first derivation (fresh process, empty cache) and a new width (fresh process, "
-          "cached module, p=37, p*=5, one RHS); interpreter start-up and imports included")
-    print(f"{'activation':>12} {'first derivation [s]':>21} {'new width [s]':>14}")
+    print("# first derivation (fresh process, empty cache); a new width (p=37, p*=5) in a fresh "
+          "process from the cached module, interpreter start-up and imports included; a new "
+          "width (p=41, p*=6) in a running process; each with one RHS call")
+    print(f"{'activation':>12} {'first derivation [s]':>21} {'new width, fresh [s]':>21} "
+          f"{'new width, in process [s]':>26}")
     for act in ACTIVATIONS:
         with tempfile.TemporaryDirectory() as cache:
             first = fresh_process_seconds(FIRST.format(act=act), cache)
             coeffs = tuple(str(c) for c in sq.Model(1, 1, 1.0, activation=act).activation)
             new = fresh_process_seconds(NEW_WIDTH.format(coeffs=coeffs), cache)
-        print(f"{act:>12} {first:21.2f} {new:14.3f}")
+        here = in_process_new_width_seconds(act)
+        print(f"{act:>12} {first:21.2f} {new:21.3f} {here:26.4f}")
 
 
 def rhs_table(repeat):
