@@ -268,3 +268,21 @@ def test_entry_route_checks_its_size_first():
     with pytest.warns(RuntimeWarning, match="will take about"):
         check_entry_route_size(sq.Model(p=8, p_star=4, lr=0.1, activation="z**3"))
     assert sq.derive(huge).form == "tensor"
+
+
+def test_risk_keeps_relative_precision_near_zero_risk():
+    """Students = replicated teachers + 1e-4 noise: risk ~1e-9, still ~1e-11 accurate.
+
+    In float64 the student/teacher cancellation left a 2e-8 relative error here
+    (absolute 3e-17); the kernels' risk sums in extended precision.
+    """
+    p, k, N = 16, 4, 100
+    rng = np.random.default_rng(11)
+    Ws = np.linalg.qr(rng.standard_normal((N, k)))[0].T * np.sqrt(N)
+    W = np.repeat(Ws, p // k, axis=0) + 1e-4 * rng.standard_normal((p, N))
+    Q, rho, T = W @ W.T / N, W @ Ws.T / N, Ws @ Ws.T / N
+    model = sq.Model(p=p, p_star=k, lr=0.3, activation="z**3 - 3*z")
+    exact = float(reference_entries(model, Q, rho, T, risk=True)[("risk",)])
+    assert 1e-11 < exact < 1e-7
+    if np.finfo(np.longdouble).eps < 1e-18:       # an extended type exists here
+        assert abs(sq.kernels(model).risk(Q, rho, T) - exact) < 1e-10 * exact

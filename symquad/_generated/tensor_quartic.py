@@ -102,14 +102,24 @@ def _vertex_tables(C, w, p):
 
 
 def risk(Q, rho, T):
-    """Population risk ε = ½ Σ_ab w_a w_b I_2(a, b); shape (...,)."""
-    C, w, p = _combine(Q, rho, T)
+    """Population risk ε = ½ Σ_ab w_a w_b I_2(a, b); shape (...,).
+
+    Near zero risk the student (w > 0) and teacher (w < 0) terms cancel to
+    the size of ε itself, so this O(n²) sum runs in numpy.longdouble (64-bit
+    mantissa on x86-64; plain float64 where the platform has no wider type),
+    with the weights 1/p, -1/p* formed in that precision.
+    """
+    C, _, p = _combine(Q, rho, T)
+    k = C.shape[-1] - p
+    C = C.astype(numpy.longdouble)
+    w = numpy.concatenate([numpy.ones(p, dtype=numpy.longdouble) / p,
+                           -numpy.ones(k, dtype=numpy.longdouble) / k])
     v, _ = _vertex_tables(C, w, p)
     Cp = _hadamard_powers(C, max(RISK))
-    total = numpy.zeros(C.shape[:-2])
+    total = numpy.zeros(C.shape[:-2], dtype=numpy.longdouble)
     for eps in RISK:
         total = total + numpy.einsum("...a,...ab,...b->...", v[eps], Cp[eps], v[eps])
-    return 0.5 * total
+    return (0.5 * total).astype(float)
 
 
 def _three_point(C, Cp, v, phik, p):
@@ -197,4 +207,4 @@ def rhs(Q, rho, T, eta, Delta):
     dQ = 0.5 * (dQ + numpy.swapaxes(dQ, -1, -2))
     drho = (-eta / p) * G[..., :, p:]
     return dQ, drho
-# sha256: 6d3abe0a34f265b2a05e3862d1436c17a11a18234fca0f5e4dc3afd3213e388a
+# sha256: 62c432102f85fac7310d3ea5ad4195e2a8045cf3601d81e9ed37f9717d22d4cd

@@ -79,14 +79,24 @@ def _vertex_tables(C, w, p):
 
 
 def risk(Q, rho, T):
-    """Population risk ε = ½ Σ_ab w_a w_b I_2(a, b); shape (...,)."""
-    C, w, p = _combine(Q, rho, T)
+    """Population risk ε = ½ Σ_ab w_a w_b I_2(a, b); shape (...,).
+
+    Near zero risk the student (w > 0) and teacher (w < 0) terms cancel to
+    the size of ε itself, so this O(n²) sum runs in numpy.longdouble (64-bit
+    mantissa on x86-64; plain float64 where the platform has no wider type),
+    with the weights 1/p, -1/p* formed in that precision.
+    """
+    C, _, p = _combine(Q, rho, T)
+    k = C.shape[-1] - p
+    C = C.astype(numpy.longdouble)
+    w = numpy.concatenate([numpy.ones(p, dtype=numpy.longdouble) / p,
+                           -numpy.ones(k, dtype=numpy.longdouble) / k])
     v, _ = _vertex_tables(C, w, p)
     Cp = _hadamard_powers(C, max(RISK))
-    total = numpy.zeros(C.shape[:-2])
+    total = numpy.zeros(C.shape[:-2], dtype=numpy.longdouble)
     for eps in RISK:
         total = total + numpy.einsum("...a,...ab,...b->...", v[eps], Cp[eps], v[eps])
-    return 0.5 * total
+    return (0.5 * total).astype(float)
 
 
 def _three_point(C, Cp, v, phik, p):
@@ -174,4 +184,4 @@ def rhs(Q, rho, T, eta, Delta):
     dQ = 0.5 * (dQ + numpy.swapaxes(dQ, -1, -2))
     drho = (-eta / p) * G[..., :, p:]
     return dQ, drho
-# sha256: cfa5e9e39ff072d83db3a9133bd6fc8d66b7adf9d8b78fa4cc696a14c067f0cd
+# sha256: 85cc25f6eef44694d2124feafdefc98ff72a37c29a8c7260aca6dce81dad3682
