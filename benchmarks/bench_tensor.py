@@ -143,9 +143,10 @@ def conditioning_table():
     from symquad.symbolic.tensor import reference_entries
     print("\n# float64 vs 40-digit mpmath at p=64, p*=8 (entries dQ[0,0], dQ[0,1], dQ[5,60], "
           "drho[3,2], risk); 'near zero risk': students = replicated teachers + eps noise")
-    print(f"{'activation':>12} {'point':>22} {'max rel. error':>15} {'max abs. error':>15}")
+    print(f"{'activation':>12} {'point':>22} {'max rel. error':>15} {'max abs. error':>15} "
+          f"{'risk':>10} {'risk rel. error':>16}")
     cases = [(act, f"random, scale {s:g}", s) for act in ACTIVATIONS + ("z**4",) for s in (1, 3)]
-    cases += [("z**3 - 3*z", f"near zero risk, eps {e:g}", -e) for e in (1e-2, 1e-4)]
+    cases += [("z**3 - 3*z", f"near zero risk, eps {e:g}", -e) for e in (1e-2, 1e-4, 1e-6)]
     for act, label, scale in cases:
         model = sq.Model(p=64, p_star=8, lr=0.3, noise=0.0 if scale < 0 else 0.2,
                          activation=act)
@@ -162,7 +163,9 @@ def conditioning_table():
         got.update({("dQ", a, b): dQ[a, b] for a, b in [(0, 0), (0, 1), (5, 60)]})
         abs_err = {key: abs(got[key] - float(v)) for key, v in ref.items()}
         rel = max(abs_err[key] / abs(float(v)) for key, v in ref.items())
-        print(f"{act:>12} {label:>22} {rel:15.2e} {max(abs_err.values()):15.2e}", flush=True)
+        risk = float(ref[("risk",)])
+        print(f"{act:>12} {label:>22} {rel:15.2e} {max(abs_err.values()):15.2e} "
+              f"{risk:10.2e} {abs_err[('risk',)] / abs(risk):16.2e}", flush=True)
 
 
 def main():
