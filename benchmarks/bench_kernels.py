@@ -5,13 +5,31 @@ Side by side in one run:
   * a live ``sympy.lambdify`` of the same equations written out entry by entry
     (what a user gets without codegen; only feasible for small p),
   * the committed entry-by-entry generated kernels where they exist,
+  * the hand-written square-activation ODE of committee_learning
+    (IdePHICS/DimensionlessDynamicsSGD, ``committee_learning/ode/square.py``),
+    when ``SYMQUAD_PEER_PATH`` points at a checkout of it (the repository root or
+    its ``committee_learning`` folder); it is imported from there, never copied,
+  * optionally (``--before FILE``) an older generated ``quadratic_matrix.py``,
 and the growth of the matrix-form kernel's cost with p from 1 to 512.
 
-    python benchmarks/bench_kernels.py [--max-p 512] [--lambdify-max-p 6] [--repeat 5]
+The peer measures time as ``τ = steps·η/(pN)``, so its right-hand side is
+``(p/η)`` times symquad's (t = steps/N); its outputs carry the same ``1/p``,
+``1/p*`` factors.  Every row checks ``peer = (p/η)·symquad`` numerically
+(relative 1e-9) before timing, so both compute the same ODE.
+
+    OMP_NUM_THREADS=1 SYMQUAD_PEER_PATH=/path/to/DimensionlessDynamicsSGD \
+        python benchmarks/bench_kernels.py [--max-p 512] [--lambdify-max-p 6] [--repeat 5]
 """
 
 import argparse
+import importlib
+import importlib.util
+import os
+import pathlib
+import sys
+import time
 import timeit
+import types
 
 import numpy as np
 import sympy as sp
@@ -27,8 +45,13 @@ def _point(p, k, rng):
 
 
 def time_call(fn, repeat):
-    """Best-of-`repeat` seconds per call, with the call count auto-scaled to ~0.05 s."""
-    timer = timeit.Timer(fn)
+    """Best-of-`repeat` CPU seconds per call, with the call count auto-scaled to ~0.05 s.
+
+    CPU time of this process (``time.process_time``), so that other processes on
+    a shared machine do not count; BLAS runs single-threaded here
+    (``OMP_NUM_THREADS=1``), so CPU time is also wall time on an idle machine.
+    """
+    timer = timeit.Timer(fn, timer=time.process_time)
     number, _ = timer.autorange()
     number = max(1, number // 4)
     return min(timer.repeat(repeat=repeat, number=number)) / number
@@ -53,11 +76,56 @@ def live_lambdify(model):
     return rhs
 
 
-def main(max_p=512, lambdify_max_p=6, repeat=5, p_star=2):
+def load_peer():
+    """committee_learning's ``ode.square`` module from ``$SYMQUAD_PEER_PATH``, or None.
+
+    Only ``_config``, ``ode/base.py`` and ``ode/square.py`` are executed (the
+    package ``__init__`` files import compiled extensions we do not need).
+    """
+    path = os.environ.get("SYMQUAD_PEER_PATH")
+    if not path:
+        return None
+    root = pathlib.Path(path)
+    for candidate in (root / "committee_learning" / "committee_learning",
+                      root / "committee_learning", root):
+        if (candidate / "ode" / "square.py").is_file():
+            break
+    else:
+        return None
+    for name, folder in (("committee_learning", candidate),
+                         ("committee_learning.ode", candidate / "ode")):
+        mod = types.ModuleType(name)
+        mod.__path__ = [str(folder)]
+        sys.modules[name] = mod
+    return importlib.import_module("committee_learning.ode.square")
+
+
+def load_before(path):
+    """An older generated matrix-kernel module from a file (for a before/after column)."""
+    spec = importlib.util.spec_from_file_location("quadratic_matrix_before", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def peer_rhs(square, model, Q, rho, T):
+    """The peer's (Φ, Ψ) = (dQ/dτ, dρ/dτ) at (Q, ρ, T), as a zero-argument call."""
+    ode = square.SquaredActivationODE(T, Q, rho, 0.01, noise_term=True,
+                                      gamma_over_p=model.eta / model.p, noise=model.noise,
+                                      quadratic_terms=True)
+    return ode._compute_Phi_Psi
+
+
+def main(max_p=512, lambdify_max_p=6, repeat=5, p_star=2, before=None):
     rng = np.random.default_rng(0)
-    print(f"# one RHS evaluation, p* = {p_star}; best of {repeat}; times in microseconds")
+    square = load_peer()
+    old = load_before(before) if before else None
+    print(f"# one RHS evaluation (unbatched), p* = {p_star}; best of {repeat}; CPU microseconds")
+    print("# peer: " + ("committee_learning ode/square.py from $SYMQUAD_PEER_PATH" if square
+                        else "peer not available (set SYMQUAD_PEER_PATH)"))
     print(f"{'p':>5} {'matrix kernel':>14} {'entry kernel':>13} {'live lambdify':>14} "
-          f"{'lambdify/matrix':>16}")
+          f"{'lambdify/matrix':>16} {'peer':>9} {'peer/matrix':>12} {'before':>9} "
+          f"{'before/matrix':>14}")
     p = 1
     rows = []
     while p <= max_p:
@@ -79,15 +147,36 @@ def main(max_p=512, lambdify_max_p=6, repeat=5, p_star=2):
                                        k_matrix.rhs(Q, rho, T)[0], rtol=1e-10, atol=1e-12)
             t_live = time_call(lambda: live(Q, rho, T), repeat)
 
+        t_peer = t_before = None
+        if square is not None:
+            phi_psi = peer_rhs(square, model, Q, rho, T)
+            Phi, Psi = phi_psi()
+            dQ, drho = k_matrix.rhs(Q, rho, T)
+            scale = p / model.eta                      # d/dτ = (p/η) d/dt
+            for ours, theirs in ((dQ, Phi), (drho, Psi)):
+                err = np.max(np.abs(scale * ours - theirs)) / np.max(np.abs(theirs))
+                assert err < 1e-9, f"peer and symquad differ at p={p}: {err:.2e}"
+            t_peer = time_call(phi_psi, repeat)
+        if old is not None:
+            c = 1.0
+            args = (Q, rho, T, model.eta, model.noise, p, p_star, c)
+            ref = old.rhs(*args)
+            for a, b in zip(ref, k_matrix.rhs(Q, rho, T)):
+                assert np.max(np.abs(a - b)) <= 1e-12 * np.max(np.abs(a))
+            t_before = time_call(lambda: old.rhs(*args), repeat)
+
         def fmt(x):
             return f"{x * 1e6:.1f}" if x is not None else "-"
         ratio = f"{t_live / t_matrix:.1f}x" if t_live else "-"
-        print(f"{p:>5} {fmt(t_matrix):>14} {fmt(t_entries):>13} {fmt(t_live):>14} {ratio:>16}",
+        peer_ratio = f"{t_peer / t_matrix:.2f}x" if t_peer else "-"
+        before_ratio = f"{t_before / t_matrix:.2f}x" if t_before else "-"
+        print(f"{p:>5} {fmt(t_matrix):>14} {fmt(t_entries):>13} {fmt(t_live):>14} {ratio:>16} "
+              f"{fmt(t_peer):>9} {peer_ratio:>12} {fmt(t_before):>9} {before_ratio:>14}",
               flush=True)
-        rows.append((p, t_matrix))
+        rows.append((p, t_matrix, t_peer, t_before))
         p *= 2
     if len(rows) >= 3:
-        ps, ts = np.array(rows).T
+        ps, ts = np.array([r[:2] for r in rows]).T
         big = ps >= 64
         if big.sum() >= 2:
             slope = np.polyfit(np.log(ps[big]), np.log(ts[big]), 1)[0]
@@ -101,5 +190,6 @@ if __name__ == "__main__":
     parser.add_argument("--lambdify-max-p", type=int, default=6)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--p-star", type=int, default=2)
+    parser.add_argument("--before", help="an older generated quadratic_matrix.py to compare")
     args = parser.parse_args()
-    main(args.max_p, args.lambdify_max_p, args.repeat, args.p_star)
+    main(args.max_p, args.lambdify_max_p, args.repeat, args.p_star, args.before)

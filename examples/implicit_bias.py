@@ -1,4 +1,4 @@
-"""Implicit bias (SPEC results 3 and 4): S = ρ(ρᵀρ)^{-1/2} and the closest solution.
+"""Implicit bias (docs/model.md §8.3 and §8.4): S = ρ(ρᵀρ)^{-1/2} and the closest solution.
 
 Writes three figures and prints the numbers behind them:
 
@@ -8,16 +8,22 @@ Writes three figures and prints the numbers behind them:
    re-randomises S while ρ is as small as its own noise; the ODE, started from the
    realised overlaps, keeps the S of the start).
 2. ``implicit_bias_distances.png`` — for ODE runs from random points of the
-   invariant set: distance (in overlap space) of the end point to the Procrustes
-   point ``sq.closest_solution`` vs to Haar-random points of the zero-risk manifold;
-   and for SGD at the largest N the same from the informed start.
+   invariant set (``sq.invariant_set_point``): distance (in overlap space) of the end
+   point to the Procrustes point ``sq.closest_solution`` vs to Haar-random points of
+   the zero-risk manifold (``sq.random_manifold_points``); and for SGD at the
+   largest N the same from the informed start.
 3. ``implicit_bias_drift.png`` — drift of S along SGD vs N
-   (:func:`symquad.studies.invariant_drift.invariant_drift_study`).
+   (``sq.invariant_drift_study``, drawn by ``sq.plot_invariant_drift``).
 
-    python examples/implicit_bias.py [--quick] [--out-dir .]
+    python examples/implicit_bias.py [--quick] [--out DIR]
+
+Default output folder ``./symquad_examples/implicit_bias``. The full run's drift
+study is the expensive part (reduced simulator, cost ∝ N·t_max·replicas); the
+runtime is measured and printed.
 """
 
 import argparse
+import time
 from pathlib import Path
 
 import matplotlib
@@ -27,9 +33,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 import symquad as sq  # noqa: E402
-from symquad.numeric import invariants as inv  # noqa: E402
-from symquad.plotting import plot_invariant_drift  # noqa: E402
-from symquad.studies.invariant_drift import invariant_drift_study  # noqa: E402
+
+DEFAULT_OUT = Path("symquad_examples") / "implicit_bias"
 
 
 def overlap_distance(Q1, rho1, Q2, rho2):
@@ -37,10 +42,16 @@ def overlap_distance(Q1, rho1, Q2, rho2):
     return np.sqrt(((Q1 - Q2) ** 2).sum((-2, -1)) + ((rho1 - rho2) ** 2).sum((-2, -1)))
 
 
+def random_orthonormal(p, k, rng):
+    """A Haar-random p×k matrix with orthonormal columns (QR of a Gaussian, signs fixed)."""
+    q, r = np.linalg.qr(rng.standard_normal((p, k)))
+    return q * np.sign(np.diag(r))
+
+
 def figure_S(m, N, t_max, seed, out):
     rng = np.random.default_rng(seed)
     p, k = m.p, m.p_star
-    S0 = inv.random_stiefel(p, k, rng)
+    S0 = random_orthonormal(p, k, rng)
     t_eval = np.linspace(0, t_max, 201)
     fig, axes = plt.subplots(1, 2, figsize=(12, 4), constrained_layout=True)
     numbers = {}
@@ -48,8 +59,8 @@ def figure_S(m, N, t_max, seed, out):
     Q0, rho0 = np.eye(p), 0.3 * S0
     ode = sq.integrate(m, Q0, rho0, np.eye(k), t_max, t_eval=t_eval, rtol=1e-10, atol=1e-13)
     run = sq.simulate(m, N, t_max, 1, seed, Q0=Q0, rho0=rho0, t_eval=t_eval)
-    S_ode = inv.invariant_S(ode.rho)
-    S_sgd = inv.invariant_S(run.rho[0])
+    S_ode = sq.invariant_S(ode.rho)
+    S_sgd = sq.invariant_S(run.rho[0])
     numbers["informed: ODE max|S(t)-S0|"] = float(np.abs(S_ode - S0).max())
     numbers["informed: SGD |S(t_max)-S0|_F"] = float(np.linalg.norm(S_sgd[-1] - S0))
     _plot_S(axes[0], ode.t, S_ode, run.t, S_sgd, f"informed start, N={N}")
@@ -57,8 +68,8 @@ def figure_S(m, N, t_max, seed, out):
     run = sq.simulate(m, N, t_max, 1, seed + 1, t_eval=t_eval)
     Q0r, rho0r = run.Q[0, 0], run.rho[0, 0]
     ode = sq.integrate(m, Q0r, rho0r, run.T, t_max, t_eval=t_eval, rtol=1e-10, atol=1e-13)
-    S_ode = inv.invariant_S(ode.rho)
-    S_sgd = inv.S_or_nan(run.rho[0])
+    S_ode = sq.invariant_S(ode.rho)
+    S_sgd = sq.invariant_S(run.rho[0])     # ρ ~ N^{-1/2} is small but has full rank
     numbers["random: ODE from realised start, max|S(t)-S(0)|"] = float(
         np.abs(S_ode - S_ode[0]).max())
     numbers["random: SGD |S(t_max)-S(0)|_F"] = float(np.linalg.norm(S_sgd[-1] - S_sgd[0]))
@@ -86,10 +97,10 @@ def figure_distances(m, n_starts, n_random, N, replicas, t_max, seed, out):
     T = np.eye(k)
     d_proc, d_rand_min, d_rand = [], [], []
     for _ in range(n_starts):
-        Q0, rho0, _ = inv.invariant_set_point(p, k, rng, q_perp=np.zeros(p - k))
+        Q0, rho0, _ = sq.invariant_set_point(p, k, rng, q_perp=np.zeros(p - k))
         sol = sq.integrate(m, Q0, rho0, T, 10 * t_max, rtol=1e-10, atol=1e-13)
         c = sq.closest_solution(m, Q0, rho0, T)
-        others = inv.random_manifold_points(p, k, n_random, rng, T)
+        others = sq.random_manifold_points(p, k, n_random, rng, T)
         d_proc.append(overlap_distance(sol.Q[-1], sol.rho[-1], c.Q, c.rho))
         dr = overlap_distance(sol.Q[-1], sol.rho[-1], others.Q, others.rho)
         d_rand_min.append(dr.min())
@@ -98,13 +109,13 @@ def figure_distances(m, n_starts, n_random, N, replicas, t_max, seed, out):
     # span(rho), so the approach to the manifold is algebraic (~1/t); compare the
     # manifold point the run is heading to, zero_risk_point(S(rho_end)), with the
     # Procrustes point of the start and with random manifold points.
-    S0 = inv.random_stiefel(p, k, rng)
+    S0 = random_orthonormal(p, k, rng)
     Q0, rho0 = np.eye(p), 0.3 * S0
     run = sq.simulate(m, N, 3 * t_max, replicas, seed, Q0=Q0, rho0=rho0)
     c = sq.closest_solution(m, Q0, rho0, T)
-    reached = inv.zero_risk_point(inv.invariant_S(run.rho[:, -1]), T, p)
+    reached = sq.zero_risk_point(sq.invariant_S(run.rho[:, -1]), T, p)
     d_sgd = overlap_distance(reached.Q, reached.rho, c.Q, c.rho)
-    others = inv.random_manifold_points(p, k, n_random, rng, T)
+    others = sq.random_manifold_points(p, k, n_random, rng, T)
     d_sgd_rand = overlap_distance(reached.Q[:, None], reached.rho[:, None],
                                   others.Q[None], others.rho[None])
     fig, ax = plt.subplots(figsize=(7.5, 3.6), constrained_layout=True)
@@ -129,20 +140,23 @@ def figure_distances(m, n_starts, n_random, N, replicas, t_max, seed, out):
                 d_sgd_rand.min(1).mean())}
 
 
-def main(quick=False, out_dir=".", seed=0):
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+def main(quick=False, out=DEFAULT_OUT, seed=0):
+    start = time.perf_counter()
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
     m = sq.DEFAULT_MODEL
     if quick:
         N_fig, Ns, reps, t_max = 2000, [250, 1000], 8, 150.0
     else:
-        # ~10 CPU-minutes for the drift study (reduced simulator, cost ∝ N·t_max·replicas)
         N_fig, Ns, reps, t_max = 8000, [500, 1000, 2000, 4000, 8000], 32, 250.0
-    numbers = figure_S(m, N_fig, t_max, seed, out_dir / "implicit_bias_S.png")
+    print(f"[1/3] S(t) along the ODE and one SGD run (N={N_fig}) ...", flush=True)
+    numbers = figure_S(m, N_fig, t_max, seed, out / "implicit_bias_S.png")
+    print("[2/3] end points vs the closest solution ...", flush=True)
     numbers.update(figure_distances(m, 20, 2000, N_fig, 8 if quick else 16, t_max / 3,
-                                    seed + 10, out_dir / "implicit_bias_distances.png"))
-    study = invariant_drift_study(m, Ns, t_max, reps, seed + 20, progress=not quick)
-    plot_invariant_drift(study, out_dir / "implicit_bias_drift.png")
+                                    seed + 10, out / "implicit_bias_distances.png"))
+    print(f"[3/3] drift of S along SGD for N = {Ns} ({reps} replicas each) ...", flush=True)
+    study = sq.invariant_drift_study(m, Ns, t_max, reps, seed + 20, progress=not quick)
+    sq.plot_invariant_drift(study, out / "implicit_bias_drift.png")
     for key, val in numbers.items():
         print(f"{key}: {val:.3g}")
     for key in ("random", "informed"):
@@ -154,13 +168,14 @@ def main(quick=False, out_dir=".", seed=0):
         print(f"   fit exponent {fit['exponent']:.3f} ± {fit['exponent_se']:.3f}")
     print(f"random start: t_ref = {study['random']['t_ref']}, total rotation of S from "
           f"t=t_1 = {study['random']['total_rotation']}")
-    print(f"figures written to {out_dir.resolve()}")
+    print(f"figures written to {out.resolve()}; runtime {time.perf_counter() - start:.1f} s")
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small N and few replicas")
-    parser.add_argument("--out-dir", default=".")
+    parser.add_argument("--out", default=str(DEFAULT_OUT),
+                        help=f"output folder (default ./{DEFAULT_OUT})")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    main(args.quick, args.out_dir, args.seed)
+    main(args.quick, args.out, args.seed)

@@ -1,13 +1,22 @@
-"""The three phases of learning from a random start (SPEC result 1), from the ODEs.
+"""The three phases of learning from a random start (docs/model.md §8.1), from the ODEs.
 
-Integrates the default model from Q0 = I and ρ0 with entries of size 1/√N and
-plots the risk, the student norms (diagonal of Q) and the teacher overlaps |ρ|:
-norm learning, a long plateau at the gradient-flow plateau risk, then the escape.
+Integrates the default model (``sq.DEFAULT_MODEL``) from ``Q0 = I`` and ``ρ0`` with
+entries of size ``1/√N`` and plots the risk, the student norms (diagonal of ``Q``) and
+the teacher overlaps ``|ρ|`` against ``t = steps/N``: (i) the norms relax while ``ρ``
+stays tiny, (ii) a long plateau at the risk of the ODE's plateau fixed point
+(``sq.plateau``, dotted line; it includes the ``η²`` term, so it is not the
+gradient-flow value), during which ``ρ`` grows like ``e^{κt}``, (iii) the escape and
+the convergence. The predicted escape time (``sq.escape_time`` for the ODE from a
+random start at this ``N``) is marked.
 
-    python examples/phases.py [--N 1e6] [--t-max 600] [--out phases.png]
+    python examples/phases.py [--N 1e6] [--t-max 600] [--out DIR]
+
+Writes ``DIR/phases.png`` (default ``./symquad_examples/phases``).
 """
 
 import argparse
+import time
+from pathlib import Path
 
 import matplotlib
 
@@ -17,17 +26,31 @@ import numpy as np  # noqa: E402
 
 import symquad as sq  # noqa: E402
 
+DEFAULT_OUT = Path("symquad_examples") / "phases"
 
-def main(N=1e6, t_max=600.0, out="phases.png", seed=0):
+
+def main(N=1e6, t_max=600.0, out=DEFAULT_OUT, seed=0):
+    start = time.perf_counter()
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
     m = sq.DEFAULT_MODEL
+    print(f"model {m!r}, N = {N:.3g}: integrating the ODE to t = {t_max:g} ...", flush=True)
     rng = np.random.default_rng(seed)
     rho0 = rng.standard_normal((m.p, m.p_star)) / np.sqrt(N)
     sol = sq.integrate(m, np.eye(m.p), rho0, np.eye(m.p_star), t_max,
                        t_eval=np.linspace(0, t_max, 2001))
+    fp = sq.plateau(m)
+    print(f"plateau: q = {fp.q:.4f}, risk = {fp.risk:.4f}, growth rate of rho kappa = "
+          f"{fp.rate:.4f}; predicting the escape time ...", flush=True)
+    pred = sq.escape_time(m, int(N), sgd_noise=False, n_samples=64, seed=seed)
     fig, axes = plt.subplots(1, 3, figsize=(14, 4), constrained_layout=True)
-    axes[0].semilogy(sol.t, sol.risk)
+    axes[0].semilogy(sol.t, sol.risk, label="ODE")
+    axes[0].axhline(fp.risk, ls=":", color="k", lw=0.8, label="plateau fixed point")
+    axes[0].axvline(float(pred), ls="--", color="C3", lw=0.8,
+                    label=f"predicted escape (median) {float(pred):.0f}")
     axes[0].set(xlabel="t = steps / N", ylabel="risk ε",
                 title=f"p={m.p}, p*={m.p_star}, lr={m.lr}")
+    axes[0].legend(fontsize=7)
     for i in range(m.p):
         axes[1].plot(sol.t, sol.Q[:, i, i], label=f"$Q_{{{i + 1}{i + 1}}}$")
     axes[1].set(xlabel="t", ylabel="student norms", title="norm learning")
@@ -37,15 +60,21 @@ def main(N=1e6, t_max=600.0, out="phases.png", seed=0):
             axes[2].semilogy(sol.t, np.abs(sol.rho[:, i, k]) + 1e-16)
     axes[2].set(xlabel="t", ylabel=r"$|\rho_{ik}|$", title="teacher overlaps: plateau, escape")
     fig.suptitle(f"ODE from Q0 = I, ρ0 ~ N^(-1/2) with N = {N:.0e}")
-    fig.savefig(out, dpi=120)
-    print(f"wrote {out}; final risk {sol.risk[-1]:.3g}")
+    path = out / "phases.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    print(f"final risk {sol.risk[-1]:.3g}; predicted escape (ODE, random start) "
+          f"{float(pred):.1f} (quartiles {pred.quartiles[0]:.1f}-{pred.quartiles[2]:.1f})")
+    print(f"wrote {path}; runtime {time.perf_counter() - start:.1f} s")
     return sol
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--N", type=float, default=1e6)
-    parser.add_argument("--t-max", type=float, default=600.0)
-    parser.add_argument("--out", default="phases.png")
+    parser.add_argument("--N", type=float, default=1e6, help="input dimension (default 1e6)")
+    parser.add_argument("--t-max", type=float, default=600.0, help="final time (default 600)")
+    parser.add_argument("--out", default=str(DEFAULT_OUT),
+                        help=f"output folder (default ./{DEFAULT_OUT})")
+    parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    main(args.N, args.t_max, args.out)
+    main(args.N, args.t_max, args.out, args.seed)

@@ -16,7 +16,7 @@ from .spec import DEFAULT_MODEL, LR_SCALINGS, Model
 
 __version__ = "0.1.0"
 
-# public name -> module that defines it (imported on first use)
+# public name -> module that defines it (imported on first use); docs/api.md documents each
 _LAZY = {
     "derive": "symquad.symbolic.derive",
     "Equations": "symquad.symbolic.derive",
@@ -32,9 +32,30 @@ _LAZY = {
     "invariant_S": "symquad.numeric.invariants",
     "closest_solution": "symquad.numeric.invariants",
     "manifold_dimension": "symquad.numeric.invariants",
+    "ZeroRiskPoint": "symquad.numeric.invariants",
+    "zero_risk_point": "symquad.numeric.invariants",
+    "random_manifold_points": "symquad.numeric.invariants",
+    "invariant_set_point": "symquad.numeric.invariants",
+    "invariant_set_defect": "symquad.numeric.invariants",
+    "invariant_drift_study": "symquad.studies.invariant_drift",
+    "plot_invariant_drift": "symquad.plotting",
     "hessian_spectrum": "symquad.symbolic.hessian",
     "plateau": "symquad.numeric.landscape",
     "escape_time": "symquad.numeric.landscape",
+    "EscapePrediction": "symquad.numeric.landscape",
+    "PlateauFixedPoint": "symquad.numeric.landscape",
+    "critical_weights": "symquad.numeric.landscape",
+    "weight_hessian": "symquad.numeric.landscape",
+    "escape_threshold": "symquad.numeric.landscape",
+    "escape_times": "symquad.numeric.landscape",
+    "HessianSpectrum": "symquad.symbolic.hessian",
+    "tau_from_t": "symquad.conventions",
+    "t_from_tau": "symquad.conventions",
+    "rate_per_tau": "symquad.conventions",
+    "from_unnormalised": "symquad.conventions",
+    "to_unnormalised": "symquad.conventions",
+    "overlaps_from_unnormalised": "symquad.conventions",
+    "overlaps_to_unnormalised": "symquad.conventions",
 }
 
 __all__ = ["Model", "DEFAULT_MODEL", "LR_SCALINGS", *_LAZY]

@@ -107,7 +107,7 @@ def test_zero_modes_tangent_and_extra(p, k):
 
 
 def test_signs_of_the_theory():
-    """SPEC result 5: max at 0, saddle at the plateau, marginal minima."""
+    """docs/model.md §8.5: max at 0, saddle at the plateau, marginal minima."""
     for p, k in SIZES:
         N = p + k + 2
         neg, zero, pos = H.hessian_blocks(_model(p, k), "origin").counts(N)
@@ -116,7 +116,7 @@ def test_signs_of_the_theory():
         assert neg == p * k and zero > 0 and pos > 0   # p·p* negative: independent of N
         neg, zero, pos = H.hessian_blocks(_model(p, k), "minimum").counts(N)
         assert neg == 0 and pos > 0
-        # SPEC result 3: for p >= p* the manifold is positive-dimensional iff p > 1;
+        # docs/model.md §8.3: for p >= p* the manifold is positive-dimensional iff p > 1;
         # for p < p* the minima form a Stiefel orbit of dimension p p* − p(p+1)/2 > 0
         assert (zero > 0) == (p > 1 if p >= k else True)
 

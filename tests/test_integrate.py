@@ -23,7 +23,7 @@ def random_start(model, N, seed, q0=1.0):
     (dict(Q0=-np.eye(3)), "positive semi-definite"),
     (dict(rho0=2 * np.ones((3, 2))), "positive semi-definite"),
     (dict(Q0=np.full((3, 3), np.nan)), "Q0 must be finite"),
-    (dict(t_max=-1.0), r"t_max must be a finite number > 0 \(allowed range: \(0, inf\)\)"),
+    (dict(t_max=-1.0), r"t_max must be a finite number \(allowed range: \(0, 1e\+09\]\)"),
     (dict(on_divergence="ignore"), "on_divergence must be one of"),
 ])
 def test_bad_input_names_the_parameter(bad, match):

@@ -1,4 +1,4 @@
-"""S = rho (rho^T rho)^(-1/2) along the ODE and along SGD (issue 4, SPEC result 4).
+"""S = rho (rho^T rho)^(-1/2) along the ODE and along SGD (issue 4, docs/model.md §8.4).
 
 Tolerances (stated, not tuned to pass):
 * conservation along sq.integrate from starts in the invariant set: max |S(t) - S(0)|

@@ -1,4 +1,4 @@
-"""Symbolic proof that S = rho (rho^T rho)^(-1/2) is conserved (issue 4, SPEC result 4).
+"""Symbolic proof that S = rho (rho^T rho)^(-1/2) is conserved (issue 4, docs/model.md §8.4).
 
 Every proof step takes the ODE from ``symquad.derive``; the tests also check that
 each step *can* fail, by feeding it deliberately broken ODEs, and compare the
@@ -174,6 +174,8 @@ def test_cli_underparameterised_and_errors(capsys):
     out = capsys.readouterr().out
     assert "no zero-risk point" in out and "S is not defined" in out
     assert cli_main(["invariants", "--p", "0"]) == 2
-    assert "--p" in capsys.readouterr().out
+    out, err = capsys.readouterr()  # errors go to stderr, never into `> file.tex`
+    assert "--p" in err and out == ""
     assert cli_main(["invariants", "--activation", "z**3"]) == 2
-    assert "activation" in capsys.readouterr().out
+    out, err = capsys.readouterr()
+    assert "activation" in err and out == ""

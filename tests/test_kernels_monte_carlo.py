@@ -1,6 +1,6 @@
 """Generated kernels against Monte Carlo estimates of their defining expectations.
 
-The Monte Carlo side is written directly from SPEC.md's definitions in numpy
+The Monte Carlo side is written directly from the definitions of docs/model.md in numpy
 (network, loss, SGD increment), independently of the symbolic code:
 
     N ΔQ = −η (g λᵀ + λ gᵀ) + η² g gᵀ,   N Δρ = −η g νᵀ,   g_k = δ σ'(λ_k)/p,

@@ -90,7 +90,7 @@ def test_ode_near_plateau_grows_at_the_predicted_rate(m):
 
 
 def test_ode_relaxes_to_the_plateau_from_a_random_start():
-    """Phase 1 of SPEC result 1: Q relaxes to q I of the *full* ODE, not of gradient flow."""
+    """Phase 1 of docs/model.md §8.1: Q relaxes to q I of the *full* ODE, not of gradient flow."""
     m = sq.Model(p=3, p_star=2, lr=0.1)
     fp = L.plateau(m)
     sol = sq.integrate(m, np.eye(3), np.zeros((3, 2)), np.eye(2), 200.0, rtol=1e-11, atol=1e-13)

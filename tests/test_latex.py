@@ -63,6 +63,4 @@ def test_cli_equations_standalone_compiles(tmp_path):
 def test_cli_equations_rejects_bad_input():
     out = subprocess.run([sys.executable, "-m", "symquad", "equations", "--p", "0"],
                          capture_output=True, text=True)
-    # errors go to stderr, so `symquad equations > eq.tex` never captures them
-    assert out.returncode == 2 and "p must be an integer >= 1" in out.stderr
-    assert out.stdout == ""
+    assert out.returncode == 2 and "p must be an integer >= 1" in out.stderr and out.stdout == ""

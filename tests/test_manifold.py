@@ -1,5 +1,5 @@
 """Zero-risk manifold: condition, dimension p p* - p*(p*+1)/2, the p < p* case,
-and the closest (Procrustes) solution (issue 4, SPEC result 3)."""
+and the closest (Procrustes) solution (issue 4, docs/model.md §8.3)."""
 
 import math
 

@@ -4,9 +4,11 @@
 """Matrix-form kernels for σ(z) = c z² (+ c0): risk and ODE right-hand side.
 
 Derived by symquad.symbolic.matrix_form (Wick contraction of quadratic
-forms); width independent, cost O((p + p*)^3) per call.
+forms); width independent, cost O((p + p*)^3) per call: dQ/dt and dρ/dt
+are sums of scalar × matrix-word terms, each product formed once.
 
-Argument layout (every array may carry the same leading batch dimensions):
+Argument layout (every array may carry the same leading batch dimensions;
+2-d arguments take a path without batch axes):
     Q      (..., p, p)    student-student overlaps  W Wᵀ/N
     rho    (..., p, p*)   student-teacher overlaps  W W*ᵀ/N
     T      (..., p*, p*)  teacher-teacher overlaps  W* W*ᵀ/N
@@ -25,43 +27,141 @@ def _trace(X):
     return numpy.trace(X, axis1=-2, axis2=-1)[..., None, None]
 
 
-def _trace_of_product(X, Y):
-    """tr(X @ Y) without forming the product, kept as shape (..., 1, 1)."""
-    return numpy.sum(X * numpy.swapaxes(Y, -1, -2), axis=(-2, -1))[..., None, None]
+def _inner(X, Y):
+    """Σ_ij X_ij Y_ij over the last two axes (= tr(X Yᵀ)), kept as shape (..., 1, 1)."""
+    return numpy.sum(X * Y, axis=(-2, -1))[..., None, None]
 
 
 def risk(Q, rho, T, p, p_star, c):
     """Population risk ε = ½ E[(ŷ − y_clean)²]; shape (...,)."""
-    x0 = (c*c)
-    x1 = 1/(p)
-    x2 = 1/(p_star)
-    return (-2*x0*x1*x2*_trace_of_product(rho, numpy.swapaxes(rho, -1, -2)) + (1/2)*((c*x1*_trace(Q) - c*x2*_trace(T))*(c*x1*_trace(Q) - c*x2*_trace(T))) + x0*_trace_of_product(T, T)/(p_star*p_star) + x0*_trace_of_product(Q, Q)/(p*p))[..., 0, 0]
+    if Q.ndim == 2 and rho.ndim == 2 and T.ndim == 2:
+        return _risk_single(Q, rho, T, p, p_star, c)
+    return _risk_batched(Q, rho, T, p, p_star, c)
 
 
 def rhs(Q, rho, T, eta, Delta, p, p_star, c):
     """ODE right-hand side: returns (dQ/dt, dρ/dt) with the shapes of Q and rho."""
-    x0 = (eta*eta)
-    x1 = 32*(c*c*c*c)*x0
+    if (Q.ndim == 2 and rho.ndim == 2 and T.ndim == 2 and Q.dtype.kind == 'f'
+            and rho.dtype.kind == 'f'):
+        return _rhs_single(Q, rho, T, eta, Delta, p, p_star, c)
+    return _rhs_batched(Q, rho, T, eta, Delta, p, p_star, c)
+
+
+def _risk_single(Q, rho, T, p, p_star, c):
+    """:func:`risk` for 2-d arguments."""
+    tr_Q = float(numpy.trace(Q))
+    tr_Q_Q = float(numpy.vdot(Q, Q))
+    tr_T = float(numpy.trace(T))
+    tr_T_T = float(numpy.vdot(T, T))
+    tr_rho_rhoT = float(numpy.vdot(rho, rho))
+    x0 = (c*c)
+    x1 = 1/(p)
     x2 = 1/(p_star)
-    x3 = 1/(p*p*p)
-    x4 = -x1*x2*x3
-    x5 = numpy.swapaxes(rho, -1, -2)
-    x6 = 1/(p*p)
-    x7 = 1/(p_star*p_star)
-    x8 = (c*c)
-    x9 = x6*x8
-    x10 = eta*x9
-    x11 = 1/(p)
-    x12 = c*x11*_trace(Q) - c*x2*_trace(T)
-    x13 = 16*(c*c*c)*x0*x12
-    x14 = Q @ Q
-    x15 = 4*eta
-    x16 = c*x11*x12
-    x17 = 4*x0
-    x18 = x11*x2*x8
-    dQ = (x1/(p*p*p*p))*Q @ Q @ Q + (x4)*(Q @ rho @ x5) + (x4)*(rho @ x5 @ Q) + (x1*x6*x7)*(rho @ T @ x5) + (-8*x10 + x13*x3)*x14 + (8*eta*x11*x2*x8 - x13*x2*x6)*(rho @ x5) + (-x15*x16 + x9*(Delta*x17 + 8*x0*(-2*x18*_trace_of_product(rho, x5) + x7*x8*_trace_of_product(T, T) + x9*_trace(x14)) + (x12*x12)*x17))*Q
-    drho = (-4*x10)*(Q @ rho) + (x15*x18)*(rho @ T) + (-2*eta*x16)*rho
-    # symmetrise: the expression is symmetric, round-off need not be
+    return (-2*tr_rho_rhoT*x0*x1*x2 + (1/2)*((c*tr_Q*x1 - c*tr_T*x2)*(c*tr_Q*x1 - c*tr_T*x2)) + tr_T_T*x0/(p_star*p_star) + tr_Q_Q*x0/(p*p))
+
+
+def _rhs_single(Q, rho, T, eta, Delta, p, p_star, c):
+    """:func:`rhs` for 2-d arguments."""
+    rhoT = rho.T
+    tr_Q = float(numpy.trace(Q))
+    tr_Q_Q = float(numpy.vdot(Q, Q))
+    tr_T = float(numpy.trace(T))
+    tr_T_T = float(numpy.vdot(T, T))
+    tr_rho_rhoT = float(numpy.vdot(rho, rho))
+    x0 = (eta*eta)
+    x1 = (c*c*c*c)*x0
+    x2 = 32*x1
+    x3 = 4*eta
+    x4 = 1/(p_star)
+    x5 = 1/(p)
+    x6 = c*tr_Q*x5 - c*tr_T*x4
+    x7 = c*x5*x6
+    x8 = 4*x0
+    x9 = (c*c)
+    x10 = 1/(p*p)
+    x11 = x10*x9
+    x12 = 1/(p_star*p_star)
+    x13 = x4*x5*x9
+    x14 = eta*x11
+    x15 = 1/(p*p*p)
+    x16 = 16*(c*c*c)*x0*x6
+    Q_Q = Q @ Q
+    Q_rho = Q @ rho
+    rho_T = rho @ T
+    rho_rhoT = rho @ rhoT
+    Q_Q_Q = Q @ Q_Q
+    Q_rho_rhoT = Q_rho @ rhoT
+    rho_T_rhoT = rho_T @ rhoT
+    Q_Q_Q *= x2/(p*p*p*p)
+    dQ = Q_Q_Q
+    dQ += (x11*(Delta*x8 + 8*x0*(tr_Q_Q*x11 + tr_T_T*x12*x9 - 2*tr_rho_rhoT*x13) + (x6*x6)*x8) - x3*x7)*Q
+    Q_Q *= -8*x14 + x15*x16
+    dQ += Q_Q
+    rho_rhoT *= 8*eta*x4*x5*x9 - x10*x16*x4
+    dQ += rho_rhoT
+    Q_rho_rhoT *= -64*x1*x15*x4
+    dQ += Q_rho_rhoT
+    rho_T_rhoT *= x10*x12*x2
+    dQ += rho_T_rhoT
+    drho = (-2*eta*x7)*rho
+    Q_rho *= -4*x14
+    drho += Q_rho
+    rho_T *= x13*x3
+    drho += rho_T
+    # words were merged with their transposes: ½(M + Mᵀ) restores the sum
+    dQ += dQ.T
+    dQ *= 0.5
+    return dQ, drho
+
+
+def _risk_batched(Q, rho, T, p, p_star, c):
+    """:func:`risk` for arguments with batch axes."""
+    tr_Q = _trace(Q)
+    tr_Q_Q = _inner(Q, Q)
+    tr_T = _trace(T)
+    tr_T_T = _inner(T, T)
+    tr_rho_rhoT = _inner(rho, rho)
+    x0 = (c*c)
+    x1 = 1/(p)
+    x2 = 1/(p_star)
+    return (-2*tr_rho_rhoT*x0*x1*x2 + (1/2)*((c*tr_Q*x1 - c*tr_T*x2)*(c*tr_Q*x1 - c*tr_T*x2)) + tr_T_T*x0/(p_star*p_star) + tr_Q_Q*x0/(p*p))[..., 0, 0]
+
+
+def _rhs_batched(Q, rho, T, eta, Delta, p, p_star, c):
+    """:func:`rhs` for arguments with batch axes."""
+    rhoT = numpy.swapaxes(rho, -1, -2)
+    tr_Q = _trace(Q)
+    tr_Q_Q = _inner(Q, Q)
+    tr_T = _trace(T)
+    tr_T_T = _inner(T, T)
+    tr_rho_rhoT = _inner(rho, rho)
+    x0 = (eta*eta)
+    x1 = (c*c*c*c)*x0
+    x2 = 32*x1
+    x3 = 4*eta
+    x4 = 1/(p_star)
+    x5 = 1/(p)
+    x6 = c*tr_Q*x5 - c*tr_T*x4
+    x7 = c*x5*x6
+    x8 = 4*x0
+    x9 = (c*c)
+    x10 = 1/(p*p)
+    x11 = x10*x9
+    x12 = 1/(p_star*p_star)
+    x13 = x4*x5*x9
+    x14 = eta*x11
+    x15 = 1/(p*p*p)
+    x16 = 16*(c*c*c)*x0*x6
+    Q_Q = Q @ Q
+    Q_rho = Q @ rho
+    rho_T = rho @ T
+    rho_rhoT = rho @ rhoT
+    Q_Q_Q = Q @ Q_Q
+    Q_rho_rhoT = Q_rho @ rhoT
+    rho_T_rhoT = rho_T @ rhoT
+    dQ = (x2/(p*p*p*p))*Q_Q_Q + (x11*(Delta*x8 + 8*x0*(tr_Q_Q*x11 + tr_T_T*x12*x9 - 2*tr_rho_rhoT*x13) + (x6*x6)*x8) - x3*x7)*Q + (-8*x14 + x15*x16)*Q_Q + (8*eta*x4*x5*x9 - x10*x16*x4)*rho_rhoT + (-64*x1*x15*x4)*Q_rho_rhoT + (x10*x12*x2)*rho_T_rhoT
+    drho = (-2*eta*x7)*rho + (-4*x14)*Q_rho + (x13*x3)*rho_T
+    # words were merged with their transposes: ½(M + Mᵀ) restores the sum
     dQ = 0.5 * (dQ + numpy.swapaxes(dQ, -1, -2))
     return dQ, drho
-# sha256: 57fceb9a817d6ec7ce8417f9ac4a95daa450d6f848a4bea61a6f7439ddbd66d0
+# sha256: e64b299bd3d4267178b3deeeea7fa206738d3539b676c1188f5809d54dfc5cf2

@@ -11,6 +11,12 @@ Derives (with SymPy, from ``symquad.derive``) and prints:
 
 from __future__ import annotations
 
+import sys
+
+
+#: Largest width the exact (SymPy) checks of this command accept.
+MAX_EXACT_P = 10
+
 
 def register(sub):
     parser = sub.add_parser(
@@ -38,6 +44,15 @@ def run(args) -> int:
         if args.p < 1 or args.p_star < 1:
             raise ValueError(f"--p and --p-star must be >= 1, got p={args.p}, "
                              f"p_star={args.p_star}")
+        if args.p > MAX_EXACT_P or args.p_star > MAX_EXACT_P:
+            raise ValueError(
+                f"--p and --p-star must be <= {MAX_EXACT_P} for the exact SymPy checks "
+                f"(their cost grows fast with p: p=8, p*=2 takes about 30 s); "
+                f"symquad.manifold_dimension(p, p_star) gives the dimension at any size")
+        if args.p + args.p_star > 8:
+            print(f"symquad invariants: exact checks at p={args.p}, p*={args.p_star} take "
+                  f"tens of seconds or more (p=8, p*=2 --only manifold: 26 s measured on "
+                  f"2 shared cores)", file=sys.stderr)
         model = Model(p=args.p, p_star=args.p_star, lr=1.0, activation=args.activation)
         if not model.is_quadratic:
             raise ValueError(f"--activation must be c*z**2 (+ c0), got {model.activation_str!r}")
@@ -50,10 +65,10 @@ def run(args) -> int:
             else:
                 parts.append(prove_conservation(model).latex())
     except (TypeError, ValueError) as exc:
-        print(f"symquad invariants: error: {exc}")
+        print(f"symquad invariants: error: {exc}", file=sys.stderr)
         return 2
     except ProofError as exc:  # a proof step failed: report, never print a false theorem
-        print(f"symquad invariants: proof step FAILED: {exc}")
+        print(f"symquad invariants: proof step FAILED: {exc}", file=sys.stderr)
         return 1
     body = "\n".join(parts)
     print(document(body, title="Zero-risk manifold and the conserved S") if args.standalone

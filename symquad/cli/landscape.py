@@ -13,6 +13,8 @@ Prints, for one model (T = I):
 
 from __future__ import annotations
 
+import sys
+
 
 def register(sub):
     parser = sub.add_parser(
@@ -50,12 +52,22 @@ def run(args) -> int:
     try:
         m = Model(p=args.p, p_star=args.p_star, lr=args.lr, noise=args.noise,
                   lr_scaling=args.lr_scaling)
+        if max(m.p, m.p_star) > H.MAX_HESSIAN_WIDTH:
+            raise ValueError(f"--p and --p-star must be <= {H.MAX_HESSIAN_WIDTH} for the exact "
+                             f"Hessians (p=6, p*=2 takes ~15 s; the cost roughly doubles with "
+                             f"each unit of p), got p={m.p}, p_star={m.p_star}")
+        if m.p + m.p_star > 8:
+            print(f"symquad landscape: exact Hessians at p={m.p}, p*={m.p_star} take a minute "
+                  f"or more", file=sys.stderr)
         if args.N < args.p + args.p_star:
             raise ValueError(f"--N must be >= p + p_star = {args.p + args.p_star}, got {args.N}")
-        if args.samples < 1:
-            raise ValueError(f"--samples must be >= 1, got {args.samples}")
+        if not 1 <= args.samples <= L.MAX_ESCAPE_SAMPLES:
+            raise ValueError(f"--samples must be in [1, {L.MAX_ESCAPE_SAMPLES}], "
+                             f"got {args.samples}")
+        if args.N > 10 ** 15:
+            raise ValueError(f"--N must be in [p + p_star, 1e15], got {args.N}")
     except (TypeError, ValueError) as exc:
-        print(f"symquad landscape: error: {exc}")
+        print(f"symquad landscape: error: {exc}", file=sys.stderr)
         return 2
     N, p, k = args.N, m.p, m.p_star
     print(f"# {m!r}, eta = {m.eta}, T = I, N = {N}")
@@ -63,18 +75,14 @@ def run(args) -> int:
           "(eigenvalues of d^2 eps/dW^2; N*eigenvalue shown)")
     for point in H.POINTS:
         regime = None if point != "minimum" else ("over" if p >= k else "under")
-        counts = H.count_formulas(point, regime)
+        spectrum = H.hessian_spectrum(m, point, N)
         blocks = H.hessian_blocks(m, point)
-        neg, zero, pos = blocks.counts(N)
-        print(f"\n### {point}  (span dimension r = {blocks.r})")
-        print(f"counts (neg, zero, pos) = ({neg}, {zero}, {pos});  formulas: "
-              f"neg = {counts['negative']}, zero = {counts['zero']}, "
-              f"pos = {counts['positive']}")
+        print(f"\n### {point}  (span dimension r = {spectrum.r})")
+        print(spectrum)
         print(f"  in-span block  (N*H, {p * blocks.r}x{p * blocks.r}): "
               f"{_fmt_spec(blocks.parallel_eigenvalues)}")
         print(f"  orthogonal block (N*H, {p}x{p}, x(N - r) = x{N - blocks.r}): "
               f"{_fmt_spec(blocks.perp_eigenvalues)}")
-        print(f"  zero modes: {blocks.zero_modes(N)}")
         for value, mult, meaning in H.spectrum_formulas(point, regime):
             print(f"    N*lambda = {sp.simplify(value)}  x [{sp.simplify(mult)}]  ({meaning})")
     print("\n## Plateau fixed point of the ODE (rho = 0, Q = q I; eta^2 term and noise included)")
@@ -97,12 +105,13 @@ def run(args) -> int:
         return 0
     print(f"\n## Escape time (median, start w ~ N(0, I), N = {N}, "
           f"{args.samples} sampled rho(0) directions)")
-    pred = L.escape_prediction(m, N, n_samples=args.samples)
-    import math
-    t_ode = pred.median + math.log(pred.sigma2) / (2 * pred.rate)
-    print(f"SGD: t_esc = {pred.median:.4f}   (quartiles {pred.quantile(0.25):.4f}, "
-          f"{pred.quantile(0.75):.4f}; noise seed J = {pred.seed_noise:.4f})")
-    print(f"ODE from the random start: t_esc = {t_ode:.4f}")
+    pred = L.escape_time(m, N, n_samples=args.samples)
+    ode = L.escape_time(m, N, n_samples=args.samples, sgd_noise=False)
+    lo, med, hi = pred.quartiles
+    print(f"SGD: t_esc = {med:.4f}   (quartiles {lo:.4f}, {hi:.4f}; "
+          f"noise seed J = {pred.seed_noise:.4f})")
+    lo, med, hi = ode.quartiles
+    print(f"ODE from the random start: t_esc = {med:.4f}   (quartiles {lo:.4f}, {hi:.4f})")
     print(f"law: t_esc = log(N)/(2 kappa) + c/kappa with kappa = {pred.rate:.6g}, "
-          f"c = {pred.log_prefactor:.4f} (SGD)")
+          f"c = {pred.log_prefactor:.4f} (SGD), {ode.log_prefactor:.4f} (ODE)")
     return 0

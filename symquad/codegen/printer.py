@@ -3,7 +3,8 @@
 :class:`BatchedMatrixPrinter` prints matrix expressions so that every operand
 may carry leading batch dimensions: products use ``@``, transposes swap the
 last two axes, and scalars built from traces keep two trailing singleton axes
-(shape ``(..., 1, 1)``) so that they broadcast against matrices.
+(shape ``(..., 1, 1)``) so that they broadcast against matrices.  Traces
+never reach it: the matrix renderer replaces them by scalar symbols first.
 """
 
 from __future__ import annotations
@@ -46,16 +47,9 @@ class BatchedMatrixPrinter(ScalarPrinter):
         return f"numpy.swapaxes({self._print(expr.arg)}, -1, -2)"
 
     def _print_Trace(self, expr):
-        arg = expr.arg
-        if isinstance(arg, sp.MatMul) and len(arg.args) == 2 and all(
-                isinstance(a, sp.MatrixExpr) for a in arg.args):
-            # tr(XY) = Σ_ij X_ij Y_ji without forming XY: O(n²) instead of O(n³)
-            x, y = (self._print(a) for a in arg.args)
-            return f"_trace_of_product({x}, {y})"
-        if isinstance(arg, sp.MatPow) and arg.exp == 2:
-            x = self._print(arg.base)
-            return f"_trace_of_product({x}, {x})"
-        return f"_trace({self._print(arg)})"
+        # the matrix renderer replaces traces by scalar symbols computed once
+        # (render._trace_symbols); a trace reaching the printer is a bug
+        raise NotImplementedError(f"trace {expr} must be replaced by a symbol before printing")
 
     def _print_MatMul(self, expr):
         scalars = [a for a in expr.args if not isinstance(a, sp.MatrixExpr)]

@@ -49,33 +49,205 @@ def _emit_assignments(replacements, printer, indent="    "):
     return lines
 
 
-_MATRIX_HELPERS = '''
+_MATRIX_HELPERS = """
 def _trace(X):
-    """tr(X) over the last two axes, kept as shape (..., 1, 1)."""
+    \"\"\"tr(X) over the last two axes, kept as shape (..., 1, 1).\"\"\"
     return numpy.trace(X, axis1=-2, axis2=-1)[..., None, None]
 
 
-def _trace_of_product(X, Y):
-    """tr(X @ Y) without forming the product, kept as shape (..., 1, 1)."""
-    return numpy.sum(X * numpy.swapaxes(Y, -1, -2), axis=(-2, -1))[..., None, None]
-'''
+def _inner(X, Y):
+    \"\"\"Σ_ij X_ij Y_ij over the last two axes (= tr(X Yᵀ)), kept as shape (..., 1, 1).\"\"\"
+    return numpy.sum(X * Y, axis=(-2, -1))[..., None, None]
+"""
+
+#: Letters of the matrix words and their transposes (Q and T are symmetric).
+_TRANSPOSED = {"Q": "Q", "T": "T", "rho": "rhoT", "rhoT": "rho"}
+
+
+def _letters(mat) -> tuple:
+    """A product of ``Q, rho, rhoᵀ, T`` as a tuple of letters."""
+    if isinstance(mat, sp.MatrixSymbol):
+        return (mat.name,)
+    if isinstance(mat, sp.Transpose) and isinstance(mat.arg, sp.MatrixSymbol):
+        return (_TRANSPOSED[mat.arg.name],)
+    if isinstance(mat, sp.MatPow) and mat.exp.is_Integer and mat.exp >= 1:
+        return _letters(mat.base) * int(mat.exp)
+    if isinstance(mat, sp.MatMul):
+        return sum((_letters(a) for a in mat.args), ())
+    raise NotImplementedError(f"matrix word {mat!r}")
+
+
+def _transpose_word(word: tuple) -> tuple:
+    return tuple(_TRANSPOSED[x] for x in reversed(word))
+
+
+def _word_terms(expr, symmetric: bool) -> dict:
+    """``{word: scalar coefficient}`` of a sum of (scalar × matrix word) terms.
+
+    With ``symmetric`` a word and its transpose are merged into the smaller of
+    the two: the caller then symmetrises, ``½(M + Mᵀ)``, which restores the
+    sum exactly (the expression itself is symmetric).
+    """
+    terms = {}
+    for term in (expr.args if isinstance(expr, sp.MatAdd) else (expr,)):
+        coeff, mat = term.as_coeff_mmul()
+        word = _letters(mat)
+        if symmetric:
+            word = min(word, _transpose_word(word))
+        terms[word] = terms.get(word, 0) + coeff
+    return terms
+
+
+def _dims(word, p=64, k=2):
+    """(rows, cols) of a word for the cost model (width p ≫ teacher width k)."""
+    size = {"Q": (p, p), "rho": (p, k), "rhoT": (k, p), "T": (k, k)}
+    return size[word[0]][0], size[word[-1]][1]
+
+
+def _product_plan(words) -> list:
+    """``[(name, left, right)]``: each needed product formed once, sharing sub-products.
+
+    Words are built shortest first; each is split where the two factors cost
+    least, factors already formed costing nothing (so ``Q ρ`` of ``dρ`` is
+    reused by ``Q ρ ρᵀ``, ``Q Q`` by ``Q Q Q``).
+    """
+    formed = {(x,): x for x in _TRANSPOSED}
+    plan = []
+
+    def cost(word):
+        if word in formed:
+            return 0, None
+        best = None
+        for i in range(1, len(word)):
+            left, right = word[:i], word[i:]
+            rows, inner = _dims(left)
+            cols = _dims(right)[1]
+            c = cost(left)[0] + cost(right)[0] + rows * inner * cols
+            if best is None or c < best[0]:
+                best = (c, i)
+        return best
+
+    def build(word):
+        if word in formed:
+            return formed[word]
+        i = cost(word)[1]
+        left, right = build(word[:i]), build(word[i:])
+        name = "_".join(word)
+        plan.append((name, left, right))
+        formed[word] = name
+        return name
+
+    for word in sorted(words, key=lambda w: (len(w), w)):
+        build(word)
+    return plan
+
+
+def _trace_symbols(exprs):
+    """Replace every ``Trace(word)`` in `exprs` by a symbol ``tr_<word>``; return both."""
+    traces = {}
+    for e in exprs:
+        for t in e.atoms(sp.Trace):
+            word = _letters(t.arg)
+            if len(word) > 2:
+                raise NotImplementedError(f"trace of a product of {len(word)} matrices")
+            traces[t] = (sp.Symbol("tr_" + "_".join(word)), word)
+    subs = {t: sym for t, (sym, _) in traces.items()}
+    return [e.xreplace(subs) for e in exprs], sorted(traces.values(), key=lambda v: v[0].name)
+
+
+def _trace_lines(traces, batched):
+    """Assignments of the trace symbols: ``tr X`` or ``tr(XY) = Σ X ∘ Yᵀ`` (no product formed)."""
+    lines = []
+    for sym, word in traces:
+        if len(word) == 1:
+            value = f"_trace({word[0]})" if batched else f"float(numpy.trace({word[0]}))"
+        else:
+            x, y = word
+            yt = _TRANSPOSED[y]
+            if batched:
+                value = f"_inner({x}, {yt})"
+            else:
+                # vdot flattens: Σ_ij X_ij (Yᵀ)_ij = tr(X Y)
+                value = f"float(numpy.vdot({x}, {yt}))"
+        lines.append(f"    {sym.name} = {value}")
+    return lines
+
+
+def _matrix_body(exprs_terms, printer, batched):
+    """Body of the rhs: traces, shared products, scalar coefficients, in-place sums."""
+    (dq_terms, drho_terms) = exprs_terms
+    coeffs = list(dq_terms.values()) + list(drho_terms.values())
+    coeffs, traces = _trace_symbols(coeffs)
+    rep, reduced = _cse(coeffs)
+    transpose = "numpy.swapaxes(rho, -1, -2)" if batched else "rho.T"
+    lines = [f"    rhoT = {transpose}"]
+    lines += _trace_lines(traces, batched)
+    lines += _emit_assignments(rep, printer)
+    plan = _product_plan(list(dq_terms) + list(drho_terms))
+    lines += [f"    {name} = {left} @ {right}" for name, left, right in plan]
+    name_of = {(x,): x for x in _TRANSPOSED}
+    name_of.update({tuple(n.split("_")): n for n, _, _ in plan})
+    n_dq = len(dq_terms)
+    terms = [("dQ", i, name_of[w], v) for i, (w, v) in enumerate(zip(dq_terms, reduced[:n_dq]))]
+    terms += [("drho", i, name_of[w], v)
+              for i, (w, v) in enumerate(zip(drho_terms, reduced[n_dq:]))]
+    # 2-d path: a product not used by a later term is scaled in place (no
+    # temporary); never the inputs Q, rho, T, and never with batch axes (the
+    # coefficients there may broadcast the product to a larger shape)
+    last_use = {name: n for n, (_, _, name, _) in enumerate(terms)}
+    if batched:
+        # one expression per output: broadcasts whatever batch axes each input has
+        for target in ("dQ", "drho"):
+            parts = [f"({printer.doprint(v)})*{name}" for t, _, name, v in terms if t == target]
+            lines.append(f"    {target} = " + " + ".join(parts))
+        terms = []
+    for n, (target, i, name, value) in enumerate(terms):
+        coeff = printer.doprint(value)
+        if name not in _TRANSPOSED and last_use[name] == n:
+            lines.append(f"    {name} *= {coeff}")
+            lines.append(f"    {target} = {name}" if i == 0 else f"    {target} += {name}")
+        else:
+            lines.append(f"    {target} {'=' if i == 0 else '+='} ({coeff})*{name}")
+    lines.append("    # words were merged with their transposes: ½(M + Mᵀ) restores the sum")
+    if batched:
+        lines.append("    dQ = 0.5 * (dQ + numpy.swapaxes(dQ, -1, -2))")
+    else:
+        lines.append("    dQ += dQ.T")
+        lines.append("    dQ *= 0.5")
+    lines.append("    return dQ, drho")
+    return lines
+
+
+def _risk_body(risk, printer, batched):
+    (risk,), traces = _trace_symbols([risk])
+    rep, (value,) = _cse([risk])
+    lines = _trace_lines(traces, batched)
+    lines += _emit_assignments(rep, printer)
+    tail = "[..., 0, 0]" if batched else ""
+    lines.append(f"    return ({printer.doprint(value)}){tail}")
+    return lines
 
 
 def render_matrix_module() -> str:
-    """The width-independent kernel module for ``σ(z) = c z² (+ c0)``."""
-    eqs = derive_matrix_form(Model(p=1, p_star=1, lr=1.0), coefficient=COEFF)
-    Q, rho, T = matrix_symbols()
-    printer = BatchedMatrixPrinter()
+    """The width-independent kernel module for ``σ(z) = c z² (+ c0)``.
 
-    rep_r, (risk,) = _cse([eqs.risk])
-    rep_f, (dQ, drho) = _cse([eqs.dQ, eqs.drho])
+    Each matrix product is formed once (``dQ`` is a sum of scalar × word
+    terms; a word and its transpose share one product and the result is
+    symmetrised), the sums are accumulated in place, and unbatched calls take
+    a path without batch axes (plain ``.T``, traces as Python floats).
+    """
+    eqs = derive_matrix_form(Model(p=1, p_star=1, lr=1.0), coefficient=COEFF)
+    printer = BatchedMatrixPrinter()
+    terms = (_word_terms(eqs.dQ, symmetric=True), _word_terms(eqs.drho, symmetric=False))
     doc = textwrap.dedent('''\
         """Matrix-form kernels for σ(z) = c z² (+ c0): risk and ODE right-hand side.
 
         Derived by symquad.symbolic.matrix_form (Wick contraction of quadratic
-        forms); width independent, cost O((p + p*)^3) per call.
+        forms); width independent, cost O((p + p*)^3) per call: dQ/dt and dρ/dt
+        are sums of scalar × matrix-word terms, each product formed once.
 
-        Argument layout (every array may carry the same leading batch dimensions):
+        Argument layout (every array may carry the same leading batch dimensions;
+        2-d arguments take a path without batch axes):
             Q      (..., p, p)    student-student overlaps  W Wᵀ/N
             rho    (..., p, p*)   student-teacher overlaps  W W*ᵀ/N
             T      (..., p*, p*)  teacher-teacher overlaps  W* W*ᵀ/N
@@ -88,18 +260,25 @@ def render_matrix_module() -> str:
         ''')
     out = [BANNER, doc, "import numpy\n", _MATRIX_HELPERS, "",
            "def risk(Q, rho, T, p, p_star, c):",
-           '    """Population risk ε = ½ E[(ŷ − y_clean)²]; shape (...,)."""']
-    out += _emit_assignments(rep_r, printer)
-    out.append(f"    return ({printer.doprint(risk)})[..., 0, 0]")
-    out += ["", "",
-            "def rhs(Q, rho, T, eta, Delta, p, p_star, c):",
-            '    """ODE right-hand side: returns (dQ/dt, dρ/dt) with the shapes of Q and rho."""']
-    out += _emit_assignments(rep_f, printer)
-    out.append(f"    dQ = {printer.doprint(dQ)}")
-    out.append(f"    drho = {printer.doprint(drho)}")
-    out.append("    # symmetrise: the expression is symmetric, round-off need not be")
-    out.append("    dQ = 0.5 * (dQ + numpy.swapaxes(dQ, -1, -2))")
-    out.append("    return dQ, drho")
+           '    """Population risk ε = ½ E[(ŷ − y_clean)²]; shape (...,)."""',
+           "    if Q.ndim == 2 and rho.ndim == 2 and T.ndim == 2:",
+           "        return _risk_single(Q, rho, T, p, p_star, c)",
+           "    return _risk_batched(Q, rho, T, p, p_star, c)",
+           "", "",
+           "def rhs(Q, rho, T, eta, Delta, p, p_star, c):",
+           '    """ODE right-hand side: returns (dQ/dt, dρ/dt) with the shapes of Q and rho."""',
+           "    if (Q.ndim == 2 and rho.ndim == 2 and T.ndim == 2 and Q.dtype.kind == 'f'",
+           "            and rho.dtype.kind == 'f'):",
+           "        return _rhs_single(Q, rho, T, eta, Delta, p, p_star, c)",
+           "    return _rhs_batched(Q, rho, T, eta, Delta, p, p_star, c)"]
+    for batched, suffix, what in ((False, "single", "2-d arguments"),
+                                  (True, "batched", "arguments with batch axes")):
+        out += ["", "", f"def _risk_{suffix}(Q, rho, T, p, p_star, c):",
+                f'    """:func:`risk` for {what}."""']
+        out += _risk_body(eqs.risk, printer, batched)
+        out += ["", "", f"def _rhs_{suffix}(Q, rho, T, eta, Delta, p, p_star, c):",
+                f'    """:func:`rhs` for {what}."""']
+        out += _matrix_body(terms, printer, batched)
     body = "\n".join(out) + "\n"
     return body + checksum_line(body)
 

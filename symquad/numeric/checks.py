@@ -1,32 +1,102 @@
-"""Input validation shared by the numeric runtime (clear errors naming the parameter)."""
+"""Input validation shared by the numeric runtime (clear errors naming the parameter).
+
+Every check raises ``TypeError`` for a value of the wrong kind (a string, a
+bool where a number is expected, a complex number, an object array) and
+``ValueError`` for a value of the right kind outside the allowed range, and
+names the parameter and the range in the message.  Nothing is silently
+converted: a complex input is refused even when its imaginary part is zero,
+because it almost always means an upstream mistake.
+"""
 
 from __future__ import annotations
 
+from numbers import Integral, Real
+
 import numpy as np
 
-__all__ = ["as_overlaps", "check_positive", "check_int"]
+__all__ = ["as_overlaps", "as_real_array", "check_positive", "check_int", "check_real",
+           "check_seed", "check_choice"]
+
+
+def _is_real_scalar(value) -> bool:
+    return not isinstance(value, (bool, np.bool_)) and isinstance(value, Real)
+
+
+def check_real(name: str, value, low=None, high=None, low_open=False, high_open=False) -> float:
+    """Return ``value`` as a float if it is a finite real number within the given bounds."""
+    if not _is_real_scalar(value):
+        raise TypeError(f"{name} must be a real number, got {value!r} ({type(value).__name__})")
+    value = float(value)
+    lo = "(-inf" if low is None else ("(" if low_open else "[") + f"{low:g}"
+    hi = "inf)" if high is None else f"{high:g}" + (")" if high_open else "]")
+    bad = not np.isfinite(value)
+    if low is not None:
+        bad |= value < low or (low_open and value == low)
+    if high is not None:
+        bad |= value > high or (high_open and value == high)
+    if bad:
+        raise ValueError(f"{name} must be a finite number (allowed range: {lo}, {hi}), "
+                         f"got {value!r}")
+    return value
 
 
 def check_positive(name: str, value, integer: bool = False, allow_zero: bool = False):
     """Return ``value`` if it is a finite number > 0 (>= 0 with ``allow_zero``)."""
-    kind = "an integer" if integer else "a number"
-    bound = ">= 0" if allow_zero else "> 0"
-    if isinstance(value, bool) or not np.isscalar(value) or not np.isreal(value):
-        raise TypeError(f"{name} must be {kind} {bound}, got {value!r}")
-    if integer and int(value) != value:
-        raise TypeError(f"{name} must be {kind} {bound}, got {value!r}")
+    if integer:
+        return check_int(value, name, 0 if allow_zero else 1)
+    if not _is_real_scalar(value):
+        raise TypeError(f"{name} must be a real number, got {value!r} ({type(value).__name__})")
+    value = float(value)
     if not np.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
-        allowed = "[0, inf)" if allow_zero else "(0, inf)"
-        raise ValueError(f"{name} must be a finite {kind.split()[-1]} {bound} "
-                         f"(allowed range: {allowed}), got {value!r}")
-    return int(value) if integer else float(value)
+        bound, allowed = (">= 0", "[0, inf)") if allow_zero else ("> 0", "(0, inf)")
+        raise ValueError(f"{name} must be a finite number {bound} (allowed range: {allowed}), "
+                         f"got {value!r}")
+    return value
 
 
-def check_int(value, name: str, minimum: int = 1) -> int:
-    """Return ``value`` as an int if it is an integer >= ``minimum`` (else ValueError)."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+def check_int(value, name: str, minimum: int = 1, maximum: int | None = None) -> int:
+    """Return ``value`` as an int if it is an integer in ``[minimum, maximum]``.
+
+    TypeError for a non-integer (a float such as ``2.0``, a bool, a string),
+    ValueError for an integer out of range.
+    """
+    want = (f"an integer >= {minimum} (allowed range: [{minimum}, inf))" if maximum is None
+            else f"an integer in [{minimum}, {maximum}]")
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, Integral):
+        raise TypeError(f"{name} must be {want}, got {value!r} ({type(value).__name__})")
+    if value < minimum or (maximum is not None and value > maximum):
+        raise ValueError(f"{name} must be {want}, got {value!r}")
     return int(value)
+
+
+def check_seed(seed, name: str = "seed"):
+    """Return ``seed`` if it is None or an integer >= 0 (what SeedSequence accepts)."""
+    if seed is None:
+        return None
+    return check_int(seed, name, 0)
+
+
+def check_choice(name: str, value, choices):
+    """Return ``value`` if it is one of ``choices`` (compared as strings only)."""
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"{name} must be one of {tuple(choices)}, got {value!r}")
+    return value
+
+
+def as_real_array(value, name: str) -> np.ndarray:
+    """``value`` as a finite float array, refusing complex, bool, string and object input."""
+    try:
+        arr = np.asarray(value)
+    except (TypeError, ValueError) as exc:  # ragged nested lists
+        raise TypeError(f"{name} must be an array of real numbers ({exc})") from None
+    if arr.dtype.kind not in "iuf":
+        kind = {"c": "complex", "b": "bool", "U": "string", "S": "bytes", "O": "object"}.get(
+            arr.dtype.kind, str(arr.dtype))
+        raise TypeError(f"{name} must be an array of real numbers, got {kind} entries")
+    arr = arr.astype(float)
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} must be finite (it contains NaN or inf)")
+    return arr
 
 
 def as_overlaps(model, Q, rho, T, names=("Q0", "rho0", "T"), tol: float = 1e-9):
@@ -39,12 +109,10 @@ def as_overlaps(model, Q, rho, T, names=("Q0", "rho0", "T"), tol: float = 1e-9):
     p, k = model.p, model.p_star
     arrays = []
     for name, value, shape in zip(names, (Q, rho, T), ((p, p), (p, k), (k, k))):
-        arr = np.asarray(value, dtype=float)
+        arr = as_real_array(value, name)
         if arr.shape != shape:
             raise ValueError(f"{name} must have shape {shape} for p={p}, p_star={k}; "
                              f"got {arr.shape}")
-        if not np.all(np.isfinite(arr)):
-            raise ValueError(f"{name} must be finite")
         arrays.append(arr)
     Q, rho, T = arrays
     for name, arr in ((names[0], Q), (names[2], T)):

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 from scipy.integrate import solve_ivp
 
 from ..spec import Model, check_model
-from .checks import as_overlaps, check_positive
+from .checks import as_overlaps, as_real_array, check_choice, check_positive, check_real
 from .errors import DivergenceError, describe_state
 from .kernels import kernels
+from .persist import load_npz, model_from_dict, model_to_dict, save_npz
 
-__all__ = ["ODESolution", "integrate"]
+__all__ = ["ODESolution", "integrate", "symmetric_start", "METHODS"]
 
 ON_DIVERGENCE = ("raise", "stop")
 
@@ -46,9 +49,30 @@ class ODESolution:
     nfev: int = field(default=0, repr=False)
 
     def __repr__(self):
-        return (f"ODESolution(model={self.model!r}, n={len(self.t)}, "
-                f"t=[{self.t[0]:.3g}, {self.t[-1]:.3g}], status={self.status!r}, "
-                f"final risk={self.risk[-1]:.4g})")
+        return (f"ODESolution({len(self.t)} times in [{self.t[0]:.3g}, {self.t[-1]:.3g}], "
+                f"status={self.status!r}, final risk {self.risk[-1]:.4g}; {self.model!r})")
+
+    def save(self, path) -> Path:
+        """Write the solution to ``path`` (``.npz`` with a JSON ``meta.json`` member), atomically.
+
+        The arrays ``t, Q, rho, risk, T`` are stored exactly; the model, the
+        status, ``t_diverged``, the solver message and ``nfev`` go into the
+        JSON metadata.  :meth:`load` reads it back.
+        """
+        meta = {"model": model_to_dict(self.model), "status": self.status,
+                "t_diverged": self.t_diverged, "message": self.message,
+                "nfev": int(self.nfev)}
+        arrays = {"t": self.t, "Q": self.Q, "rho": self.rho, "risk": self.risk, "T": self.T}
+        return save_npz(path, "ODESolution", meta, arrays)
+
+    @classmethod
+    def load(cls, path) -> "ODESolution":
+        """Read a solution written by :meth:`save` (same arrays, same model)."""
+        meta, arr = load_npz(path, "ODESolution")
+        t_div = meta["t_diverged"]
+        return cls(model_from_dict(meta["model"]), arr["t"], arr["Q"], arr["rho"], arr["risk"],
+                   arr["T"], meta["status"], None if t_div is None else float(t_div),
+                   meta["message"], int(meta["nfev"]))
 
 
 def _pack(Q, rho):
@@ -60,31 +84,120 @@ def _unpack(y, p, k):
     return 0.5 * (Q + Q.T), y[p * p:].reshape(p, k)
 
 
-def integrate(model: Model, Q0, rho0, T, t_max, t_eval=None, *, method: str = "RK45",
+#: ``method`` values: "auto" or a :func:`scipy.integrate.solve_ivp` method name.
+METHODS = ("auto", "RK45", "RK23", "DOP853", "Radau", "BDF", "LSODA")
+
+#: With ``method="auto"``, RK45 takes at most this many accepted steps before
+#: the integration continues with LSODA.  A few hundred steps reach the
+#: plateau, the escape and the approach to the minimum (Model(3, 2, 0.2) from
+#: a generic start: 171 steps to t = 200, 464 to t = 2000); beyond that RK45's
+#: step is bounded by the stability of the fast decaying modes near the
+#: minimum, not by accuracy, so its cost grows linearly with t_max (3.8e3
+#: steps to t = 2e4, extrapolating to ~2e5 steps, about 1e6 kernel calls, to
+#: t = 1e6), while LSODA reaches t = 1e6 in about 300 steps.
+AUTO_RK45_STEPS = 1000
+
+#: Largest t_max accepted.  By then every trajectory that converges has reached
+#: its limit to round-off (Model(3, 2, 0.2), generic start: risk 3e-12 at
+#: t = 1e6, 1e-16 at t = 1e9, in about 3 s with method="auto"), while far
+#: larger horizons (1e30) made the solvers' first steps and event location
+#: fail or never finish.
+MAX_T = 1e9
+
+
+def _symmetric_pair(A, B, axis_len):
+    """A pair ``(i, j)`` with ``A`` and ``B`` fixed by swapping units i and j, else None.
+
+    ``A`` is the ``n×n`` overlap among the units (Q or T), ``B`` the ``n×m``
+    overlap with the other side (ρ or ρᵀ).  Swapping i and j fixes both when
+    ``B_i = B_j``, ``A_ii = A_jj`` and ``A_ik = A_jk`` for ``k ∉ {i, j}``
+    (exact equality: this is about exact invariant subspaces).
+    """
+    n = A.shape[0]
+    if n < 2:
+        return None
+    keys = np.concatenate([B, np.diag(A)[:, None]], axis=1)
+    order = np.lexsort(keys.T[::-1])
+    for a in range(n - 1):
+        i = order[a]
+        for b in range(a + 1, n):
+            j = order[b]
+            if not np.array_equal(keys[i], keys[j]):
+                break
+            others = np.ones(n, bool)
+            others[[i, j]] = False
+            if np.array_equal(A[i, others], A[j, others]):
+                return int(min(i, j)), int(max(i, j))
+    return None
+
+
+def symmetric_start(Q0, rho0, T):
+    """Describe an exact permutation symmetry of the start, or return None.
+
+    The ODE is equivariant under permutations of the student units
+    (``Q → PQPᵀ, ρ → Pρ``) and of the teacher units (``ρ → ρPᵀ, T → PTPᵀ``).  A
+    start fixed by such a permutation stays fixed by it for all time: the exact
+    solution never leaves that subspace.  If the subspace contains a saddle
+    (e.g. all rows of ρ equal, or ``ρ = 0``) the exact solution stays on it, and
+    whether a numerical solution escapes depends on round-off and on
+    ``rtol``/``atol``.  Teacher-symmetric starts (two equal columns of ρ with the
+    matching symmetry of T) can never reach zero risk, where ``ρ ∝ O T`` has
+    full column rank.
+    """
+    pair = _symmetric_pair(Q0, rho0, Q0.shape[0])
+    if pair is not None:
+        return (f"student units {pair[0]} and {pair[1]} are interchangeable "
+                f"(equal rows of rho0, equal overlaps in Q0)")
+    pair = _symmetric_pair(T, rho0.T, T.shape[0])
+    if pair is not None:
+        return (f"teacher units {pair[0]} and {pair[1]} are interchangeable "
+                f"(equal columns of rho0, equal overlaps in T)")
+    return None
+
+
+def integrate(model: Model, Q0, rho0, T, t_max, t_eval=None, *, method: str = "auto",
               rtol: float = 1e-8, atol: float = 1e-11, max_norm: float | None = None,
-              on_divergence: str = "raise", form: str | None = None) -> ODESolution:
+              on_divergence: str = "raise", form: str | None = None,
+              warn_symmetric: bool = True) -> ODESolution:
     """Integrate ``dQ/dt, dρ/dt`` from ``(Q0, ρ0)`` with fixed teacher overlap ``T``.
 
     Parameters
     ----------
     model : Model
     Q0 : array (p, p), rho0 : array (p, p*), T : array (p*, p*)
-        Initial overlaps; ``[[Q0, ρ0], [ρ0ᵀ, T]]`` must be symmetric PSD.
+        Initial overlaps; ``[[Q0, ρ0], [ρ0ᵀ, T]]`` must be symmetric PSD, real
+        and finite.
     t_max : float
-        Final time (``t = steps/N``), > 0.
+        Final time (``t = steps/N``), in ``(0, MAX_T]`` (``MAX_T = 1e9``).
     t_eval : array, optional
         Output times in ``[0, t_max]``; default 501 equally spaced points.
-    method, rtol, atol
-        Passed to :func:`scipy.integrate.solve_ivp`.
+    method : {"auto", "RK45", "RK23", "DOP853", "Radau", "BDF", "LSODA"}
+        ``"auto"`` (default): explicit RK45 for the first ``AUTO_RK45_STEPS``
+        accepted steps (identical to ``method="RK45"`` on runs that need fewer,
+        which covers the plateau, the escape and the approach to the minimum),
+        then LSODA from the state reached, which switches to a stiff (BDF)
+        method on the slow tail near the minimum.  Pure RK45 there costs time
+        proportional to ``t_max`` (``t_max = 1e6`` takes minutes); ``"auto"``
+        keeps it near a second.  Other names go to
+        :func:`scipy.integrate.solve_ivp` unchanged.
+    rtol, atol : float
+        Tolerances for the solver, > 0.
     max_norm : float, optional
-        The run counts as diverged once ``max|Q|`` exceeds this (default
-        ``1e6 · max(1, max|Q0|, max|T|)``) or the state stops being finite.
+        The run counts as diverged once the largest entry of ``|Q|`` or ``|ρ|``
+        exceeds this (default ``1e6 · max(1, max|Q0|, max|T|)``) or the state
+        stops being finite.  Must exceed the start's largest entry.
     on_divergence : {"raise", "stop"}
         ``"raise"``: raise :class:`DivergenceError` (time of divergence, last
         finite state, the partial solution attached); ``"stop"``: return the
         partial solution with ``status="diverged"``.
     form : {"matrix", "entries"}, optional
         Which generated kernel to use (see :func:`symquad.kernels`).
+    warn_symmetric : bool
+        Warn (``RuntimeWarning``) when the start is exactly symmetric under a
+        permutation of student or teacher units (see :func:`symmetric_start`):
+        the exact solution then stays in an invariant subspace, and leaving it
+        (escaping a saddle inside it) is a round-off effect that depends on the
+        tolerances.  Perturb the start generically to avoid it.
 
     Returns
     -------
@@ -92,18 +205,40 @@ def integrate(model: Model, Q0, rho0, T, t_max, t_eval=None, *, method: str = "R
     """
     check_model(model)
     Q0, rho0, T = as_overlaps(model, Q0, rho0, T)
-    t_max = check_positive("t_max", t_max)
-    if on_divergence not in ON_DIVERGENCE:
-        raise ValueError(f"on_divergence must be one of {ON_DIVERGENCE}, got {on_divergence!r}")
+    t_max = check_real("t_max", t_max, low=0.0, high=MAX_T, low_open=True)
+    check_choice("method", method, METHODS)
+    if method in ("RK45", "RK23", "DOP853") and t_max > 1e5:
+        warnings.warn(f"integrate: method={method!r} is explicit; near the minimum its cost "
+                      f"grows linearly with t_max (t_max={t_max:.3g} may take a long time). "
+                      f"method='auto' switches to LSODA there.", RuntimeWarning, stacklevel=2)
+    rtol = check_real("rtol", rtol, low=0.0, high=1.0, low_open=True, high_open=True)
+    atol = check_positive("atol", atol)
+    check_choice("on_divergence", on_divergence, ON_DIVERGENCE)
     if t_eval is None:
         t_eval = np.linspace(0.0, t_max, 501)
-    t_eval = np.asarray(t_eval, dtype=float)
+    t_eval = as_real_array(t_eval, "t_eval")
     if t_eval.ndim != 1 or t_eval.size == 0 or np.any(np.diff(t_eval) <= 0) \
             or t_eval[0] < 0 or t_eval[-1] > t_max:
         raise ValueError("t_eval must be a non-empty increasing 1-d array within [0, t_max]")
+    start_norm = max(float(np.max(np.abs(Q0))), float(np.max(np.abs(rho0), initial=0.0)))
     if max_norm is None:
         max_norm = 1e6 * max(1.0, float(np.max(np.abs(Q0))), float(np.max(np.abs(T))))
-    max_norm = check_positive("max_norm", max_norm)
+    else:
+        max_norm = check_positive("max_norm", max_norm)
+        if max_norm <= start_norm:
+            raise ValueError(
+                f"max_norm must exceed the largest entry of |Q0| and |rho0| "
+                f"(allowed range: ({start_norm:.6g}, inf)), got {max_norm!r}: the run would "
+                f"count as diverged at t = 0")
+    if warn_symmetric:
+        symmetry = symmetric_start(Q0, rho0, T)
+        if symmetry is not None:
+            warnings.warn(
+                f"integrate: exactly symmetric start ({symmetry}). The exact solution stays "
+                f"in the subspace fixed by this symmetry; if it reaches a saddle there, any "
+                f"escape is driven by round-off and depends on rtol/atol. Perturb the start "
+                f"(e.g. a generic rho0) or pass warn_symmetric=False if this is intended.",
+                RuntimeWarning, stacklevel=2)
 
     kern = kernels(model, form)
     p, k = model.p, model.p_star
@@ -128,8 +263,7 @@ def integrate(model: Model, Q0, rho0, T, t_max, t_eval=None, *, method: str = "R
     blow_up.terminal = True
     blow_up.direction = -1
 
-    sol = solve_ivp(fun, (0.0, t_max), _pack(Q0, rho0), method=method, t_eval=t_eval,
-                    rtol=rtol, atol=atol, events=blow_up)
+    sol = _solve(fun, t_max, _pack(Q0, rho0), method, t_eval, rtol, atol, blow_up)
     Qs = np.empty((sol.t.size, p, p))
     rhos = np.empty((sol.t.size, p, k))
     for n in range(sol.t.size):
@@ -159,3 +293,61 @@ def integrate(model: Model, Q0, rho0, T, t_max, t_eval=None, *, method: str = "R
         raise DivergenceError(msg, t_div, dict(last), partial)
     return ODESolution(model, partial.t, partial.Q, partial.rho, partial.risk, T,
                        "diverged", t_div, msg, sol.nfev)
+
+
+def _solve(fun, t_max, y0, method, t_eval, rtol, atol, blow_up):
+    """:func:`solve_ivp` with ``method="auto"`` resolved (RK45, then LSODA on a long tail).
+
+    Returns an object with the fields of solve_ivp's result that
+    :func:`integrate` uses (``t, y, status, message, nfev, t_events, y_events``).
+    """
+    if method != "auto":
+        return solve_ivp(fun, (0.0, t_max), y0, method=method, t_eval=t_eval,
+                         rtol=rtol, atol=atol, events=blow_up)
+    # The budget event is evaluated once per accepted step: it stays positive
+    # until the budget is spent, then crosses zero exactly at that step's end,
+    # so the RK45 part is step for step the same as a plain RK45 run.
+    budget = {"calls": 0, "t_switch": None}
+
+    def rk45_budget(t, y):
+        if budget["t_switch"] is None:
+            budget["calls"] += 1
+            if budget["calls"] <= AUTO_RK45_STEPS + 1:
+                return 1.0
+            budget["t_switch"] = t
+        return budget["t_switch"] - t
+
+    rk45_budget.terminal = True
+    rk45_budget.direction = -1
+    first = solve_ivp(fun, (0.0, t_max), y0, method="RK45", t_eval=t_eval,
+                      rtol=rtol, atol=atol, events=(blow_up, rk45_budget))
+    if not (first.status == 1 and first.t_events[1].size and not first.t_events[0].size):
+        first.t_events = first.t_events[:1]
+        first.y_events = first.y_events[:1]
+        return first
+    t_switch = float(first.t_events[1][0])
+    y_switch = first.y_events[1][0]
+    rest_eval = t_eval[t_eval > t_switch]
+    if t_switch >= t_max or rest_eval.size == 0 and t_switch >= t_eval[-1]:
+        first.t_events, first.y_events = first.t_events[:1], first.y_events[:1]
+        first.status, first.message = 0, "The solver successfully reached the end."
+        return first
+    rest = solve_ivp(fun, (t_switch, t_max), y_switch, method="LSODA", t_eval=rest_eval,
+                     rtol=rtol, atol=atol, events=blow_up)
+    return _Joined(
+        t=np.concatenate([first.t, rest.t]), y=np.concatenate([first.y, rest.y], axis=1),
+        status=rest.status, nfev=first.nfev + rest.nfev,
+        message=f"RK45 for {AUTO_RK45_STEPS} steps to t = {t_switch:.6g}, then LSODA: "
+                f"{rest.message}",
+        t_events=rest.t_events, y_events=rest.y_events)
+
+
+@dataclass
+class _Joined:
+    t: np.ndarray
+    y: np.ndarray
+    status: int
+    nfev: int
+    message: str
+    t_events: list
+    y_events: list

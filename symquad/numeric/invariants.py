@@ -44,7 +44,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .checks import as_overlaps
+from ..spec import check_model
+from .checks import as_overlaps, as_real_array
 
 __all__ = [
     "manifold_dimension", "invariant_S", "closest_solution", "ZeroRiskPoint",
@@ -66,7 +67,7 @@ def _check_width(value, name):
 
 
 def _as_matrix(value, name, shape=None, batch=False):
-    arr = np.asarray(value, dtype=float)
+    arr = as_real_array(value, name)
     if arr.ndim < 2 or (not batch and arr.ndim != 2):
         want = "a 2-d array" if not batch else "an array with >= 2 dimensions"
         raise ValueError(f"{name} must be {want}, got shape {arr.shape}")
@@ -102,8 +103,9 @@ def manifold_dimension(p, p_star) -> int:
     It is the dimension of the set of zero-risk overlaps ``(Q, ρ)`` at fixed
     teacher overlap ``T ≻ 0`` (equivalently of the zero-risk weights ``W``,
     the ``O(p)`` orbit ``W ↦ UW`` of one solution, which is the Stiefel manifold
-    ``O(p)/O(p − p*)``).  ``manifold_rank_deficiency`` measures it numerically as
-    the kernel dimension of ``dΦ_T``.
+    ``O(p)/O(p − p*)``).  The tests and ``symquad invariants`` also measure it
+    as the kernel dimension of the differential ``dΦ_T`` of the zero-risk
+    condition ``Φ_T(Q, ρ) = (Q − ρT⁻¹ρᵀ, ρᵀρ − (p/p*) T²)`` (docs/model.md §8.3).
 
     Parameters
     ----------
@@ -139,6 +141,10 @@ class ZeroRiskPoint(NamedTuple):
     Q: np.ndarray
     rho: np.ndarray
     S: np.ndarray
+
+    def __repr__(self):
+        return (f"ZeroRiskPoint(Q: {self.Q.shape}, rho: {self.rho.shape}, S: {self.S.shape}; "
+                f"tr Q = {np.trace(self.Q, axis1=-2, axis2=-1)!s})")
 
 
 def zero_risk_point(O, T=None, p=None):
@@ -237,13 +243,13 @@ def closest_solution(m, Q0, rho0, T=None) -> ZeroRiskPoint:
     which is minimal at ``O = S_0 = ρ_0(ρ_0ᵀρ_0)^{-1/2}`` (unique when ``ρ_0`` has
     full column rank).  The closest solution has ``ρ_c = √(p/p*) S_0 T`` and
     ``Q_c = (p/p*) S_0 T S_0ᵀ``.  When ``S`` is conserved (start in the invariant
-    set, see :func:`invariant_set_defect`) and the ODE reaches zero risk, it
+    set ``I_T`` of docs/model.md §8.4) and the ODE reaches zero risk, it
     reaches exactly this point.
 
     Parameters
     ----------
     m : Model
-        Needs ``m.p >= m.p_star``.
+        Needs ``m.p >= m.p_star`` and ``σ = c z² (+ c0)`` (ValueError otherwise).
     Q0 : array (p, p)
         Initial student overlap (used to check that the start is realisable,
         ``[[Q0, ρ0], [ρ0ᵀ, T]] ⪰ 0``).
@@ -257,6 +263,13 @@ def closest_solution(m, Q0, rho0, T=None) -> ZeroRiskPoint:
     ZeroRiskPoint
         ``(Q, rho, S)`` of the closest zero-risk solution.
     """
+    check_model(m, "m")
+    if not m.is_quadratic:
+        # for other activations the zero-risk set is not {W = sqrt(p/p*) O W*}
+        raise ValueError(
+            f"closest_solution needs a quadratic activation c*z**2 (+ c0): the zero-risk "
+            f"manifold W = sqrt(p/p*) O W* is derived for it; m has activation "
+            f"{m.activation_str!r}")
     p, k = m.p, m.p_star
     if p < k:
         raise ValueError(

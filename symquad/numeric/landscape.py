@@ -4,7 +4,7 @@ This module is part of the numeric runtime and never imports SymPy.  The risk
 and the ODE right-hand sides come from the generated kernels
 (:func:`symquad.numeric.kernels.kernels`); nothing here re-types them.
 
-Conventions (SPEC.md): student weights ``W`` (p×N), teacher ``W*`` (p*×N) with
+Conventions (docs/model.md §1–§3): student weights ``W`` (p×N), teacher ``W*`` (p*×N) with
 ``T = W* W*ᵀ/N = I`` (teacher rows orthonormal·√N), ``Q = W Wᵀ/N``,
 ``ρ = W W*ᵀ/N``, time ``t = steps/N``.  The gradient flow of the population
 risk in these units is ``dW/dt = −η N ∇_W ε``, so a weight-space Hessian
@@ -40,7 +40,7 @@ from scipy import optimize as _opt
 from ..spec import Model, check_model
 from .errors import DivergenceError, describe_state
 from .kernels import kernels
-from .checks import check_int as _check_int, check_positive
+from .checks import as_real_array, check_int as _check_int, check_positive, check_real, check_seed
 
 __all__ = [
     "POINTS", "PlateauFixedPoint", "EscapePrediction",
@@ -219,7 +219,7 @@ def minimum_overlaps(m: Model):
     r"""Overlaps ``(Q, ρ)`` of a global minimum of the risk (T = I), axis-aligned.
 
     * ``p >= p*``: ``ρ = √(p/p*) S`` with ``S = [I_{p*}; 0]`` and ``Q = ρρᵀ``, so
-      ``WᵀW/p = W*ᵀW*/p*`` and the risk vanishes (SPEC result 3).
+      ``WᵀW/p = W*ᵀW*/p*`` and the risk vanishes (docs/model.md §8.3).
     * ``p < p*``: the best rank-``p`` fit, ``Q = c I_p``, ``ρ = √c [I_p, 0]``
       with ``c`` minimising ``ε(cI, √c[I,0], I)`` (numerically, from the kernel).
     """
@@ -248,11 +248,17 @@ def critical_weights(m: Model, point: str, N: int, seed=0):
     ``T = I``).  The points:
 
     * ``"origin"``: ``W = 0``;
-    * ``"plateau"``: ``W = √(N q) R O_{p*+1:p*+p}`` with ``q`` from
-      :func:`gradient_flow_plateau_q` and a random ``R ∈ O(p)`` (rows orthogonal
-      to the teacher; needs ``N >= p + p*``);
-    * ``"minimum"``: ``W = √N X O_{1:p*}`` with ``X = U ρ_min V`` from
-      :func:`minimum_overlaps`, ``U ∈ O(p)``, ``V ∈ O(p*)`` random.
+    * ``"plateau"``: ``W = √(N q) R O_{p*+1:p*+p}`` with ``q = argmin ε(qI, 0, I)``
+      (the gradient-flow plateau, ``p/(p+2)`` for σ = z²) and a random
+      ``R ∈ O(p)`` (rows orthogonal to the teacher; needs ``N >= p + p*``);
+    * ``"minimum"``: ``W = √N X O_{1:p*}`` with ``X = U ρ_min V``, ``ρ_min`` the
+      overlap of a global minimum (``√(p/p*)`` times the first ``p*`` unit
+      vectors for ``p >= p*``, the best rank-``p`` fit otherwise) and
+      ``U ∈ O(p)``, ``V ∈ O(p*)`` random.
+
+    Returns ``(W, W*)`` of shapes ``(p, N)``, ``(p*, N)``; with
+    :func:`weight_hessian` this gives the numeric Hessian that
+    :func:`symquad.hessian_spectrum` predicts exactly.
     """
     _check_model(m)
     _check_point(point)
@@ -371,6 +377,26 @@ def _rho_rate(m: Model, q: float) -> float:
     return float(np.max(np.linalg.eigvals(J[nq:, nq:]).real))
 
 
+#: Largest ODE dimension ``n = p(p+1)/2 + p·p*`` whose full Jacobian plateau()
+#: builds and diagonalises (n³ work, n² memory).  Measured on a shared 2-core
+#: machine (p* = 2): p = 40 (n = 900) 2.9 s, p = 60 (n = 1950) 19 s; n = 6000
+#: (p ≈ 105) extrapolates to ~10 min.
+MAX_JACOBIAN_DIM = 6000
+
+
+def _check_jacobian_size(m: Model) -> None:
+    n = m.p * (m.p + 1) // 2 + m.p * m.p_star
+    if n > MAX_JACOBIAN_DIM:
+        raise ValueError(
+            f"plateau: the ODE has n = p(p+1)/2 + p*p_star = {n} variables for p={m.p}, "
+            f"p_star={m.p_star}; its Jacobian (n^3 work) is limited to n <= {MAX_JACOBIAN_DIM} "
+            f"(p up to about {int((2 * MAX_JACOBIAN_DIM) ** 0.5) - m.p_star})")
+    if n > 2000:
+        warnings.warn(f"plateau: Jacobian of dimension n = {n}: about "
+                      f"{20 * (n / 1950) ** 3:.0f} s (n = 1950 took 19 s on 2 cores)",
+                      RuntimeWarning, stacklevel=3)
+
+
 def plateau(m: Model) -> PlateauFixedPoint:
     r"""Plateau fixed point of the full ODE, its Jacobian and the growth rate of ρ.
 
@@ -393,6 +419,7 @@ def plateau(m: Model) -> PlateauFixedPoint:
     """
     _check_model(m)
     _check_quadratic(m, "plateau")
+    _check_jacobian_size(m)
     q_gf = gradient_flow_plateau_q(m)
     g = _q_equation(m)
     # scan upward from q_gf on a geometric grid for the first sign change
@@ -457,9 +484,14 @@ def rho_diffusion(m: Model, q):
 
 # --------------------------------------------------------------------------- escape times
 def escape_threshold(m: Model, fraction: float = 0.5, fp: PlateauFixedPoint | None = None):
-    """Risk level ``ε_pl − fraction·(ε_pl − ε_min)`` whose first crossing defines escape."""
-    if not 0 < fraction < 1:
-        raise ValueError(f"fraction must be in (0, 1), got {fraction}")
+    """Risk level ``ε_pl − fraction·(ε_pl − ε_min)`` whose first crossing defines escape.
+
+    ``ε_pl`` is the risk at the plateau fixed point of the full ODE
+    (:func:`plateau`, or `fp` if given) and ``ε_min`` the risk at a global
+    minimum (0 for ``p >= p*``); ``fraction`` in ``(0, 1)``.
+    """
+    _check_model(m)
+    fraction = check_real("fraction", fraction, low=0.0, high=1.0, low_open=True, high_open=True)
     fp = plateau(m) if fp is None else fp
     return fp.risk - fraction * (fp.risk - minimum_risk(m))
 
@@ -497,42 +529,26 @@ def escape_times(t, risk, threshold):
 
 
 def _integrate_batch(m: Model, Q0, rho0, t_max, n_eval, rtol=1e-9, atol=1e-13):
-    """Integrate a batch of ODE trajectories at once with the kernel (DOP853).
+    """Batch of ODE trajectories from ``T = I`` (DOP853), via :func:`.ode_batch.integrate_batch`.
 
-    Raises :class:`DivergenceError` (time and last finite state) on blow-up.
+    Returns the :class:`~symquad.numeric.ode_batch.BatchODESolution`; diverged
+    starts (``max|Q| >= 1e6`` or non-finite) are marked, not raised.
     """
-    k = kernels(m)
-    B, p, ps = rho0.shape
-    nq = B * p * p
-    T = _identity_teacher(m)
+    from .ode_batch import integrate_batch
+    return integrate_batch(m, Q0, rho0, _identity_teacher(m), t_max,
+                           np.linspace(0.0, t_max, n_eval), method="DOP853", rtol=rtol,
+                           atol=atol, max_norm=1e6)
 
-    def f(_, y):
-        Q = y[:nq].reshape(B, p, p)
-        r = y[nq:].reshape(B, p, ps)
-        dQ, dr = k.rhs(Q, r, T)
-        return np.concatenate([np.ravel(dQ), np.ravel(dr)])
 
-    def blowup(_, y):
-        return 1e6 - np.max(np.abs(y))
-    blowup.terminal = True
-
-    t_eval = np.linspace(0.0, t_max, n_eval)
-    y0 = np.concatenate([np.ravel(Q0), np.ravel(rho0)])
-    sol = _spint.solve_ivp(f, (0.0, t_max), y0, method="DOP853", t_eval=t_eval,
-                           rtol=rtol, atol=atol, events=blowup)
-    if sol.status == 1 or not np.isfinite(sol.y).all():
-        good = np.isfinite(sol.y).all(axis=0)
-        last = sol.y[:, good][:, -1] if good.any() else y0
-        t_last = sol.t[good][-1] if good.any() else 0.0
-        state = {"t": t_last, "Q": last[:nq], "rho": last[nq:]}
+def _raise_if_diverged(sol, what):
+    if sol.n_diverged:
+        first = int(np.nanargmin(sol.t_diverged))
+        state = {"t": sol.last_finite["t"][first], "Q": sol.last_finite["Q"][first],
+                 "rho": sol.last_finite["rho"][first]}
         raise DivergenceError(
-            f"escape ODE diverged near t = {t_last:.4g} ({describe_state(state)}); "
-            f"reduce lr", t_last, state)
-    if sol.status < 0:
-        raise RuntimeError(f"escape ODE integration failed: {sol.message}")
-    Q = sol.y[:nq].T.reshape(-1, B, p, p).swapaxes(0, 1)
-    rho = sol.y[nq:].T.reshape(-1, B, p, ps).swapaxes(0, 1)
-    return sol.t, Q, rho, k.risk(Q, rho, T)
+            f"{what} diverged near t = {sol.t_diverged[first]:.4g} ({sol.n_diverged} of "
+            f"{sol.size} starts; last finite state {describe_state(state)}); reduce lr",
+            float(sol.t_diverged[first]), state)
 
 
 @dataclass(frozen=True)
@@ -558,6 +574,13 @@ class EscapePrediction:
         ``J`` (0 without SGD noise).
     threshold : float
         Risk level that defines escape.
+    sgd_noise : bool
+        Whether the prediction is for SGD (True) or for the ODE integrated from
+        the realised random start (False).
+
+    ``float(prediction)`` is the median, so the object can stand in for a
+    number; ``prediction.quartiles`` and ``prediction.quantile(q)`` give the
+    spread of the escape time over random starts.
     """
 
     model: Model
@@ -569,60 +592,56 @@ class EscapePrediction:
     sigma2: float
     seed_noise: float
     threshold: float
+    sgd_noise: bool = True
 
     def quantile(self, qs):
-        """Quantiles of the predicted escape time."""
-        return np.quantile(self.samples, qs)
+        """Quantiles of the predicted escape time (samples that never escaped are ignored)."""
+        return np.nanquantile(self.samples, qs)
+
+    @property
+    def quartiles(self) -> tuple:
+        """``(25 %, 50 %, 75 %)`` quantiles of the predicted escape time."""
+        return tuple(float(v) for v in self.quantile([0.25, 0.5, 0.75]))
+
+    @property
+    def n_samples(self) -> int:
+        """Number of sampled directions of ``ρ(0)``."""
+        return int(self.samples.size)
+
+    def __float__(self) -> float:
+        return float(self.median)
+
+    def __repr__(self) -> str:
+        lo, _, hi = self.quartiles
+        who = "SGD" if self.sgd_noise else "ODE"
+        return (f"EscapePrediction({who}, N={self.N}: median t_esc {self.median:.4g}, "
+                f"quartiles [{lo:.4g}, {hi:.4g}], kappa {self.rate:.4g}, "
+                f"c {self.log_prefactor:.4g}, {self.n_samples} samples; {self.model!r})")
+
+
+#: Most sampled directions escape_prediction accepts: one batched ODE of
+#: n_samples·(p² + p·p*) variables over n_eval times is held in memory.
+MAX_ESCAPE_SAMPLES = 100_000
 
 
 def escape_prediction(m: Model, N: int, q0: float = 1.0, sgd_noise: bool = True,
                       n_samples: int = 256, seed: int = 0, fraction: float = 0.5,
                       delta: float = 1e-4, n_eval: int = 6000, Z=None) -> EscapePrediction:
-    r"""Escape-time law from the linearisation at the plateau and the statistics of ρ(0).
-
-    Model of the escape (T = I, start ``w_k ~ N(0, q0 I)``):
-
-    1. ``ρ(0) = s Z`` with ``Z`` a standard Gaussian p×p* matrix and
-       ``s² = q0/N`` (exact for T = I).  With SGD, the fluctuations of ρ during
-       the plateau add independent isotropic noise of rate ``D(q(t))/N``
-       (:func:`rho_diffusion`); in the linear regime ``ρ(t) = e^{G(t)} ρ̃`` with
-       ``ρ̃ = ρ(0) + ∫ e^{−G} dB``, so ``s² = (q0 + J)/N``,
-       ``J = ∫_0^∞ D(q(u)) e^{−2G(u)} du`` and ``G(t) = ∫_0^t κ(u) du``.
-    2. ρ's dynamics is linear while ρ is small, and ``Q`` relaxes to the
-       plateau independently of ρ (to O(ρ²)).  Hence the first-passage time of a
-       start ``(q0 I, δZ)`` obeys ``t_c(δZ) = t_c(sZ) + log(s/δ)/κ`` up to
-       O(δ², s²), where ``κ`` is the plateau rate (:func:`plateau`).  One batched
-       ODE integration from ``(q0 I, δZ)`` with small ``δ`` gives ``t_c`` for
-       all sampled ``Z``, including the relaxation of ``Q`` and the nonlinear
-       escape.
-
-    So ``t_esc = log(N)/(2κ) + [log(δ/√(q0+J)) + κ t_c(δZ)]/κ``: the rate ``κ``
-    multiplies ``log N``; ``p`` enters the bracket (the prefactor) through the
-    law of ``Z`` (p·p* entries), the relaxation and the nonlinear escape.
-
-    Parameters
-    ----------
-    m : Model (quadratic activation)
-    N : int, input dimension (>= 1)
-    q0 : float, initial weight variance (> 0)
-    sgd_noise : bool
-        True: prediction for SGD (noise seeding included); False: for the ODE
-        integrated from the realised random start.
-    n_samples : int, sampled directions Z (>= 1)
-    seed : int, seed of the Z sample
-    fraction : float in (0, 1), escape threshold (:func:`escape_threshold`)
-    delta : float, the small start scale ``δ`` (must be << s)
-    n_eval : int, time grid for the first-passage detection
-    Z : array (n, p, p*), optional
-        Directions to use instead of a fresh Gaussian sample, e.g.
-        ``ρ(0)·√(N/q0)`` of realised starts for a paired comparison.
-    """
+    """Implementation of :func:`escape_time` (same arguments and result)."""
     _check_model(m)
     _check_quadratic(m, "escape_time")
-    N = _check_int(N, "N", 1)
+    # the random start w_k ~ N(0, q0 I_N) has a full-rank Gram matrix only for N >= p + p*
+    # (the sizes the CLI accepts); below that the law's s = sqrt(q0/N) is O(1) and the
+    # prediction is meaningless (N = 1 gave a negative time)
+    N = _check_int(N, "N", m.p + m.p_star)
     q0 = check_positive("q0", q0)
-    n_samples = _check_int(n_samples, "n_samples", 1)
+    if not isinstance(sgd_noise, (bool, np.bool_)):
+        raise TypeError(f"sgd_noise must be True or False, got {sgd_noise!r}")
+    n_samples = _check_int(n_samples, "n_samples", 1, MAX_ESCAPE_SAMPLES)
+    check_seed(seed)
+    fraction = check_real("fraction", fraction, low=0.0, high=1.0, low_open=True, high_open=True)
     delta = check_positive("delta", delta)
+    n_eval = _check_int(n_eval, "n_eval", 100, 10 ** 6)
     fp = plateau(m)
     kappa = fp.rate
     if kappa <= 0:
@@ -633,15 +652,17 @@ def escape_prediction(m: Model, N: int, q0: float = 1.0, sgd_noise: bool = True,
     if Z is None:
         Z = np.random.default_rng(seed).standard_normal((n_samples, m.p, m.p_star))
     else:
-        Z = np.asarray(Z, dtype=float)
-        if Z.ndim != 3 or Z.shape[1:] != (m.p, m.p_star):
+        Z = as_real_array(Z, "Z")
+        if Z.ndim != 3 or Z.shape[0] == 0 or Z.shape[1:] != (m.p, m.p_star):
             raise ValueError(f"Z must have shape (n, {m.p}, {m.p_star}), got {Z.shape}")
         n_samples = Z.shape[0]
     p = m.p
     Q0 = np.broadcast_to(q0 * np.eye(p), (n_samples, p, p)).copy()
     # horizon: relaxation (a few 1/η) + linear growth from δ + nonlinear escape
     t_max = 20.0 / m.eta + (math.log(1.0 / delta) + 15.0) / kappa
-    t, Q, rho, risk = _integrate_batch(m, Q0, delta * Z, t_max, n_eval)
+    sol = _integrate_batch(m, Q0, delta * Z, t_max, n_eval)
+    _raise_if_diverged(sol, "escape ODE")
+    t, Q, rho, risk = sol.t, sol.Q, sol.rho, sol.risk
     t_c = escape_times(t, risk, thr)
     if np.isnan(t_c).any():
         warnings.warn(f"{int(np.isnan(t_c).sum())} of {n_samples} sampled starts did not "
@@ -658,11 +679,17 @@ def escape_prediction(m: Model, N: int, q0: float = 1.0, sgd_noise: bool = True,
         J = 0.0
     sigma2 = q0 + J
     s = math.sqrt(sigma2 / N)
+    if s * s > 0.05 * q0:
+        warnings.warn(
+            f"escape_time: N={N} is small: the start's teacher overlap s = {s:.3g} is not small, "
+            f"so the asymptotic law (linear in rho, corrections O(s^2) = {s * s:.2g}) is "
+            f"inaccurate; it is meant for N >> {math.ceil(20 * sigma2 / q0)}",
+            RuntimeWarning, stacklevel=2)
     samples = t_c + math.log(delta / s) / kappa
     med = float(np.nanmedian(samples))
     return EscapePrediction(model=m, N=N, median=med, samples=samples, rate=kappa,
                             log_prefactor=kappa * med - 0.5 * math.log(N),
-                            sigma2=sigma2, seed_noise=J, threshold=thr)
+                            sigma2=sigma2, seed_noise=J, threshold=thr, sgd_noise=sgd_noise)
 
 
 def random_start(m: Model, N: int, n: int, seed=0, q0: float = 1.0):
@@ -696,33 +723,87 @@ def ode_escape_times(m: Model, Q0, rho0, t_max: float, fraction: float = 0.5,
                      n_eval: int = 4000):
     """Escape times of ODE trajectories (batched) from given starts; NaN if none by t_max."""
     _check_model(m)
-    Q0 = np.asarray(Q0, dtype=float)
-    rho0 = np.asarray(rho0, dtype=float)
+    Q0 = as_real_array(Q0, "Q0")
+    rho0 = as_real_array(rho0, "rho0")
+    if Q0.ndim != 3 or Q0.shape[1:] != (m.p, m.p) or rho0.shape != (Q0.shape[0], m.p, m.p_star):
+        raise ValueError(f"Q0 and rho0 must have shapes (n, {m.p}, {m.p}) and "
+                         f"(n, {m.p}, {m.p_star}), got {Q0.shape} and {rho0.shape}")
+    t_max = check_positive("t_max", t_max)
+    n_eval = _check_int(n_eval, "n_eval", 2, 10 ** 6)
     thr = escape_threshold(m, fraction)
-    try:
-        t, _, _, risk = _integrate_batch(m, Q0, rho0, t_max, n_eval)
-        return escape_times(t, risk, thr)
-    except DivergenceError:
-        pass
-    # some start lies beyond the divergence threshold (the larger root of the
-    # plateau equation): integrate one by one and mark the diverging ones NaN
-    out = np.full(Q0.shape[0], np.nan)
-    n_div = 0
-    for i in range(Q0.shape[0]):
-        try:
-            t, _, _, risk = _integrate_batch(m, Q0[i:i + 1], rho0[i:i + 1], t_max, n_eval)
-        except DivergenceError:
-            n_div += 1
-            continue
-        out[i] = escape_times(t, risk, thr)[0]
-    warnings.warn(f"{n_div} of {Q0.shape[0]} ODE trajectories diverged (reported as NaN)",
-                  RuntimeWarning, stacklevel=2)
+    # starts beyond the divergence threshold (the larger root of the plateau
+    # equation) diverge: they are marked by the batched solve and reported NaN
+    sol = _integrate_batch(m, Q0, rho0, t_max, n_eval)
+    out = escape_times(sol.t, sol.risk, thr)
+    if sol.n_diverged:
+        out[sol.diverged] = np.nan
+        warnings.warn(f"{sol.n_diverged} of {sol.size} ODE trajectories diverged (reported as "
+                      f"NaN)", RuntimeWarning, stacklevel=2)
     return out
 
 
-def escape_time(m: Model, N: int, **kwargs) -> float:
-    """Predicted median escape time from a random start (see :func:`escape_prediction`)."""
-    return escape_prediction(m, N, **kwargs).median
+def escape_time(m: Model, N: int, q0: float = 1.0, sgd_noise: bool = True,
+                n_samples: int = 256, seed: int = 0, fraction: float = 0.5,
+                delta: float = 1e-4, n_eval: int = 6000, Z=None) -> EscapePrediction:
+    r"""Predicted escape time from a random start: median, quantiles and samples.
+
+    The law comes from the linearisation at the plateau and the statistics of ρ(0).
+
+    Model of the escape (T = I, start ``w_k ~ N(0, q0 I)``):
+
+    1. ``ρ(0) = s Z`` with ``Z`` a standard Gaussian p×p* matrix and
+       ``s² = q0/N`` (exact for T = I).  With SGD, the fluctuations of ρ during
+       the plateau add independent isotropic noise of rate ``D(q(t))/N``
+       (the SGD-noise covariance of ρ at ρ = 0, computed from the kernels);
+       in the linear regime ``ρ(t) = e^{G(t)} ρ̃`` with
+       ``ρ̃ = ρ(0) + ∫ e^{−G} dB``, so ``s² = (q0 + J)/N``,
+       ``J = ∫_0^∞ D(q(u)) e^{−2G(u)} du`` and ``G(t) = ∫_0^t κ(u) du``.
+    2. ρ's dynamics is linear while ρ is small, and ``Q`` relaxes to the
+       plateau independently of ρ (to O(ρ²)).  Hence the first-passage time of a
+       start ``(q0 I, δZ)`` obeys ``t_c(δZ) = t_c(sZ) + log(s/δ)/κ`` up to
+       O(δ², s²), where ``κ`` is the plateau rate (:func:`plateau`).  One batched
+       ODE integration from ``(q0 I, δZ)`` with small ``δ`` gives ``t_c`` for
+       all sampled ``Z``, including the relaxation of ``Q`` and the nonlinear
+       escape.
+
+    So ``t_esc = log(N)/(2κ) + [log(δ/√(q0+J)) + κ t_c(δZ)]/κ``: the rate ``κ``
+    multiplies ``log N``; ``p`` enters the bracket (the prefactor) through the
+    law of ``Z`` (p·p* entries), the relaxation and the nonlinear escape.
+
+    Parameters
+    ----------
+    m : Model (quadratic activation)
+    N : int, input dimension (>= p + p*)
+        The law is asymptotic in ``N``; it warns when ``N`` is too small for it
+        (``s² = (q0 + J)/N`` not small).  Smaller ``N`` is refused (N = 1
+        returned a negative time).
+    q0 : float, initial weight variance (> 0)
+    sgd_noise : bool
+        True: prediction for SGD (noise seeding included); False: for the ODE
+        integrated from the realised random start.
+    n_samples : int, sampled directions Z (in [1, MAX_ESCAPE_SAMPLES])
+    seed : int, seed of the Z sample
+    fraction : float in (0, 1)
+        Escape threshold: the risk ``ε_pl − fraction·(ε_pl − ε_min)`` between the
+        plateau and the minimum.
+    delta : float, the small start scale ``δ`` (must be << s)
+    n_eval : int, time grid for the first-passage detection
+    Z : array (n, p, p*), optional
+        Directions to use instead of a fresh Gaussian sample, e.g.
+        ``ρ(0)·√(N/q0)`` of realised starts for a paired comparison.
+
+    Returns
+    -------
+    EscapePrediction
+        ``float(result)`` is the median escape time; ``result.quartiles``,
+        ``result.quantile(q)`` and ``result.samples`` give its spread over
+        random starts; ``result.rate`` is ``κ`` and ``result.log_prefactor``
+        is ``c``.
+    """
+    _check_model(m)
+    _check_int(N, "N", m.p + m.p_star)
+    return escape_prediction(m, N, q0=q0, sgd_noise=sgd_noise, n_samples=n_samples, seed=seed,
+                             fraction=fraction, delta=delta, n_eval=n_eval, Z=Z)
 
 
 # --------------------------------------------------------------------------- noisy solutions
@@ -739,8 +820,11 @@ def noisy_floor(m: Model, t_max: float = 400.0, n_eval: int = 401):
     from .integrate import integrate
     _check_model(m)
     _check_quadratic(m, "noisy_floor")
+    t_max = check_positive("t_max", t_max)
+    n_eval = _check_int(n_eval, "n_eval", 2, 10 ** 6)
     if m.p < m.p_star:
         raise ValueError(f"zero-risk points need p >= p_star, got p={m.p}, p_star={m.p_star}")
     Q, rho = minimum_overlaps(m)
     return integrate(m, Q, rho, _identity_teacher(m), t_max,
-                     t_eval=np.linspace(0.0, t_max, n_eval), rtol=1e-10, atol=1e-13)
+                     t_eval=np.linspace(0.0, t_max, n_eval), rtol=1e-10, atol=1e-13,
+                     warn_symmetric=False)  # the axis-aligned minimum is symmetric on purpose

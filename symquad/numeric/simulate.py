@@ -1,4 +1,4 @@
-"""Monte Carlo simulation of one-pass SGD in the teacher–student model of SPEC.md.
+"""Monte Carlo simulation of one-pass SGD in the teacher–student model of docs/model.md.
 
 Two simulators share one driver and one output type (:class:`SimulationRun`):
 
@@ -16,7 +16,7 @@ Two simulators share one driver and one output type (:class:`SimulationRun`):
     The same process, exactly in law, with a cost per step independent of
     ``N``.  Because ``x`` is isotropic, only the Gram matrix of the weights
     matters.  The simulator keeps coordinates ``X`` (a ``(p+p*) × k`` matrix
-    per replica, ``k ≤ p+p*+K``) of the rows of ``[W; W*]/√N`` in an
+    per replica, ``k ≤ p + p*``) of the rows of ``[W; W*]/√N`` in an
     orthonormal basis ``e_1..e_k`` of a subspace that contains them, so that
     ``C = X Xᵀ = [[Q, ρ], [ρᵀ, T]]``.  A fresh input is written
 
@@ -29,19 +29,26 @@ Two simulators share one driver and one output type (:class:`SimulationRun`):
     ``N − k`` degrees of freedom.  Then ``(λ, ν) = X g`` has exactly the law
     ``N(0, C)``, ``‖x‖²/N = (‖g‖² + s²)/N``, and the update is
     ``X_student ← X_student − (δ/N) (g, s)`` with
-    ``δ_k = (η/p)(ŷ − y) σ'(λ_k)``; every ``K = 16`` steps the basis is
-    re-compressed to ``p + p*`` columns with the same Gram matrix (a Cholesky
-    factor of ``C = X Xᵀ``, or the ``ℛᵀ`` of a QR factorisation ``Xᵀ = 𝒬ℛ``
-    where ``C`` is singular).  Within a block the steps are made lazily
-    (see :class:`_ReducedStepper`): per step a few operations on arrays of
-    shape ``(replicas, p)``.  This is the construction of
-    SPEC.md ("(λ, ν) ~ N(0, C) plus a chi-square with N − rank degrees of
-    freedom"), written with a factor of ``C`` instead of ``C`` itself: the
+    ``δ_k = (η/p)(ŷ − y) σ'(λ_k)``.  After every step the new direction
+    ``e_{k+1}`` is folded back: an orthogonal rotation of the columns (a
+    rank-one LQ update by Givens rotations, ``O(p²)``) returns the
+    coordinates to ``k`` columns with the same Gram matrix, so each step
+    uses exactly the ``k = p + p*`` normals and the one chi-square its law
+    needs (see :class:`_ReducedStepper`).  This is the construction
+    "(λ, ν) ~ N(0, C) plus a chi-square with N − rank degrees of freedom"
+    (docs/model.md §9), written with a factor of ``C`` instead of ``C`` itself: the
     in-span part of ``‖x‖²`` is ``‖g‖² = zᵀC⁺z`` without forming a
     pseudo-inverse, a singular ``C`` (``W = 0``, or ``p > p*`` at a
     solution) needs no special case, and ``C = X Xᵀ`` stays symmetric
     positive semi-definite to round-off at every step.  The equivalence with
     ``method="full"`` is checked by two-sample tests (tests/test_simulate_equivalence.py).
+
+    The deterministic part of a step runs in a compiled numba kernel
+    (:mod:`symquad.numeric._sgd_kernels`; groups of 8 replicas in SIMD
+    lanes, single-threaded); the random
+    numbers are drawn with numpy.  The kernels are compiled on first use and
+    cached on disk: the first call in a fresh installation pays that once
+    (see the README for the measured cost).
 
 Conventions
 -----------
@@ -52,12 +59,14 @@ entries of size ``√(q0/N)``.  With ``Q0, rho0`` (and optionally ``T``) the
 weights are built with exactly that Gram matrix.  Time is ``t = steps/N``.
 
 Random streams: one ``seed`` is split by :class:`numpy.random.SeedSequence`
-into independent streams for the teacher, the initialisation, the inputs and
-the label noise (so, e.g., the first input is never correlated with the
-teacher, and turning label noise on does not change the inputs).  Replicas are
-drawn together (batched), so the numbers of replica ``r`` depend on the number
-of replicas requested; the same ``(seed, replicas, N, ...)`` always gives the
-same numbers.
+into independent streams for the teacher, the initialisation, the inputs, the
+label noise and (reduced simulator) the chi-square norms (so, e.g., the first
+input is never correlated with the teacher, and turning label noise on does not
+change the inputs).  Replicas are drawn together (batched, step-major), so the
+numbers of replica ``r`` depend on the number of replicas requested; the same
+``(seed, replicas, N, ...)`` always gives the same numbers, whatever the process
+or the numba kernel used (the scalar and the SIMD-lane kernel agree bit for bit), and ``t_eval`` only chooses which states are
+recorded (the trajectories themselves do not depend on it).
 
 The population risk recorded with every state is computed from ``(Q, ρ, T)``
 by Isserlis' theorem (:func:`population_risk`), independently of the
@@ -69,11 +78,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from numbers import Integral
+from pathlib import Path
 
 import numpy as np
 
 from .errors import DivergenceError, describe_state
-from .checks import check_int as _check_int, check_positive
+from .checks import as_real_array, check_int as _check_int, check_positive
 
 __all__ = ["simulate", "SimulationRun", "population_risk", "DEFAULT_Q0", "METHODS"]
 
@@ -81,8 +91,8 @@ __all__ = ["simulate", "SimulationRun", "population_risk", "DEFAULT_Q0", "METHOD
 DEFAULT_Q0 = 1.0
 #: Simulation methods.
 METHODS = ("reduced", "full")
-#: Reduced simulator: steps between two re-compressions of the basis.
-_BLOCK = 16
+#: Reduced simulator: steps between two divergence checks (made in its kernel).
+_REDUCED_CHECK_EVERY = 16
 #: Full simulator: steps between two divergence checks (the Gram matrix costs
 #: ``O(p² N)`` per replica, so it is not computed every step).
 _FULL_CHECK_EVERY = 64
@@ -170,6 +180,43 @@ class SimulationRun:
 
     def __str__(self) -> str:
         return self.summary()
+
+    def __repr__(self) -> str:
+        div = f", {self.n_diverged} diverged" if self.n_diverged else ""
+        return (f"SimulationRun({self.method}, N={self.N}, {self.replicas} replicas x "
+                f"{len(self.t)} times in [{self.t[0]:.3g}, {self.t[-1]:.3g}], "
+                f"seed={self.seed}{div}; {self.model!r})")
+
+    def save(self, path) -> Path:
+        """Write the run to ``path`` (``.npz`` with a JSON ``meta.json`` member), atomically.
+
+        Arrays (``t, Q, rho, risk, T, status, t_diverged`` and the
+        ``last_finite`` states) are stored exactly; the model, ``N``, the
+        method, the seed and ``check_every`` go into the JSON metadata.
+        :meth:`load` reads it back.
+        """
+        from .persist import model_to_dict, save_npz
+        meta = {"model": model_to_dict(self.model), "N": int(self.N), "method": self.method,
+                "seed": None if self.seed is None else int(self.seed),
+                "check_every": int(self.check_every)}
+        arrays = {"t": self.t, "Q": self.Q, "rho": self.rho, "risk": self.risk, "T": self.T,
+                  "status": np.asarray(self.status, dtype=str),
+                  "t_diverged": self.t_diverged,
+                  **{f"last_finite_{key}": value for key, value in self.last_finite.items()}}
+        return save_npz(path, "SimulationRun", meta, arrays)
+
+    @classmethod
+    def load(cls, path) -> "SimulationRun":
+        """Read a run written by :meth:`save` (same arrays, same model)."""
+        from .persist import load_npz, model_from_dict
+        meta, arr = load_npz(path, "SimulationRun")
+        last = {key[len("last_finite_"):]: value for key, value in arr.items()
+                if key.startswith("last_finite_")}
+        return cls(model=model_from_dict(meta["model"]), N=int(meta["N"]),
+                   method=meta["method"], seed=meta["seed"], t=arr["t"], Q=arr["Q"],
+                   rho=arr["rho"], risk=arr["risk"], T=arr["T"], status=arr["status"],
+                   t_diverged=arr["t_diverged"], last_finite=last,
+                   check_every=int(meta["check_every"]))
 
 
 # ---------------------------------------------------------------------------
@@ -299,7 +346,7 @@ def _initial_coordinates(model, N, replicas, Q0, rho0, T, rng_init):
     p, ps = model.p, model.p_star
     if T is None:
         T = np.eye(ps)
-    T = np.asarray(T, dtype=float)
+    T = as_real_array(T, "T")  # complex/str refused, not truncated
     if T.shape != (ps, ps):
         raise ValueError(f"T must have shape (p_star, p_star) = ({ps}, {ps}), got {T.shape}")
     F_T, r_T = _psd_factor(T, "T")
@@ -324,8 +371,8 @@ def _initial_coordinates(model, N, replicas, Q0, rho0, T, rng_init):
         else:
             E = q_scale * rng_init.standard_normal((replicas, p, n_perp))
     else:
-        Q0 = np.asarray(Q0, dtype=float)
-        rho0 = np.asarray(rho0, dtype=float)
+        Q0 = as_real_array(Q0, "Q0")
+        rho0 = as_real_array(rho0, "rho0")
         if Q0.shape not in ((p, p), (replicas, p, p)):
             raise ValueError(f"Q0 must have shape (p, p) = ({p}, {p}) or (replicas, p, p), "
                              f"got {Q0.shape}")
@@ -461,21 +508,25 @@ class _FullStepper(_Stepper):
             frame = np.linalg.qr(rng_teacher.standard_normal((N, c)))[0].T    # (c, N)
             self.Ws = sqrtN * (X0[0, p:, :] @ frame)
             self.W = sqrtN * (X0[:, :p, :] @ frame)
+        self.W = np.ascontiguousarray(self.W)
+        self.Ws = np.ascontiguousarray(self.Ws)
         self.sqrtN = sqrtN
+        self.c = np.array(self.act.c, dtype=float)
+        self.dc = np.array(self.act.dc if self.act.dc else [0.0], dtype=float)
 
     def advance(self, n):
+        from . import _sgd_kernels
         R, N = self.R, self.N
         xi = self._noise_block(n)
         inv = 1.0 / self.sqrtN
+        no_noise = np.zeros(0)
+        live = self.alive > 0
         for j in range(n):
             x = self.rng_data.standard_normal((R, N))
-            z = np.concatenate([np.matmul(self.W, x[:, :, None])[..., 0], x @ self.Ws.T],
-                               axis=1)
-            z *= inv
-            delta = self._delta(z, None if xi is None else xi[j], inv)
-            # row by row: avoids a (replicas, p, N) temporary
-            for k in range(self.p):
-                self.W[:, k, :] -= delta[:, k, None] * x
+            x *= inv
+            # fields, δ and the rank-one update of W fused in one compiled pass
+            _sgd_kernels.full_update(self.W, self.Ws, x, self.c, self.dc, self.eta_over_p,
+                                     no_noise if xi is None else xi[j], live)
 
     def gram(self):
         N = self.N
@@ -491,142 +542,178 @@ class _FullStepper(_Stepper):
 class _ReducedStepper(_Stepper):
     r"""Exact-in-law SGD on the coordinates of ``[W; W*]/√N`` (see module docstring).
 
-    Steps are made in blocks of at most ``block`` steps.  Within a block the
-    basis is the current one (``k`` columns) plus one new direction per step
-    (the direction of that input's component outside everything seen so far),
-    so the block's inputs have coordinates ``[G | L]``: ``G`` (n × k) i.i.d.
-    ``N(0,1)``, ``L`` (n × n) lower triangular with ``L_jj² ~ χ²_{N−k−j}``
-    and i.i.d. ``N(0,1)`` below the diagonal (Bartlett's decomposition of the
-    inputs' residual Gram matrix).  Because ``w_k`` after step ``i`` is
-    ``w_k − Σ_{i'<i} δ_{i'} x_{i'}/√N``, the fields at step ``j`` are
+    The coordinates are kept as the teacher block ``F_T`` (``p* × r_T``,
+    shared by the replicas and never modified, so ``T`` is exact), and per
+    replica the student blocks ``B`` (``p × r_T``, components in the teacher
+    span) and ``E`` (``p × m``, ``m = min(p, N − r_T)``, components in its
+    orthogonal complement).  The basis has ``k = r_T + m`` vectors.  One step
+    uses ``k`` standard normals and, when ``N > k``, one ``χ²_{N−k}`` (the
+    squared norm of the input outside the basis); the new direction it
+    creates is folded back by an orthogonal rotation of the complement
+    columns, which keeps ``E`` lower triangular (a rank-one LQ update,
+    ``O(p²)`` per step; see :mod:`symquad.numeric._sgd_kernels`).  This is
+    the re-compression of the previous block scheme done after every step: the
+    same law, without the extra normals a block of steps needs for the inputs'
+    mutual inner products.
 
-    .. math::  λ_j = λ_j^{(0)} - \frac1N \sum_{i<j} δ_i\,(x_i·x_j),
-
-    with ``λ^{(0)} = X G^T`` and the inputs' inner products computed once per
-    block; the coordinates are updated once at the end of the block and
-    compressed back to ``p + p*`` columns by a Cholesky factor of the Gram
-    matrix ``C = X Xᵀ`` (QR of ``Xᵀ`` where ``C`` is singular).
+    Random numbers are drawn with numpy in chunks of steps, step-major
+    (``(steps, replicas, k)`` normals, ``(steps, replicas)`` chi-squares),
+    each kind from its own stream, so the numbers do not depend on the
+    chunking; the deterministic update runs in a compiled kernel, which also
+    makes the divergence check every `check_every` steps.
     """
 
-    def __init__(self, model, N, replicas, X0, rng_data, rng_noise, residual=True,
-                 block=_BLOCK):
+    def __init__(self, model, N, replicas, X0, rng_data, rng_noise, rng_chi, residual=True,
+                 check_every=16, blowup=1e8):
         super().__init__(model, N, replicas, rng_data, rng_noise)
-        self.d = self.p + self.ps
-        self.block = block
-        self.X = np.array(X0, dtype=float)            # (R, d, k), k <= d
-        self.blown = np.zeros(replicas, dtype=bool)   # non-finite found while compressing
-        # private switch for the power check of the equivalence tests: without
-        # the chi-square part, x is replaced by its projection on the basis
-        self._residual = residual
-        self._tril = {}
+        p, ps = self.p, self.ps
+        X0 = np.asarray(X0, dtype=float)
+        F_T = X0[0, p:, :]
+        r_T = int(np.count_nonzero(np.any(F_T != 0, axis=0)))
+        # _initial_coordinates puts the teacher in the first r_T columns
+        self.F_T = np.ascontiguousarray(F_T[:, :r_T])
+        m = min(p, N - r_T)
+        self.k = r_T + m
+        B = np.ascontiguousarray(X0[:, :p, :r_T])
+        E = np.zeros((replicas, p, m))
+        E[:, :, :X0.shape[-1] - r_T] = X0[:, :p, r_T:]
+        # a residual direction exists when the basis does not fill R^N
+        self.residual = bool(residual) and N > self.k
+        if self.residual:
+            # E = (LQ)'s L: same Gram matrix, lower triangular (m == p here)
+            E = np.swapaxes(np.linalg.qr(np.swapaxes(E, -1, -2), mode="r"), -1, -2)
+        self.B, self.E = B, np.ascontiguousarray(E)
+        self.triangular = self.residual
+        self.rng_chi = rng_chi
+        self.c = np.array(self.act.c, dtype=float)
+        self.dc = np.array(self.act.dc if self.act.dc else [0.0], dtype=float)
+        self.coef = self.eta_over_p / N
+        self.check_every = int(check_every)
+        self.blowup = float(blowup)
+        self.step = 0
+        self.live = np.ones(replicas, dtype=bool)
+        self.caught_step = np.full(replicas, -1, dtype=np.int64)
+        self.last_step = np.full(replicas, -1, dtype=np.int64)
+        self.last_Q = np.zeros((replicas, p, p))
+        self.last_rho = np.zeros((replicas, p, ps))
+        self._kernel = _reduced_kernel(replicas)
 
-    def _tril_index(self, n, n_new):
-        key = (n, n_new)
-        if key not in self._tril:
-            rows, cols = np.tril_indices(n, -1, n_new)
-            self._tril[key] = (rows, cols)
-        return self._tril[key]
-
-    def _inputs(self, n):
-        """Coordinates ``[G | L]`` (R, n, k + n_new) of the next `n` inputs."""
-        R, N = self.R, self.N
-        k = self.X.shape[-1]
-        n_new = min(n, N - k) if self._residual else 0
-        G = self.rng_data.standard_normal((R, n, k))
-        if n_new == 0:
-            return G, G
-        L = np.zeros((R, n, n_new))
-        rows, cols = self._tril_index(n, n_new)
-        L[:, rows, cols] = self.rng_data.standard_normal((R, rows.size))
-        j = np.arange(n_new)
-        L[:, j, j] = np.sqrt(self.rng_data.chisquare((N - k - j).astype(float),
-                                                     size=(R, n_new)))
-        return G, np.concatenate([G, L], axis=-1)
+    def draw(self, n):
+        """Random numbers of the next `n` steps: normals, chi-squares, label noise."""
+        R = self.R
+        G = self.rng_data.standard_normal((n, R, self.k))
+        S = (self.rng_chi.chisquare(float(self.N - self.k), size=(n, R)) if self.residual
+             else _EMPTY)
+        xi = self._noise_block(n)
+        return G, S, (_EMPTY if xi is None else xi)
 
     def advance(self, n):
+        chunk = _reduced_chunk(self.R, self.k)
         while n > 0:
-            m = min(n, self.block)
-            self._block(m)
+            m = min(n, chunk)
+            G, S, xi = self.draw(m)
+            self._kernel(self.B, self.E, self.F_T, self.c, self.dc, self.coef, G, S, xi,
+                         self.residual, self.triangular, self.live, self.step,
+                         self.check_every, self.blowup, self.caught_step, self.last_step,
+                         self.last_Q, self.last_rho)
+            self.step += m
             n -= m
 
-    def _block(self, n):
-        p = self.p
-        X = self.X
-        G, xs = self._inputs(n)
-        Z = np.einsum("rdc,rjc->rdj", X, G)                 # fields from the block-start weights
-        lam0 = Z[:, :p, :]
-        y = _horner(self.act.c, Z[:, p:, :]).mean(axis=1)   # teacher outputs, (R, n)
-        xi = self._noise_block(n)
-        if xi is not None:
-            y += xi.T
-        # gram[:, j, i] = x_i·x_j for i < j, 0 otherwise (row j contiguous)
-        gram = np.tril(np.matmul(xs, np.swapaxes(xs, -1, -2)), -1)
-        coef = self.alive * (self.eta_over_p / self.N)
-        deltas = np.zeros((self.R, p, n))                    # δ_j / N
-        inv_p = 1.0 / p
-        quad = self.act.quadratic
-        if quad is not None:
-            # σ(z) = c z² + c0 (c0 cancels in ŷ − y): δ_j/N = a (Σλ²) λ − b_j λ with
-            # a = coef·2c·c/p and b_j = coef·2c·(y_j − c0), precomputed for the block
-            a = coef * (2.0 * quad * quad / p)
-            b = np.ascontiguousarray(((y - self.act.c[0]) * (coef * 2.0 * quad)[:, None]).T)
-        for j in range(n):
-            if j:
-                lam = lam0[:, :, j] - np.einsum("rpi,ri->rp", deltas, gram[:, j])
-            else:
-                lam = lam0[:, :, 0]
-            if quad is not None:
-                err = np.einsum("rp,rp->r", lam, lam)
-                err *= a
-                err -= b[j]
-                np.multiply(err[:, None], lam, out=deltas[:, :, j])
-                continue
-            err = _horner(self.act.c, lam).sum(axis=1)
-            err *= inv_p
-            err -= y[:, j]
-            err *= coef
-            deltas[:, :, j] = err[:, None] * _horner(self.act.dc, lam)
-        k = X.shape[-1]
-        new = np.zeros((self.R, self.d, xs.shape[-1]))
-        new[:, :, :k] = X
-        new[:, :p, :] -= np.einsum("rpj,rjc->rpc", deltas, xs)
-        self.X = self._compress(new)
+    def pop_caught(self):
+        """Replicas whose in-kernel divergence check failed since the last call.
 
-    def _compress(self, X):
-        """Coordinates with ``p + p*`` columns and the same Gram matrix ``X Xᵀ``."""
-        d = self.d
-        if X.shape[-1] <= d:
-            return X
-        bad = ~np.all(np.isfinite(X), axis=(1, 2))
-        if bad.any():
-            # report the blow-up to the driver and keep a harmless placeholder
-            # (the replica is frozen and never recorded again)
-            self.blown |= bad
-            X[bad] = 0.0
-            X[bad, :, :d] = np.eye(d)
-        C = np.einsum("rac,rbc->rab", X, X)
-        try:
-            return np.linalg.cholesky(C)
-        except np.linalg.LinAlgError:
-            # singular Gram matrix (W = 0, rank-deficient overlaps): QR of Xᵀ
-            r = np.linalg.qr(np.swapaxes(X, -1, -2), mode="r")     # (R, d, d)
-            return np.swapaxes(r, -1, -2)
+        Returns ``(mask, caught_step, last_step, last_Q, last_rho)``; ``last_step``
+        is -1 where no in-kernel check passed.
+        """
+        mask = self.caught_step >= 0
+        out = (mask, self.caught_step.copy(), self.last_step.copy(), self.last_Q.copy(),
+               self.last_rho.copy())
+        self.caught_step[mask] = -1
+        return out
+
+    @property
+    def X(self):
+        """Coordinates ``(R, p+p*, k)`` of ``[W; W*]/√N`` (``C = X Xᵀ``)."""
+        R, p, r_T = self.B.shape
+        X = np.zeros((R, p + self.ps, self.k))
+        X[:, :p, :r_T] = self.B
+        X[:, :p, r_T:] = self.E
+        X[:, p:, :r_T] = self.F_T
+        return X
 
     def gram(self):
-        X = self.X
-        C = np.einsum("rac,rbc->rab", X, X)
-        return C[:, :self.p, :self.p], C[:, :self.p, self.p:]
+        E, B = self.E, self.B
+        Q = np.matmul(B, np.swapaxes(B, -1, -2)) + np.matmul(E, np.swapaxes(E, -1, -2))
+        rho = np.matmul(B, self.F_T.T)
+        return Q, rho
 
     def freeze(self, mask):
         self.alive[mask] = 0.0
-        k = self.X.shape[-1]
-        self.X[mask] = np.eye(self.d, k)      # placeholder state, never recorded
+        self.live[mask] = False
+
+
+#: Reduced simulator: most random numbers drawn per chunk (bounds the memory).
+_CHUNK_VALUES = 2**17
+_EMPTY = np.zeros((0, 0))
+
+
+def _reduced_chunk(replicas, k):
+    """Steps drawn per chunk by the reduced simulator (benchmarks draw the same shapes)."""
+    return max(1, _CHUNK_VALUES // (replicas * max(k, 1)))
+
+
+#: Replica count from which the reduced kernel advances replicas in SIMD lanes
+#: (groups of ``_sgd_kernels.LANES``); below it a group would be mostly empty.
+_LANES_MIN_REPLICAS = 4
+
+
+def _reduced_kernel(replicas):
+    """The compiled kernel for `replicas` replicas (both give bit-identical numbers)."""
+    from . import _sgd_kernels as kern
+    return kern.reduced_steps if replicas < _LANES_MIN_REPLICAS else kern.reduced_steps_lanes
 
 
 # ---------------------------------------------------------------------------
 # driver
 # ---------------------------------------------------------------------------
+#: Limits checked before any work: bytes of the recorded trajectories or of
+#: the full simulator's weights, and replica-steps of one call (at the
+#: ~1e6 replica-steps/s of the compiled reduced simulator, 1e13 is months).
+MAX_BYTES = 8 * 2**30
+MAX_REPLICA_STEPS = 10**13
+#: Largest input dimension: N enters the step as a float and as the
+#: chi-square's degrees of freedom, exact in float64 up to 2**53.
+MAX_N = 2**53
+
+
+def _check_sizes(method, N, replicas, n_steps, n_rec, p, ps):
+    """Refuse, before any work, a run whose memory or step count is out of reach."""
+    if N > MAX_N:
+        raise ValueError(f"N must be <= 2**53 (allowed range 1..{MAX_N}), got {N}")
+    record_bytes = 8 * replicas * n_rec * (p * p + p * ps)
+    if record_bytes > MAX_BYTES:
+        raise ValueError(
+            f"replicas={replicas} with {n_rec} recorded times needs "
+            f"{record_bytes / 2**30:.3g} GiB for the trajectories (limit "
+            f"{MAX_BYTES / 2**30:g} GiB): use fewer replicas or a shorter t_eval")
+    if method == "full":
+        weight_bytes = 8 * replicas * N * (p + ps)
+        if weight_bytes > MAX_BYTES:
+            raise ValueError(
+                f"method='full' with N={N} and replicas={replicas} needs "
+                f"{weight_bytes / 2**30:.3g} GiB of weights (limit {MAX_BYTES / 2**30:g} GiB): "
+                f"use method='reduced' (same law, cost independent of N)")
+    if replicas * n_steps > MAX_REPLICA_STEPS:
+        raise ValueError(
+            f"replicas * t_max * N = {replicas * n_steps:.3g} replica-steps is beyond "
+            f"{MAX_REPLICA_STEPS:.0e} (months at ~1e6 replica-steps/s): reduce t_max, N "
+            f"or replicas")
+
+
 def _record_steps(t_max, N, t_eval):
+    if not t_max * N <= MAX_REPLICA_STEPS:
+        raise ValueError(f"t_max * N = {t_max * N:.3g} steps is beyond {MAX_REPLICA_STEPS:.0e}: "
+                         f"reduce t_max (allowed t_max <= {MAX_REPLICA_STEPS / N:.3g}) or N")
     n_steps = int(round(t_max * N))
     if n_steps < 1:
         raise ValueError(f"t_max * N must be >= 1 step, got t_max={t_max}, N={N}")
@@ -634,7 +721,7 @@ def _record_steps(t_max, N, t_eval):
         n = min(101, n_steps + 1)
         steps = np.unique(np.round(np.linspace(0, n_steps, n)).astype(np.int64))
     else:
-        t_eval = np.asarray(t_eval, dtype=float)
+        t_eval = as_real_array(t_eval, "t_eval")
         if t_eval.ndim != 1 or t_eval.size == 0 or not np.all(np.isfinite(t_eval)):
             raise ValueError("t_eval must be a non-empty 1-d array of finite times")
         if np.any(t_eval < 0) or np.any(t_eval > t_max * (1 + 1e-12)):
@@ -707,10 +794,15 @@ def simulate(model, N=2000, t_max=20.0, replicas=64, seed=0, method="reduced",
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, Integral)
                              or seed < 0):
         raise ValueError(f"seed must be an integer >= 0 or None, got {seed!r}")
+    if N > MAX_N:
+        raise ValueError(f"N must be <= 2**53 (allowed range 1..{MAX_N}), got {N}")
     n_steps, rec_steps = _record_steps(t_max, N, t_eval)
+    _check_sizes(method, N, replicas, n_steps, len(rec_steps), model.p, model.p_star)
 
     ss = np.random.SeedSequence(seed)
-    rng_teacher, rng_init, rng_data, rng_noise = (np.random.default_rng(s) for s in ss.spawn(4))
+    # five independent streams; the first four are the same as spawn(4)'s
+    rng_teacher, rng_init, rng_data, rng_noise, rng_chi = (
+        np.random.default_rng(s) for s in ss.spawn(5))
     X0, T = _initial_coordinates(model, N, replicas, Q0, rho0, T, rng_init)
     p, ps = model.p, model.p_star
     if method == "full":
@@ -718,9 +810,10 @@ def simulate(model, N=2000, t_max=20.0, replicas=64, seed=0, method="reduced",
                                rng_noise, random_student=Q0 is None)
         check_every = _FULL_CHECK_EVERY
     else:
-        stepper = _ReducedStepper(model, N, replicas, X0, rng_data, rng_noise,
-                                  residual=_residual)
-        check_every = _BLOCK
+        check_every = _REDUCED_CHECK_EVERY
+        stepper = _ReducedStepper(model, N, replicas, X0, rng_data, rng_noise, rng_chi,
+                                  residual=_residual, check_every=check_every,
+                                  blowup=blowup)
 
     n_rec = len(rec_steps)
     Qs = np.full((replicas, n_rec, p, p), np.nan)
@@ -731,8 +824,10 @@ def simulate(model, N=2000, t_max=20.0, replicas=64, seed=0, method="reduced",
             "rho": np.zeros((replicas, p, ps))}
     alive = np.ones(replicas, dtype=bool)
 
-    checkpoints = np.union1d(rec_steps, np.arange(0, n_steps + 1, check_every))
-    checkpoints = np.union1d(checkpoints, [n_steps])
+    checkpoints = np.union1d(rec_steps, [n_steps])
+    if method == "full":
+        # the reduced stepper checks every check_every steps inside its kernel
+        checkpoints = np.union1d(checkpoints, np.arange(0, n_steps + 1, check_every))
     rec_index = {int(s): i for i, s in enumerate(rec_steps)}
     bar = None
     if progress:
@@ -748,11 +843,22 @@ def simulate(model, N=2000, t_max=20.0, replicas=64, seed=0, method="reduced",
                 if bar is not None:
                     bar.update(target - step)
                 step = target
+            if method == "reduced":
+                caught, c_step, l_step, l_Q, l_rho = stepper.pop_caught()
+                caught &= alive
+                if caught.any():
+                    status[caught] = "diverged"
+                    t_div[caught] = c_step[caught] / N
+                    alive &= ~caught
+                    # the last passed check: in the kernel or here, whichever is later
+                    newer = caught & (l_step / N > last["t"])
+                    last["t"][newer] = l_step[newer] / N
+                    last["Q"][newer] = l_Q[newer]
+                    last["rho"][newer] = l_rho[newer]
             Q, rho = stepper.gram()
-            blown = getattr(stepper, "blown", np.zeros(replicas, dtype=bool))
-            bad = alive & (blown | ~(np.all(np.isfinite(Q), axis=(1, 2))
+            bad = alive & ~(np.all(np.isfinite(Q), axis=(1, 2))
                             & np.all(np.isfinite(rho), axis=(1, 2))
-                            & (np.max(np.abs(Q), axis=(1, 2)) < blowup)))
+                            & (np.max(np.abs(Q), axis=(1, 2)) < blowup))
             if bad.any():
                 status[bad] = "diverged"
                 t_div[bad] = step / N

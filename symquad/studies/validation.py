@@ -330,7 +330,7 @@ class ValidationReport:
 
     # -- figures --------------------------------------------------------------
     def figures(self) -> dict:
-        """Matplotlib figures ``{"risk", "overlaps", "fss", "escape"}`` (:mod:`symquad.plotting`)."""
+        """Matplotlib figures ``{"risk", "overlaps", "fss", "escape"}`` of the report."""
         from ..plotting import validation_figures
 
         return validation_figures(self)
@@ -400,7 +400,8 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start="random", seed=0
         Independent SGD runs (``>= 2``).
     start : {"random", "informed"}
         ``"random"``: ``w_k ~ N(0, I)``, ``T = I`` (plateau and escape);
-        ``"informed"``: :func:`informed_start` (``ρ(0)`` of order one).
+        ``"informed"``: ``Q(0) = I``, ``ρ(0) = α P`` with ``α`` = `overlap` and
+        ``P`` a fixed p×p* matrix with orthonormal columns (no plateau).
     seed : int
         Seed of the simulations (the same seed gives the same report numbers).
     method : {"reduced", "full"}
@@ -573,7 +574,7 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start="random", seed=0
             start=fss_start, overlap=overlap, method=method, progress=progress)
     study = None
     if invariant and model.p >= model.p_star:
-        # SPEC result 4 at finite N: drift of S = rho (rho^T rho)^(-1/2) vs N
+        # docs/model.md §8.4 at finite N: drift of S = rho (rho^T rho)^(-1/2) vs N
         from .invariant_drift import invariant_drift_study, summarize_drift_study
         study = invariant_drift_study(model, Ns=list(invariant_N), t_max=t_max,
                                       replicas=invariant_replicas, seed=seed, method=method,

@@ -297,7 +297,7 @@ def solution_jacobian(m: Model, eta=None, noise=0):
 def solution_zero_modes(p: int, p_star: int) -> int:
     r"""Zero eigenvalues of the ODE Jacobian at a zero-risk point, in ``(Q, ρ)`` space.
 
-    ``p p* − p*(p*+1)/2`` along the zero-risk manifold (SPEC result 3) plus
+    ``p p* − p*(p*+1)/2`` along the zero-risk manifold (docs/model.md §8.3) plus
     ``(p−p*)(p−p*+1)/2`` from symmetric changes of ``Q`` on the ``p − p*``
     student directions that the solution does not use (the risk grows only at
     second order there; the ODE analogue of the extra Hessian zero modes).

@@ -56,7 +56,8 @@ from sympy.polys.matrices import DomainMatrix
 from ..spec import Model, check_model
 
 __all__ = [
-    "POINTS", "HessianBlocks", "effective_point", "hessian_blocks", "hessian_spectrum",
+    "POINTS", "HessianBlocks", "HessianSpectrum", "effective_point", "hessian_blocks",
+    "hessian_spectrum",
     "spectrum_formulas", "count_formulas", "P_SYM", "P_STAR_SYM", "N_SYM",
 ]
 
@@ -68,14 +69,26 @@ P_STAR_SYM = sp.Symbol("p_star", positive=True, integer=True)
 N_SYM = sp.Symbol("N", positive=True, integer=True)
 
 
+#: Largest p and p* of the exact Hessian reduction.  Its cost is the explicit
+#: risk in the p(p+1)/2 + p p* entry symbols, exact Hessians and eigenvalues;
+#: measured on a shared 2-core machine (all three points): p=4, p*=2: 3 s;
+#: p=6, p*=2: 15 s; it roughly doubles with each unit of p.
+MAX_HESSIAN_WIDTH = 10
+
+
 def _check(m, point):
     check_model(m, "m")
-    if point not in POINTS:
+    if not isinstance(point, str) or point not in POINTS:
         raise ValueError(f"point must be one of {POINTS}, got {point!r}")
     if not m.is_quadratic:
         raise ValueError(
             "the weight-space Hessian reduction is derived for σ(z) = c z² (+ c0); "
             f"the model has activation {m.activation_str!r}")
+    if max(m.p, m.p_star) > MAX_HESSIAN_WIDTH:
+        raise ValueError(
+            f"the exact Hessian reduction needs p and p_star in [1, {MAX_HESSIAN_WIDTH}] "
+            f"(cost roughly doubles with each unit of p: p=6, p*=2 takes ~15 s, p=10 several "
+            f"minutes); got p={m.p}, p_star={m.p_star}")
 
 
 @lru_cache(maxsize=None)
@@ -320,24 +333,148 @@ def hessian_blocks(m: Model, point: str) -> HessianBlocks:
                          _exact_eigenvalues(Hpar), _exact_eigenvalues(Hperp), tp, tq)
 
 
-def hessian_spectrum(m: Model, point: str = "plateau", N: int = 12) -> np.ndarray:
-    """All ``p·N`` eigenvalues of the weight-space Hessian of the risk (T = I), ascending.
+#: Largest number of eigenvalues (p·N) hessian_spectrum lists one by one.
+MAX_SPECTRUM_SIZE = 10 ** 7
+
+
+@dataclass(frozen=True, repr=False)
+class HessianSpectrum:
+    r"""Spectrum of the weight-space Hessian ``∂²ε/∂W²`` of the risk at a critical point.
+
+    Attributes
+    ----------
+    model : Model
+    point : {"origin", "plateau", "minimum"}
+    N : int
+        Input dimension; there are ``p·N`` eigenvalues.
+    eigenvalues : ndarray (p·N,)
+        All eigenvalues, ascending, with multiplicity (floats of exact values).
+    exact : dict
+        ``{eigenvalue: multiplicity}`` with exact SymPy eigenvalues.
+    negative, zero, positive : int
+        Eigenvalue counts (from the exact values, so no tolerance is involved).
+    tangent_zero_modes : int
+        Zero modes tangent to the critical manifold (the orbit of the point
+        under ``W → UW``, ``U ∈ O(p)``, and under rotations of ``R^N`` that fix
+        the teacher span).
+    extra_zero_modes : int
+        The remaining zero modes (flat directions that are not symmetries,
+        e.g. unused student directions at a minimum with ``p > p*``, along
+        which the risk grows quartically).
+    count_formulas : dict
+        ``{"negative", "zero", "positive"}``: the counts as formulas in
+        ``p, p_star, N`` (strings), from the closed-form spectra (module docstring).
+    r : int
+        Dimension of the span of student and teacher rows at the point.
+
+    ``numpy.asarray(spectrum)``, ``len(spectrum)`` and ``spectrum[i]`` act on the
+    eigenvalues, so code written for the plain array keeps working.
+    """
+
+    model: Model
+    point: str
+    N: int
+    eigenvalues: np.ndarray
+    exact: dict
+    negative: int
+    zero: int
+    positive: int
+    tangent_zero_modes: int
+    extra_zero_modes: int
+    count_formulas: dict
+    r: int
+
+    @property
+    def counts(self) -> tuple:
+        """``(negative, zero, positive)``."""
+        return self.negative, self.zero, self.positive
+
+    @property
+    def zero_modes(self) -> dict:
+        """``{"tangent": ..., "extra": ...}``."""
+        return {"tangent": self.tangent_zero_modes, "extra": self.extra_zero_modes}
+
+    @property
+    def shape(self) -> tuple:
+        return self.eigenvalues.shape
+
+    def __array__(self, dtype=None, copy=None):
+        return self.eigenvalues if dtype is None else self.eigenvalues.astype(dtype)
+
+    def __len__(self) -> int:
+        return len(self.eigenvalues)
+
+    def __getitem__(self, index):
+        return self.eigenvalues[index]
+
+    def __repr__(self) -> str:
+        m = self.model
+        return (f"HessianSpectrum({self.point}, p={m.p}, p_star={m.p_star}, N={self.N}: "
+                f"{len(self.eigenvalues)} eigenvalues, (neg, zero, pos) = {self.counts}, "
+                f"zero modes {self.tangent_zero_modes} tangent + {self.extra_zero_modes} extra)")
+
+    def summary(self) -> str:
+        """Counts with their formulas, the distinct eigenvalues (times N) and the zero modes."""
+        f = self.count_formulas
+        distinct = ", ".join(
+            f"{sp.nsimplify(v * self.N)}" + (f" (x{n})" if n > 1 else "")
+            for v, n in sorted(self.exact.items(), key=lambda kv: float(kv[0])))
+        return (f"{self.point}: (negative, zero, positive) = {self.counts} of p·N = "
+                f"{len(self.eigenvalues)}\n"
+                f"  formulas: negative = {f['negative']}, zero = {f['zero']}, "
+                f"positive = {f['positive']}\n"
+                f"  N*eigenvalues: {distinct}\n"
+                f"  zero modes: {self.tangent_zero_modes} tangent to the critical manifold, "
+                f"{self.extra_zero_modes} extra")
+
+    def __str__(self) -> str:
+        return self.summary()
+
+
+def hessian_spectrum(m: Model, point: str = "plateau", N: int = 12) -> HessianSpectrum:
+    r"""Spectrum of the weight-space Hessian of the risk at a critical point (T = I).
+
+    The ``p·N × p·N`` Hessian reduces exactly to a ``p r`` block on the span of
+    the student and teacher rows and a ``p×p`` block repeated ``N − r`` times
+    (module docstring); both come from the risk that :func:`symquad.derive`
+    derives, and their eigenvalues are exact.
 
     Parameters
     ----------
     m : Model
+        Quadratic activation (``lr`` and ``noise`` do not enter: the risk is clean).
     point : {"origin", "plateau", "minimum"}
+        ``W = 0``; the plateau critical point of the risk (``ρ = 0``,
+        ``Q = p/(p+2) I``); a global minimum (zero risk for ``p >= p*``).
     N : int
         Input dimension, ``>= p*`` (``>= p + p*`` for the plateau).
 
     Returns
     -------
-    numpy array of length ``p·N`` (floats of the exact eigenvalues, with multiplicity).
+    HessianSpectrum
+        Eigenvalues (``p·N``, ascending, with multiplicity), the counts of
+        negative/zero/positive ones with their formulas in ``(p, p*, N)``, and
+        the zero modes split into tangent and extra.
     """
+    _check(m, point)
+    if isinstance(N, bool) or not isinstance(N, (int, np.integer)):
+        raise TypeError(f"N must be an integer >= p + p_star, got {N!r}")
+    if m.p * N > MAX_SPECTRUM_SIZE:
+        raise ValueError(f"N={N} asks for p*N = {m.p * N} eigenvalues; allowed N <= "
+                         f"{MAX_SPECTRUM_SIZE // m.p} (use HessianBlocks.spectrum(N) for the "
+                         f"exact spectrum as a dict of multiplicities at any N)")
     blocks = hessian_blocks(m, point)
+    N = blocks._check_N(N)
     spec = blocks.spectrum(N)
-    out = np.concatenate([np.full(n, float(v)) for v, n in spec.items()])
-    return np.sort(out)
+    values = np.sort(np.concatenate([np.full(n, float(v)) for v, n in spec.items()]))
+    neg, zero, pos = blocks.counts(N)
+    zm = blocks.zero_modes(N)
+    regime = None if point != "minimum" else ("over" if m.p >= m.p_star else "under")
+    formulas = {key: str(value) for key, value in count_formulas(point, regime).items()}
+    return HessianSpectrum(model=m, point=point, N=N, eigenvalues=values, exact=spec,
+                           negative=neg, zero=zero, positive=pos,
+                           tangent_zero_modes=zm["tangent"], extra_zero_modes=zm["extra"],
+                           count_formulas=formulas, r=blocks.r)
 
 
 # --------------------------------------------------------------------------- closed forms

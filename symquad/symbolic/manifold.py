@@ -24,6 +24,8 @@ copy).  With ``A = diag(c I_p/p, −c I_{p*}/p*)`` and ``C = [[Q, ρ], [ρᵀ, T
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import sympy as sp
 
 from ..spec import Model
@@ -39,7 +41,10 @@ def _model(p, p_star, activation=(0, 0, 1)) -> Model:
     return Model(p=p, p_star=p_star, lr=0.1, activation=activation)
 
 
+@lru_cache(maxsize=8)
 def _risk(m: Model):
+    # cached: risk_trace_form and zero_risk_points_check both need it, and the
+    # explicit expansion dominates `symquad invariants --only manifold`
     from .derive import derive
     if not m.is_quadratic:
         raise ValueError(f"the zero-risk manifold is derived for sigma(z) = c z**2 (+ c0); "
@@ -154,6 +159,16 @@ def orbit_jacobian(p, k, Q, rho):
     return sp.Matrix(cols).T if cols else sp.zeros(p * (p + 1) // 2 + p * k, 0)
 
 
+def _exact_rank(M) -> int:
+    """Rank of a rational matrix by fraction-exact elimination over QQ.
+
+    Same exact answer as ``Matrix.rank()`` but on SymPy's dense domain matrices,
+    which avoids generic-expression simplification (minutes at p = 8).
+    """
+    from sympy.polys.matrices import DomainMatrix
+    return DomainMatrix.from_Matrix(M).convert_to(sp.QQ).rank()
+
+
 def dimension_check(p, p_star) -> dict:
     r"""Exact ranks at points of ``Z_T`` for ``T = I`` and a non-diagonal rational ``T``.
 
@@ -169,10 +184,10 @@ def dimension_check(p, p_star) -> dict:
     for T in (sp.eye(k), _default_T(k)):
         O = _stiefel_point(p, k)
         J = constraint_jacobian(p, k, T, O * T)
-        kernel.append(J.shape[1] - J.rank())
+        kernel.append(J.shape[1] - _exact_rank(J))
         # the orbit map is homogeneous in the scale too; use the exact point
         Q, rho = sp.Rational(p, k) * O * T * O.T, O * T
-        orbit.append(orbit_jacobian(p, k, Q, rho).rank())
+        orbit.append(_exact_rank(orbit_jacobian(p, k, Q, rho)))
     return {"formula": formula, "kernel_dims": kernel, "orbit_ranks": orbit,
             "domain": p * (p + 1) // 2 + p * k,
             "codomain": p * (p + 1) // 2 + k * (k + 1) // 2}

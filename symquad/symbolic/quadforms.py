@@ -11,8 +11,8 @@ two reduction rules (``s_W = zᵀ W z``, ``∇ s_W = (W + Wᵀ) z``):
     E[z z^T F] = C\\, E[F] + C\\, E[∇∇^T F]\\, C .
 
 Applied to ``F = Π_k s_{W_k}`` they reduce any such expectation to traces of
-words times words, whatever the dimension: the width-independent route of
-SPEC.md.  A word is a tuple of base-matrix names; all base matrices are
+words times words, whatever the dimension: the width-independent matrix-form route
+(docs/derivation.md §3).  A word is a tuple of base-matrix names; all base matrices are
 symmetric, so the transpose of a word is the reversed word and traces are
 invariant under rotation and reversal of the word.
 

@@ -1,0 +1,315 @@
+"""Many starts of the same model integrated in one vectorised ODE solve.
+
+:func:`integrate_batch` stacks the states ``(Q_b, ρ_b)`` of ``B`` starts into
+one vector and integrates it with one of scipy's explicit solvers (the
+classes behind :func:`scipy.integrate.solve_ivp`, stepped by hand): the
+generated kernel is evaluated once per solver stage for the whole batch (its
+arguments carry a leading batch axis), instead of ``B`` separate solves with
+``B`` times the Python overhead.  The step size is shared, so it is set by the
+most demanding start; the error control is the solver's usual mixed norm over
+all components.
+
+Divergence is tracked per start.  A start counts as diverged once the solver
+evaluates it with ``max|Q_b| >= max_norm`` or a non-finite entry; from then on
+its derivative is zero (it is frozen), its time of divergence is that
+evaluation time (within one solver step of the crossing), and its recorded
+entries from that time on are NaN.  The solver is restarted from the last
+accepted state after a step in which a start diverged, so the frozen start's
+earlier (huge) slopes leave the error control; the other starts are
+integrated as if it were not there, one diverging start never stops the batch,
+and a finite-time blow-up cannot make the step size shrink forever.
+
+This module is part of the numeric runtime and never imports SymPy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy import integrate as _ivp
+
+from ..spec import check_model
+from .checks import check_positive
+from .errors import describe_state
+from .kernels import kernels
+
+__all__ = ["BatchODESolution", "integrate_batch"]
+
+
+@dataclass(frozen=True)
+class BatchODESolution:
+    """Trajectories of ``B`` starts of one model on a shared time grid.
+
+    Attributes
+    ----------
+    model : Model
+    t : ndarray, shape (n,)
+    Q : ndarray, shape (B, n, p, p)
+    rho : ndarray, shape (B, n, p, p*)
+    risk : ndarray, shape (B, n)
+        NaN from a start's divergence on.
+    T : ndarray, shape (p*, p*)
+    status : ndarray of str, shape (B,)
+        ``"ok"`` or ``"diverged"``.
+    t_diverged : ndarray, shape (B,)
+        Time at which the start was first evaluated beyond ``max_norm`` (or
+        non-finite); NaN if it did not diverge.
+    last_finite : dict
+        ``{"t": (B,), "Q": (B, p, p), "rho": (B, p, p*)}``: the last recorded
+        state before divergence (the final state of starts that did not diverge).
+    message : str
+        The solver's message.
+    nfev : int
+        Right-hand-side evaluations (each one evaluates the whole batch).
+    """
+
+    model: object
+    t: np.ndarray
+    Q: np.ndarray
+    rho: np.ndarray
+    risk: np.ndarray
+    T: np.ndarray
+    status: np.ndarray
+    t_diverged: np.ndarray
+    last_finite: dict = field(repr=False)
+    message: str = ""
+    nfev: int = 0
+
+    @property
+    def size(self) -> int:
+        """Number of starts ``B``."""
+        return self.Q.shape[0]
+
+    @property
+    def diverged(self) -> np.ndarray:
+        """Boolean mask of the starts that diverged."""
+        return self.status == "diverged"
+
+    @property
+    def n_diverged(self) -> int:
+        return int(np.count_nonzero(self.diverged))
+
+    def __repr__(self):
+        return (f"BatchODESolution(model={self.model!r}, starts={self.size}, n={len(self.t)}, "
+                f"t=[{self.t[0]:.3g}, {self.t[-1]:.3g}], diverged={self.n_diverged})")
+
+    def summary(self) -> str:
+        text = repr(self)
+        if self.n_diverged:
+            first = int(np.nanargmin(self.t_diverged))
+            state = {"Q": self.last_finite["Q"][first], "rho": self.last_finite["rho"][first]}
+            text += (f"\n  DIVERGED: {self.n_diverged}/{self.size} starts, first (start {first})"
+                     f" at t = {self.t_diverged[first]:.4g}; last finite state at "
+                     f"t = {self.last_finite['t'][first]:.4g}: {describe_state(state)}")
+        return text
+
+
+def _batch_overlaps(model, Q0, rho0, T, tol=1e-9):
+    """Validate a batch of starts; return ``Q0 (B,p,p)``, ``rho0 (B,p,p*)``, ``T (p*,p*)``."""
+    p, k = model.p, model.p_star
+    Q0 = np.asarray(Q0, dtype=float)
+    rho0 = np.asarray(rho0, dtype=float)
+    T = np.asarray(T, dtype=float)
+    if Q0.ndim not in (2, 3) or Q0.shape[-2:] != (p, p):
+        raise ValueError(f"Q0 must have shape (B, p, p) or (p, p) with p={p}, got {Q0.shape}")
+    if rho0.ndim not in (2, 3) or rho0.shape[-2:] != (p, k):
+        raise ValueError(f"rho0 must have shape (B, p, p_star) or (p, p_star) with p={p}, "
+                         f"p_star={k}, got {rho0.shape}")
+    if T.shape != (k, k):
+        raise ValueError(f"T must have shape (p_star, p_star) = ({k}, {k}), got {T.shape}")
+    try:
+        B = np.broadcast_shapes(Q0.shape[:-2], rho0.shape[:-2])
+    except ValueError:
+        raise ValueError(f"Q0 and rho0 must hold the same number of starts, got "
+                         f"{Q0.shape[0]} and {rho0.shape[0]}") from None
+    B = B[0] if B else 1
+    Q0 = np.broadcast_to(Q0, (B, p, p)).copy()
+    rho0 = np.broadcast_to(rho0, (B, p, k)).copy()
+    for name, arr in (("Q0", Q0), ("rho0", rho0), ("T", T)):
+        if not np.all(np.isfinite(arr)):
+            raise ValueError(f"{name} must be finite")
+    for name, arr in (("Q0", Q0), ("T", T)):
+        scale = max(1.0, float(np.max(np.abs(arr))))
+        if np.max(np.abs(arr - np.swapaxes(arr, -1, -2))) > tol * scale:
+            raise ValueError(f"{name} must be symmetric")
+    C = np.concatenate([np.concatenate([Q0, rho0], -1),
+                        np.concatenate([np.swapaxes(rho0, -1, -2),
+                                        np.broadcast_to(T, (B, k, k))], -1)], -2)
+    low = np.linalg.eigvalsh(0.5 * (C + np.swapaxes(C, -1, -2)))[:, 0]
+    scale = np.maximum(1.0, np.max(np.abs(C), axis=(1, 2)))
+    bad = np.nonzero(low < -tol * scale * (p + k))[0]
+    if bad.size:
+        raise ValueError(
+            f"start {int(bad[0])} (of {B}) is not a Gram matrix of weights / N: the joint "
+            f"covariance [[Q0, rho0], [rho0^T, T]] must be positive semi-definite; smallest "
+            f"eigenvalue {float(low[bad[0]]):.3g}")
+    return Q0, rho0, T
+
+
+def integrate_batch(model, Q0, rho0, T, t_max, t_eval=None, *, method: str = "RK45",
+                    rtol: float = 1e-8, atol: float = 1e-11, max_norm: float | None = None,
+                    form: str | None = None) -> BatchODESolution:
+    """Integrate ``dQ/dt, dρ/dt`` from ``B`` starts at once (one vectorised solve).
+
+    Parameters
+    ----------
+    model : Model
+    Q0 : array (B, p, p), rho0 : array (B, p, p*)
+        Initial overlaps of the starts (a single ``(p, p)`` / ``(p, p*)`` is
+        broadcast); each ``[[Q0_b, ρ0_b], [ρ0_bᵀ, T]]`` must be symmetric PSD.
+    T : array (p*, p*)
+        Teacher overlaps, shared by the starts.
+    t_max : float
+        Final time (``t = steps/N``), > 0.
+    t_eval : array, optional
+        Output times in ``[0, t_max]``; default 501 equally spaced points.
+    method : {"RK45", "RK23", "DOP853"}
+        Explicit Runge–Kutta solver of :mod:`scipy.integrate`.
+    rtol, atol
+        Tolerances (same defaults as :func:`symquad.integrate`).
+    max_norm : float, optional
+        A start counts as diverged once ``max|Q_b|`` reaches this (default, per
+        start, ``1e6 · max(1, max|Q0_b|, max|T|)`` as in :func:`symquad.integrate`)
+        or it stops being finite.  If the solver's step size collapses before
+        (a blow-up too fast to resolve), the start with the largest relative
+        slope is marked diverged at that time.
+    form : {"matrix", "entries"}, optional
+        Which generated kernel to use (see :func:`symquad.kernels`).
+
+    Returns
+    -------
+    BatchODESolution
+        Per-start trajectories, status and divergence times; diverged starts
+        never raise (check ``status`` / ``n_diverged``).
+    """
+    check_model(model)
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {tuple(METHODS)}, got {method!r}")
+    Q0, rho0, T = _batch_overlaps(model, Q0, rho0, T)
+    t_max = check_positive("t_max", t_max)
+    if t_eval is None:
+        t_eval = np.linspace(0.0, t_max, 501)
+    t_eval = np.asarray(t_eval, dtype=float)
+    if t_eval.ndim != 1 or t_eval.size == 0 or np.any(np.diff(t_eval) <= 0) \
+            or t_eval[0] < 0 or t_eval[-1] > t_max:
+        raise ValueError("t_eval must be a non-empty increasing 1-d array within [0, t_max]")
+    if max_norm is None:
+        max_norm = 1e6 * np.maximum(np.maximum(1.0, np.max(np.abs(Q0), axis=(1, 2))),
+                                    float(np.max(np.abs(T))))
+    else:
+        max_norm = np.full(Q0.shape[0], check_positive("max_norm", max_norm))
+
+    kern = kernels(model, form)
+    B, p, k = rho0.shape
+    nq = p * p
+    width = nq + p * k
+    t_div = np.full(B, np.nan)
+    live = np.ones(B, dtype=bool)
+
+    def fun(t, y):
+        Y = y.reshape(B, width)
+        Q = Y[:, :nq].reshape(B, p, p)
+        Q = 0.5 * (Q + np.swapaxes(Q, -1, -2))
+        rho = Y[:, nq:].reshape(B, p, k)
+        with np.errstate(over="ignore", invalid="ignore"):
+            dQ, drho = kern.rhs(Q, rho, T)
+        out = np.concatenate([dQ.reshape(B, nq), drho.reshape(B, p * k)], axis=1)
+        # a start beyond max_norm or non-finite (state or slope) diverges here
+        bad = live & ~(np.all(np.isfinite(Y), axis=1) & np.all(np.isfinite(out), axis=1)
+                       & (np.max(np.abs(Y[:, :nq]), axis=1) < max_norm))
+        if bad.any():
+            t_div[bad] = t
+            live[bad] = False
+        out[~live] = 0.0
+        return out.ravel()
+
+    y0 = np.concatenate([Q0.reshape(B, nq), rho0.reshape(B, p * k)], axis=1).ravel()
+    def blame(t, y):
+        """Mark the live start with the largest relative slope (the one blowing up)."""
+        if not live.any():
+            return False
+        Y = y.reshape(B, width)
+        rate = np.max(np.abs(fun(t, y).reshape(B, width)), axis=1) / np.maximum(
+            1.0, np.max(np.abs(Y), axis=1))
+        rate[~live] = -np.inf
+        worst = int(np.argmax(rate))
+        t_div[worst] = t
+        live[worst] = False
+        return True
+
+    ys, nfev, message = _solve(fun, y0, t_max, t_eval, method, rtol, atol, live, blame)
+    sol = _Solved(t_eval, ys.T, nfev, message)
+    n = sol.t.size
+    Y = sol.y.reshape(B, width, n)
+    Q = np.moveaxis(Y[:, :nq], -1, 1).reshape(B, n, p, p)
+    Q = 0.5 * (Q + np.swapaxes(Q, -1, -2))
+    rho = np.moveaxis(Y[:, nq:], -1, 1).reshape(B, n, p, k)
+    # recorded entries from a start's divergence on are NaN (frozen, not a solution)
+    after = sol.t[None, :] >= t_div[:, None]          # NaN t_div: all False
+    Q[after] = np.nan
+    rho[after] = np.nan
+    risk = np.asarray(kern.risk(Q, rho, T), dtype=float).reshape(B, n)
+    last_i = np.maximum(np.sum(~after, axis=1) - 1, 0)
+    rows = np.arange(B)
+    last = {"t": sol.t[last_i].copy(), "Q": Q[rows, last_i].copy(),
+            "rho": rho[rows, last_i].copy()}
+    start_only = after[:, 0]                            # diverged before the first record
+    last["Q"][start_only], last["rho"][start_only] = Q0[start_only], rho0[start_only]
+    last["t"][start_only] = 0.0
+    status = np.where(np.isnan(t_div), "ok", "diverged")
+    return BatchODESolution(model, sol.t, Q, rho, risk, T, status, t_div, last, sol.message,
+                            sol.nfev)
+
+
+#: Solvers accepted by :func:`integrate_batch` (scipy's explicit Runge–Kutta classes).
+METHODS = {"RK45": _ivp.RK45, "RK23": _ivp.RK23, "DOP853": _ivp.DOP853}
+
+
+@dataclass
+class _Solved:
+    t: np.ndarray
+    y: np.ndarray
+    nfev: int
+    message: str
+
+
+def _solve(fun, y0, t_max, t_eval, method, rtol, atol, live, blame):
+    """Step ``method`` from 0 to ``t_max``; the state at `t_eval` (shape (n, size)).
+
+    Restarts the solver from its last accepted state after any step in which
+    `fun` marked a start as diverged (``live`` lost an entry).  If the step
+    size collapses with no start marked, ``blame(t, y)`` marks the start that
+    limits it (returns False when there is none) and the solve goes on.
+    """
+    cls = METHODS[method]
+    out = np.full((t_eval.size, y0.size), np.nan)
+    nxt = int(np.searchsorted(t_eval, 0.0, side="right"))
+    out[:nxt] = y0
+    n_live = int(live.sum())
+    solver = cls(fun, 0.0, y0, t_max, rtol=rtol, atol=atol)
+    nfev = 0
+    while solver.status == "running":
+        t_old = solver.t
+        message = solver.step()
+        if solver.status == "failed":
+            if int(live.sum()) == n_live and not blame(t_old, solver.y):
+                raise RuntimeError(f"batched ODE integration failed at t = {t_old:.6g}: "
+                                   f"{message}")
+            # the step size collapsed on a start that diverged (or is blowing up):
+            # it is frozen now, restart without it
+            nfev += solver.nfev
+            n_live = int(live.sum())
+            solver = cls(fun, t_old, solver.y.copy(), t_max, rtol=rtol, atol=atol)
+            continue
+        stop = int(np.searchsorted(t_eval, solver.t, side="right"))
+        if stop > nxt:
+            out[nxt:stop] = solver.dense_output()(t_eval[nxt:stop]).T
+            nxt = stop
+        if int(live.sum()) < n_live and solver.status == "running":
+            nfev += solver.nfev
+            n_live = int(live.sum())
+            solver = cls(fun, solver.t, solver.y.copy(), t_max, rtol=rtol, atol=atol)
+    nfev += solver.nfev
+    return out, nfev, "The solver successfully reached the end of the integration interval."
+

@@ -1,0 +1,155 @@
+"""Saving and loading result objects: one ``.npz`` file with a JSON member.
+
+A saved result is a zip archive in NumPy's ``.npz`` layout: every array is an
+``.npy`` member (``np.load(path)[name]`` reads it; any zip tool lists it) and
+the metadata -- the object's kind, the format version, the model and the
+scalar fields -- is a UTF-8 JSON member ``meta.json``.  Both are open formats:
+nothing is pickled, and loading never executes anything from the file.
+
+Files are written atomically: to a temporary file in the target folder, flushed
+to disk, then renamed over the target, so a crash or an interrupted run leaves
+either the old file or the new one, never a truncated one.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tempfile
+import zipfile
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+
+from ..spec import Model, check_model
+
+__all__ = ["FORMAT_VERSION", "model_to_dict", "model_from_dict", "save_npz", "load_npz"]
+
+#: Version of the on-disk layout; bumped when a saved field changes meaning.
+FORMAT_VERSION = 1
+_META = "meta.json"
+
+
+def model_to_dict(model: Model) -> dict:
+    """JSON-ready description of a :class:`~symquad.Model` (exact activation coefficients).
+
+    ``lr`` and ``noise`` are floats (JSON keeps the shortest round-tripping
+    decimal); the activation is a list of exact rationals as strings, lowest
+    order first, e.g. ``["0", "0", "1"]`` for ``σ(z) = z²``.
+    """
+    check_model(model)
+    return {"p": model.p, "p_star": model.p_star, "lr": model.lr, "noise": model.noise,
+            "activation": [str(Fraction(c)) for c in model.activation],
+            "lr_scaling": model.lr_scaling}
+
+
+def model_from_dict(data) -> Model:
+    """Inverse of :func:`model_to_dict` (validated like any new :class:`~symquad.Model`)."""
+    if not isinstance(data, dict):
+        raise ValueError(f"a saved model must be a JSON object, got {type(data).__name__}")
+    keys = {"p", "p_star", "lr", "noise", "activation", "lr_scaling"}
+    if set(data) != keys:
+        raise ValueError(f"a saved model must have exactly the keys {sorted(keys)}, "
+                         f"got {sorted(data)}")
+    activation = data["activation"]
+    if not isinstance(activation, list) or not all(isinstance(c, str) for c in activation):
+        raise ValueError("a saved model's activation must be a list of rational strings")
+    # coefficients are parsed by Fraction (never evaluated as code)
+    return Model(p=data["p"], p_star=data["p_star"], lr=data["lr"], noise=data["noise"],
+                 activation=tuple(Fraction(c) for c in activation),
+                 lr_scaling=data["lr_scaling"])
+
+
+def _json_default(value):
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating):
+        return float(value)
+    raise TypeError(f"cannot store {type(value).__name__} in the JSON metadata")
+
+
+def save_npz(path, kind: str, meta: dict, arrays: dict) -> Path:
+    """Write ``arrays`` and ``meta`` (plus ``kind`` and the format version) atomically.
+
+    Parameters
+    ----------
+    path : str or Path
+        Target file; its folder is created if needed.  Conventionally ``*.npz``.
+    kind : str
+        Name of the saved class, checked on loading.
+    meta : dict
+        JSON-serialisable metadata (non-finite floats are written as
+        ``NaN``/``Infinity``, which Python's json module reads back).
+    arrays : dict
+        ``name -> ndarray`` (numeric or fixed-width string dtypes; no objects).
+
+    Returns
+    -------
+    Path of the written file.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"path must be a file name, {str(path)!r} is a folder")
+    header = {"kind": kind, "format_version": FORMAT_VERSION, **meta}
+    text = json.dumps(header, indent=1, sort_keys=True, default=_json_default)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            with zipfile.ZipFile(fh, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+                zf.writestr(_META, text)
+                for name in sorted(arrays):
+                    arr = np.asarray(arrays[name])
+                    if arr.dtype == object:
+                        raise TypeError(f"array {name!r} has dtype object; cannot save it "
+                                        "without pickling")
+                    buf = io.BytesIO()
+                    np.lib.format.write_array(buf, arr, allow_pickle=False)
+                    zf.writestr(f"{name}.npy", buf.getvalue())
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def load_npz(path, kind: str) -> tuple[dict, dict]:
+    """Read a file written by :func:`save_npz`; return ``(meta, arrays)``.
+
+    Raises
+    ------
+    FileNotFoundError
+        If ``path`` does not exist.
+    ValueError
+        If the file is not a symquad result of ``kind`` or has an unknown
+        format version.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no saved result at {str(path)!r}")
+    try:
+        with zipfile.ZipFile(path) as zf:
+            names = zf.namelist()
+            if _META not in names:
+                raise ValueError(f"{str(path)!r} is not a saved symquad result (no {_META})")
+            meta = json.loads(zf.read(_META).decode("utf-8"))
+            arrays = {}
+            for name in names:
+                if name.endswith(".npy"):
+                    with zf.open(name) as fh:
+                        arrays[name[:-4]] = np.lib.format.read_array(
+                            io.BytesIO(fh.read()), allow_pickle=False)
+    except zipfile.BadZipFile as exc:
+        raise ValueError(f"{str(path)!r} is not a saved symquad result (not a zip/npz "
+                         f"file)") from exc
+    if meta.get("kind") != kind:
+        raise ValueError(f"{str(path)!r} holds a {meta.get('kind')!r}, not a {kind!r}")
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise ValueError(f"{str(path)!r} has format version {meta.get('format_version')!r}; "
+                         f"this symquad reads version {FORMAT_VERSION}")
+    return meta, arrays
