@@ -56,6 +56,17 @@ _LAZY = {
     "to_unnormalised": "symquad.conventions",
     "overlaps_from_unnormalised": "symquad.conventions",
     "overlaps_to_unnormalised": "symquad.conventions",
+    "sweep": "symquad.studies.sweep",
+    "load_sweep": "symquad.studies.store",
+    "load_sweep_arrays": "symquad.studies.store",
+    "register_task": "symquad.studies.tasks",
+    "list_tasks": "symquad.studies.tasks",
+    "escape_sweep_summary": "symquad.studies.escape_grid",
+    "save_figure": "symquad.plotting",
+    "sweep_errorbar_figure": "symquad.plotting",
+    "sweep_escape_figure": "symquad.plotting",
+    "sweep_heatmap_figure": "symquad.plotting",
+    "escape_sweep_figures": "symquad.plotting",
 }
 
 __all__ = ["Model", "DEFAULT_MODEL", "LR_SCALINGS", *_LAZY]

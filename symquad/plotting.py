@@ -15,7 +15,10 @@ Contents
   finite-size scaling, escape times);
 * implicit bias: :func:`plot_invariant_drift`, :func:`plot_S_components`;
 * escape from the plateau: :func:`escape_rate_prefactor_figure`,
-  :func:`escape_time_vs_N_figure`, :func:`escape_time_vs_p_figure`.
+  :func:`escape_time_vs_N_figure`, :func:`escape_time_vs_p_figure`;
+* sweeps (a table from :func:`symquad.sweep` / :func:`symquad.load_sweep`):
+  :func:`sweep_errorbar_figure`, :func:`sweep_escape_figure`,
+  :func:`sweep_heatmap_figure`, :func:`escape_sweep_figures`.
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ import numpy as np
 __all__ = [
     "new_figure", "save_figure", "validation_figures", "plot_invariant_drift",
     "plot_S_components", "escape_rate_prefactor_figure", "escape_time_vs_N_figure",
-    "escape_time_vs_p_figure",
+    "escape_time_vs_p_figure", "sweep_errorbar_figure", "sweep_escape_figure",
+    "sweep_heatmap_figure", "escape_sweep_figures",
 ]
 
 
@@ -62,6 +66,9 @@ def save_figure(fig, path, dpi=120):
     try:
         with os.fdopen(fd, "wb") as fh:
             fig.savefig(fh, dpi=dpi, format=suffix.lstrip("."))
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)        # mkstemp makes 0600; give the usual permissions
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -243,7 +250,7 @@ def plot_S_components(t_ode, S_ode, t_sgd, S_sgd, path, title=None):
 
 
 # ---------------------------------------------------------------------------
-# escape from the plateau (records of symquad.studies.escape_grid)
+# escape from the plateau (records of symquad.studies.escape_grid.records_from_sweep)
 # ---------------------------------------------------------------------------
 _P_STAR_COLORS = ((1, "C0"), (2, "C1"), (3, "C2"))
 
@@ -256,7 +263,7 @@ def _conv_title(conv, lr):
 def escape_rate_prefactor_figure(ode, sgd_fits, lr):
     """Rate κ and log-prefactor c of ``t_esc = log N/(2κ) + c/κ`` against p.
 
-    `ode`: ODE-grid records (:func:`symquad.studies.escape_grid.ode_record`);
+    `ode`: ODE records (:func:`symquad.studies.escape_grid.records_from_sweep`);
     `sgd_fits`: ``{(conv, p*, p): (κ, se, c, se, n_N)}``
     (:func:`symquad.studies.escape_grid.sgd_fits`); `lr`: ``{conv: lr}``.
     """
@@ -357,5 +364,191 @@ def escape_time_vs_p_figure(ode, sgd, N=1000):
         ax.set_ylabel(f"median escape time, N = {N}")
         ax.set_title(f"lr_scaling={conv!r}")
         ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+# ---------------------------------------------------------------------------
+# figures from a sweep table (symquad.sweep / symquad.load_sweep)
+# ---------------------------------------------------------------------------
+def _ok_rows(df):
+    return df[df["status"] == "ok"] if "status" in df.columns else df
+
+
+def _groups(df, group):
+    """``[(label, sub-frame)]`` for the distinct values of the `group` column(s)."""
+    if not group:
+        return [("", df)]
+    cols = [group] if isinstance(group, str) else list(group)
+    for c in cols:
+        if c not in df.columns:
+            raise ValueError(f"group column {c!r} is not in the table ({list(df.columns)})")
+    out = []
+    for vals, sub in df.groupby(cols, sort=True):
+        vals = vals if isinstance(vals, tuple) else (vals,)
+        out.append((", ".join(f"{c}={v}" for c, v in zip(cols, vals)), sub))
+    return out
+
+
+def _check_columns(df, *names):
+    for n in names:
+        if n is not None and n not in df.columns:
+            raise ValueError(f"column {n!r} is not in the sweep table; it has {list(df.columns)}")
+
+
+def escape_sweep_figures(df, lr=None, N=1000) -> dict:
+    """The figures of an ``escape`` sweep table (``examples/escape_sweep.py``).
+
+    Groups the rows by configuration and fits ``t_esc = log N/(2κ) + c/κ``
+    (:func:`symquad.studies.escape_grid.records_from_sweep`); returns
+    ``{"escape_rate_prefactor_vs_p", "escape_time_vs_N", "escape_time_vs_p"}`` (when
+    some configuration has >= 2 values of N) and ``"sweep_escape_time_vs_N"`` (SGD
+    rows, width convention, straight from the table).  `lr`: ``{convention: lr}``
+    for the titles (default: read from the table); `N`: the N of the vs-p figure.
+    """
+    from .studies.escape_grid import records_from_sweep, sgd_fits
+
+    ode, sgd = records_from_sweep(df)
+    if lr is None:
+        lr = {conv: float(df.loc[df["lr_scaling"] == conv, "lr"].iloc[0])
+              if (df["lr_scaling"] == conv).any() else float("nan")
+              for conv in ("width", "fixed")}
+    figs = {}
+    if ode:
+        figs["escape_rate_prefactor_vs_p"] = escape_rate_prefactor_figure(ode, sgd_fits(sgd),
+                                                                          lr)
+        figs["escape_time_vs_N"] = escape_time_vs_N_figure(ode, sgd)
+        if all(N in r["N"] for r in ode):
+            figs["escape_time_vs_p"] = escape_time_vs_p_figure(ode, sgd, N=N)
+    ok = df[df["status"] == "ok"]
+    if "sgd_median" in ok.columns:
+        width = ok[ok["sgd_median"].notna() & (ok["lr_scaling"] == "width")]
+        if len(width):
+            figs["sweep_escape_time_vs_N"] = sweep_escape_figure(
+                width, "N", group=["p_star", "p"],
+                title=f"η = {lr['width']}·p: escape time vs N (markers measured, lines predicted)")
+    return figs
+
+
+def sweep_errorbar_figure(df, x, y, yerr=None, group=None, *, logx=None, logy=False,
+                          ax=None, label=None, fmt="o-", title=None):
+    """One curve of `y` (± `yerr`) against `x` per value of `group`, from a sweep table.
+
+    Only rows with ``status == "ok"`` are drawn; rows of one group are sorted
+    by `x`.  ``logx`` defaults to True when `x` spans at least a decade of
+    positive values.  With `ax` the curves are added to that Axes (and its
+    figure is returned), so several quantities can share one plot.
+    """
+    _check_columns(df, x, y, yerr)
+    data = _ok_rows(df)
+    if ax is None:
+        fig, ax = new_figure((6, 4.2))
+    else:
+        fig = ax.figure
+    for name, sub in _groups(data, group):
+        sub = sub.sort_values(x)
+        err = sub[yerr].to_numpy(float) if yerr else None
+        lab = " ".join(s for s in (label, name) if s) or None
+        ax.errorbar(sub[x].to_numpy(), sub[y].to_numpy(float), yerr=err, fmt=fmt, capsize=3,
+                    ms=4, label=lab)
+    xs = data[x].to_numpy()
+    if logx is None:
+        num = np.asarray(xs, float) if xs.dtype.kind in "iuf" else np.array([])
+        logx = bool(num.size and num.min() > 0 and num.max() / num.min() >= 10)
+    if logx:
+        ax.set_xscale("log")
+    if logy:
+        ax.set_yscale("log")
+    ax.set_xlabel(x)
+    ax.set_ylabel(y)
+    if title:
+        ax.set_title(title, fontsize=9)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def sweep_escape_figure(df, x, group=None, title=None):
+    """Escape time against `x` (``"p"``, ``"N"``, ``"lr"``, ...) from an ``escape`` sweep.
+
+    Per group: SGD median escape time ± standard error (filled markers), the
+    ODE's from the realised random starts (open markers), and the predicted
+    medians for SGD (solid line) and the ODE (dotted line).
+    """
+    _check_columns(df, x, "pred_sgd", "ode_median")
+    fig, ax = new_figure((6.5, 4.5))
+    colors = _color_cycle()
+    data = _ok_rows(df)
+    for i, (name, sub) in enumerate(_groups(data, group)):
+        c = colors[i % len(colors)]
+        sub = sub.sort_values(x)
+        xv = sub[x].to_numpy()
+        if "sgd_median" in sub.columns and sub["sgd_median"].notna().any():
+            ax.errorbar(xv, sub["sgd_median"], sub["sgd_median_se"], fmt="o", color=c,
+                        capsize=3, ms=4, label=f"SGD {name}".strip())
+            ax.plot(xv, sub["pred_sgd"], "-", color=c, lw=1)
+        ax.errorbar(xv, sub["ode_median"], sub["ode_median_se"], fmt="s", mfc="none",
+                    color=c, capsize=3, ms=4, label=f"ODE {name}".strip())
+        ax.plot(xv, sub["pred_ode"], ":", color=c, lw=1)
+    num = np.asarray(data[x].to_numpy(), float) if data[x].dtype.kind in "iuf" else np.array([])
+    if num.size and num.min() > 0 and num.max() / num.min() >= 10:
+        ax.set_xscale("log")
+    ax.set_xlabel(x)
+    ax.set_ylabel("median escape time (t = steps/N)")
+    ax.set_title(title or "escape from the plateau: markers measured, lines predicted",
+                 fontsize=9)
+    ax.legend(fontsize=6, ncol=2)
+    fig.tight_layout()
+    return fig
+
+
+def sweep_heatmap_figure(df, x, y, value, *, reduce="mean", log=False, cmap=None,
+                         center=None, title=None, annotate=True):
+    """Heat map of `value` over two parameters `x` and `y` of a sweep.
+
+    Cells are the distinct values of `x` (columns) and `y` (rows), equally
+    spaced and labelled by value; several rows per cell (other parameters)
+    are combined with `reduce` ("mean", "median", "min" or "max").  Error rows
+    and missing cells are left blank; ``log=True`` colours ``log10(value)``.
+    ``center`` (e.g. 0 for a growth rate) uses a diverging colour map centred
+    there, so that the two phases read at a glance.
+    """
+    _check_columns(df, x, y, value)
+    if reduce not in ("mean", "median", "min", "max"):
+        raise ValueError(f"reduce must be 'mean', 'median', 'min' or 'max', got {reduce!r}")
+    data = _ok_rows(df)
+    table = data.pivot_table(index=y, columns=x, values=value, aggfunc=reduce)
+    Z = table.to_numpy(float)
+    if log:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            Z = np.where(Z > 0, np.log10(Z), np.nan)
+    fig, ax = new_figure((1.2 + 0.9 * max(Z.shape[1], 3), 1.2 + 0.6 * max(Z.shape[0], 3)))
+    norm = None
+    if center is not None:
+        from matplotlib.colors import TwoSlopeNorm
+        finite = Z[np.isfinite(Z)]
+        lo = min(float(finite.min()), center - 1e-12) if finite.size else center - 1
+        hi = max(float(finite.max()), center + 1e-12) if finite.size else center + 1
+        norm = TwoSlopeNorm(vcenter=center, vmin=lo, vmax=hi)
+    im = ax.imshow(np.ma.masked_invalid(Z), origin="lower", aspect="auto",
+                   cmap=cmap or ("RdBu_r" if center is not None else "viridis"), norm=norm)
+    ax.set_xticks(range(Z.shape[1]), [f"{v:g}" if isinstance(v, float) else str(v)
+                                      for v in table.columns])
+    ax.set_yticks(range(Z.shape[0]), [f"{v:g}" if isinstance(v, float) else str(v)
+                                      for v in table.index])
+    ax.set_xlabel(x)
+    ax.set_ylabel(y)
+    if annotate and Z.size <= 150:
+        finite = Z[np.isfinite(Z)]
+        for (i, j), v in np.ndenumerate(Z):
+            if np.isfinite(v):
+                # text colour from the cell's luminance, readable on any colour map
+                r, g, b, _ = im.cmap(im.norm(v))
+                dark = 0.299 * r + 0.587 * g + 0.114 * b < 0.5
+                ax.text(j, i, f"{v:.3g}", ha="center", va="center", fontsize=6,
+                        color="white" if dark else "black")
+    fig.colorbar(im, ax=ax, label=f"log10 {value}" if log else value)
+    ax.set_title(title or f"{value} ({reduce} over other parameters)", fontsize=9)
     fig.tight_layout()
     return fig

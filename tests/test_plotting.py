@@ -50,3 +50,39 @@ def test_figures_leave_nothing_open(tmp_path, no_backend_switch):
             assert fh.read(8) == b"\x89PNG\r\n\x1a\n"
     # atomic writes leave no temporary file behind
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tmp-")]
+
+
+def _sweep_table():
+    import pandas as pd
+    rows = []
+    for p in (1, 2, 4):
+        for N in (100, 1000, 10000):
+            rows.append({"p": p, "N": N, "seed": 0, "status": "ok",
+                         "sgd_median": p + np.log(N), "sgd_median_se": 0.1,
+                         "ode_median": p + np.log(N) - 0.5, "ode_median_se": 0.2,
+                         "pred_sgd": p + np.log(N) + 0.05, "pred_ode": p + np.log(N) - 0.45})
+    rows.append({"p": 8, "N": 100, "seed": 0, "status": "error", "sgd_median": np.nan})
+    return pd.DataFrame(rows)
+
+
+def test_sweep_figures_draw_the_table(tmp_path, no_backend_switch):
+    df = _sweep_table()
+    fig = plotting.sweep_errorbar_figure(df, "N", "sgd_median", "sgd_median_se", group="p")
+    ax = fig.axes[0]
+    assert ax.get_xscale() == "log"                 # N spans two decades
+    curves = [container.lines[0] for container in ax.containers]
+    assert len(curves) == 3                          # p = 1, 2, 4; the error row (p=8) is left out
+    np.testing.assert_allclose(curves[1].get_ydata(), 2 + np.log([100, 1000, 10000]))
+    plotting.save_figure(fig, tmp_path / "eb.png")
+    fig = plotting.sweep_escape_figure(df, "p", group="N")
+    plotting.save_figure(fig, tmp_path / "esc.png")
+    fig = plotting.sweep_heatmap_figure(df, "N", "p", "sgd_median")
+    image = fig.axes[0].images[0].get_array()
+    # rows p = 1, 2, 4 (p=8 only has an error row), columns N = 100, 1000, 10000
+    expected = np.array([[p + np.log(N) for N in (100, 1000, 10000)] for p in (1, 2, 4)])
+    np.testing.assert_allclose(np.ma.getdata(image), expected)
+    plotting.save_figure(fig, tmp_path / "hm.png")
+    with pytest.raises(ValueError, match="column 'lr'"):
+        plotting.sweep_errorbar_figure(df, "lr", "sgd_median")
+    with pytest.raises(ValueError, match="reduce"):
+        plotting.sweep_heatmap_figure(df, "N", "p", "sgd_median", reduce="sum")

@@ -10,12 +10,7 @@ import pytest
 import symquad as sq
 
 ROOT = Path(__file__).resolve().parents[1]
-# escape_sweep.py is being ported to the public sweep API by its owner; strict xfail makes
-# this test fail (XPASS) as soon as it uses public names only, so the marker is removed then.
-EXAMPLES = [pytest.param(path, marks=pytest.mark.xfail(
-                strict=True, reason="escape_sweep.py still imports symquad.studies/plotting"))
-            if path.name == "escape_sweep.py" else path
-            for path in sorted((ROOT / "examples").glob("*.py"))]
+EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
 
 
 def test_every_public_name_resolves():

@@ -2,7 +2,11 @@
 
 * :mod:`.validation` — SGD against the ODE theory (:func:`symquad.validate`);
 * :mod:`.invariant_drift` — drift of the invariant ``S`` along finite-N SGD;
-* :mod:`.escape_grid` — escape times over a grid of models (prediction, ODE, SGD).
+* :mod:`.escape_grid` — fits and summaries of escape times over a grid of models;
+* :mod:`.tasks` — every study as a task (a function of keyword parameters returning a
+  flat dict), registered by name and version;
+* :mod:`.sweep` — :func:`symquad.sweep`: a task over a parameter grid, serially or on Dask;
+* :mod:`.store` — the resumable, atomic Parquet store of a sweep (:func:`symquad.load_sweep`).
 
 Figures are drawn by :mod:`symquad.plotting`.
 """

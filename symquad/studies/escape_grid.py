@@ -1,15 +1,13 @@
-r"""Escape from the plateau over a grid of (p*, p, N, lr convention): prediction, ODE, SGD.
+r"""Escape from the plateau over a grid of (p*, p, N, lr convention): fits and summaries.
 
-For one configuration this measures the median escape time (first time the
-risk falls halfway from the plateau risk to the minimum risk)
-
-* predicted by :func:`symquad.numeric.landscape.escape_prediction` (for the ODE
-  from a random start, and for SGD including the noise seeding of ρ),
-* of the ODE integrated from realised random starts (exact law of Q(0), ρ(0)),
-* of SGD (reduced simulator, many replicas),
-
-and fits ``t_esc = A log N + B``, i.e. ``t_esc = log(N)/(2κ) + c/κ`` with
-``κ = 1/(2A)`` and ``c = κB``, to medians over N.  Standard errors of medians
+The ``escape`` task (:mod:`symquad.studies.tasks`) measures, for one
+configuration, the median escape time (first time the risk falls halfway from
+the plateau risk to the minimum risk) predicted by
+:func:`symquad.numeric.landscape.escape_prediction`, of the ODE from realised
+random starts and of SGD.  Over a sweep of it, this module groups the rows by
+configuration (:func:`records_from_sweep`) and fits ``t_esc = A log N + B``,
+i.e. ``t_esc = log(N)/(2κ) + c/κ`` with ``κ = 1/(2A)`` and ``c = κB``, to
+medians over N.  Standard errors of medians
 are bootstrap estimates.  ``examples/escape_sweep.py`` drives the grid and
 :mod:`symquad.plotting` draws the figures.
 """
@@ -17,12 +15,11 @@ are bootstrap estimates.  ``examples/escape_sweep.py`` drives the grid and
 from __future__ import annotations
 
 import math
-import time
 
 import numpy as np
 
-__all__ = ["median_se", "fit_log_n", "ode_record", "sgd_record", "sgd_grid", "sgd_fits",
-           "summary_lines"]
+__all__ = ["median_se", "fit_log_n", "records_from_sweep", "sgd_fits", "summary_lines",
+           "escape_sweep_summary"]
 
 
 def median_se(x, seed=0, n_boot=300):
@@ -53,87 +50,40 @@ def fit_log_n(Ns, medians, ses):
     return float(kappa), float(se_kappa), float(c), float(se_c)
 
 
-def ode_record(model, conv, Ns=(100, 1000, 10_000, 100_000), n=96) -> dict:
-    """Prediction and ODE medians of the escape time over `Ns` for one model.
+def records_from_sweep(df):
+    """ODE and SGD records (lists of dicts) from the table of an ``escape`` sweep.
 
-    For each N: ``n`` random starts (:func:`symquad.numeric.landscape.random_start`,
-    seed ``N + 7``) integrated to 3× the predicted median; the prediction uses
-    ``2n`` samples of its law (seed 0), whose N dependence is an exact shift.
-    Then :func:`fit_log_n` on the ODE medians and on the predictions.
+    ODE records, one per ``(lr_scaling, p*, p)`` measured at >= 2 values of N:
+    lists over N of the ODE medians (``ode``, ``ode_se``) and predictions
+    (``pred_ode``, ``pred_sgd``, ``pred_se``), the plateau rates (``rate``,
+    ``rate_gf``), and :func:`fit_log_n` fits of the ODE medians (``fit_rate``,
+    ``fit_logpref`` and standard errors) and of the predictions
+    (``pred_logpref``).  SGD records, one per row with SGD: ``sgd`` (median),
+    ``sgd_se``, ``pred_sgd``, ``pred_se``, ``pred_ode``, ``escaped``.
+    Error rows are left out.
     """
-    from ..numeric import landscape as L
-
-    m = model
-    t0 = time.time()
-    fp = L.plateau(m)
-    pred = L.escape_prediction(m, 1000, n_samples=2 * n, seed=0)
-    # the law's N dependence is an exact shift; no-noise version: s² = q0/N
-    shift_nonoise = math.log(pred.sigma2) / (2 * pred.rate)
-    rec = {"p": m.p, "p_star": m.p_star, "conv": conv, "lr": m.lr, "eta": m.eta,
-           "rate": fp.rate, "rate_gf": fp.rate_gradient_flow, "q": fp.q,
-           "plateau_risk": fp.risk, "seed_noise_J": pred.seed_noise, "N": [],
-           "pred_ode": [], "pred_sgd": [], "ode": [], "ode_se": [], "pred_se": []}
-    for N in Ns:
-        sgd_samples = pred.samples + math.log(N / 1000) / (2 * pred.rate)
-        ode_samples = sgd_samples + shift_nonoise
-        Q0, r0 = L.random_start(m, N, n, seed=N + 7)
-        t_ode = L.ode_escape_times(m, Q0, r0, 3 * float(np.median(ode_samples)))
-        rec["N"].append(N)
-        rec["pred_sgd"].append(float(np.median(sgd_samples)))
-        rec["pred_ode"].append(float(np.median(ode_samples)))
-        rec["pred_se"].append(median_se(ode_samples))
-        rec["ode"].append(float(np.nanmedian(t_ode)))
-        rec["ode_se"].append(median_se(t_ode))
-    kap, se_k, c, se_c = fit_log_n(rec["N"], rec["ode"], rec["ode_se"])
-    kap_p, _, c_p, _ = fit_log_n(rec["N"], rec["pred_ode"], rec["pred_se"])
-    rec.update(fit_rate=kap, fit_rate_se=se_k, fit_logpref=c, fit_logpref_se=se_c,
-               pred_logpref=c_p, seconds=time.time() - t0)
-    return rec
-
-
-def sgd_record(model, conv, N, replicas, tag="") -> dict:
-    """Predicted and SGD (reduced simulator) median escape times for one (model, N).
-
-    SGD runs to ``2.2×`` the 90 % quantile of the predicted law, seed
-    ``1000 + N + 10 p + p*``, 1201 recorded times.
-    """
-    from ..numeric import landscape as L
-    from ..numeric.simulate import simulate
-
-    m = model
-    p, k = m.p, m.p_star
-    t0 = time.time()
-    pred = L.escape_prediction(m, N, n_samples=256, seed=0)
-    t_max = 2.2 * float(np.quantile(pred.samples, 0.9))
-    run = simulate(m, N=N, t_max=t_max, replicas=replicas, seed=1000 + N + 10 * p + k,
-                   method="reduced", t_eval=np.linspace(0, t_max, 1201))
-    t_sgd = L.escape_times(run.t, run.risk, pred.threshold)
-    ok = ~np.isnan(t_sgd)
-    return {"tag": tag, "p": p, "p_star": k, "conv": conv, "lr": m.lr, "N": N,
-            "replicas": replicas,
-            "pred_sgd": pred.median, "pred_se": median_se(pred.samples),
-            "pred_ode": float(np.median(pred.samples
-                                        + math.log(pred.sigma2) / (2 * pred.rate))),
-            "sgd": float(np.nanmedian(t_sgd)), "sgd_se": median_se(t_sgd),
-            "escaped": float(ok.mean()), "diverged": int((run.status != "ok").sum()),
-            "seconds": time.time() - t0}
-
-
-def sgd_grid(quick, which="all"):
-    """The SGD configurations ``(conv, p*, p, N, replicas)`` of the escape sweep."""
-    if which == "extra":   # more decades for SGD: N = 10^4 and p ∈ {p*, 4, 8}
-        return [("width", k, p, 10_000, 48) for k in (1, 2, 3) for p in sorted({k, 4, 8})]
-    grid = []
-    for k in ((1, 2) if quick else (1, 2, 3)):
-        for p in (sorted({k, 8}) if quick else range(k, 9)):
-            grid += [("width", k, p, N, 96) for N in (100, 1000)]
-    if not quick:
-        grid += [("width", 1, 1, 10_000, 48), ("width", 1, 8, 10_000, 48),
-                 ("width", 2, 2, 10_000, 48)]
-        for k in (1, 2, 3):
-            for p in sorted({k, 4, 8}):
-                grid += [("fixed", k, p, N, 96) for N in (100, 1000)]
-    return grid
+    ok = df[df["status"] == "ok"]
+    ode, sgd = [], []
+    for (conv, k, p), sub in ok.groupby(["lr_scaling", "p_star", "p"], sort=True):
+        sub = sub.sort_values("N").drop_duplicates("N")
+        rec = {"p": int(p), "p_star": int(k), "conv": conv, "lr": float(sub["lr"].iloc[0]),
+               "rate": float(sub["rate"].iloc[0]), "rate_gf": float(sub["rate_gf"].iloc[0]),
+               "N": [int(n) for n in sub["N"]], "ode": sub["ode_median"].tolist(),
+               "ode_se": sub["ode_median_se"].tolist(), "pred_ode": sub["pred_ode"].tolist(),
+               "pred_sgd": sub["pred_sgd"].tolist(), "pred_se": sub["pred_se"].tolist()}
+        if len(rec["N"]) >= 2:
+            kap, se_k, c, se_c = fit_log_n(rec["N"], rec["ode"], rec["ode_se"])
+            rec.update(fit_rate=kap, fit_rate_se=se_k, fit_logpref=c, fit_logpref_se=se_c,
+                       pred_logpref=fit_log_n(rec["N"], rec["pred_ode"], rec["pred_se"])[2])
+            ode.append(rec)
+    if "sgd_median" in ok.columns:
+        for _, r in ok[ok["sgd_median"].notna()].iterrows():
+            sgd.append({"p": int(r["p"]), "p_star": int(r["p_star"]), "conv": r["lr_scaling"],
+                        "lr": float(r["lr"]), "N": int(r["N"]), "replicas": int(r["replicas"]),
+                        "sgd": float(r["sgd_median"]), "sgd_se": float(r["sgd_median_se"]),
+                        "pred_sgd": float(r["pred_sgd"]), "pred_se": float(r["pred_se"]),
+                        "pred_ode": float(r["pred_ode"]), "escaped": float(r["sgd_escaped"])})
+    return ode, sgd
 
 
 def sgd_fits(sgd):
@@ -179,3 +129,8 @@ def summary_lines(ode, sgd):
         lines.append(f"SGD fit {key} over {n} N: κ = {kap:.4f} ± {se_k:.4f}{ref}, "
                      f"c = {c:.3f} ± {se_c:.3f}")
     return lines
+
+
+def escape_sweep_summary(df) -> str:
+    """Text summary of an ``escape`` sweep table: the escape law against ODE and SGD medians."""
+    return "\n".join(summary_lines(*records_from_sweep(df)))

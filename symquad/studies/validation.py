@@ -341,19 +341,20 @@ class ValidationReport:
         Returns a dict name -> path of the files written.
         """
         from ..plotting import plot_invariant_drift, save_figure
+        from .store import atomic_write     # temporary file + rename: no half-written file
 
         os.makedirs(folder, exist_ok=True)
         paths = {}
         paths["json"] = os.path.join(folder, "report.json")
-        with open(paths["json"], "w", encoding="utf-8") as fh:
-            fh.write(self.to_json())
+        data = self.to_json().encode("utf-8")
+        atomic_write(paths["json"], lambda fh: fh.write(data))
         paths["summary"] = os.path.join(folder, "summary.txt")
-        with open(paths["summary"], "w", encoding="utf-8") as fh:
-            fh.write(self.summary() + "\n")
+        text = (self.summary() + "\n").encode("utf-8")
+        atomic_write(paths["summary"], lambda fh: fh.write(text))
         paths["trajectories"] = os.path.join(folder, "trajectories.npz")
-        np.savez_compressed(paths["trajectories"], t=self.t, sgd_risk=self.sgd_risk,
-                            ode_risk=self.ode_risk, sgd_Q=self.sgd_Q, ode_Q=self.ode_Q,
-                            sgd_rho=self.sgd_rho, ode_rho=self.ode_rho)
+        atomic_write(paths["trajectories"], lambda fh: np.savez_compressed(
+            fh, t=self.t, sgd_risk=self.sgd_risk, ode_risk=self.ode_risk, sgd_Q=self.sgd_Q,
+            ode_Q=self.ode_Q, sgd_rho=self.sgd_rho, ode_rho=self.ode_rho))
         for name, fig in self.figures().items():
             paths[name] = os.path.join(folder, f"{name}.png")
             save_figure(fig, paths[name])

@@ -1,0 +1,43 @@
+"""Small user tasks for tests/test_sweep.py (a module, so Dask workers can import them)."""
+
+import os
+import signal
+import time
+
+
+def square(x, delay=0.0, log=""):
+    """y = x², after sleeping `delay` s; appends a line to the file `log` per call."""
+    if log:
+        with open(log, "a") as fh:
+            fh.write(f"{x}\n")
+    time.sleep(delay)
+    return {"y": x * x}
+
+
+def fails_on_odd(x):
+    """Raises ValueError for odd x."""
+    if x % 2:
+        raise ValueError(f"odd x={x} rejected")
+    return {"y": x * x}
+
+
+def bad_result(x):
+    """Returns a non-flat result (a dict inside): must become an error row."""
+    return {"y": {"nested": x}}
+
+
+def kill_worker_once(x, marker_dir, delay=0.2):
+    """The first execution with x == 0 SIGKILLs its own (worker) process."""
+    time.sleep(delay)
+    marker = os.path.join(marker_dir, f"killed-{x}")
+    if x == 0 and not os.path.exists(marker):
+        open(marker, "w").close()
+        os.kill(os.getpid(), signal.SIGKILL)
+    return {"y": x * x, "pid": os.getpid()}
+
+
+def mostly_fails(x):
+    """Raises for x not a multiple of 10 (error rows without result columns)."""
+    if x % 10:
+        raise ValueError(f"x={x}")
+    return {"y": x * x, "label": f"x{x}"}
