@@ -9,13 +9,32 @@ not match (truncated write, hand edit, disk corruption) is rejected.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import os
 import tempfile
+import types
+from functools import lru_cache
 from pathlib import Path
 
 __all__ = ["checksum_line", "verify_checksum", "atomic_write", "load_module_file",
-           "cache_dir"]
+           "load_module_text", "cache_dir", "cached_path", "generator_version",
+           "GENERATED_DIR", "GENERATOR_SOURCES", "KernelFileError"]
+
+#: Where the committed generated modules live.
+GENERATED_DIR = Path(__file__).resolve().parent / "_generated"
+
+#: Sources whose content determines what the generator writes (relative to the
+#: package).  Their hash is the generator version of cached kernels, so an
+#: upgraded generator never reuses kernels written by an older one.
+GENERATOR_SOURCES = (
+    "spec.py", "kernel_files.py",
+    "symbolic/network.py", "symbolic/symbols.py", "symbolic/wick.py",
+    "symbolic/entries.py", "symbolic/tensor.py",
+    "codegen/printer.py", "codegen/render.py", "codegen/tensor_render.py",
+)
+
+
+class KernelFileError(ValueError):
+    """A generated module that must not be used (checksum mismatch, broken, incomplete)."""
 
 
 def checksum_line(body: str) -> str:
@@ -45,22 +64,61 @@ def atomic_write(path: Path, text: str) -> None:
         raise
 
 
-def load_module_file(path: Path, name: str):
+def load_module_text(text: str, name: str, origin: str = "<memory>",
+                     required=("rhs", "risk")):
+    """Execute a generated module's text (our own generator's output, never user input).
+
+    Raises
+    ------
+    KernelFileError
+        If the checksum does not match, the module fails while being executed
+        (syntax error, recursion limit of a huge expression, ...), or it lacks
+        one of the ``required`` functions.
+    """
+    if not verify_checksum(text):
+        raise KernelFileError(f"generated file {origin} is corrupted or was edited "
+                              "(checksum mismatch)")
+    module = types.ModuleType(name)
+    module.__file__ = origin
+    try:
+        exec(compile(text, origin, "exec"), module.__dict__)  # noqa: S102 - generated code
+    except Exception as exc:  # RecursionError included: huge expressions
+        raise KernelFileError(f"generated file {origin} fails at import: "
+                              f"{type(exc).__name__}: {exc}") from exc
+    missing = [f for f in required if not callable(getattr(module, f, None))]
+    if missing:
+        raise KernelFileError(f"generated file {origin} lacks {', '.join(missing)}")
+    return module
+
+
+def load_module_file(path: Path, name: str, required=("rhs", "risk")):
     """Import a generated module from a file after verifying its checksum.
 
     Raises
     ------
-    ValueError
-        If the file's checksum does not match its content.
+    OSError
+        If the file cannot be read (missing, a folder, no permission).
+    KernelFileError (a ValueError)
+        See :func:`load_module_text`.
     """
     path = Path(path)
     text = path.read_text(encoding="utf-8")
-    if not verify_checksum(text):
-        raise ValueError(f"generated file {path} is corrupted (checksum mismatch)")
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module_text(text, name, str(path), required)
+
+
+@lru_cache(maxsize=1)
+def generator_version() -> str:
+    """12 hex digits of SHA-256 over :data:`GENERATOR_SOURCES` (stable across processes)."""
+    root = Path(__file__).resolve().parent
+    digest = hashlib.sha256()
+    for rel in GENERATOR_SOURCES:
+        digest.update(rel.encode() + b"\0" + (root / rel).read_bytes() + b"\0")
+    return digest.hexdigest()[:12]
+
+
+def cached_path(kind: str, key: str) -> Path:
+    """Cache file of a generated module: ``<cache>/<kind>_<key>_<generator version>.py``."""
+    return cache_dir() / f"{kind}_{key}_{generator_version()}.py"
 
 
 def cache_dir() -> Path:

@@ -16,5 +16,7 @@ def test_readme_has_python_blocks():
 @pytest.mark.parametrize("index", range(len(BLOCKS)))
 def test_readme_block_runs(index, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)          # blocks that save files write here
+    # blocks that generate kernels must not write into the user's real cache
+    monkeypatch.setenv("SYMQUAD_CACHE_DIR", str(tmp_path / "kernel-cache"))
     code = BLOCKS[index]
     exec(compile(code, f"README.md python block {index}", "exec"), {"__name__": "__readme__"})

@@ -12,3 +12,13 @@ ENTRY_MODULES = {
     (3, 2): 'entries_p3_k2',
     (3, 3): 'entries_p3_k3',
 }
+
+#: activation coefficients (str of each c_j, lowest order first) -> committed
+#: tensor-form module
+TENSOR_MODULES = {
+    ('0', '-3', '0', '1'): 'tensor_hermite3',
+    ('0', '0', '0', '0', '1'): 'tensor_quartic',
+    ('0', '0', '0', '1'): 'tensor_cubic',
+    ('0', '0', '1'): 'tensor_square',
+    ('0', '1', '1'): 'tensor_linear_quadratic',
+}

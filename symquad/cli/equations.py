@@ -14,15 +14,17 @@ def register(sub):
     parser.add_argument("--p-star", type=int, default=2, help="teacher width (default 2)")
     parser.add_argument("--activation", default="z**2",
                         help="polynomial activation in z (default z**2)")
-    parser.add_argument("--form", choices=("matrix", "entries"), default=None,
-                        help="matrix (width independent, quadratic σ) or entries "
-                             "(default: matrix when σ is quadratic)")
+    parser.add_argument("--form", choices=("matrix", "tensor", "entries"), default=None,
+                        help="matrix (width independent, σ = c z²), tensor (width "
+                             "independent, any polynomial σ) or entries (entry by entry, "
+                             "small p only); default: matrix when σ is quadratic, else tensor")
     parser.add_argument("--standalone", action="store_true",
                         help="print a complete LaTeX document")
     parser.set_defaults(func=run)
 
 
 def run(args) -> int:
+    import sys
     from ..spec import Model
     from ..symbolic.derive import derive
     try:

@@ -10,13 +10,11 @@ from __future__ import annotations
 import difflib
 from pathlib import Path
 
-from ..kernel_files import atomic_write, cache_dir, load_module_file, verify_checksum
+from ..kernel_files import (GENERATED_DIR, atomic_write, cached_path, load_module_file)
 from ..spec import Model
 from .render import render_all, render_entries_module
 
 __all__ = ["GENERATED_DIR", "regenerate", "ensure_cached_entries"]
-
-GENERATED_DIR = Path(__file__).resolve().parent.parent / "_generated"
 
 
 def regenerate(check: bool = False, directory: Path = GENERATED_DIR) -> list[str]:
@@ -52,17 +50,16 @@ def regenerate(check: bool = False, directory: Path = GENERATED_DIR) -> list[str
 def ensure_cached_entries(model: Model) -> Path:
     """Path of ``model``'s entry-kernel module in the cache, generating it if needed.
 
-    The file is keyed by :attr:`Model.structure_key`, written atomically, and
-    regenerated when missing or corrupted (checksum mismatch, failed import).
+    The file is keyed by :attr:`Model.structure_key` and the generator version
+    (:func:`symquad.kernel_files.cached_path`), written atomically, and
+    regenerated when missing or unusable (checksum mismatch, failed import,
+    missing ``rhs``/``risk``).
     """
-    path = cache_dir() / f"entries_{model.structure_key}.py"
-    if path.exists():
-        try:
-            text = path.read_text(encoding="utf-8")
-            if verify_checksum(text):
-                load_module_file(path, f"symquad_cached_{model.structure_key}")
-                return path
-        except Exception:  # noqa: BLE001 - any unreadable cache file is regenerated
-            pass
+    path = cached_path("entries", model.structure_key)
+    try:
+        load_module_file(path, f"symquad_cached_{path.stem}")
+        return path
+    except Exception:  # noqa: BLE001 - any unusable cache file is regenerated
+        pass
     atomic_write(path, render_entries_module(model))
     return path

@@ -10,6 +10,7 @@ unpacked in sorted order, no timestamps or versions, a fixed banner.
 from __future__ import annotations
 
 import textwrap
+from fractions import Fraction
 
 import sympy as sp
 
@@ -362,11 +363,20 @@ def render_all() -> dict:
     for model in CANONICAL_ENTRY_MODELS:
         files[entries_module_name(model) + ".py"] = render_entries_module(model)
     files.update(render_tex_files())
+    from .tensor_render import TENSOR_BUILTINS, render_tensor_module
+    for coeffs, name in TENSOR_BUILTINS.items():
+        files[name + ".py"] = render_tensor_module(tuple(Fraction(c) for c in coeffs))
     registry = [BANNER, '"""Registry of committed generated kernels."""\n', "",
                 "#: (p, p_star) of committed entry-kernel modules for σ(z) = z²",
                 "ENTRY_MODULES = {"]
     for model in CANONICAL_ENTRY_MODELS:
         registry.append(f"    ({model.p}, {model.p_star}): {entries_module_name(model)!r},")
+    registry.append("}")
+    registry += ["", "#: activation coefficients (str of each c_j, lowest order first) -> committed",
+                 "#: tensor-form module",
+                 "TENSOR_MODULES = {"]
+    for coeffs, name in sorted(TENSOR_BUILTINS.items()):
+        registry.append(f"    {coeffs!r}: {name!r},")
     registry.append("}")
     files["__init__.py"] = "\n".join(registry) + "\n"
     return dict(sorted(files.items()))

@@ -190,8 +190,9 @@ def integrate(model: Model, Q0, rho0, T, t_max, t_eval=None, *, method: str = "a
         ``"raise"``: raise :class:`DivergenceError` (time of divergence, last
         finite state, the partial solution attached); ``"stop"``: return the
         partial solution with ``status="diverged"``.
-    form : {"matrix", "entries"}, optional
-        Which generated kernel to use (see :func:`symquad.kernels`).
+    form : {"matrix", "tensor", "entries"}, optional
+        Which generated kernel to use (default: the best route for the
+        activation, see :func:`symquad.kernels`).
     warn_symmetric : bool
         Warn (``RuntimeWarning``) when the start is exactly symmetric under a
         permutation of student or teacher units (see :func:`symmetric_start`):

@@ -1,25 +1,54 @@
 """Numeric kernels: the generated right-hand sides and risk, ready to call.
 
-No SymPy here.  Quadratic models (``σ = c z² + c0``) use the committed
-width-independent matrix-form module; other activations use entry-by-entry
-modules, committed for a canonical set of widths and otherwise generated once
-into the kernel cache (which needs SymPy the first time only).
+No SymPy here.  Three forms of generated code:
+
+* ``"matrix"``: ``σ = c z² (+ c0)``, the committed width-independent
+  matrix-form module, cost ``O((p + p*)³)``;
+* ``"tensor"``: any polynomial ``σ``, width independent, cost
+  ``O(p² (p + p*)²)``; committed for the built-in activations
+  (``z³``, ``z³ − 3z``, ``z⁴``, ``z + z²``, ``z²``) and otherwise generated once
+  per *activation* into the kernel cache (needs SymPy the first time only);
+* ``"entries"``: entry-by-entry modules for one ``(p, p*)`` (the independent
+  small-width reference), committed for ``σ = z²`` at ``p, p* ≤ 3``, cached
+  per model structure otherwise.
+
+Loaded modules are kept in memory per structure, so repeated calls (``integrate``
+calls :func:`kernels` every time) do not re-read or re-execute files.  Every
+module is checked against its trailing SHA-256 before it is used, committed
+ones included: a hand edit raises an error that says to run ``symquad
+regenerate``.  Cached modules carry the generator version in their file name
+(:func:`symquad.kernel_files.generator_version`).  A cache folder that cannot be
+written falls back to in-memory kernels with a warning; a cached module that is
+corrupted, fails at import or lacks ``rhs``/``risk`` is regenerated.
 """
 
 from __future__ import annotations
 
-import importlib
+import hashlib
+import threading
+import warnings
 from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
 
-from ..kernel_files import cache_dir, load_module_file
+from ..kernel_files import (GENERATED_DIR, KernelFileError, atomic_write, cached_path,
+                            load_module_file, load_module_text)
 from ..spec import Model, check_model
 
-__all__ = ["Kernels", "kernels"]
+__all__ = ["Kernels", "kernels", "KERNEL_FORMS", "clear_kernel_memo"]
 
-KERNEL_FORMS = ("matrix", "entries")
+KERNEL_FORMS = ("matrix", "tensor", "entries")
+
+# (kind, key) -> (module, source); process-wide, guarded for threaded callers
+_MEMO: dict = {}
+_LOCK = threading.Lock()
+
+
+def clear_kernel_memo() -> None:
+    """Forget the loaded modules (the next :func:`kernels` call reloads from disk)."""
+    with _LOCK:
+        _MEMO.clear()
 
 
 @dataclass(frozen=True)
@@ -29,9 +58,9 @@ class Kernels:
     Attributes
     ----------
     model : Model
-    form : {"matrix", "entries"}
+    form : {"matrix", "tensor", "entries"}
     source : str
-        Where the generated code came from (module name or cache file).
+        Where the generated code came from (module name, cache file or ``<memory>``).
     """
 
     model: Model
@@ -40,44 +69,114 @@ class Kernels:
     _rhs: Callable = field(repr=False)
     _risk: Callable = field(repr=False)
 
+    def _arrays(self, Q, rho, T):
+        Q, rho, T = (np.asarray(x, dtype=float) for x in (Q, rho, T))
+        p, k = self.model.p, self.model.p_star
+        if Q.shape[-2:] != (p, p) or rho.shape[-2:] != (p, k) or T.shape[-2:] != (k, k):
+            raise ValueError(
+                f"overlaps must end in shapes Q ({p}, {p}), rho ({p}, {k}), T ({k}, {k}) for "
+                f"{self.model!r}; got {Q.shape}, {rho.shape}, {T.shape}")
+        return Q, rho, T
+
     def rhs(self, Q, rho, T):
         """``(dQ/dt, dρ/dt)`` at ``(Q, ρ, T)``; leading batch dimensions allowed."""
-        return self._rhs(np.asarray(Q, dtype=float), np.asarray(rho, dtype=float),
-                         np.asarray(T, dtype=float))
+        return self._rhs(*self._arrays(Q, rho, T))
 
     def risk(self, Q, rho, T):
         """Population risk ``ε`` at ``(Q, ρ, T)``; a float, or an array over batch dims."""
-        out = self._risk(np.asarray(Q, dtype=float), np.asarray(rho, dtype=float),
-                         np.asarray(T, dtype=float))
+        out = self._risk(*self._arrays(Q, rho, T))
         return float(out) if np.ndim(out) == 0 else out
 
 
+def _committed(name: str):
+    """A committed ``symquad/_generated`` module, checksum-verified, memoised."""
+    key = ("committed", name)
+    with _LOCK:
+        if key in _MEMO:
+            return _MEMO[key]
+    path = GENERATED_DIR / f"{name}.py"
+    try:
+        module = load_module_file(path, f"symquad._generated.{name}")
+    except KernelFileError as exc:
+        raise KernelFileError(
+            f"{exc}. Committed kernels must not be edited by hand: run `symquad regenerate` "
+            f"(or restore the file from version control).") from exc
+    with _LOCK:
+        _MEMO[key] = (module, f"symquad._generated.{name}")
+        return _MEMO[key]
+
+
+def _cached(kind: str, key: str, render: Callable[[], str]):
+    """A module generated on demand into the cache (see the module docstring)."""
+    path = cached_path(kind, key)
+    memo_key = (kind, key, path.name)
+    with _LOCK:
+        if memo_key in _MEMO:
+            return _MEMO[memo_key]
+    name = f"symquad_cached_{path.stem}"
+    try:
+        result = (load_module_file(path, name), str(path))
+    except (OSError, KernelFileError):
+        # missing, unreadable, corrupted, broken at import or incomplete: (re)generate
+        text = render()
+        result = _write_and_load(path, name, text)
+    with _LOCK:
+        _MEMO[memo_key] = result
+    return result
+
+
+def _write_and_load(path, name, text):
+    try:
+        atomic_write(path, text)
+    except OSError as exc:
+        warnings.warn(
+            f"kernel cache folder {path.parent} cannot be written ({type(exc).__name__}: "
+            f"{exc}); using in-memory kernels for this process. Set SYMQUAD_CACHE_DIR to a "
+            f"writable folder to keep them.", RuntimeWarning, stacklevel=4)
+        return load_module_text(text, name, "<memory>"), "<memory>"
+    return load_module_file(path, name), str(path)
+
+
 def _matrix_kernels(model: Model) -> Kernels:
-    mod = importlib.import_module("symquad._generated.quadratic_matrix")
+    mod, source = _committed("quadratic_matrix")
     c2 = model.activation[2]
     c = c2.numerator / c2.denominator
     p, k, eta, noise = model.p, model.p_star, model.eta, model.noise
     return Kernels(
-        model, "matrix", mod.__name__,
+        model, "matrix", source,
         lambda Q, rho, T: mod.rhs(Q, rho, T, eta, noise, p, k, c),
         lambda Q, rho, T: mod.risk(Q, rho, T, p, k, c))
+
+
+def activation_key(model: Model) -> str:
+    """Stable 16-hex-digit key of the activation alone (tensor kernels are per activation)."""
+    text = "activation=" + ",".join(str(c) for c in model.activation)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _tensor_module(model: Model):
+    from .._generated import TENSOR_MODULES
+    committed = TENSOR_MODULES.get(tuple(str(c) for c in model.activation))
+    if committed:
+        return _committed(committed)
+
+    def render():
+        from ..codegen.tensor_render import render_tensor_module
+        from ..kernel_files import generator_version
+        return render_tensor_module(model.activation, generator=generator_version())
+    return _cached("tensor", activation_key(model), render)
 
 
 def _entry_module(model: Model):
     from .._generated import ENTRY_MODULES
     committed = ENTRY_MODULES.get((model.p, model.p_star))
     if committed and model.activation_str == "z**2":
-        return importlib.import_module(f"symquad._generated.{committed}"), \
-            f"symquad._generated.{committed}"
-    path = cache_dir() / f"entries_{model.structure_key}.py"
-    try:
-        return load_module_file(path, f"symquad_cached_{model.structure_key}"), str(path)
-    except (OSError, ValueError, SyntaxError):
-        pass
-    # Missing or corrupted: generate (this, and only this, needs SymPy).
-    from ..codegen.regenerate import ensure_cached_entries
-    path = ensure_cached_entries(model)
-    return load_module_file(path, f"symquad_cached_{model.structure_key}"), str(path)
+        return _committed(committed)
+
+    def render():
+        from ..codegen.render import render_entries_module
+        return render_entries_module(model)
+    return _cached("entries", model.structure_key, render)
 
 
 def kernels(model: Model, form: str | None = None) -> Kernels:
@@ -86,8 +185,10 @@ def kernels(model: Model, form: str | None = None) -> Kernels:
     Parameters
     ----------
     model : Model
-    form : {"matrix", "entries"}, optional
-        Default ``"matrix"`` for quadratic activations, else ``"entries"``.
+    form : {"matrix", "tensor", "entries"}, optional
+        Default ``"matrix"`` for ``σ = c z² (+ c0)``, ``"tensor"`` for every other
+        polynomial.  ``"entries"`` is the entry-by-entry reference route, whose
+        derivation cost grows fast with ``p`` (it checks the size first).
 
     Examples
     --------
@@ -98,16 +199,19 @@ def kernels(model: Model, form: str | None = None) -> Kernels:
     """
     check_model(model)
     if form is None:
-        form = "matrix" if model.is_quadratic else "entries"
+        form = "matrix" if model.is_quadratic else "tensor"
     if form not in KERNEL_FORMS:
         raise ValueError(f"form must be one of {KERNEL_FORMS}, got {form!r}")
     if form == "matrix":
         if not model.is_quadratic:
             raise ValueError(
                 f"form='matrix' needs a quadratic activation c*z**2 (+ const), got "
-                f"{model.activation_str!r}")
+                f"{model.activation_str!r}; use form='tensor'")
         return _matrix_kernels(model)
-    mod, source = _entry_module(model)
     eta, noise = model.eta, model.noise
-    return Kernels(model, "entries", source,
+    if form == "tensor":
+        mod, source = _tensor_module(model)
+    else:
+        mod, source = _entry_module(model)
+    return Kernels(model, form, source,
                    lambda Q, rho, T: mod.rhs(Q, rho, T, eta, noise), mod.risk)

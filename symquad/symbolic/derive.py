@@ -1,10 +1,14 @@
 """``derive(model)``: the risk and the order-parameter ODEs of a model.
 
-Two routes, chosen by ``form``:
+Three routes, chosen by ``form``:
 
 * ``"matrix"`` (σ(z) = c z², the default for quadratic models): width
   independent expressions in the MatrixSymbols ``Q, ρ, T``
   (:mod:`symquad.symbolic.matrix_form`);
+* ``"tensor"`` (any polynomial activation, the default for non-quadratic
+  ones): width-independent index sums of the derived 2-, 3- and 4-point
+  functions ``I_2, J_2, I_3, I_4`` of the combined covariance
+  ``C = [[Q, ρ], [ρᵀ, T]]`` (:mod:`symquad.symbolic.tensor`);
 * ``"entries"`` (any polynomial activation, small widths): explicit
   expressions in the entry symbols ``Q_ij, ρ_im, T_lm``
   (:mod:`symquad.symbolic.entries`).
@@ -21,12 +25,12 @@ from dataclasses import dataclass, field
 import sympy as sp
 
 from ..spec import Model, check_model
-from . import entries, matrix_form
+from . import entries, matrix_form, tensor
 from .symbols import ETA, NOISE, P, P_STAR, matrix_symbols, overlap_symbols
 
 __all__ = ["Equations", "derive", "FORMS"]
 
-FORMS = ("matrix", "entries")
+FORMS = ("matrix", "tensor", "entries")
 
 
 @dataclass(frozen=True)
@@ -36,13 +40,15 @@ class Equations:
     Attributes
     ----------
     model : Model
-    form : {"matrix", "entries"}
+    form : {"matrix", "tensor", "entries"}
     risk : Expr
         Population risk ``ε = ½ E[(ŷ − y_clean)²]``.
-    dQ, drho : MatrixExpr or Matrix
-        ``dQ/dt`` (p×p) and ``dρ/dt`` (p×p*).
+    dQ, drho : MatrixExpr, Matrix or Expr
+        ``dQ/dt`` (p×p) and ``dρ/dt`` (p×p*); in tensor form the expressions
+        of ``dQ_kl/dt`` and ``dρ_km/dt`` as index sums (see :attr:`definitions`).
     symbols : tuple
-        ``(Q, rho, T)``: MatrixSymbols (matrix form) or entry-symbol matrices.
+        ``(Q, rho, T)``: MatrixSymbols (matrix form) or entry-symbol matrices;
+        ``(C, w)`` (IndexedBase) in tensor form.
     eta, noise : Symbol
         The symbols standing for ``η`` (step size) and ``Δ`` (label-noise variance).
     """
@@ -61,14 +67,27 @@ class Equations:
     def params(self) -> dict:
         """Numerical values of the scalar symbols for this model."""
         values = {ETA: sp.nsimplify(self.model.eta), NOISE: sp.nsimplify(self.model.noise)}
-        if self.form == "matrix":
+        if self.form in ("matrix", "tensor"):
             values.update({P: self.model.p, P_STAR: self.model.p_star})
         return values
 
+    @property
+    def definitions(self) -> dict:
+        """Tensor form: ``{I_2(a,b): ..., J_2(k,l): ..., I_3(k,j,a): ..., I_4(k,l,a,b): ...}``."""
+        if self.form != "tensor":
+            raise ValueError(f"definitions exist in tensor form only (this is {self.form!r})")
+        return dict(self._matrix)
+
     def explicit(self):
-        """``(risk, dQ, drho)`` as explicit SymPy in the entry symbols (η, Δ symbolic)."""
+        """``(risk, dQ, drho)`` as explicit SymPy in the entry symbols (η, Δ symbolic).
+
+        In tensor form this runs the entry route (its cost grows fast with
+        ``p``; it checks the size first).
+        """
         if self.form == "entries":
             return self.risk, self.dQ, self.drho
+        if self.form == "tensor":
+            return entries.derive_entries(self.model)
         return matrix_form.explicit(self.model, self._matrix)
 
     @property
@@ -83,6 +102,10 @@ class Equations:
 
     def __repr__(self) -> str:
         p, k = self.model.p, self.model.p_star
+        if self.form == "tensor":
+            terms = sum(len(sp.Add.make_args(v)) for v in self._matrix.values())
+            return (f"Equations(form='tensor', model={self.model!r}, "
+                    f"I2/J2/I3/I4: {terms} terms, any width)")
         return (f"Equations(form={self.form!r}, model={self.model!r}, "
                 f"dQ: {p}x{p}, drho: {p}x{k}, risk: {sp.count_ops(self.risk)} ops)")
 
@@ -93,8 +116,8 @@ def derive(model: Model, form: str | None = None) -> Equations:
     Parameters
     ----------
     model : Model
-    form : {"matrix", "entries"}, optional
-        Default: ``"matrix"`` for a quadratic activation, else ``"entries"``.
+    form : {"matrix", "tensor", "entries"}, optional
+        Default: ``"matrix"`` for a quadratic activation, else ``"tensor"``.
 
     Returns
     -------
@@ -104,13 +127,17 @@ def derive(model: Model, form: str | None = None) -> Equations:
     """
     check_model(model)
     if form is None:
-        form = "matrix" if model.is_quadratic else "entries"
+        form = "matrix" if model.is_quadratic else "tensor"
     if form not in FORMS:
         raise ValueError(f"form must be one of {FORMS}, got {form!r}")
     if form == "matrix":
         eqs = matrix_form.derive_matrix_form(model)
         return Equations(model, form, eqs.risk, eqs.dQ, eqs.drho, matrix_symbols(),
                          _matrix=eqs)
+    if form == "tensor":
+        risk, dQ, drho, definitions = tensor.tensor_equations(model)
+        return Equations(model, form, risk, dQ, drho, (tensor.COV, tensor.WEIGHT),
+                         _matrix=definitions)
     risk, dQ, drho = entries.derive_entries(model)
     return Equations(model, form, risk, dQ, drho,
                      overlap_symbols(model.p, model.p_star))

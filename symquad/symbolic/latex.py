@@ -57,6 +57,29 @@ def _model_line(model) -> str:
             "Time $t$ = steps$/N$.\n")
 
 
+_TENSOR_INTRO = (
+    "% tensor form: width-independent sums over field indices\n"
+    "\\noindent Fields $u = (\\lambda_1, \\dots, \\lambda_p, \\nu_1, \\dots, \\nu_{p^*})$, "
+    "$n = p + p^*$, covariance $C = \\begin{pmatrix} Q & \\rho \\\\ \\rho^T & T "
+    "\\end{pmatrix}$ ($C_{aa}$: variances), output weights $w_a = 1/p$ for students "
+    "($a \\le p$) and $w_a = -1/p^*$ for teachers. Students $k, l \\le p$; teacher $m$ is "
+    "field $p + m$. The functions below are $I_2(a,b) = E[\\sigma(u_a)\\sigma(u_b)]$, "
+    "$J_2(k,l) = E[\\sigma'(u_k)\\sigma'(u_l)]$, $I_3(k,j,a) = E[\\sigma'(u_k)\\,u_j\\,"
+    "\\sigma(u_a)]$, $I_4(k,l,a,b) = E[\\sigma'(u_k)\\sigma'(u_l)\\sigma(u_a)\\sigma(u_b)]$ "
+    "of the covariance of the fields they name; they hold for coincident indices too.\n")
+
+
+def _tensor_lines(eq, names):
+    """``align*`` lines of the tensor form: each I-function once, then ε and the ODEs."""
+    lines = [f"{_tex(fn, names)} &= {_tex_long(value, names, per_line=4)}"
+             for fn, value in eq.definitions.items()]
+    Qkl, rkm = sp.Symbol("Q_{kl}"), sp.Symbol(r"\rho_{km}")
+    lines.append(r"\varepsilon &= " + _tex(eq.risk, names))
+    lines.append(f"{_tex(sp.Derivative(Qkl, sp.Symbol('t')), names)} &= {_tex(eq.dQ, names)}")
+    lines.append(f"{_tex(sp.Derivative(rkm, sp.Symbol('t')), names)} &= {_tex(eq.drho, names)}")
+    return _TENSOR_INTRO, lines
+
+
 def equations_latex(eq, standalone: bool = False) -> str:
     """LaTeX for the risk and the ODEs of an :class:`~symquad.symbolic.derive.Equations`."""
     model = eq.model
@@ -74,6 +97,8 @@ def equations_latex(eq, standalone: bool = False) -> str:
         lines.append(r"\frac{d\rho}{dt} &= " + _tex(drho, names))
         intro = ("% matrix form: Q (p x p), rho (p x p*), T (p* x p*); "
                  "width-independent\n")
+    elif eq.form == "tensor":
+        intro, lines = _tensor_lines(eq, names)
     else:
         intro = "% entry-by-entry form\n"
         Q, rho, _ = eq.symbols

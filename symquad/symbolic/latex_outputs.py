@@ -11,6 +11,8 @@ __all__ = ["TEX_MODELS", "render_tex_files"]
 TEX_MODELS = (
     ("equations_matrix.tex", Model(p=3, p_star=2, lr=1.0), "matrix"),
     ("equations_entries_p2_k1.tex", Model(p=2, p_star=1, lr=1.0), "entries"),
+    ("equations_tensor_hermite3.tex",
+     Model(p=3, p_star=2, lr=1.0, activation=(0, -3, 0, 1)), "tensor"),
 )
 
 
