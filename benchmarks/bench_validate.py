@@ -30,7 +30,6 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 import types
 from functools import lru_cache
 from pathlib import Path
+
+from ._atomic import atomic_file
 
 __all__ = ["checksum_line", "verify_checksum", "atomic_write", "load_module_file",
            "load_module_text", "cache_dir", "cached_path", "generator_version",
@@ -53,15 +54,8 @@ def atomic_write(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` so readers see the old or the new file, never half."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with atomic_file(path, "w", encoding="utf-8", newline="\n") as handle:
+        handle.write(text)
 
 
 def load_module_text(text: str, name: str, origin: str = "<memory>",

@@ -24,9 +24,10 @@ Contents
 from __future__ import annotations
 
 import os
-import tempfile
 
 import numpy as np
+
+from ._atomic import atomic_file
 
 __all__ = [
     "new_figure", "save_figure", "validation_figures", "plot_invariant_drift",
@@ -60,20 +61,9 @@ def save_figure(fig, path, dpi=120):
     The image is written to a temporary file in the destination folder and
     renamed over `path`, so a reader never sees a half-written file.
     """
-    folder = os.path.dirname(os.fspath(path)) or "."
     suffix = os.path.splitext(os.fspath(path))[1] or ".png"
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=suffix, dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fig.savefig(fh, dpi=dpi, format=suffix.lstrip("."))
-        mask = os.umask(0)
-        os.umask(mask)
-        os.chmod(tmp, 0o666 & ~mask)        # mkstemp makes 0600; give the usual permissions
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with atomic_file(path) as fh:
+        fig.savefig(fh, dpi=dpi, format=suffix.lstrip("."))
     return path
 
 

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 import symquad as sq
-from symquad import plotting
 from symquad.studies import invariant_drift as drift
 
 

@@ -8,7 +8,6 @@ the public API raise ValueError/TypeError naming the parameter.
 
 from __future__ import annotations
 
-import math
 import subprocess
 import sys
 import time

@@ -24,7 +24,6 @@ def register(sub):
 
 
 def run(args) -> int:
-    import sys
     from ..spec import Model
     from ..symbolic.derive import derive
     try:

@@ -18,7 +18,7 @@ from ..kernel_files import checksum_line
 from ..spec import Model
 from ..symbolic.entries import derive_entries
 from ..symbolic.matrix_form import derive_matrix_form
-from ..symbolic.symbols import ETA, NOISE, matrix_symbols, overlap_symbols
+from ..symbolic.symbols import ETA, NOISE, overlap_symbols
 from .printer import BatchedMatrixPrinter, ScalarPrinter
 
 __all__ = ["BANNER", "CANONICAL_ENTRY_MODELS", "render_matrix_module", "render_entries_module",

@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import tempfile
 import zipfile
 from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
 
+from .._atomic import atomic_file
 from ..spec import Model, check_model
 
 __all__ = ["FORMAT_VERSION", "model_to_dict", "model_from_dict", "save_npz", "load_npz"]
@@ -95,26 +94,17 @@ def save_npz(path, kind: str, meta: dict, arrays: dict) -> Path:
     header = {"kind": kind, "format_version": FORMAT_VERSION, **meta}
     text = json.dumps(header, indent=1, sort_keys=True, default=_json_default)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            with zipfile.ZipFile(fh, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-                zf.writestr(_META, text)
-                for name in sorted(arrays):
-                    arr = np.asarray(arrays[name])
-                    if arr.dtype == object:
-                        raise TypeError(f"array {name!r} has dtype object; cannot save it "
-                                        "without pickling")
-                    buf = io.BytesIO()
-                    np.lib.format.write_array(buf, arr, allow_pickle=False)
-                    zf.writestr(f"{name}.npy", buf.getvalue())
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with atomic_file(path) as fh:
+        with zipfile.ZipFile(fh, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+            zf.writestr(_META, text)
+            for name in sorted(arrays):
+                arr = np.asarray(arrays[name])
+                if arr.dtype == object:
+                    raise TypeError(f"array {name!r} has dtype object; cannot save it "
+                                    "without pickling")
+                buf = io.BytesIO()
+                np.lib.format.write_array(buf, arr, allow_pickle=False)
+                zf.writestr(f"{name}.npy", buf.getvalue())
     return path
 
 

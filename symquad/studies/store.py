@@ -38,11 +38,12 @@ import json
 import math
 import os
 import socket
-import tempfile
 import uuid
 from numbers import Integral, Real
 
 import numpy as np
+
+from .._atomic import atomic_file
 
 __all__ = ["SweepStore", "point_key", "canonical_params", "load_sweep", "load_sweep_arrays",
            "atomic_write", "META_COLUMNS"]
@@ -91,34 +92,10 @@ def point_key(task_name: str, task_version: str, params: dict) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
 
-def _default_file_mode():
-    mask = os.umask(0)
-    os.umask(mask)
-    return 0o666 & ~mask
-
-
-_FILE_MODE = _default_file_mode()
-
-
-def _tmp_prefix():
-    return f".tmp-{socket.gethostname()}-{os.getpid()}-"
-
-
 def atomic_write(path, write):
     """Call ``write(fh)`` on a temporary file next to `path`, fsync, then rename over `path`."""
-    folder = os.path.dirname(os.fspath(path)) or "."
-    fd, tmp = tempfile.mkstemp(prefix=_tmp_prefix(), dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            write(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, _FILE_MODE)      # mkstemp makes 0600; give the usual permissions
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with atomic_file(path) as fh:
+        write(fh)
 
 
 def _pid_alive(pid):

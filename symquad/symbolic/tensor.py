@@ -80,7 +80,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from itertools import product
 from math import factorial, prod
 
 import sympy as sp
