@@ -181,7 +181,13 @@ def integrate(model: Model, Q0, rho0, T, t_max, t_eval=None, *, method: str = "a
         keeps it near a second.  Other names go to
         :func:`scipy.integrate.solve_ivp` unchanged.
     rtol, atol : float
-        Tolerances for the solver, > 0.
+        Tolerances for the solver, > 0.  The defaults buy accuracy, not
+        speed: for ``Model(4, 2, 0.1)`` from a random ``ρ(0) ~ 0.03`` to
+        ``t = 200`` (plateau, escape, convergence) the risk is off by at most
+        2e-9 with the defaults (66 ms), 3e-7 with ``rtol=1e-6, atol=1e-9``
+        (29 ms) and 3.5e-5 with ``rtol=1e-4, atol=1e-7`` (15 ms), relative
+        to a ``1e-12`` reference (measured on a 2-core x86-64 machine).
+        Loosen them for sweeps that need a few digits.
     max_norm : float, optional
         The run counts as diverged once the largest entry of ``|Q|`` or ``|ρ|``
         exceeds this (default ``1e6 · max(1, max|Q0|, max|T|)``) or the state
