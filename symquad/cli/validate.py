@@ -72,6 +72,10 @@ def register(subparsers) -> None:
     ps.add_argument("--p-star", type=_positive_int, default=d.p_star, help="teacher width")
     ps.add_argument("--lr", type=_positive_float, default=d.lr, help="learning rate")
     ps.add_argument("--noise", type=float, default=d.noise, help="label-noise variance Δ >= 0")
+    ps.add_argument("--activation", default=d.activation_str,
+                    help="polynomial activation in z, e.g. 'z**3 - 3*z' (read by a restricted "
+                         "parser, never evaluated; for activations other than c z**2 the "
+                         "default start is informed and the escape analysis is skipped)")
     ps.add_argument("--lr-scaling", choices=LR_SCALINGS, default=d.lr_scaling,
                     help="'fixed': η = lr; 'width': η = lr·p")
     ps.add_argument("--N", type=_positive_int, default=None,
@@ -170,7 +174,7 @@ def run(args) -> int:
         # everything that can be refused is refused before the computation
         check_destination(args.out, name="--out")
         model = Model(p=args.p, p_star=args.p_star, lr=args.lr, noise=args.noise,
-                      lr_scaling=args.lr_scaling)
+                      lr_scaling=args.lr_scaling, activation=args.activation)
         if args.data is not None:
             given = [f"--{n.replace('_', '-')}" for n in _SIMULATION_FLAGS
                      if getattr(args, n) not in (None, False)]

@@ -183,11 +183,15 @@ def list_tasks() -> list:
 def parse_activation(activation):
     """Coefficients ``(c0, c1, ..., cd)`` of ``σ(z) = Σ c_j z^j`` from a task parameter.
 
-    Accepts a sequence of numbers or a string of rational coefficients, lowest
-    order first, separated by spaces or semicolons (``"0 0 1"`` is ``z²``).  The
-    string is parsed number by number with :class:`fractions.Fraction`, never
-    evaluated.
+    Accepts a polynomial in ``z`` as :class:`symquad.Model` reads it
+    (``"z**3 - 3*z"``, by its restricted parser, never evaluated), a sequence of
+    numbers, or a string of rational coefficients, lowest order first,
+    separated by spaces or semicolons (``"0 0 1"`` is ``z²``), parsed number
+    by number with :class:`fractions.Fraction`.
     """
+    if isinstance(activation, str) and "z" in activation:
+        from ..spec import Model
+        return Model(1, 1, 1.0, activation=activation).activation
     if isinstance(activation, str):
         items = [s for s in re.split(r"[;\s]+", activation.strip()) if s]
         try:
@@ -201,11 +205,12 @@ def parse_activation(activation):
         return coeffs
     if isinstance(activation, (tuple, list)):
         return tuple(activation)
-    raise TypeError(f"activation must be a string of coefficients or a sequence, got "
+    raise TypeError(f"activation must be a polynomial in z, a string of coefficients or a "
+                    f"sequence, got "
                     f"{type(activation).__name__}")
 
 
-def _model(p, p_star, lr, noise, lr_scaling, activation="0 0 1"):
+def _model(p, p_star, lr, noise, lr_scaling, activation="z**2"):
     from ..spec import Model
     return Model(p=p, p_star=p_star, lr=lr, noise=noise, lr_scaling=lr_scaling,
                  activation=parse_activation(activation))
@@ -244,7 +249,7 @@ def _child_seeds(seed, n):
 # built-in tasks
 # ---------------------------------------------------------------------------
 @register_task("plateau", version="1")
-def plateau_task(p, p_star, lr=0.1, noise=0.0, lr_scaling="fixed", activation="0 0 1"):
+def plateau_task(p, p_star, lr=0.1, noise=0.0, lr_scaling="fixed", activation="z**2"):
     r"""Plateau fixed point ``ρ = 0, Q = qI`` of the full ODE and the growth rate of ρ.
 
     Returns ``q``, ``risk``, ``rate`` (κ: ρ grows like ``e^{κt}``; ``<= 0``: no
@@ -358,7 +363,7 @@ def validate_task(p=4, p_star=2, lr=0.1, noise=0.0, lr_scaling="fixed", N=2000, 
 
 
 @register_task("ode", version="1")
-def ode_task(p, p_star, lr=0.1, noise=0.0, lr_scaling="fixed", activation="0 0 1",
+def ode_task(p, p_star, lr=0.1, noise=0.0, lr_scaling="fixed", activation="z**2",
              start="random", N=1000, q0=1.0, overlap=0.5, t_max=100.0, seed=0, n_times=201):
     r"""One ODE trajectory (``T = I``) from a random or an informed start.
 

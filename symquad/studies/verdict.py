@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["ALPHA", "decide"]
+__all__ = ["ALPHA", "ESCAPE_TOL", "decide"]
 
 #: Family-wise level of the verdict's tests.
 ALPHA = 0.01
@@ -22,7 +22,7 @@ _BAND_MARGIN = 0.10
 #: Finite-size criterion: tolerance on |b + 1/2| and the largest usable s.e.(b).
 _FSS_TOL = 0.1
 #: Escape criterion: tolerance on the mean shift, in units of 1/κ.
-_ESCAPE_TOL = 0.1
+ESCAPE_TOL = 0.1
 #: Escape and divergence criteria: largest fraction of replicas that may disagree.
 _DISAGREE = 0.10
 
@@ -101,9 +101,10 @@ def _check_escape(e, alpha):
     one = e["escaped_in_one_only"]
     if one > _DISAGREE * R:
         return _check(name, "fail", f"escape time: {one} of {R} replicas escaped in only one "
-                      f"of SGD and the ODE (> {100 * _DISAGREE:g}%)", value=one)
+                      f"of SGD and the ODE more than {e.get('censoring_margin', 0):.3g} "
+                      f"before t_max (> {100 * _DISAGREE:g}%)", value=one)
     kappa = e["plateau_rate"]
-    bound = float(student.ppf(1 - alpha / 2, n - 1)) * d["se"] + _ESCAPE_TOL / kappa
+    bound = float(student.ppf(1 - alpha / 2, n - 1)) * d["se"] + ESCAPE_TOL / kappa
     gap = abs(d["mean"] - e["predicted_difference"])
     ok = gap <= bound
     return _check(name, "pass" if ok else "fail",
@@ -111,7 +112,7 @@ def _check_escape(e, alpha):
                   f"{d['se']:.2g}, predicted {e['predicted_difference']:.3g} (SGD noise seeding "
                   f"rho, J = {e['seed_noise_J']:.3g}); |difference| {gap:.3g} "
                   f"{'<=' if ok else '>'} {bound:.3g} (t-test at alpha={alpha:g} + "
-                  f"{_ESCAPE_TOL:g}/kappa)", value=gap, threshold=bound)
+                  f"{ESCAPE_TOL:g}/kappa)", value=gap, threshold=bound)
 
 
 def _check_divergence(numbers, replicas):
