@@ -681,6 +681,9 @@ def _reduced_kernel(replicas):
 #: ~1e6 replica-steps/s of the compiled reduced simulator, 1e13 is months).
 MAX_BYTES = 8 * 2**30
 MAX_REPLICA_STEPS = 10**13
+#: Full simulator: multiply-adds of one call, ``replicas · steps · N · (p + p*)``
+#: (about 1e9 per second in its compiled update, so 1e13 is hours).
+MAX_FULL_WORK = 10**13
 #: Largest input dimension: N enters the step as a float and as the
 #: chi-square's degrees of freedom, exact in float64 up to 2**53.
 MAX_N = 2**53
@@ -703,6 +706,12 @@ def _check_sizes(method, N, replicas, n_steps, n_rec, p, ps):
                 f"method='full' with N={N} and replicas={replicas} needs "
                 f"{weight_bytes / 2**30:.3g} GiB of weights (limit {MAX_BYTES / 2**30:g} GiB): "
                 f"use method='reduced' (same law, cost independent of N)")
+    if method == "full" and replicas * n_steps * N * (p + ps) > MAX_FULL_WORK:
+        work = replicas * n_steps * N * (p + ps)
+        raise ValueError(
+            f"method='full' with N={N}, {replicas} replicas and {n_steps} steps is "
+            f"{work:.2g} multiply-adds (hours or more; limit {MAX_FULL_WORK:.0e}): use "
+            f"method='reduced' (same law, cost independent of N) or reduce N, t_max or replicas")
     if replicas * n_steps > MAX_REPLICA_STEPS:
         raise ValueError(
             f"replicas * t_max * N = {replicas * n_steps:.3g} replica-steps is beyond "
@@ -791,8 +800,10 @@ def simulate(model, N=2000, t_max=20.0, replicas=64, seed=0, method="reduced",
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     if on_divergence not in ("raise", "stop"):
         raise ValueError(f"on_divergence must be 'raise' or 'stop', got {on_divergence!r}")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, Integral)
-                             or seed < 0):
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, Integral)):
+        raise TypeError(f"seed must be an integer >= 0 or None, got {type(seed).__name__} "
+                        f"{seed!r}")
+    if seed is not None and seed < 0:
         raise ValueError(f"seed must be an integer >= 0 or None, got {seed!r}")
     if N > MAX_N:
         raise ValueError(f"N must be <= 2**53 (allowed range 1..{MAX_N}), got {N}")

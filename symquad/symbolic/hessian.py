@@ -461,8 +461,7 @@ def hessian_spectrum(m: Model, point: str = "plateau", N: int = 12) -> HessianSp
         raise TypeError(f"N must be an integer >= p + p_star, got {N!r}")
     if m.p * N > MAX_SPECTRUM_SIZE:
         raise ValueError(f"N={N} asks for p*N = {m.p * N} eigenvalues; allowed N <= "
-                         f"{MAX_SPECTRUM_SIZE // m.p} (use HessianBlocks.spectrum(N) for the "
-                         f"exact spectrum as a dict of multiplicities at any N)")
+                         f"{MAX_SPECTRUM_SIZE // m.p} (listing more eigenvalues is beyond memory)")
     blocks = hessian_blocks(m, point)
     N = blocks._check_N(N)
     spec = blocks.spectrum(N)

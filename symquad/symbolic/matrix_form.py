@@ -36,7 +36,7 @@ def _quadratic_coefficient(model: Model) -> sp.Rational:
     if not model.is_quadratic:
         raise ValueError(
             f"the matrix-form route needs activation c*z**2 (+ constant); got "
-            f"{model.activation_str!r}: use form='entries'")
+            f"{model.activation_str!r}: use form='tensor' (any width) or form='entries' (small p)")
     c = model.activation[2]
     return sp.Rational(c.numerator, c.denominator)
 
