@@ -77,4 +77,13 @@ if __name__ == "__main__":
                         help=f"output folder (default ./{DEFAULT_OUT})")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    main(args.N, args.t_max, args.out, args.seed)
+    if not 1 <= args.N < float("inf"):
+        parser.error(f"--N must be a finite number >= 1, got {args.N}")
+    if not 0 < args.t_max < float("inf"):
+        parser.error(f"--t-max must be a finite number > 0, got {args.t_max}")
+    if args.seed < 0:
+        parser.error(f"--seed must be >= 0, got {args.seed}")
+    try:
+        main(args.N, args.t_max, args.out, args.seed)
+    except (ValueError, TypeError, OSError) as exc:   # e.g. an unwritable --out
+        parser.exit(2, f"phases.py: error: {exc}\n")

@@ -26,11 +26,23 @@ DEFAULT_OUT = Path("symquad_examples") / "sweep_phase_diagram"
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=str(DEFAULT_OUT))
-    ap.add_argument("--p", type=int, default=4)
-    ap.add_argument("--p-star", type=int, default=2)
+    ap.add_argument("--out", default=str(DEFAULT_OUT),
+                    help=f"output folder (default ./{DEFAULT_OUT})")
+    ap.add_argument("--p", type=int, default=4, help="student width (default 4)")
+    ap.add_argument("--p-star", type=int, default=2, help="teacher width (default 2)")
     ap.add_argument("--workers", type=int, default=1, help="1: serial (default); N: Dask")
     args = ap.parse_args()
+    for name in ("p", "p_star", "workers"):
+        if getattr(args, name) < 1:
+            ap.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    try:
+        run(args)
+    except (ValueError, TypeError, OSError) as exc:   # e.g. an unwritable --out
+        ap.exit(2, f"sweep_phase_diagram.py: error: {exc}\n")
+
+
+def run(args):
+    """The sweep and its two heat maps."""
     start = time.perf_counter()
     out = Path(args.out)
     grid = {"p": [args.p], "p_star": [args.p_star],
