@@ -14,7 +14,7 @@ from importlib import import_module
 
 from .spec import DEFAULT_MODEL, LR_SCALINGS, Model
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 # public name -> module that defines it (imported on first use); docs/api.md documents each
 _LAZY = {

@@ -312,7 +312,7 @@ def escape_task(p, p_star, lr=0.1, lr_scaling="fixed", noise=0.0, N=1000, replic
     return out
 
 
-@register_task("validate", version="1")
+@register_task("validate", version="2")
 def validate_task(p=4, p_star=2, lr=0.1, noise=0.0, lr_scaling="fixed", N=2000, t_max=0.0,
                   replicas=64, start="random", seed=0, method="reduced", fss=False,
                   invariant=False):
@@ -322,8 +322,8 @@ def validate_task(p=4, p_star=2, lr=0.1, noise=0.0, lr_scaling="fixed", N=2000, 
     finite-size scaling and the invariant-drift study are off by default (each
     multiplies the cost); switch them on with ``fss=True`` / ``invariant=True``.
     Returns deviations before/after the escape, the band coverage, escape-time
-    statistics, the fitted finite-size exponent when run, and ``passed`` when the
-    report carries a verdict.
+    statistics, the fitted finite-size exponent when run, ``verdict`` (``"PASS"``,
+    ``"FAIL"`` or ``"INCONCLUSIVE"``) and ``passed``.
     """
     from .validation import validate
 
@@ -357,8 +357,8 @@ def validate_task(p=4, p_star=2, lr=0.1, noise=0.0, lr_scaling="fixed", N=2000, 
         for key in ("random", "informed"):
             if key in inv:
                 out[f"drift_{key}_exponent"] = _finite(inv[key]["exponent"])
-    if hasattr(rep, "passed"):
-        out["passed"] = bool(rep.passed)
+    out["passed"] = bool(rep.passed)
+    out["verdict"] = rep.verdict          # PASS / FAIL / INCONCLUSIVE
     return out
 
 

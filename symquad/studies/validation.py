@@ -603,9 +603,9 @@ class ValidationReport:
         lines.append(f"  ODE risk inside the SGD {b['percentiles'][0]:g}-{b['percentiles'][1]:g}% "
                      f"band: {100 * b['ode_inside_fraction']:.1f}% of times")
         if b["max_mean_z"] is not None:
-            lines.append(f"  max |mean SGD risk - ODE| / s.e.: {b['max_mean_z']:.2f} "
+            lines.append(f"  max |mean SGD risk - ODE| / s.e., whole run: {b['max_mean_z']:.2f} "
                          f"(inside ±3 s.e. at {100 * b['mean_inside_3se_fraction']:.1f}% of "
-                         f"times)")
+                         f"times; the verdict tests the pre-escape window below)")
         e = n["escape"]
         if e.get("defined"):
             s, o, dd = e["sgd"], e["ode"], e["difference"]
