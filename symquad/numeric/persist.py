@@ -24,7 +24,8 @@ import numpy as np
 from .._atomic import atomic_file
 from ..spec import Model, check_model
 
-__all__ = ["FORMAT_VERSION", "model_to_dict", "model_from_dict", "save_npz", "load_npz"]
+__all__ = ["FORMAT_VERSION", "model_to_dict", "model_from_dict", "save_npz", "load_npz",
+           "json_default"]
 
 #: Version of the on-disk layout; bumped when a saved field changes meaning.
 FORMAT_VERSION = 1
@@ -61,12 +62,13 @@ def model_from_dict(data) -> Model:
                  lr_scaling=data["lr_scaling"])
 
 
-def _json_default(value):
-    if isinstance(value, np.integer):
-        return int(value)
-    if isinstance(value, np.floating):
-        return float(value)
-    raise TypeError(f"cannot store {type(value).__name__} in the JSON metadata")
+def json_default(value):
+    """``default=`` for :func:`json.dumps`: numpy scalars and arrays as plain JSON values."""
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, (np.integer, np.floating, np.bool_)):
+        return value.item()
+    raise TypeError(f"cannot store {type(value).__name__} in JSON")
 
 
 def save_npz(path, kind: str, meta: dict, arrays: dict) -> Path:
@@ -92,7 +94,7 @@ def save_npz(path, kind: str, meta: dict, arrays: dict) -> Path:
     if path.is_dir():
         raise ValueError(f"path must be a file name, {str(path)!r} is a folder")
     header = {"kind": kind, "format_version": FORMAT_VERSION, **meta}
-    text = json.dumps(header, indent=1, sort_keys=True, default=_json_default)
+    text = json.dumps(header, indent=1, sort_keys=True, default=json_default)
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_file(path) as fh:
         with zipfile.ZipFile(fh, "w", compression=zipfile.ZIP_DEFLATED) as zf:

@@ -46,7 +46,7 @@ import numpy as np
 from .._atomic import atomic_file
 
 __all__ = ["SweepStore", "point_key", "canonical_params", "load_sweep", "load_sweep_arrays",
-           "atomic_write", "META_COLUMNS"]
+           "META_COLUMNS"]
 
 FORMAT = 1
 #: columns the engine adds to every row (a task's results may not use these names)
@@ -90,12 +90,6 @@ def point_key(task_name: str, task_version: str, params: dict) -> str:
                        "params": canonical_params(params)},
                       sort_keys=True, separators=(",", ":"), allow_nan=False)
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
-
-
-def atomic_write(path, write):
-    """Call ``write(fh)`` on a temporary file next to `path`, fsync, then rename over `path`."""
-    with atomic_file(path) as fh:
-        write(fh)
 
 
 def _pid_alive(pid):
@@ -147,7 +141,8 @@ class SweepStore:
 
     def _write_meta(self):
         data = json.dumps(self.meta, indent=1).encode()
-        atomic_write(os.path.join(self.path, "store.json"), lambda fh: fh.write(data))
+        with atomic_file(os.path.join(self.path, "store.json")) as fh:
+            fh.write(data)
 
     def record_params(self, names):
         """Record the task's parameter names (column order of :func:`load_sweep`)."""
@@ -193,10 +188,12 @@ class SweepStore:
         row = dict(row)
         if arrays:
             path = self.arrays_path(key)
-            atomic_write(path, lambda fh: np.savez(fh, **arrays))
+            with atomic_file(path) as fh:
+                np.savez(fh, **arrays)
             row["arrays"] = os.path.relpath(path, self.path)
         table = pa.Table.from_pylist([row])
-        atomic_write(self.point_path(key), lambda fh: pq.write_table(table, fh))
+        with atomic_file(self.point_path(key)) as fh:
+            pq.write_table(table, fh)
 
     # -- reading --------------------------------------------------------------
     def rows(self, consolidate=True) -> list:
@@ -232,7 +229,8 @@ class SweepStore:
             columns = list(dict.fromkeys(k for r in out for k in r))
             try:
                 table = pa.Table.from_pylist([{k: r.get(k) for k in columns} for r in out])
-                atomic_write(cache_path, lambda fh: pq.write_table(table, fh))
+                with atomic_file(cache_path) as fh:
+                    pq.write_table(table, fh)
             except (OSError, pa.ArrowException):
                 pass      # e.g. a column mixing types: the cache is an optimisation only
         return out

@@ -145,6 +145,7 @@ from numbers import Real
 import numpy as np
 
 from ..numeric.checks import check_int as _check_int
+from ..numeric.persist import json_default
 from .verdict import ALPHA, ESCAPE_TOL, decide as _decide
 
 __all__ = ["validate", "compare", "ValidationReport", "finite_size_scaling", "informed_start",
@@ -575,7 +576,7 @@ class ValidationReport:
         """The configuration and all numbers as a JSON string."""
         return json.dumps({"format": _report_format(), "format_version": _FORMAT_VERSION,
                            "config": self.config, "numbers": self.numbers}, indent=indent,
-                          allow_nan=False, default=_json_default)
+                          allow_nan=False, default=json_default)
 
     def summary(self) -> str:
         """Printable summary table, ending with the verdict and its reasons."""
@@ -749,16 +750,6 @@ def _report_format():
     from .report_io import REPORT_FORMAT
 
     return REPORT_FORMAT
-
-
-def _json_default(obj):
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    if isinstance(obj, (np.floating, np.integer)):
-        return obj.item()
-    if isinstance(obj, np.bool_):
-        return bool(obj)
-    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
 
 
 def _finite_or_none(values):
