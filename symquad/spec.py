@@ -2,13 +2,20 @@
 
 A :class:`Model` fixes everything that defines the learning problem of docs/model.md:
 
-* student ``ŷ = (1/p) Σ_k σ(λ_k)`` with ``λ_k = w_k·x/√N``;
-* teacher ``y = (1/p*) Σ_l σ(ν_l) + √Δ ξ`` with ``ν_l = w*_l·x/√N``;
-* loss ``ℓ = ½ (ŷ − y)²`` and one-pass SGD ``w_k ← w_k − η ∂ℓ/∂w_k``;
+* student ``ŷ = Σ_k a_k σ(λ_k)`` with ``λ_k = w_k·x/√N`` (default ``a_k = 1/p``);
+* teacher ``y = Σ_m b_m σ*(ν_m) + √Δ ξ`` with ``ν_m = w*_m·x/√N`` (default
+  ``σ* = σ``, ``b_m = 1/p*``);
+* loss ``ℓ = ½ (ŷ − y)²`` and one-pass SGD on mini-batches of ``b`` samples,
+  ``w_k ← w_k − η ∂ℓ/∂w_k − (ηλ/N) w_k``, an optionally trained readout
+  ``a_k ← a_k − (η_a/N) ∂ℓ/∂a_k`` and an optional spherical constraint;
 * time ``t = steps / N``.
 
-It is frozen and hashable and imports nothing but the standard library, so the
-numeric runtime can use it without SymPy.
+Every field carries metadata (validation kind, help text, allowed range, CLI
+flag) from which the CLI, the sweep tasks and persistence are built
+(:func:`model_fields`).  Routines that were derived for the classic model call
+:func:`require`, which refuses every specification field they do not handle
+by name.  The model is frozen and hashable and imports nothing but the
+standard library, so the numeric runtime can use it without SymPy.
 """
 
 from __future__ import annotations
@@ -17,11 +24,12 @@ import ast
 import hashlib
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from fractions import Fraction
 from numbers import Integral, Rational, Real
 
-__all__ = ["Model", "LR_SCALINGS", "MAX_DEGREE", "check_model", "parse_polynomial"]
+__all__ = ["Model", "LR_SCALINGS", "CONSTRAINTS", "MAX_DEGREE", "MAX_BATCH_SIZE", "CLASSIC_FIELDS",
+           "check_model", "require", "model_fields", "default_readout", "parse_polynomial"]
 
 #: Learning-rate conventions.  ``"fixed"``: the SGD step size is ``η = lr``
 #: whatever the width.  ``"width"``: ``η = lr · p`` (the convention under which
@@ -239,15 +247,26 @@ def _coefficient_sequence(activation) -> bool:
     return hasattr(activation, "__array__") and getattr(activation, "ndim", None) == 1
 
 
-def _parse_activation(activation) -> tuple[Fraction, ...]:
+def _parse_activation(activation, name: str = "activation") -> tuple[Fraction, ...]:
     """Coefficients ``(c0, c1, ..., cd)`` of the polynomial ``σ(z) = Σ c_j z^j``.
 
     Accepts a coefficient sequence (lowest order first), a string such as
     ``"z**2 + z/2"`` (read by :func:`parse_polynomial`, which never executes
     it) or a SymPy expression in ``z`` (read through its string form by the
     same parser, so SymPy is not imported here).  The degree must be in
-    ``[1, MAX_DEGREE]``.
+    ``[1, MAX_DEGREE]``.  `name` (``"activation"`` or
+    ``"teacher_activation"``) is the parameter the errors name.
     """
+    try:
+        coeffs = _activation_coefficients(activation)
+    except (TypeError, ValueError) as exc:
+        if name == "activation":
+            raise
+        raise type(exc)(f"{name}: {exc}") from None
+    return coeffs
+
+
+def _activation_coefficients(activation) -> tuple[Fraction, ...]:
     if isinstance(activation, str):
         coeffs = parse_polynomial(activation)
     elif _coefficient_sequence(activation):
@@ -284,65 +303,197 @@ def _format_activation(coeffs: tuple[Fraction, ...]) -> str:
     return " + ".join(terms).replace("+ -", "- ")
 
 
+#: Constraints on the student weights.  ``"none"``: plain SGD.  ``"sphere"``:
+#: after every step each student row is renormalised to ``|w_k|² = N``, so
+#: ``Q_kk = 1`` (docs/model.md §2).
+CONSTRAINTS = ("none", "sphere")
+
+#: Largest mini-batch a Model accepts: a step costs ``O(b)`` in every
+#: simulator, and ``b`` enters the drift as ``η²/b``.
+MAX_BATCH_SIZE = 2**20
+
+#: Fields that exist since symquad 0.1 (positional order of :class:`Model`);
+#: the others are the model-specification fields of docs/model.md §2.
+CLASSIC_FIELDS = ("p", "p_star", "lr", "noise", "activation", "lr_scaling")
+
+
+def _meta(kind, help, range_text, flag=None, **extra):
+    """Metadata of one Model field: validation kind, help text, allowed range, CLI flag."""
+    return {"kind": kind, "help": help, "range": range_text, "flag": flag, **extra}
+
+
+def _check_integer(name, value, lower, upper=None):
+    if isinstance(value, bool) or not isinstance(value, Integral):
+        raise TypeError(f"{name} must be an integer >= {lower}, got {value!r}")
+    if value < lower or (upper is not None and value > upper):
+        allowed = f"[{lower}, {upper}]" if upper is not None else f">= {lower}"
+        raise ValueError(f"{name} must be an integer in {allowed}, got {value}")
+    return int(value)
+
+
+def _check_float(name, value, positive):
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise TypeError(f"{name} must be a real number, got {value!r}")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value}")
+    if positive and value <= 0:
+        raise ValueError(f"{name} must be > 0 (allowed range: (0, inf)), got {value}")
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0 (allowed range: [0, inf)), got {value}")
+    return value
+
+
+def _check_readout(name, value, width, width_name):
+    """Output weights as a tuple of exact rationals of length `width`.
+
+    A scalar means the same weight for every unit (``readout=1``: un-normalised
+    output ``Σ_k σ(λ_k)``); a sequence must have length `width`.
+    """
+    if isinstance(value, bytes) or not (_coefficient_sequence(value) or isinstance(
+            value, (Real, Rational, str))):
+        raise TypeError(f"{name} must be a number or a sequence of {width} numbers "
+                        f"(one per unit), got {type(value).__name__}")
+    if not _coefficient_sequence(value):
+        return (_to_fraction(value, name),) * width
+    values = tuple(_to_fraction(v, f"{name}[{i}]") for i, v in enumerate(value))
+    if len(values) != width:
+        raise ValueError(f"{name} must have length {width_name} = {width} (one weight per "
+                         f"unit), got {len(values)}")
+    return values
+
+
+def _format_number(value: Fraction) -> str:
+    """An exact rational as it can be passed back: ``1``, ``'1/3'``, or a float repr."""
+    if value.denominator == 1:
+        return str(value.numerator)
+    if value.denominator <= 1000:
+        return repr(str(value))
+    return repr(float(value))
+
+
+def _format_readout(values) -> str:
+    if len(set(values)) == 1:
+        return _format_number(values[0])
+    return "(" + ", ".join(_format_number(v) for v in values) + ")"
+
+
+def default_readout(width: int) -> tuple:
+    """The default output weights ``(1/width, …, 1/width)`` (outputs are averages)."""
+    return (Fraction(1, width),) * width
+
+
 @dataclass(frozen=True)
 class Model:
-    """Teacher–student two-layer network trained by one-pass SGD.
+    """Teacher–student two-layer network trained by one-pass SGD (docs/model.md).
+
+    The per-sample model is
+
+    * student ``ŷ = Σ_k a_k σ(λ_k)``, ``λ_k = w_k·x/√N``;
+    * teacher ``y = Σ_m b_m σ*(ν_m) + √Δ ξ``, ``ν_m = w*_m·x/√N``;
+    * loss ``ℓ = ½ (ŷ − y)²``; each step averages the gradient over ``b``
+      fresh samples and moves ``w_k ← w_k − η ∂ℓ/∂w_k − (ηλ/N) w_k``,
+      ``a_k ← a_k − (η_a/N) ∂ℓ/∂a_k``, then applies the constraint;
+    * time ``t = steps/N``.
 
     Parameters
     ----------
-    p : int
-        Student width (number of hidden units), ``p >= 1``.
-    p_star : int
-        Teacher width, ``p_star >= 1``.
+    p, p_star : int
+        Student and teacher widths, ``>= 1``.
     lr : float
-        Learning rate, ``lr > 0``.  The SGD step size is ``η = lr`` or
-        ``η = lr · p`` depending on `lr_scaling`.
+        Learning rate, ``> 0``; the step size is ``η = lr`` or ``η = lr·p``
+        (`lr_scaling`).
     noise : float, optional
-        Label-noise variance ``Δ >= 0`` (``y`` gets ``+ √Δ ξ``).
+        Label-noise variance ``Δ >= 0``.
     activation : str, sequence or SymPy expression, optional
-        The polynomial ``σ(z)``; ``"z**2"`` (coefficients ``(0, 0, 1)``) by default.
+        The student's polynomial ``σ(z)``; ``"z**2"`` by default.
     lr_scaling : {"fixed", "width"}, optional
-        ``"fixed"``: ``η = lr``; ``"width"``: ``η = lr · p``.
+        ``"fixed"``: ``η = lr``; ``"width"``: ``η = lr·p``.
+    teacher_activation : str, sequence or SymPy expression, optional
+        The teacher's ``σ*``; default: the student's `activation`.
+    readout : number or sequence of p numbers, optional
+        The student's output weights ``a`` (``a(0)`` when trained); default
+        all ``1/p``.  A number means the same weight for every unit.
+    teacher_readout : number or sequence of p* numbers, optional
+        The teacher's output weights ``b``; default all ``1/p*``.
+    lr_readout : float, optional
+        ``η_a >= 0``; 0 (default) keeps the readout fixed, ``> 0`` trains it.
+    weight_decay : float, optional
+        ``λ >= 0`` (L2 penalty ``λ|w_k|²/(2N)`` per unit, per step).
+    batch_size : int, optional
+        ``b >= 1`` fresh samples per step (the gradient is their mean).
+    constraint : {"none", "sphere"}, optional
+        ``"sphere"``: every student row is renormalised to ``|w_k|² = N``
+        after each step (``Q_kk = 1``).
 
     Examples
     --------
     >>> Model(p=3, p_star=2, lr=0.2)
     Model(p=3, p_star=2, lr=0.2, noise=0.0, activation='z**2', lr_scaling='fixed')
+    >>> Model(p=3, p_star=2, lr=0.2, weight_decay=0.1, batch_size=4)
+    Model(p=3, p_star=2, lr=0.2, noise=0.0, activation='z**2', lr_scaling='fixed', weight_decay=0.1, batch_size=4)
     """
 
-    p: int
-    p_star: int
-    lr: float
-    noise: float = 0.0
-    activation: tuple = field(default=(0, 0, 1))
-    lr_scaling: str = "fixed"
+    p: int = field(metadata=_meta("int", "student width", ">= 1", "--p"))
+    p_star: int = field(metadata=_meta("int", "teacher width", ">= 1", "--p-star"))
+    lr: float = field(metadata=_meta("positive", "learning rate (eta = lr, or lr*p with "
+                                     "--lr-scaling width)", "(0, inf)", "--lr"))
+    noise: float = field(default=0.0, metadata=_meta(
+        "nonnegative", "label-noise variance Delta", "[0, inf)", "--noise"))
+    activation: tuple = field(default=(0, 0, 1), metadata=_meta(
+        "activation", "student activation, a polynomial in z", f"degree 1..{MAX_DEGREE}",
+        "--activation"))
+    lr_scaling: str = field(default="fixed", metadata=_meta(
+        "choice", "learning-rate convention: fixed (eta = lr) or width (eta = lr*p)",
+        "fixed, width", "--lr-scaling", choices=LR_SCALINGS))
+    teacher_activation: tuple = field(default=None, metadata=_meta(
+        "activation", "teacher activation sigma* (default: the student's)",
+        f"degree 1..{MAX_DEGREE}", "--teacher-activation"))
+    readout: tuple = field(default=None, metadata=_meta(
+        "readout", "student output weights a: one number (every unit) or p numbers "
+        "(default 1/p each)", "finite numbers", "--readout", width="p"))
+    teacher_readout: tuple = field(default=None, metadata=_meta(
+        "readout", "teacher output weights b: one number or p* numbers (default 1/p* each)",
+        "finite numbers", "--teacher-readout", width="p_star"))
+    lr_readout: float = field(default=0.0, metadata=_meta(
+        "nonnegative", "learning rate eta_a of the student readout (0: fixed readout)",
+        "[0, inf)", "--lr-readout"))
+    weight_decay: float = field(default=0.0, metadata=_meta(
+        "nonnegative", "L2 weight decay lambda of the student weights", "[0, inf)",
+        "--weight-decay"))
+    batch_size: int = field(default=1, metadata=_meta(
+        "int", "samples per SGD step (the gradient is their mean)",
+        f"1..{MAX_BATCH_SIZE}", "--batch-size", upper=MAX_BATCH_SIZE))
+    constraint: str = field(default="none", metadata=_meta(
+        "choice", "constraint on the student rows: none, or sphere (|w_k|^2 = N)",
+        "none, sphere", "--constraint", choices=CONSTRAINTS))
 
     def __post_init__(self):
-        for name in ("p", "p_star"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, Integral):
-                raise TypeError(f"{name} must be an integer >= 1, got {value!r}")
-            if value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value}")
-            object.__setattr__(self, name, int(value))
-        for name, lower_ok in (("lr", False), ("noise", True)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, Real):
-                raise TypeError(f"{name} must be a real number, got {value!r}")
-            value = float(value)
-            if not math.isfinite(value):
-                raise ValueError(f"{name} must be finite, got {value}")
-            if name == "lr" and value <= 0:
-                raise ValueError(f"lr must be > 0 (allowed range: (0, inf)), got {value}")
-            if name == "noise" and value < 0:
-                raise ValueError(
-                    f"noise (label-noise variance) must be >= 0 (allowed range: [0, inf)), "
-                    f"got {value}")
-            object.__setattr__(self, name, value)
-        object.__setattr__(self, "activation", _parse_activation(self.activation))
-        if self.lr_scaling not in LR_SCALINGS:
-            raise ValueError(
-                f"lr_scaling must be one of {LR_SCALINGS}, got {self.lr_scaling!r}")
+        for f in fields(self):
+            object.__setattr__(self, f.name, self._checked(f, getattr(self, f.name)))
+
+    def _checked(self, f, value):
+        """The validated, normalised value of field `f` (a ``dataclasses.Field``)."""
+        kind, name = f.metadata["kind"], f.name
+        if kind == "int":
+            return _check_integer(name, value, 1, f.metadata.get("upper"))
+        if kind in ("positive", "nonnegative"):
+            return _check_float(name, value, kind == "positive")
+        if kind == "choice":
+            if not isinstance(value, str) or value not in f.metadata["choices"]:
+                raise ValueError(f"{name} must be one of {f.metadata['choices']}, got {value!r}")
+            return value
+        if kind == "activation":
+            if value is None:          # teacher_activation: the student's
+                return self.activation
+            return _parse_activation(value, name)
+        if kind == "readout":
+            width_name = f.metadata["width"]
+            width = getattr(self, width_name)
+            if value is None:
+                return default_readout(width)
+            return _check_readout(name, value, width, width_name)
+        raise AssertionError(kind)  # pragma: no cover
 
     # ---- derived quantities -------------------------------------------------
     @property
@@ -352,44 +503,194 @@ class Model:
 
     @property
     def degree(self) -> int:
-        """Degree of the activation polynomial."""
+        """Degree of the student's activation polynomial."""
         return len(self.activation) - 1
 
     @property
-    def is_quadratic(self) -> bool:
-        """True when ``σ(z) = c z² + c0`` (``c ≠ 0``): the matrix-form route applies.
+    def teacher_degree(self) -> int:
+        """Degree of the teacher's activation polynomial."""
+        return len(self.teacher_activation) - 1
 
-        The constant ``c0`` cancels in ``ŷ − y`` and so does not matter.
+    @property
+    def is_quadratic(self) -> bool:
+        """True when ``σ = c z² + c0`` and ``σ* = c* z² + c0*``: the matrix-form route applies.
+
+        (With the default readouts the constants cancel in ``ŷ − y``; in
+        general they add the constant ``c0 Σa − c0* Σb`` to the error.)
         """
-        return self.degree == 2 and self.activation[1] == 0
+        return all(len(c) == 3 and c[1] == 0
+                   for c in (self.activation, self.teacher_activation))
+
+    @property
+    def readout_trained(self) -> bool:
+        """True when the student readout is trained (``lr_readout > 0``)."""
+        return self.lr_readout > 0
 
     @property
     def activation_str(self) -> str:
-        """The activation as a SymPy-parsable string in ``z``."""
+        """The student activation as a SymPy-parsable string in ``z``."""
         return _format_activation(self.activation)
 
     @property
-    def structure_key(self) -> str:
-        """Stable hash of what the symbolic ODE depends on: ``(p, p*, σ)``.
+    def teacher_activation_str(self) -> str:
+        """The teacher activation as a SymPy-parsable string in ``z``."""
+        return _format_activation(self.teacher_activation)
 
-        The learning rate and the noise enter the generated kernels as arguments,
-        so models that differ only in them share kernels.  Unlike ``hash()`` this
-        does not change between Python processes.
+    def is_default(self, name: str) -> bool:
+        """True when field `name` has its default value (for this model's widths)."""
+        value = getattr(self, name)
+        if name == "teacher_activation":
+            return value == self.activation
+        if name == "readout":
+            return value == default_readout(self.p)
+        if name == "teacher_readout":
+            return value == default_readout(self.p_star)
+        f = _FIELDS[name]
+        return value == f.default
+
+    def changed_fields(self) -> tuple:
+        """Names of the model-specification fields that differ from their defaults.
+
+        Only the fields beyond :data:`CLASSIC_FIELDS` are reported: they are what
+        an analysis derived for the classic model must either handle or refuse
+        (:func:`require`).
+        """
+        return tuple(f.name for f in fields(self)
+                     if f.name not in CLASSIC_FIELDS and not self.is_default(f.name))
+
+    def kernel_params(self) -> dict:
+        """Numerical values of the kernels' scalar parameters, by name.
+
+        ``eta`` (step size), ``Delta`` (label-noise variance), ``weight_decay``,
+        ``batch_size``, ``lr_readout``: the order of every generated kernel's
+        ``PARAMS``.
+        """
+        return {"eta": self.eta, "Delta": self.noise, "weight_decay": self.weight_decay,
+                "batch_size": float(self.batch_size), "lr_readout": self.lr_readout}
+
+    @property
+    def structure_key(self) -> str:
+        """Stable hash of what generated code depends on: widths, activations, constraint.
+
+        Learning rates, noise, weight decay, batch size and the readouts enter
+        the generated kernels as arguments, so models that differ only in them
+        share kernels.  Unlike ``hash()`` this does not change between processes.
         """
         text = f"p={self.p};p_star={self.p_star};activation={self.activation_str}"
+        if not self.is_default("teacher_activation"):
+            text += f";teacher_activation={self.teacher_activation_str}"
+        if self.constraint != "none":
+            text += f";constraint={self.constraint}"
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def replace(self, **changes) -> "Model":
-        """A copy with some fields changed (validated like a new model)."""
-        values = {f: getattr(self, f) for f in
-                  ("p", "p_star", "lr", "noise", "activation", "lr_scaling")}
+        """A copy with some fields changed (validated like a new model).
+
+        Fields that hold their default keep following it: a default readout is
+        ``1/p`` of the *new* ``p``, a default teacher activation is the *new*
+        student activation.  A uniform non-default readout keeps its value for
+        a new width (``readout=1`` stays un-normalised); any other readout must
+        be given again when its width changes.
+        """
+        unknown = set(changes) - set(_FIELDS)
+        if unknown:
+            raise TypeError(f"Model has no field(s) {sorted(unknown)}; fields: {list(_FIELDS)}")
+        values = {f: getattr(self, f) for f in _FIELDS}
+        for name, width in (("teacher_activation", None), ("readout", "p"),
+                            ("teacher_readout", "p_star")):
+            if name in changes:
+                continue
+            if self.is_default(name):
+                values[name] = None
+            elif width and changes.get(width, getattr(self, width)) != getattr(self, width) \
+                    and len(set(values[name])) == 1:
+                values[name] = values[name][0]
         values.update(changes)
         return Model(**values)
 
+    def describe(self) -> str:
+        """Short human-readable description, e.g. ``p = 4, p* = 2, η = 0.1, σ = z**2``."""
+        parts = [f"p = {self.p}", f"p* = {self.p_star}", f"η = {self.eta:g}"]
+        if self.noise:
+            parts.append(f"Δ = {self.noise:g}")
+        parts.append(f"σ = {self.activation_str}")
+        for name in self.changed_fields():
+            parts.append(f"{_SHORT.get(name, name)} = {self._field_text(name)}")
+        return ", ".join(parts)
+
+    def _field_text(self, name: str) -> str:
+        value = getattr(self, name)
+        if name == "teacher_activation":
+            return self.teacher_activation_str
+        if name in ("readout", "teacher_readout"):
+            return _format_readout(value).replace("'", "")
+        return f"{value:g}" if isinstance(value, float) else str(value)
+
     def __repr__(self) -> str:
-        return (f"Model(p={self.p}, p_star={self.p_star}, lr={self.lr!r}, "
+        text = (f"Model(p={self.p}, p_star={self.p_star}, lr={self.lr!r}, "
                 f"noise={self.noise!r}, activation={self.activation_str!r}, "
-                f"lr_scaling={self.lr_scaling!r})")
+                f"lr_scaling={self.lr_scaling!r}")
+        for name in self.changed_fields():
+            value = getattr(self, name)
+            if name == "teacher_activation":
+                text += f", teacher_activation={self.teacher_activation_str!r}"
+            elif name in ("readout", "teacher_readout"):
+                text += f", {name}={_format_readout(value)}"
+            else:
+                text += f", {name}={value!r}"
+        return text + ")"
+
+
+#: Short names of the specification fields in :meth:`Model.describe`.
+_SHORT = {"teacher_activation": "σ*", "readout": "a", "teacher_readout": "b",
+          "lr_readout": "η_a", "weight_decay": "λ", "batch_size": "batch",
+          "constraint": "constraint"}
+
+#: ``name -> dataclasses.Field`` of every Model field, in order.
+_FIELDS = {f.name: f for f in fields(Model)}
+
+
+def model_fields():
+    """The ``dataclasses.Field`` objects of :class:`Model`, in order (with metadata).
+
+    Each field's ``metadata`` holds ``kind``, ``help``, ``range`` and the CLI
+    ``flag``: the CLI, the sweep tasks and persistence are built from it.
+    """
+    return tuple(_FIELDS.values())
+
+
+def require(model: Model, routine: str, supports=(), why: str = "") -> Model:
+    """Refuse a model whose changed specification fields `routine` does not handle.
+
+    Parameters
+    ----------
+    model : Model
+    routine : str
+        Name used in the error, e.g. ``"plateau"``.
+    supports : iterable of str
+        Specification fields (beyond :data:`CLASSIC_FIELDS`) the routine
+        handles.  Every other changed field is refused by name, so a field
+        added to the specification later is refused until the routine is
+        extended, never silently ignored.
+    why : str, optional
+        Appended to the message (what the result was derived for).
+
+    Raises
+    ------
+    ValueError
+        Naming each unsupported field and its value.
+    """
+    check_model(model)
+    bad = [name for name in model.changed_fields() if name not in set(supports)]
+    if bad:
+        listed = ", ".join(f"{name}={model._field_text(name)}" for name in bad)
+        raise ValueError(
+            f"{routine} does not support the model field(s) {listed}"
+            + (f" ({why})" if why else "")
+            + (f"; it supports changes of {', '.join(sorted(supports))} only" if supports
+               else "; it is derived for the classic model (default values of "
+                    f"{', '.join(n for n in _FIELDS if n not in CLASSIC_FIELDS)})"))
+    return model
 
 
 def check_model(model, name: str = "model") -> Model:

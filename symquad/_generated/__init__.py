@@ -4,7 +4,8 @@
 """Registry of committed generated kernels."""
 
 
-#: (p, p_star) of committed entry-kernel modules for σ(z) = z²
+#: (p, p_star) of committed entry-kernel modules for σ = σ* = z², no constraint,
+#: fixed readout (the readout values and the learning parameters are arguments)
 ENTRY_MODULES = {
     (1, 1): 'entries_p1_k1',
     (2, 1): 'entries_p2_k1',
@@ -13,12 +14,13 @@ ENTRY_MODULES = {
     (3, 3): 'entries_p3_k3',
 }
 
-#: activation coefficients (str of each c_j, lowest order first) -> committed
-#: tensor-form module
+#: (student, teacher) activation coefficients (str of each c_j, lowest
+#: order first) -> committed tensor-form module
 TENSOR_MODULES = {
-    ('0', '-3', '0', '1'): 'tensor_hermite3',
-    ('0', '0', '0', '0', '1'): 'tensor_quartic',
-    ('0', '0', '0', '1'): 'tensor_cubic',
-    ('0', '0', '1'): 'tensor_square',
-    ('0', '1', '1'): 'tensor_linear_quadratic',
+    (('0', '-3', '0', '1'), ('0', '-3', '0', '1')): 'tensor_hermite3',
+    (('0', '0', '0', '0', '1'), ('0', '0', '0', '0', '1')): 'tensor_quartic',
+    (('0', '0', '0', '1'), ('0', '0', '0', '1')): 'tensor_cubic',
+    (('0', '0', '1'), ('0', '-3', '0', '1')): 'tensor_square_hermite3',
+    (('0', '0', '1'), ('0', '0', '1')): 'tensor_square',
+    (('0', '1', '1'), ('0', '1', '1')): 'tensor_linear_quadratic',
 }

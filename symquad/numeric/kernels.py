@@ -1,16 +1,25 @@
 """Numeric kernels: the generated right-hand sides and risk, ready to call.
 
-No SymPy here.  Three forms of generated code:
+No SymPy here.  Three forms of generated code, one signature
+(:meth:`Kernels.rhs`):
 
-* ``"matrix"``: ``σ = c z² (+ c0)``, the committed width-independent
-  matrix-form module, cost ``O((p + p*)³)``;
-* ``"tensor"``: any polynomial ``σ``, width independent, cost
-  ``O(p² (p + p*)²)``; committed for the built-in activations
-  (``z³``, ``z³ − 3z``, ``z⁴``, ``z + z²``, ``z²``) and otherwise generated once
-  per *activation* into the kernel cache (needs SymPy the first time only);
+* ``"matrix"``: ``σ = c z² + c0`` and ``σ* = c* z² + c0*``, the committed
+  width-independent module of moment kinds (words of the combined covariance),
+  cost ``O((p + p*)³)``;
+* ``"tensor"``: any pair of polynomials ``(σ, σ*)``, width independent, cost
+  ``O(p² (p + p*)²)``; committed for the built-in pairs and otherwise generated
+  once per *pair* into the kernel cache (needs SymPy the first time only); the
+  module holds a contraction plan that the hand-written
+  :mod:`symquad.runtime.tensor_engine` evaluates;
 * ``"entries"``: entry-by-entry modules for one ``(p, p*)`` (the independent
-  small-width reference), committed for ``σ = z²`` at ``p, p* ≤ 3``, cached
+  small-width reference), committed for ``σ = σ* = z²`` at ``p, p* ≤ 3``, cached
   per model structure otherwise.
+
+The matrix and tensor forms return the moment kinds of
+:mod:`symquad.symbolic.moments`; the generated assembly
+(:mod:`symquad._generated.assembly`, one function per constraint) turns them
+into the drift.  The readouts, the weight decay, the batch size and the
+learning rates are arguments, never part of a module.
 
 Loaded modules are kept in memory per structure, so repeated calls (``integrate``
 calls :func:`kernels` every time) do not re-read or re-execute files.  Every
@@ -19,7 +28,7 @@ ones included: a hand edit raises an error that says to run ``symquad
 regenerate``.  Cached modules carry the generator version in their file name
 (:func:`symquad.kernel_files.generator_version`).  A cache folder that cannot be
 written falls back to in-memory kernels with a warning; a cached module that is
-corrupted, fails at import or lacks ``rhs``/``risk`` is regenerated.
+corrupted, fails at import or lacks its functions is regenerated.
 """
 
 from __future__ import annotations
@@ -36,7 +45,7 @@ from ..kernel_files import (GENERATED_DIR, KernelFileError, atomic_write, cached
                             load_module_file, load_module_text)
 from ..spec import Model, check_model
 
-__all__ = ["Kernels", "kernels", "KERNEL_FORMS", "clear_kernel_memo"]
+__all__ = ["Kernels", "kernels", "KERNEL_FORMS", "clear_kernel_memo", "default_form"]
 
 KERNEL_FORMS = ("matrix", "tensor", "entries")
 
@@ -51,6 +60,11 @@ def clear_kernel_memo() -> None:
         _MEMO.clear()
 
 
+def _exact(values) -> np.ndarray:
+    """Exact rationals in extended precision (the risk's cancellation needs them)."""
+    return np.array([np.longdouble(c.numerator) / np.longdouble(c.denominator) for c in values])
+
+
 @dataclass(frozen=True)
 class Kernels:
     """Callable risk and ODE right-hand side of one model.
@@ -61,6 +75,9 @@ class Kernels:
     form : {"matrix", "tensor", "entries"}
     source : str
         Where the generated code came from (module name, cache file or ``<memory>``).
+    blocks : tuple of str
+        The state blocks :meth:`rhs` returns derivatives of: ``("Q", "rho")``,
+        plus ``"a"`` when the readout is trained.
     """
 
     model: Model
@@ -68,27 +85,59 @@ class Kernels:
     source: str
     _rhs: Callable = field(repr=False)
     _risk: Callable = field(repr=False)
+    _moments: Callable | None = field(default=None, repr=False)
 
-    def _arrays(self, Q, rho, T):
+    @property
+    def blocks(self) -> tuple:
+        return ("Q", "rho", "a") if self.model.readout_trained else ("Q", "rho")
+
+    def _arrays(self, Q, rho, T, a):
         Q, rho, T = (np.asarray(x, dtype=float) for x in (Q, rho, T))
         p, k = self.model.p, self.model.p_star
         if Q.shape[-2:] != (p, p) or rho.shape[-2:] != (p, k) or T.shape[-2:] != (k, k):
             raise ValueError(
                 f"overlaps must end in shapes Q ({p}, {p}), rho ({p}, {k}), T ({k}, {k}) for "
                 f"{self.model!r}; got {Q.shape}, {rho.shape}, {T.shape}")
-        return Q, rho, T
+        if a is None:
+            a = np.array([float(c) for c in self.model.readout])
+        elif not self.model.readout_trained:
+            raise ValueError("a (the student readout) is state only when it is trained "
+                             "(lr_readout > 0); this model's readout is fixed at "
+                             f"{self.model.readout!r}")
+        else:
+            a = np.asarray(a, dtype=float)
+            if a.shape[-1:] != (p,):
+                raise ValueError(f"a (the student readout) must end in shape ({p},), got "
+                                 f"{a.shape}")
+        return Q, rho, T, a
 
-    def rhs(self, Q, rho, T):
-        """``(dQ/dt, dρ/dt)`` at ``(Q, ρ, T)``; leading batch dimensions allowed."""
-        return self._rhs(*self._arrays(Q, rho, T))
+    def rhs(self, Q, rho, T, a=None):
+        """Time derivative of every state block at ``(Q, ρ, T)`` (and ``a``).
 
-    def risk(self, Q, rho, T):
-        """Population risk ``ε`` at ``(Q, ρ, T)``; a float, or an array over batch dims."""
-        out = self._risk(*self._arrays(Q, rho, T))
+        Returns ``(dQ/dt, dρ/dt)``, or ``(dQ/dt, dρ/dt, da/dt)`` when the
+        readout is trained (then `a` is the current readout, default ``a(0)``).
+        Leading batch dimensions are allowed.
+        """
+        dQ, drho, da = self._rhs(*self._arrays(Q, rho, T, a))
+        return (dQ, drho, da) if self.model.readout_trained else (dQ, drho)
+
+    def risk(self, Q, rho, T, a=None):
+        """Population risk ``ε`` at ``(Q, ρ, T)`` (and ``a``); a float, or an array over batch dims."""
+        Q, rho, T, a_float = self._arrays(Q, rho, T, a)
+        readout = _exact(self.model.readout) if a is None else a_float
+        out = self._risk(Q, rho, T, readout, _exact(self.model.teacher_readout))
         return float(out) if np.ndim(out) == 0 else out
 
+    def moments(self, Q, rho, T, a=None):
+        """The moment kinds ``(G, Gt, B, R)`` of :mod:`symquad.symbolic.moments` (matrix and
+        tensor forms; ``R`` only for a trained readout)."""
+        if self._moments is None:
+            raise ValueError(f"form {self.form!r} has no moment kinds (it is assembled entry "
+                             "by entry); use form='tensor' or form='matrix'")
+        return self._moments(*self._arrays(Q, rho, T, a))
 
-def _committed(name: str):
+
+def _committed(name: str, required=("rhs", "risk")):
     """A committed ``symquad/_generated`` module, checksum-verified, memoised."""
     key = ("committed", name)
     with _LOCK:
@@ -96,7 +145,7 @@ def _committed(name: str):
             return _MEMO[key]
     path = GENERATED_DIR / f"{name}.py"
     try:
-        module = load_module_file(path, f"symquad._generated.{name}")
+        module = load_module_file(path, f"symquad._generated.{name}", required)
     except KernelFileError as exc:
         raise KernelFileError(
             f"{exc}. Committed kernels must not be edited by hand: run `symquad regenerate` "
@@ -106,7 +155,7 @@ def _committed(name: str):
         return _MEMO[key]
 
 
-def _cached(kind: str, key: str, render: Callable[[], str]):
+def _cached(kind: str, key: str, render: Callable[[], str], required=("rhs", "risk")):
     """A module generated on demand into the cache (see the module docstring)."""
     path = cached_path(kind, key)
     memo_key = (kind, key, path.name)
@@ -115,17 +164,17 @@ def _cached(kind: str, key: str, render: Callable[[], str]):
             return _MEMO[memo_key]
     name = f"symquad_cached_{path.stem}"
     try:
-        result = (load_module_file(path, name), str(path))
+        result = (load_module_file(path, name, required), str(path))
     except (OSError, KernelFileError):
         # missing, unreadable, corrupted, broken at import or incomplete: (re)generate
         text = render()
-        result = _write_and_load(path, name, text)
+        result = _write_and_load(path, name, text, required)
     with _LOCK:
         _MEMO[memo_key] = result
     return result
 
 
-def _write_and_load(path, name, text):
+def _write_and_load(path, name, text, required):
     try:
         atomic_write(path, text)
     except OSError as exc:
@@ -133,50 +182,86 @@ def _write_and_load(path, name, text):
             f"kernel cache folder {path.parent} cannot be written ({type(exc).__name__}: "
             f"{exc}); using in-memory kernels for this process. Set SYMQUAD_CACHE_DIR to a "
             f"writable folder to keep them.", RuntimeWarning, stacklevel=4)
-        return load_module_text(text, name, "<memory>"), "<memory>"
-    return load_module_file(path, name), str(path)
+        return load_module_text(text, name, "<memory>", required), "<memory>"
+    return load_module_file(path, name, required), str(path)
+
+
+def _assembly():
+    mod, _ = _committed("assembly", required=("drift_none", "drift_sphere"))
+    return mod
+
+
+def _params(model: Model) -> tuple:
+    from .._generated.assembly import PARAMS
+    values = model.kernel_params()
+    return tuple(values[name] for name in PARAMS)
+
+
+def _moment_kernels(model: Model, form: str, mod, source, extra=()) -> Kernels:
+    """Kernels of a moment-kind module (matrix or tensor) through the generated assembly."""
+    drift = getattr(_assembly(), f"drift_{model.constraint}")
+    params = _params(model)
+    b = np.array([float(c) for c in model.teacher_readout])
+    trained, noise = model.readout_trained, model.noise
+
+    def moments(Q, rho, T, a):
+        return mod.moments(Q, rho, T, a, b, noise, trained, *extra)
+
+    def rhs(Q, rho, T, a):
+        G, Gt, B, R = moments(Q, rho, T, a)
+        return drift(Q, rho, a, G, Gt, B, R, params)
+    return Kernels(model, form, source, rhs,
+                   lambda Q, rho, T, a, bb: mod.risk(Q, rho, T, a, bb, *extra), moments)
 
 
 def _matrix_kernels(model: Model) -> Kernels:
-    mod, source = _committed("quadratic_matrix")
-    c2 = model.activation[2]
-    c = c2.numerator / c2.denominator
-    p, k, eta, noise = model.p, model.p_star, model.eta, model.noise
-    return Kernels(
-        model, "matrix", source,
-        lambda Q, rho, T: mod.rhs(Q, rho, T, eta, noise, p, k, c),
-        lambda Q, rho, T: mod.risk(Q, rho, T, p, k, c))
+    mod, source = _committed("quadratic_matrix", required=("moments", "risk"))
+    extra = tuple(float(c[j]) for c, j in ((model.activation, 2), (model.teacher_activation, 2),
+                                           (model.activation, 0), (model.teacher_activation, 0)))
+    return _moment_kernels(model, "matrix", mod, source, extra)
 
 
 def activation_key(model: Model) -> str:
-    """Stable 16-hex-digit key of the activation alone (tensor kernels are per activation)."""
+    """Stable 16-hex-digit key of the activation pair (tensor kernels are per pair)."""
     text = "activation=" + ",".join(str(c) for c in model.activation)
+    if not model.is_default("teacher_activation"):
+        text += ";teacher=" + ",".join(str(c) for c in model.teacher_activation)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _tensor_module(model: Model):
     from .._generated import TENSOR_MODULES
-    committed = TENSOR_MODULES.get(tuple(str(c) for c in model.activation))
+    key = (tuple(str(c) for c in model.activation),
+           tuple(str(c) for c in model.teacher_activation))
+    committed = TENSOR_MODULES.get(key)
     if committed:
-        return _committed(committed)
+        return _committed(committed, required=("moments", "risk"))
 
     def render():
         from ..codegen.tensor_render import render_tensor_module
         from ..kernel_files import generator_version
-        return render_tensor_module(model.activation, generator=generator_version())
-    return _cached("tensor", activation_key(model), render)
+        return render_tensor_module(model.activation, model.teacher_activation,
+                                    generator=generator_version())
+    return _cached("tensor", activation_key(model), render, required=("moments", "risk"))
 
 
 def _entry_module(model: Model):
     from .._generated import ENTRY_MODULES
     committed = ENTRY_MODULES.get((model.p, model.p_star))
-    if committed and model.activation_str == "z**2":
+    if (committed and model.activation_str == "z**2" and model.is_default("teacher_activation")
+            and model.constraint == "none" and not model.readout_trained):
         return _committed(committed)
 
     def render():
         from ..codegen.render import render_entries_module
         return render_entries_module(model)
-    return _cached("entries", model.structure_key, render)
+    key = model.structure_key + ("_trained" if model.readout_trained else "")
+    return _cached("entries", key, render)
+
+
+def default_form(model: Model) -> str:
+    """``"matrix"`` for quadratic ``σ`` and ``σ*``, else ``"tensor"``."""
+    return "matrix" if model.is_quadratic else "tensor"
 
 
 def kernels(model: Model, form: str | None = None) -> Kernels:
@@ -186,9 +271,10 @@ def kernels(model: Model, form: str | None = None) -> Kernels:
     ----------
     model : Model
     form : {"matrix", "tensor", "entries"}, optional
-        Default ``"matrix"`` for ``σ = c z² (+ c0)``, ``"tensor"`` for every other
-        polynomial.  ``"entries"`` is the entry-by-entry reference route, whose
-        derivation cost grows fast with ``p`` (it checks the size first).
+        Default ``"matrix"`` when ``σ`` and ``σ*`` are both ``c z² (+ c0)``,
+        ``"tensor"`` for every other pair of polynomials.  ``"entries"`` is the
+        entry-by-entry reference route, whose derivation cost grows fast with
+        ``p`` (it checks the size first).
 
     Examples
     --------
@@ -199,19 +285,21 @@ def kernels(model: Model, form: str | None = None) -> Kernels:
     """
     check_model(model)
     if form is None:
-        form = "matrix" if model.is_quadratic else "tensor"
+        form = default_form(model)
     if form not in KERNEL_FORMS:
         raise ValueError(f"form must be one of {KERNEL_FORMS}, got {form!r}")
     if form == "matrix":
         if not model.is_quadratic:
             raise ValueError(
-                f"form='matrix' needs a quadratic activation c*z**2 (+ const), got "
-                f"{model.activation_str!r}; use form='tensor'")
+                f"form='matrix' needs quadratic activations c*z**2 (+ const) for the student "
+                f"and the teacher, got {model.activation_str!r} and "
+                f"{model.teacher_activation_str!r}; use form='tensor'")
         return _matrix_kernels(model)
-    eta, noise = model.eta, model.noise
     if form == "tensor":
         mod, source = _tensor_module(model)
-    else:
-        mod, source = _entry_module(model)
-    return Kernels(model, form, source,
-                   lambda Q, rho, T: mod.rhs(Q, rho, T, eta, noise), mod.risk)
+        return _moment_kernels(model, "tensor", mod, source)
+    mod, source = _entry_module(model)
+    params = _params(model)
+    b = np.array([float(c) for c in model.teacher_readout])
+    return Kernels(model, form, source, lambda Q, rho, T, a: mod.rhs(Q, rho, T, a, b, params),
+                   lambda Q, rho, T, a, bb: mod.risk(Q, rho, T, a, bb))

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from .._atomic import atomic_file
-from ..spec import Model, check_model
+from ..spec import Model, check_model, model_fields
 
 __all__ = ["FORMAT_VERSION", "model_to_dict", "model_from_dict", "save_npz", "load_npz",
            "json_default"]
@@ -33,33 +33,45 @@ _META = "meta.json"
 
 
 def model_to_dict(model: Model) -> dict:
-    """JSON-ready description of a :class:`~symquad.Model` (exact activation coefficients).
+    """JSON-ready description of a :class:`~symquad.Model`, one key per field.
 
-    ``lr`` and ``noise`` are floats (JSON keeps the shortest round-tripping
-    decimal); the activation is a list of exact rationals as strings, lowest
-    order first, e.g. ``["0", "0", "1"]`` for ``σ(z) = z²``.
+    Built from the model's field metadata (:func:`symquad.spec.model_fields`):
+    floats stay floats (JSON keeps the shortest round-tripping decimal),
+    activations and readouts are lists of exact rationals as strings, lowest
+    order first (``["0", "0", "1"]`` for ``σ(z) = z²``).
     """
     check_model(model)
-    return {"p": model.p, "p_star": model.p_star, "lr": model.lr, "noise": model.noise,
-            "activation": [str(Fraction(c)) for c in model.activation],
-            "lr_scaling": model.lr_scaling}
+    out = {}
+    for f in model_fields():
+        value = getattr(model, f.name)
+        if f.metadata["kind"] in ("activation", "readout"):
+            value = [str(Fraction(c)) for c in value]
+        out[f.name] = value
+    return out
 
 
 def model_from_dict(data) -> Model:
-    """Inverse of :func:`model_to_dict` (validated like any new :class:`~symquad.Model`)."""
+    """Inverse of :func:`model_to_dict` (validated like any new :class:`~symquad.Model`).
+
+    Files written before a field existed lack its key; it takes its default.
+    Unknown keys are refused.  Rationals are parsed by :class:`fractions.Fraction`
+    (never evaluated as code).
+    """
     if not isinstance(data, dict):
         raise ValueError(f"a saved model must be a JSON object, got {type(data).__name__}")
-    keys = {"p", "p_star", "lr", "noise", "activation", "lr_scaling"}
-    if set(data) != keys:
-        raise ValueError(f"a saved model must have exactly the keys {sorted(keys)}, "
-                         f"got {sorted(data)}")
-    activation = data["activation"]
-    if not isinstance(activation, list) or not all(isinstance(c, str) for c in activation):
-        raise ValueError("a saved model's activation must be a list of rational strings")
-    # coefficients are parsed by Fraction (never evaluated as code)
-    return Model(p=data["p"], p_star=data["p_star"], lr=data["lr"], noise=data["noise"],
-                 activation=tuple(Fraction(c) for c in activation),
-                 lr_scaling=data["lr_scaling"])
+    known = {f.name: f for f in model_fields()}
+    required = {"p", "p_star", "lr", "noise", "activation", "lr_scaling"}
+    if not required <= set(data) or not set(data) <= set(known):
+        raise ValueError(f"a saved model must have the keys {sorted(required)} and at most "
+                         f"{sorted(known)}, got {sorted(data)}")
+    values = {}
+    for name, value in data.items():
+        if known[name].metadata["kind"] in ("activation", "readout"):
+            if not isinstance(value, list) or not all(isinstance(c, str) for c in value):
+                raise ValueError(f"a saved model's {name} must be a list of rational strings")
+            value = tuple(Fraction(c) for c in value)
+        values[name] = value
+    return Model(**values)
 
 
 def json_default(value):

@@ -1,21 +1,24 @@
 """``derive(model)``: the risk and the order-parameter ODEs of a model.
 
-Three routes, chosen by ``form``:
+Three routes, chosen by ``form``, all built on the one assembly of the drift
+from the update rule (:mod:`symquad.symbolic.update`):
 
-* ``"matrix"`` (σ(z) = c z², the default for quadratic models): width
-  independent expressions in the MatrixSymbols ``Q, ρ, T``
+* ``"matrix"`` (``σ = c z² + c0``, ``σ* = c* z² + c0*``, no constraint; the
+  default for such models): width-independent expressions in the
+  MatrixSymbols ``Q, ρ, T`` (and ``D_a``, ``D_b`` for non-uniform readouts)
   (:mod:`symquad.symbolic.matrix_form`);
-* ``"tensor"`` (any polynomial activation, the default for non-quadratic
-  ones): width-independent index sums of the derived 2-, 3- and 4-point
-  functions ``I_2, J_2, I_3, I_4`` of the combined covariance
-  ``C = [[Q, ρ], [ρᵀ, T]]`` (:mod:`symquad.symbolic.tensor`);
-* ``"entries"`` (any polynomial activation, small widths): explicit
+* ``"tensor"`` (any polynomial activations, the default otherwise):
+  width-independent index sums of the derived 2-, 3- and 4-point functions
+  ``I_2, J_2, I_3, I_4`` of the combined covariance ``C = [[Q, ρ], [ρᵀ, T]]``
+  (:mod:`symquad.symbolic.tensor`);
+* ``"entries"`` (any polynomial activations, small widths): explicit
   expressions in the entry symbols ``Q_ij, ρ_im, T_lm``
-  (:mod:`symquad.symbolic.entries`).
+  (:mod:`symquad.symbolic.entries`), the independent reference.
 
-Both start from the model's network, loss and SGD update
-(:mod:`symquad.symbolic.network`) and must agree exactly
-(``tests/test_routes_agree.py``).
+The routes must agree exactly (``tests/test_routes_agree.py``).  Fields of
+the model specification that are off (weight decay 0, batch size 1) drop out
+of the equations; the learning parameters that are on stay symbols
+(``eq.params`` gives their values), as ``η`` and ``Δ`` always do.
 """
 
 from __future__ import annotations
@@ -26,11 +29,32 @@ import sympy as sp
 
 from ..spec import Model, check_model
 from . import entries, matrix_form, tensor
-from .symbols import ETA, NOISE, P, P_STAR, matrix_symbols, overlap_symbols
+from .symbols import (BATCH, ETA, ETA_READOUT, NOISE, P, P_STAR, WEIGHT_DECAY, matrix_symbols,
+                      overlap_symbols, readout_symbols)
+from .update import switched_off
 
 __all__ = ["Equations", "derive", "FORMS"]
 
 FORMS = ("matrix", "tensor", "entries")
+
+
+def _fixed_readouts(model: Model) -> dict:
+    """Readout symbols with fixed values (the teacher's always, the student's unless trained)."""
+    a, b = readout_symbols(model.p, model.p_star)
+    values = {s: sp.Rational(c.numerator, c.denominator)
+              for s, c in zip(b, model.teacher_readout)}
+    if not model.readout_trained:
+        values.update({s: sp.Rational(c.numerator, c.denominator)
+                       for s, c in zip(a, model.readout)})
+    return values
+
+
+def _substitute(expr, values):
+    if expr is None:
+        return None
+    if isinstance(expr, sp.MatrixBase):
+        return expr.xreplace(values).applyfunc(sp.expand)
+    return expr.xreplace(values)
 
 
 @dataclass(frozen=True)
@@ -46,6 +70,8 @@ class Equations:
     dQ, drho : MatrixExpr, Matrix or Expr
         ``dQ/dt`` (p×p) and ``dρ/dt`` (p×p*); in tensor form the expressions
         of ``dQ_kl/dt`` and ``dρ_km/dt`` as index sums (see :attr:`definitions`).
+    da : MatrixExpr, Matrix, Expr or None
+        ``da/dt`` of a trained readout (None for a fixed one).
     symbols : tuple
         ``(Q, rho, T)``: MatrixSymbols (matrix form) or entry-symbol matrices;
         ``(C, w)`` (IndexedBase) in tensor form.
@@ -62,13 +88,17 @@ class Equations:
     eta: sp.Symbol = ETA
     noise: sp.Symbol = NOISE
     _matrix: object = field(default=None, repr=False, compare=False)
+    da: sp.Basic = None
 
     @property
     def params(self) -> dict:
         """Numerical values of the scalar symbols for this model."""
-        values = {ETA: sp.nsimplify(self.model.eta), NOISE: sp.nsimplify(self.model.noise)}
+        m = self.model
+        values = {ETA: sp.nsimplify(m.eta), NOISE: sp.nsimplify(m.noise),
+                  WEIGHT_DECAY: sp.nsimplify(m.weight_decay), BATCH: sp.Integer(m.batch_size),
+                  ETA_READOUT: sp.nsimplify(m.lr_readout)}
         if self.form in ("matrix", "tensor"):
-            values.update({P: self.model.p, P_STAR: self.model.p_star})
+            values.update({P: m.p, P_STAR: m.p_star})
         return values
 
     @property
@@ -79,16 +109,23 @@ class Equations:
         return dict(self._matrix)
 
     def explicit(self):
-        """``(risk, dQ, drho)`` as explicit SymPy in the entry symbols (η, Δ symbolic).
+        """``(risk, dQ, drho)`` — and ``da`` for a trained readout — entry by entry.
 
-        In tensor form this runs the entry route (its cost grows fast with
-        ``p``; it checks the size first).
+        Explicit SymPy in the entry symbols (and ``a_1..a_p`` for a trained
+        readout), with the fixed readouts' values, ``η`` and ``Δ`` symbolic and
+        the other learning parameters symbolic when switched on.  In tensor
+        form this runs the entry route (its cost grows fast with ``p``; it
+        checks the size first).
         """
-        if self.form == "entries":
-            return self.risk, self.dQ, self.drho
-        if self.form == "tensor":
-            return entries.derive_entries(self.model)
-        return matrix_form.explicit(self.model, self._matrix)
+        values = {**_fixed_readouts(self.model), **switched_off(self.model)}
+        if self.form == "matrix":
+            out = matrix_form.explicit(self.model, self._matrix)
+        else:
+            risk, dQ, drho, da = (entries.derive_entries(self.model) if self.form == "tensor"
+                                  else (self.risk, self.dQ, self.drho, self.da))
+            out = (risk, dQ, drho) + (() if da is None else (da,))
+        return tuple(sp.expand(_substitute(x, values)) if not isinstance(x, sp.MatrixBase)
+                     else _substitute(x, values) for x in out)
 
     @property
     def entry_symbols(self):
@@ -106,8 +143,14 @@ class Equations:
             terms = sum(len(sp.Add.make_args(v)) for v in self._matrix.values())
             return (f"Equations(form='tensor', model={self.model!r}, "
                     f"I2/J2/I3/I4: {terms} terms, any width)")
+        da = f", da: {p}x1" if self.da is not None else ""
         return (f"Equations(form={self.form!r}, model={self.model!r}, "
-                f"dQ: {p}x{p}, drho: {p}x{k}, risk: {sp.count_ops(self.risk)} ops)")
+                f"dQ: {p}x{p}, drho: {p}x{k}{da}, risk: {sp.count_ops(self.risk)} ops)")
+
+
+def default_form(model: Model) -> str:
+    """``"matrix"`` for quadratic ``σ``, ``σ*`` without a constraint, else ``"tensor"``."""
+    return "matrix" if model.is_quadratic and model.constraint == "none" else "tensor"
 
 
 def derive(model: Model, form: str | None = None) -> Equations:
@@ -117,27 +160,34 @@ def derive(model: Model, form: str | None = None) -> Equations:
     ----------
     model : Model
     form : {"matrix", "tensor", "entries"}, optional
-        Default: ``"matrix"`` for a quadratic activation, else ``"tensor"``.
+        Default: ``"matrix"`` for quadratic activations (student and teacher)
+        without a constraint, else ``"tensor"``.
 
     Returns
     -------
     Equations
-        ``η`` and ``Δ`` are kept as symbols (``eq.eta``, ``eq.noise``);
-        ``eq.params`` maps them to the model's values.
+        ``η`` and ``Δ`` are kept as symbols (``eq.eta``, ``eq.noise``), and so
+        are the other learning parameters when switched on; ``eq.params`` maps
+        them to the model's values.
     """
     check_model(model)
     if form is None:
-        form = "matrix" if model.is_quadratic else "tensor"
+        form = default_form(model)
     if form not in FORMS:
         raise ValueError(f"form must be one of {FORMS}, got {form!r}")
+    off = switched_off(model)
     if form == "matrix":
         eqs = matrix_form.derive_matrix_form(model)
-        return Equations(model, form, eqs.risk, eqs.dQ, eqs.drho, matrix_symbols(),
-                         _matrix=eqs)
+        return Equations(model, form, _substitute(eqs.risk, off), _substitute(eqs.dQ, off),
+                         _substitute(eqs.drho, off), matrix_symbols(), _matrix=eqs,
+                         da=_substitute(eqs.da, off))
     if form == "tensor":
-        risk, dQ, drho, definitions = tensor.tensor_equations(model)
-        return Equations(model, form, risk, dQ, drho, (tensor.COV, tensor.WEIGHT),
-                         _matrix=definitions)
-    risk, dQ, drho = entries.derive_entries(model)
-    return Equations(model, form, risk, dQ, drho,
-                     overlap_symbols(model.p, model.p_star))
+        risk, dQ, drho, da, definitions = tensor.tensor_equations(model)
+        return Equations(model, form, risk, _substitute(dQ, off), _substitute(drho, off),
+                         (tensor.COV, tensor.WEIGHT), _matrix=definitions,
+                         da=_substitute(da, off))
+    risk, dQ, drho, da = entries.derive_entries(model)
+    values = {**_fixed_readouts(model), **off}
+    return Equations(model, form, sp.expand(_substitute(risk, values)), _substitute(dQ, values),
+                     _substitute(drho, values), overlap_symbols(model.p, model.p_star),
+                     da=_substitute(da, values))

@@ -1,19 +1,22 @@
-"""Entry-by-entry derivation of the ODEs and the risk (any polynomial activation).
+"""Entry-by-entry derivation of the ODEs and the risk (any polynomial activations).
 
-The one-step increments of :func:`~symquad.symbolic.network.sgd_increments`
-are polynomials in the fields ``(λ, ν)``, the label noise ``ξ`` and
-``r = ‖x‖²/N``.  Their expectations over
+The independent small-width reference.  The drift of
+:func:`symquad.symbolic.update.drift` — the one assembly of the ODE from the
+update rule — is instantiated at every pair of concrete units, and each of
+its expectations ``E[g_i λ_j]``, ``E[g_i g_j]``, ``E[g_i ν_m]``, ``E[h_i]`` is
+taken of the *explicit* per-sample polynomials of
+:func:`symquad.symbolic.network.network` (``g_i = ∂ℓ/∂λ_i`` with the model's
+``σ``, ``σ*``, readout symbols ``a_i``, ``b_m`` and label noise) over
 
 ``(λ, ν) ~ N(0, [[Q, ρ], [ρᵀ, T]])``, ``ξ ~ N(0, 1)`` independent,
 
-with ``r → 1`` (``E[r f] = E[f] + O(1/N)`` because ``x`` has ``N − p − p*``
-directions outside the span of the weights), are the ODE right-hand sides:
+by the Wick/Isserlis engine :class:`~symquad.symbolic.wick.GaussianFields`.
+Nothing here knows which moment kinds exist: the matrix and tensor routes,
+which do, are checked against this one (``tests/test_routes_agree.py``).
+The risk is ``ε = ½ E[(ŷ − y_clean)²]``.
 
-``dQ_kl/dt = E[−η (g_k λ_l + g_l λ_k) + η² g_k g_l]``,
-``dρ_km/dt = E[−η g_k ν_m]``,  ``g_k = ∂ℓ/∂λ_k``.
-
-The risk is ``ε = ½ E[(ŷ − y_clean)²]``.  Expectations come from the
-Wick/Isserlis engine :class:`~symquad.symbolic.wick.GaussianFields`.
+Readouts stay symbols (``a_1..a_p``, ``b_1..b_p*``), and ``η``, ``Δ``, ``λ``,
+``b``, ``η_a`` are parameters: one derivation serves every value.
 """
 
 from __future__ import annotations
@@ -23,8 +26,9 @@ from functools import lru_cache
 import sympy as sp
 
 from ..spec import Model
-from .network import R_NORM, network, sgd_increments
-from .symbols import XI, overlap_symbols
+from .network import network
+from .symbols import XI, overlap_symbols, readout_symbols
+from .update import Af, E, G, H, LAM, NU, Qf, RHOf, drift
 from .wick import GaussianFields
 
 __all__ = ["model_fields", "derive_entries", "entry_route_estimate", "check_entry_route_size",
@@ -79,27 +83,78 @@ def model_fields(model: Model) -> GaussianFields:
     return GaussianFields(net.lam + net.nu + (XI,), cov)
 
 
+class _ExplicitExpectations:
+    """``E[monomial of g, h, λ, ν]`` of the explicit network, memoised per monomial."""
+
+    def __init__(self, model: Model):
+        self.net = network(model)
+        self.fields = model_fields(model)
+        self.memo = {}
+        net = self.net
+        self.values = {G: lambda i: net.grad[i - 1], H: lambda i: net.readout_grad[i - 1],
+                       LAM: lambda i: net.lam[i - 1], NU: lambda m: net.nu[m - 1]}
+
+    def __call__(self, monomial):
+        if monomial not in self.memo:
+            explicit = monomial.replace(lambda e: e.func in self.values,
+                                        lambda e: self.values[e.func](int(e.args[0])))
+            self.memo[monomial] = self.fields.expectation(explicit)
+        return self.memo[monomial]
+
+
+def _explicit_state(model: Model) -> dict:
+    """``Qf(i, j) -> Q_i_j``, ``RHOf(i, m) -> rho_i_m``, ``Af(i) -> a_i`` (1-based units)."""
+    p, k = model.p, model.p_star
+    Q, rho, _ = overlap_symbols(p, k)
+    a, _ = readout_symbols(p, k)
+    table = {Qf(i + 1, j + 1): Q[i, j] for i in range(p) for j in range(i, p)}
+    table.update({RHOf(i + 1, m + 1): rho[i, m] for i in range(p) for m in range(k)})
+    table.update({Af(i + 1): a[i] for i in range(p)})
+    return table
+
+
 @lru_cache(maxsize=32)
 def derive_entries(model: Model):
-    """``(risk, dQ, drho)`` as explicit SymPy expressions in the entry symbols.
+    """``(risk, dQ, drho, da)`` as explicit SymPy expressions in the entry symbols.
 
-    ``η`` and ``Δ`` stay symbolic; only the structure of ``model`` (widths and
-    activation) matters, so the cache is keyed by it.  The cost grows fast
-    with the widths: :func:`check_entry_route_size` runs first.
+    ``da`` (the readout's drift, a p×1 Matrix) is None for a fixed readout.
+    ``η``, ``Δ`` and the other parameters stay symbolic, and so do the readouts;
+    only the structure of ``model`` (widths, activations, constraint, trained
+    or fixed readout) matters, so the cache is keyed by it.  The cost grows
+    fast with the widths: :func:`check_entry_route_size` runs first.
     """
     check_entry_route_size(model)
-    net = network(model)
-    fields = model_fields(model)
-    dQ_inc, drho_inc = sgd_increments(model, net)
+    return _derive_entries(_structure(model))
+
+
+def _structure(model: Model) -> Model:
+    """The model with the fields that stay symbols reset (one cache entry per structure)."""
+    return model.replace(lr=1.0, noise=0.0, readout=None, teacher_readout=None,
+                         weight_decay=0.0, batch_size=1, lr_scaling="fixed",
+                         lr_readout=1.0 if model.readout_trained else 0.0)
+
+
+@lru_cache(maxsize=32)
+def _derive_entries(model: Model):
+    expect = _ExplicitExpectations(model)
+    state = _explicit_state(model)
+    d = drift(model)
     p, k = model.p, model.p_star
 
-    def expect(expr):
-        return fields.expectation(expr.subs(R_NORM, 1))
+    def evaluate(expr):
+        expr = expr.replace(lambda e: e.func == E, lambda e: expect(e.args[0]))
+        return sp.expand(expr.xreplace(state))
 
     dQ = sp.zeros(p, p)
-    for i in range(p):
-        for j in range(i, p):
-            dQ[i, j] = dQ[j, i] = expect(dQ_inc[i, j])
-    drho = sp.Matrix(p, k, lambda i, m: expect(drho_inc[i, m]))
-    risk = fields.expectation((net.student - net.teacher) ** 2 / 2)
-    return risk, dQ, drho
+    drho = sp.zeros(p, k)
+    da = sp.zeros(p, 1) if d.da is not None else None
+    for i in range(1, p + 1):
+        for j in range(i, p + 1):
+            dQ[i - 1, j - 1] = dQ[j - 1, i - 1] = evaluate(d.at(i, j, 1)[0])
+        for m in range(1, k + 1):
+            drho[i - 1, m - 1] = evaluate(d.at(i, i, m)[1])
+        if da is not None:
+            da[i - 1, 0] = evaluate(d.at(i, i, 1)[2])
+    net = expect.net
+    risk = expect.fields.expectation((net.student - net.teacher) ** 2 / 2)
+    return risk, dQ, drho, da

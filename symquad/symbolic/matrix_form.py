@@ -1,19 +1,31 @@
-"""Matrix-form derivation of the ODEs and the risk for ``σ(z) = c z² (+ c0)``.
+r"""Matrix-form derivation for quadratic activations ``σ = c z² + c0``, ``σ* = c* z² + c0*``.
 
-With ``z = (λ, ν)`` and ``C = [[Q, ρ], [ρᵀ, T]]`` the network outputs are
-quadratic forms: ``ŷ = zᵀ B z`` with ``B = diag(c I_p/p, 0)`` and the clean
-error ``ŷ − y_clean = zᵀ A z`` with ``A = diag(c I_p/p, −c I_p*/p*)`` (the
-constant ``c0`` cancels).  The local gradient is then
-``g = ∂ℓ/∂λ = δ [(B + Bᵀ) z]_λ`` with ``δ = zᵀAz − √Δ ξ``, and the SGD increments
-of :func:`symquad.symbolic.network.sgd_increments`,
+With ``z = (λ, ν)`` and ``C = [[Q, ρ], [ρᵀ, T]]`` the clean error is a quadratic
+form plus a constant, ``ŷ − y_clean = zᵀ A z + κ`` with the diagonal
 
-``N ΔQ = −η (g λᵀ + λ gᵀ) + η² r g gᵀ``,  ``N Δρ = −η g νᵀ``,
+.. math::  A = \operatorname{diag}(c\,a_1, …, c\,a_p, −c^* b_1, …, −c^* b_{p^*}),
+           \qquad κ = c_0 \textstyle\sum_k a_k − c_0^* \sum_m b_m ,
 
-need only ``E[δ^k z zᵀ]`` (``k = 1, 2``), which
-:mod:`symquad.symbolic.quadforms` reduces to traces and words in ``A, B, C``.
-Expanding the words block by block (``C`` has blocks ``Q, ρ, ρᵀ, T``; ``A`` and
-``B`` are scalar on each block) gives width-independent expressions in the
-MatrixSymbols ``Q, ρ, T`` whose evaluation costs ``O((p + p*)³)``.
+and ``δ = zᵀAz + κ − √Δ ξ``.  The moment kinds of
+:mod:`symquad.symbolic.moments` are then, since ``σ'(z) = 2cz``,
+
+* ``G_kj = E[σ'(λ_k) u_j δ] = 2c\,E[z zᵀ δ]_{kj}``,
+* ``B_kl = E[σ'(λ_k) σ'(λ_l) δ²] = 4c²\,E[z zᵀ δ²]_{kl}``,
+* ``R_k = E[σ(λ_k) δ] = c\,E[z zᵀ δ]_{kk} + c_0 E[δ]``,
+
+(read off the local polynomials by :func:`matrix_moments`, not typed), and
+:mod:`symquad.symbolic.quadforms` reduces ``E[δ^m z zᵀ]`` and ``E[δ^m]`` to
+traces and words in ``A`` and ``C``.  Two evaluations of these words:
+
+* the kernels (:func:`symquad.codegen.render.render_matrix_module`) multiply
+  words of the combined ``C`` with ``A`` as a vector of weights: cost
+  ``O((p + p*)³)`` whatever the readouts;
+* the symbolic form (:func:`derive_matrix_form`) expands every word block by
+  block (``C`` has blocks ``Q, ρ, ρᵀ, T``; ``A`` is ``c D_a`` on the students and
+  ``−c* D_b`` on the teachers, scalars when the readouts are uniform) into
+  width-independent expressions in the MatrixSymbols ``Q, ρ, T`` (and ``D_a``,
+  ``D_b``), and combines them with the one assembly of the drift
+  (:func:`symquad.symbolic.moments.moment_drift`).
 """
 
 from __future__ import annotations
@@ -24,58 +36,163 @@ from itertools import product
 import sympy as sp
 
 from ..spec import Model
+from .moments import MB, MG, MGT, MR, moment_drift
 from .quadforms import COV, expect_forms, expect_outer
-from .symbols import ETA, NOISE, P, P_STAR, XI, matrix_symbols, overlap_symbols
+from .symbols import (NOISE, P, P_STAR, XI, matrix_symbols, overlap_symbols,
+                      readout_symbols)
+from .update import Af, Qf, RHOf, switched_off
 
-__all__ = ["MatrixEquations", "derive_matrix_form", "explicit"]
+__all__ = ["MatrixEquations", "derive_matrix_form", "explicit", "display_form",
+           "matrix_moments", "KAPPA", "ACT_SYMBOLS", "DA", "DB"]
 
 LAM, NU = 0, 1  # block indices of z = (λ, ν)
 
+#: The constant of the error and the activation coefficients as symbols
+#: (``σ = c z² + c0``, ``σ* = c* z² + c0*``).
+KAPPA = sp.Symbol("kappa", real=True)
+ACT_SYMBOLS = sp.symbols("c c_star c0 c0_star", real=True)
+#: Diagonal readout matrices ``D_a = diag(a)`` (p×p), ``D_b = diag(b)`` (p*×p*).
+DA = sp.MatrixSymbol("D_a", P, P)
+DB = sp.MatrixSymbol("D_b", P_STAR, P_STAR)
 
-def _quadratic_coefficient(model: Model) -> sp.Rational:
+
+def _check_quadratic(model: Model):
     if not model.is_quadratic:
         raise ValueError(
-            f"the matrix-form route needs activation c*z**2 (+ constant); got "
-            f"{model.activation_str!r}: use form='tensor' (any width) or form='entries' (small p)")
-    c = model.activation[2]
+            f"the matrix-form route needs c*z**2 (+ constant) for the student and the teacher; "
+            f"got activation {model.activation_str!r}, teacher_activation "
+            f"{model.teacher_activation_str!r}: use form='tensor' (any width) or "
+            f"form='entries' (small p)")
+
+
+def _rational(c) -> sp.Rational:
     return sp.Rational(c.numerator, c.denominator)
 
 
-class _Blocks:
-    """Block structure of the letters: ``C`` (full), ``A``/``B`` (scalar per block)."""
+def activation_values(model: Model) -> dict:
+    """``{c, c*, c0, c0*}`` of a quadratic model, exact."""
+    _check_quadratic(model)
+    c, cs, c0, c0s = ACT_SYMBOLS
+    return {c: _rational(model.activation[2]), cs: _rational(model.teacher_activation[2]),
+            c0: _rational(model.activation[0]), c0s: _rational(model.teacher_activation[0])}
 
-    def __init__(self, c, Q, rho, T, p, p_star, explicit=False):
+
+# ---- word level ------------------------------------------------------------------
+
+def _noise_expectation(k: int) -> dict:
+    """``E_ξ[δ^k] = Σ_j coeff_j s^j`` with ``δ = s + κ − √Δ ξ`` and ``ξ ~ N(0,1)``."""
+    s = sp.Symbol("s")
+    poly = sp.Poly(sp.expand((s + KAPPA - sp.sqrt(NOISE) * XI) ** k), s, XI)
+    out: dict = {}
+    for (js, jx), coeff in poly.terms():
+        moment = 0 if jx % 2 else sp.factorial2(jx - 1)   # E[ξ^n] = (n−1)!!, 0 for odd n
+        out[js] = out.get(js, 0) + coeff * moment
+    return out
+
+
+def _outer(m: int) -> dict:
+    """``E[δ^m z zᵀ]`` as ``{word: coeff}`` (noise integrated out)."""
+    acc: dict = {}
+    for j, cj in _noise_expectation(m).items():
+        for word, coeff in expect_outer([("A",)] * j).items():
+            acc[word] = sp.expand(acc.get(word, 0) + cj * coeff)
+    return {w: c for w, c in acc.items() if c != 0}
+
+
+def _scalar(m: int) -> sp.Expr:
+    """``E[δ^m]`` as a polynomial in trace placeholders."""
+    return sp.expand(sp.Add(*[cj * expect_forms([("A",)] * j)
+                              for j, cj in _noise_expectation(m).items()]))
+
+
+def matrix_moments() -> dict:
+    """The moment kinds as combinations of ``E[δ^m z zᵀ]`` entries and ``E[δ^m]``.
+
+    Read off the local polynomials ``σ'(x) = 2c x``, ``σ(x) = c x² + c0`` (``c``,
+    ``c0`` symbols): a monomial of degree two in the fields ``x_k x_j`` is the
+    ``(k, j)`` entry of ``E[δ^m z zᵀ]``, a constant multiplies ``E[δ^m]``.
+
+    Returns
+    -------
+    dict
+        ``{kind: [(coefficient, "outer" | "scalar", m, entry)]}``, ``entry`` one
+        of ``"kj"`` (student row, any column), ``"kl"`` (students), ``"kk"``
+        (diagonal) or None for a scalar.
+    """
+    c, _, c0, _ = ACT_SYMBOLS
+    xk, xl, xj = sp.symbols("x_k x_l x_j")
+    sigma = sp.Lambda(xk, c * xk**2 + c0)
+    dsigma = sp.Lambda(xk, sp.diff(sigma(xk), xk))
+    local = {"G": (dsigma(xk) * xj, 1, "kj"), "B": (dsigma(xk) * dsigma(xl), 2, "kl"),
+             "R": (sigma(xk), 1, "kk")}
+    out = {}
+    for kind, (poly, m, entry) in local.items():
+        terms = []
+        for mono, coeff in sp.Poly(sp.expand(poly), xk, xl, xj).terms():
+            degree = sum(mono)
+            if degree == 2:
+                terms.append((coeff, "outer", m, entry))
+            elif degree == 0:
+                terms.append((coeff, "scalar", m, None))
+            else:  # pragma: no cover - a quadratic σ has no odd terms here
+                raise NotImplementedError(f"local factor {poly} is not quadratic in the fields")
+        out[kind] = terms
+    return out
+
+
+# ---- block expansion (symbolic, width independent) --------------------------------
+
+class _Blocks:
+    """Block structure of the letters: ``C`` (full) and ``A`` (diagonal per block).
+
+    ``A`` on a block is a scalar or a diagonal matrix (``c D_a``, ``−c* D_b``).
+    A path through a word yields a scalar and a list of factors: ``("C", i, j)``
+    (block ``(i, j)`` of ``C``) or ``("D", i)`` (the diagonal matrix of ``A`` on
+    block ``i``).
+    """
+
+    def __init__(self, Q, rho, T, a_lam, a_nu, explicit=False):
         self.explicit = explicit
         self.cov = {(LAM, LAM): Q, (LAM, NU): rho, (NU, LAM): rho.T, (NU, NU): T}
-        self.diag = {"A": (c / p, -c / p_star), "B": (c / p, sp.Integer(0))}
+        self.diag = {LAM: a_lam, NU: a_nu}
+
+    def matrix(self, factor):
+        return self.cov[factor[1:]] if factor[0] == "C" else self.diag[factor[1]]
 
     def paths(self, word, start, end):
-        """Yield ``(scalar, [block keys])`` for each index path of ``word`` from start to end."""
         n_cov = sum(1 for letter in word if letter == COV)
         for mids in product((LAM, NU), repeat=max(n_cov - 1, 0)):
             idx = [start, *mids, end] if n_cov else [start]
             if not n_cov and start != end:
                 continue
-            scalar, keys, pos = sp.Integer(1), [], 0
+            scalar, factors, pos = sp.Integer(1), [], 0
             for letter in word:
                 if letter == COV:
-                    keys.append((idx[pos], idx[pos + 1]))
+                    factors.append(("C", idx[pos], idx[pos + 1]))
                     pos += 1
                 else:
-                    scalar *= self.diag[letter][idx[pos]]
+                    value = self.diag[idx[pos]]
+                    if isinstance(value, sp.MatrixExpr) or getattr(value, "is_Matrix", False):
+                        factors.append(("D", idx[pos]))
+                    else:
+                        scalar *= value
             if scalar != 0:
-                yield scalar, keys
+                yield scalar, factors
 
 
-def _canonical_cycle(keys: list) -> tuple:
-    # tr(XY) = tr(YX) = tr(Yᵀ Xᵀ); transposing block (i, j) gives block (j, i).
-    n = len(keys)
-    rev = [(j, i) for i, j in reversed(keys)]
-    return min(tuple(w[i:] + w[:i]) for w in (keys, rev) for i in range(n))
+def _transpose_factor(f):
+    return ("C", f[2], f[1]) if f[0] == "C" else f
 
 
-def _product(blocks: _Blocks, keys) -> sp.Basic:
-    mats = [blocks.cov[k] for k in keys]
+def _canonical_cycle(factors: list) -> tuple:
+    # tr(XY) = tr(YX) = tr(Yᵀ Xᵀ); C blocks transpose to (j, i), diagonals to themselves.
+    n = len(factors)
+    rev = [_transpose_factor(f) for f in reversed(factors)]
+    return min(tuple(w[i:] + w[:i]) for w in (factors, rev) for i in range(n))
+
+
+def _product(blocks: _Blocks, factors) -> sp.Basic:
+    mats = [blocks.matrix(f) for f in factors]
     if blocks.explicit:
         out = mats[0]
         for M in mats[1:]:
@@ -88,8 +205,8 @@ def _trace_value(blocks: _Blocks, word: tuple, trace) -> sp.Expr:
     """``tr(word)`` summed over diagonal blocks, cycles canonicalised."""
     total = sp.Integer(0)
     for start in (LAM, NU):
-        for scalar, keys in blocks.paths(word, start, start):
-            total += scalar * trace(_product(blocks, _canonical_cycle(keys)))
+        for scalar, factors in blocks.paths(word, start, start):
+            total += scalar * trace(_product(blocks, _canonical_cycle(factors)))
     return total
 
 
@@ -98,136 +215,234 @@ def _matrix_value(blocks: _Blocks, words: dict, start, end, coeff_value, zero):
     terms = []
     for word, coeff in words.items():
         cval = coeff_value(coeff)
-        for scalar, keys in blocks.paths(word, start, end):
-            terms.append(cval * scalar * _product(blocks, keys))
+        for scalar, factors in blocks.paths(word, start, end):
+            terms.append(cval * scalar * _product(blocks, factors))
     return sp.Add(*terms) if terms else zero
-
-
-def _noise_expectation(k: int) -> dict:
-    """``E_ξ[δ^k] = Σ_j coeff_j s^j`` with ``δ = s − √Δ ξ`` and ``ξ ~ N(0,1)``."""
-    s = sp.Symbol("s")
-    poly = sp.Poly(sp.expand((s - sp.sqrt(NOISE) * XI) ** k), s, XI)
-    out: dict = {}
-    for (js, jx), coeff in poly.terms():
-        # E[ξ^n] = (n-1)!! for even n, 0 for odd n
-        moment = 0 if jx % 2 else sp.factorial2(jx - 1)
-        out[js] = out.get(js, 0) + coeff * moment
-    return out
-
-
-def _expect_error_power_outer(k: int) -> dict:
-    """``E[δ^k z zᵀ]`` as ``{word: coeff}`` (noise integrated out)."""
-    acc: dict = {}
-    for j, cj in _noise_expectation(k).items():
-        for word, coeff in expect_outer([("A",)] * j).items():
-            acc[word] = sp.expand(acc.get(word, 0) + cj * coeff)
-    return {w: c for w, c in acc.items() if c != 0}
-
-
-def _sandwich(left: tuple, words: dict, right: tuple) -> dict:
-    return {left + w + right: c for w, c in words.items()}
 
 
 @dataclass(frozen=True)
 class MatrixEquations:
-    """Matrix-form risk and ODE right-hand sides.
+    """Matrix-form risk, moments and ODE right-hand sides.
 
     Attributes
     ----------
     risk : Expr
-        ``ε = ½ E[(zᵀAz)²] = ½ (tr(AC)² + 2 tr(ACAC))`` in ``Q, ρ, T``.
+        ``ε = ½ E[(zᵀAz + κ)²]`` in ``Q, ρ, T`` (and ``D_a``, ``D_b``).
     dQ, drho : MatrixExpr
         ``dQ/dt`` (p×p) and ``dρ/dt`` (p×p*).
+    da : MatrixExpr or None
+        ``da/dt`` (p×1) for a trained readout.
+    moments : dict
+        ``{"G": p×p, "Gt": p×p*, "B": p×p, "R": p×1}`` block expressions (those needed).
     words : dict
-        The word-level result before block expansion (``risk``, ``dQ``, ``drho``
-        as ``{word: coefficient}``) — printable, and what codegen consumes.
+        The word-level results ``E[δ^m zzᵀ]`` (``"outer1"``, ``"outer2"``),
+        ``E[δ^m]`` (``"scalar1"``) and ``"risk"`` — printable, and what codegen
+        consumes.
+    coefficient : Expr
+        The student's ``c``.
     """
 
     risk: sp.Expr
     dQ: sp.MatrixExpr
     drho: sp.MatrixExpr
+    da: object
+    moments: dict
     words: dict
-    coefficient: sp.Rational
+    coefficient: sp.Expr
 
 
-def _word_level(model: Model) -> dict:
-    """Derive risk, dQ, dρ as word sums in the letters A, B, C."""
-    m1 = _expect_error_power_outer(1)          # E[δ zzᵀ]
-    m2 = _expect_error_power_outer(2)          # E[δ² zzᵀ]
-    # g = δ (B + Bᵀ) z restricted to λ; B is symmetric, so (B + Bᵀ) = 2B.
-    grad_words = [("B",), ("B",)]
-
-    def add(acc, words, factor):
-        for w, c in words.items():
-            acc[w] = sp.expand(acc.get(w, 0) + factor * c)
-
-    dQ: dict = {}
-    for h in grad_words:
-        add(dQ, _sandwich(h, m1, ()), -ETA)         # −η E[g λᵀ]
-        add(dQ, _sandwich((), m1, h), -ETA)         # −η E[λ gᵀ]
-        for h2 in grad_words:
-            add(dQ, _sandwich(h, m2, h2), ETA**2)   # η² E[r g gᵀ], r → 1
-    drho: dict = {}
-    for h in grad_words:
-        add(drho, _sandwich(h, m1, ()), -ETA)       # −η E[g νᵀ]
-    risk = expect_forms([("A",), ("A",)]) / 2       # ½ E[(zᵀAz)²]
-    return {"risk": risk, "dQ": dQ, "drho": drho}
+def word_level() -> dict:
+    """``E[δ zzᵀ]``, ``E[δ² zzᵀ]``, ``E[δ]`` and the risk ``½E[(s + κ)²]`` as words in ``A, C``."""
+    risk = sp.expand((expect_forms([("A",), ("A",)]) + 2 * KAPPA * expect_forms([("A",)])
+                      + KAPPA**2) / 2)
+    return {"outer1": _outer(1), "outer2": _outer(2), "scalar1": _scalar(1), "risk": risk}
 
 
-def _evaluate(words: dict, c, Q, rho, T, p, p_star, trace, zero_q, zero_r, explicit=False,
-              trace_names=None):
-    blocks = _Blocks(c, Q, rho, T, p, p_star, explicit)
-    trace_syms = {}
+def _readout_diagonals(model: Model, values: dict, explicit: bool):
+    """``A`` on the student and teacher blocks, and ``κ``."""
+    c, cs, c0, c0s = (values[s] for s in ACT_SYMBOLS)
+    if explicit:
+        a, b = readout_symbols(model.p, model.p_star)
+        a = a if model.readout_trained else tuple(_rational(x) for x in model.readout)
+        b = tuple(_rational(x) for x in model.teacher_readout)
+        return c * sp.diag(*a), -cs * sp.diag(*b), c0 * sum(a) - c0s * sum(b)
+    uniform_a = len(set(model.readout)) == 1 and not model.readout_trained
+    uniform_b = len(set(model.teacher_readout)) == 1
+    # the default readouts stay 1/p, 1/p* (width independent)
+    alpha = ((1 / P if model.is_default("readout") else _rational(model.readout[0]))
+             if uniform_a else None)
+    beta = 1 / P_STAR if model.is_default("teacher_readout") else _rational(model.teacher_readout[0])
+    a_lam = c * alpha if uniform_a else c * DA
+    a_nu = -cs * beta if uniform_b else -cs * DB
+    kappa = ((c0 * alpha * P if uniform_a else c0 * sp.Trace(DA))
+             - (c0s * beta * P_STAR if uniform_b else c0s * sp.Trace(DB)))
+    return a_lam, a_nu, kappa
+
+
+def _evaluate_blocks(model, words, values, Q, rho, T, p, k, trace, explicit=False,
+                     trace_names=None):
+    """Moments and risk from the word level, block by block."""
+    a_lam, a_nu, kappa = _readout_diagonals(model, values, explicit)
+    blocks = _Blocks(Q, rho, T, a_lam, a_nu, explicit)
+    cache = {}
 
     def coeff_value(coeff):
-        subs = {}
+        subs = {KAPPA: kappa}
         for s in coeff.free_symbols:
             if s.name.startswith("tr("):
-                if s not in trace_syms:
+                if s not in cache:
                     word = tuple(s.name[3:-1])
-                    trace_syms[s] = (trace_names[s] if trace_names
-                                     else _trace_value(blocks, word, trace))
-                subs[s] = trace_syms[s]
-        return coeff.xreplace(subs)
+                    cache[s] = (trace_names[s] if trace_names
+                                else _trace_value(blocks, word, trace))
+                subs[s] = cache[s]
+        return coeff.xreplace(subs).xreplace(values)
 
-    risk = coeff_value(words["risk"])
-    dQ = _matrix_value(blocks, words["dQ"], LAM, LAM, coeff_value, zero_q)
-    drho = _matrix_value(blocks, words["drho"], LAM, NU, coeff_value, zero_r)
-    return risk, dQ, drho
+    zeros = {(LAM, LAM): sp.zeros(p, p) if explicit else sp.ZeroMatrix(p, p),
+             (LAM, NU): sp.zeros(p, k) if explicit else sp.ZeroMatrix(p, k)}
+
+    def block(name, end):
+        return _matrix_value(blocks, words[name], LAM, end, coeff_value, zeros[(LAM, end)])
+
+    recipes = matrix_moments()
+    moments = {}
+    for kind, selection in (("G", LAM), ("Gt", NU), ("B", LAM), ("R", LAM)):
+        total = None
+        for coeff, what, m, entry in recipes["R" if kind == "R" else
+                                            ("G" if kind in ("G", "Gt") else "B")]:
+            coeff = sp.sympify(coeff).xreplace(values)
+            if what == "outer":
+                mat = block(f"outer{m}", selection)
+                if entry == "kk":
+                    mat = (sp.Matrix([mat[i, i] for i in range(p)]) if explicit
+                           else sp.DiagonalOf(mat))
+                term = coeff * mat
+            else:
+                scalar = coeff_value(words[f"scalar{m}"])
+                term = (coeff * scalar * (sp.ones(p, 1) if explicit else sp.OneMatrix(p, 1)))
+            total = term if total is None else total + term
+        moments[kind] = total
+    risk = coeff_value(words["risk"]).xreplace(switched_off(model))
+    return risk, moments
 
 
-def derive_matrix_form(model: Model, coefficient=None) -> MatrixEquations:
+def _assemble(model, moments, Q, rho, explicit, p):
+    """The drift from the moments by the one assembly, in matrix notation.
+
+    Each term of :func:`moment_drift` is ``coefficient · a_k^i a_l^j · X(k, l)``,
+    which is ``coefficient · D_a^i X D_a^j`` (scalars when the readouts are
+    uniform); the sphere's diagonal terms have no matrix form here.
+    """
+    md = moment_drift(model)
+    if model.constraint != "none":
+        raise ValueError(f"form='matrix' has no symbolic matrix form for constraint="
+                         f"{model.constraint!r} (its projection is diagonal): use "
+                         "form='tensor' or form='entries'; the numeric matrix kernels "
+                         "support it")
+    a_syms = readout_symbols(model.p, model.p_star)[0] if explicit else None
+    if explicit:
+        Da = sp.diag(*(a_syms if model.readout_trained
+                       else [_rational(x) for x in model.readout]))
+    elif model.readout_trained or len(set(model.readout)) > 1:
+        Da = DA
+    elif model.is_default("readout"):
+        Da = 1 / P
+    else:
+        Da = _rational(model.readout[0])
+    K, L, M = sp.symbols("k l m", integer=True, positive=True)
+    G, Gt, B, R = (moments[x] for x in ("G", "Gt", "B", "R"))
+    atoms = {(Qf, (K, L)): Q, (MG, (K, L)): G, (MG, (L, K)): G.T, (MB, (K, L)): B,
+             (MB, (L, K)): B.T, (RHOf, (K, M)): rho, (MGT, (K, M)): Gt, (MR, (K,)): R}
+
+    def power(x, n):
+        if n == 0:
+            return None
+        return x**n if not isinstance(x, (sp.MatrixBase, sp.MatrixExpr)) else \
+            (sp.MatPow(x, n).doit() if not explicit else x**n)
+
+    def convert(expr):
+        if expr is None:
+            return None
+        total = None
+        for term in sp.Add.make_args(sp.expand(expr)):
+            scalar, ak, al, X = sp.Integer(1), 0, 0, None
+            for factor in sp.Mul.make_args(term):
+                base, exp = factor.as_base_exp()
+                if isinstance(base, sp.Function) and base.func is Af:
+                    if base.args[0] == K:
+                        ak += int(exp)
+                    else:
+                        al += int(exp)
+                elif isinstance(factor, sp.Function) and (factor.func, factor.args) in atoms:
+                    X = atoms[(factor.func, factor.args)]
+                else:
+                    scalar *= factor
+            if X is None:  # pragma: no cover - every drift term has one state/moment factor
+                raise NotImplementedError(f"drift term {term} has no matrix form")
+            left, right = power(Da, ak), power(Da, al)
+            value = X
+            if left is not None:
+                value = left * value
+            if right is not None:
+                value = value * right
+            value = scalar * value
+            total = value if total is None else total + value
+        return total
+    off = switched_off(model)
+    return tuple(None if e is None else _tidy(convert(e.xreplace(off)), explicit)
+                 for e in (md.dQ, md.drho, md.da))
+
+
+def _tidy(expr, explicit: bool):
+    """Symmetric letters untransposed, like matrix words collected (display and analyses)."""
+    if explicit:
+        return expr
+    Q, rho, T = matrix_symbols()
+    expr = expr.xreplace({Q.T: Q, T.T: T, DA.T: DA, DB.T: DB})
+    terms = {}
+    for term in sp.MatAdd.make_args(sp.expand(expr)):
+        coeff, mat = term.as_coeff_mmul()
+        mat = mat.doit() if isinstance(mat, sp.MatrixExpr) else mat
+        terms[mat] = terms.get(mat, 0) + coeff
+    parts = [sp.factor_terms(c) * m for m, c in terms.items() if sp.expand(c) != 0]
+    return sp.MatAdd(*parts) if len(parts) > 1 else parts[0]
+
+
+def derive_matrix_form(model: Model) -> MatrixEquations:
     """Width-independent matrix-form equations of a quadratic model.
 
-    The result depends on the model only through the activation's ``z²``
-    coefficient ``c``; ``p``, ``p*``, ``η`` and ``Δ`` stay symbols
-    (:data:`~symquad.symbolic.symbols.P`, ``P_STAR``, ``ETA``, ``NOISE``).
-    Passing a Symbol as `coefficient` keeps ``c`` symbolic too (codegen uses
-    this so that one kernel serves every ``σ(z) = c z² + c0``).
+    ``p``, ``p*``, ``η``, ``Δ`` and the other learning parameters stay symbols;
+    the readouts are scalars when uniform and the diagonal MatrixSymbols
+    ``D_a``, ``D_b`` otherwise (``D_a`` always for a trained readout).
     """
-    c = _quadratic_coefficient(model) if coefficient is None else coefficient
-    words = _word_level(model)
+    values = activation_values(model)
+    words = word_level()
     Q, rho, T = matrix_symbols()
-    risk, dQ, drho = _evaluate(words, c, Q, rho, T, P, P_STAR, sp.Trace,
-                               sp.ZeroMatrix(P, P), sp.ZeroMatrix(P, P_STAR))
-    return MatrixEquations(risk=risk, dQ=dQ, drho=drho, words=words, coefficient=c)
+    risk, moments = _evaluate_blocks(model, words, values, Q, rho, T, P, P_STAR, sp.Trace)
+    dQ, drho, da = _assemble(model, moments, Q, rho, explicit=False, p=P)
+    return MatrixEquations(risk=risk, dQ=dQ, drho=drho, da=da, moments=moments,
+                           words=words, coefficient=values[ACT_SYMBOLS[0]])
 
 
 def explicit(model: Model, eqs: MatrixEquations | None = None):
     """Matrix-form equations evaluated on explicit entry-symbol matrices.
 
-    Returns ``(risk, dQ, drho)``: an expanded scalar and explicit SymPy
-    matrices in the entry symbols of :func:`overlap_symbols`, with ``η`` and
-    ``Δ`` symbolic.
+    Returns ``(risk, dQ, drho)`` — and ``da`` for a trained readout — expanded
+    in the entry symbols of :func:`overlap_symbols` (and ``a_1..a_p`` for a
+    trained readout); fixed readouts take the model's values; ``η``, ``Δ`` and
+    the other parameters stay symbols.
     """
     eqs = eqs or derive_matrix_form(model)
+    values = activation_values(model)
     p, k = model.p, model.p_star
     Q, rho, T = (sp.Matrix(M) for M in overlap_symbols(p, k))
-    risk, dQ, drho = _evaluate(
-        eqs.words, eqs.coefficient, Q, rho, T, sp.Integer(p), sp.Integer(k),
-        lambda M: M.trace(), sp.zeros(p, p), sp.zeros(p, k), explicit=True)
-    return (sp.expand(risk), sp.Matrix(dQ).applyfunc(sp.expand),
-            sp.Matrix(drho).applyfunc(sp.expand))
+    risk, moments = _evaluate_blocks(model, eqs.words, values, Q, rho, T, sp.Integer(p),
+                                     sp.Integer(k), lambda M: M.trace(), explicit=True)
+    dQ, drho, da = _assemble(model, moments, Q, rho, explicit=True, p=p)
+    out = (sp.expand(risk), sp.Matrix(dQ).applyfunc(sp.expand),
+           sp.Matrix(drho).applyfunc(sp.expand))
+    if da is not None:
+        out += (sp.Matrix(da).applyfunc(sp.expand),)
+    return out
 
 
 def display_form(model: Model):
@@ -235,21 +450,23 @@ def display_form(model: Model):
 
     Returns ``(definitions, risk, dQ, drho)`` where ``definitions`` maps each
     ``τ_n`` Symbol to its expression in ``Q, ρ, T`` and the equations use the
-    ``τ_n``.  ``τ_1 = E[ŷ − y_clean]`` and ``2 τ_2`` is its variance.
+    ``τ_n``.  ``τ_1 = E[ŷ − y_clean] − κ`` and ``2 τ_2`` is the variance of the error.
     """
-    eqs = derive_matrix_form(model)
+    values = activation_values(model)
+    words = word_level()
     Q, rho, T = matrix_symbols()
-    placeholders = set(eqs.words["risk"].free_symbols)
-    for key in ("dQ", "drho"):
-        for coeff in eqs.words[key].values():
+    placeholders = set(words["risk"].free_symbols) | set(words["scalar1"].free_symbols)
+    for key in ("outer1", "outer2"):
+        for coeff in words[key].values():
             placeholders |= coeff.free_symbols
     placeholders = sorted((s for s in placeholders if s.name.startswith("tr(")),
                           key=lambda s: (len(s.name), s.name))
     names = {s: sp.Symbol(f"tau_{len(s.name[3:-1]) // 2}") for s in placeholders}
-    blocks = _Blocks(eqs.coefficient, Q, rho, T, P, P_STAR)
+    a_lam, a_nu, _ = _readout_diagonals(model, values, explicit=False)
+    blocks = _Blocks(Q, rho, T, a_lam, a_nu)
     definitions = {names[s]: _trace_value(blocks, tuple(s.name[3:-1]), sp.Trace)
                    for s in placeholders}
-    risk, dQ, drho = _evaluate(eqs.words, eqs.coefficient, Q, rho, T, P, P_STAR, sp.Trace,
-                               sp.ZeroMatrix(P, P), sp.ZeroMatrix(P, P_STAR),
-                               trace_names=names)
+    risk, moments = _evaluate_blocks(model, words, values, Q, rho, T, P, P_STAR, sp.Trace,
+                                     trace_names=names)
+    dQ, drho, _ = _assemble(model, moments, Q, rho, explicit=False, p=P)
     return definitions, risk, dQ, drho

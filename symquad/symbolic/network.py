@@ -1,18 +1,27 @@
-"""The network, the loss and one SGD step, written symbolically from a Model.
+"""The per-sample model: network, readouts and loss, written symbolically from a Model.
 
-This is where every derivation starts.  Nothing downstream knows the
-activation or the loss: they are read off the :class:`~symquad.spec.Model`
-here, so a model change changes every equation.
+This is where every derivation starts (docs/model.md §1–§2).  Nothing
+downstream knows the activations, the readouts or the loss: they are read off
+the :class:`~symquad.spec.Model` here.
 
-One SGD step on sample ``x`` moves ``w_k ← w_k − η ∂ℓ/∂w_k`` with
-``∂ℓ/∂w_k = g_k x/√N`` and ``g_k = ∂ℓ/∂λ_k`` (the chain rule through
-``λ_k = w_k·x/√N``).  :func:`sgd_increments` expands the new inner products
-``w'_k·w'_l/N`` and ``w'_k·w*_m/N`` bilinearly, using only
+One sample ``x`` gives local fields ``λ_k = w_k·x/√N``, ``ν_m = w*_m·x/√N``,
 
-``w_k·w_l = N Q_kl``, ``w_k·w*_m = N ρ_km``, ``w_k·x = √N λ_k``,
-``w*_m·x = √N ν_m``, ``x·x = N r`` (``r = ‖x‖²/N → 1``),
+.. math::  ŷ = \\sum_k a_k σ(λ_k),\\qquad y = \\sum_m b_m σ^*(ν_m) + \\sqrt{Δ}\\,ξ,\\qquad
+           ℓ = \\tfrac12 (ŷ - y)^2 ,
 
-which gives the exact one-step increments ``N ΔQ`` and ``N Δρ``.
+and the two gradients the SGD update of :mod:`symquad.symbolic.update` needs:
+``∂ℓ/∂w_k = g_k x/√N`` with the *local gradient* ``g_k = ∂ℓ/∂λ_k`` (chain rule
+through ``λ_k = w_k·x/√N``), and the readout gradient ``h_k = ∂ℓ/∂a_k``.
+
+The network is built twice from the same definition (:func:`_build`):
+
+* :func:`network` — explicit: ``σ`` and ``σ*`` are the model's polynomials;
+  the entry-by-entry route takes expectations of these polynomials directly;
+* :func:`abstract_network` — ``σ``, ``σ*`` are undefined functions and the
+  error ``ŷ − y`` is the symbol :data:`ERROR`, so that ``g_k`` and ``h_k``
+  appear in factored form (``g_k = a_k σ'(λ_k) δ``); the matrix and tensor
+  routes read their moment kinds off this form
+  (:mod:`symquad.symbolic.moments`).
 """
 
 from __future__ import annotations
@@ -22,107 +31,98 @@ from dataclasses import dataclass
 import sympy as sp
 
 from ..spec import Model
-from .symbols import ETA, NOISE, XI, field_symbols, overlap_symbols
+from .symbols import NOISE, XI, field_symbols, readout_symbols
 
-__all__ = ["Network", "network", "sgd_increments", "R_NORM"]
+__all__ = ["Network", "network", "abstract_network", "activation_expr", "ERROR",
+           "SIGMA", "SIGMA_STAR"]
 
-#: ``r = ‖x‖²/N``; it concentrates at 1, its fluctuations are O(N^-1/2) and
-#: enter the drift only at order 1/N.
-R_NORM = sp.Symbol("r", positive=True)
+#: The per-sample error ``δ = ŷ − y`` (label noise included) as one symbol.
+ERROR = sp.Symbol("delta", real=True)
+#: Undefined student and teacher activations of :func:`abstract_network`.
+SIGMA = sp.Function("sigma", real=True)
+SIGMA_STAR = sp.Function("sigma_star", real=True)
 
 
-def activation_expr(model: Model, z: sp.Symbol) -> sp.Expr:
-    """``σ(z) = Σ_j c_j z^j`` with the model's exact rational coefficients."""
+def activation_expr(coeffs, z: sp.Symbol) -> sp.Expr:
+    """``Σ_j c_j z^j`` with exact rational coefficients ``(c0, c1, …)``."""
     return sp.Add(*[sp.Rational(c.numerator, c.denominator) * z**j
-                    for j, c in enumerate(model.activation)])
+                    for j, c in enumerate(coeffs)])
 
 
 @dataclass(frozen=True)
 class Network:
-    """Symbolic teacher–student network of a model.
+    """Symbolic teacher–student network of a model (one sample).
 
     Attributes
     ----------
     lam, nu : tuple of Symbol
         Local fields of the student (``λ_k``) and the teacher (``ν_m``).
+    readout, teacher_readout : tuple of Symbol
+        Output weights ``a_k`` and ``b_m`` (symbols; their values are
+        parameters or, for a trained readout, state).
     student, teacher : Expr
-        ``ŷ = (1/p) Σ_k σ(λ_k)`` and the clean label ``(1/p*) Σ_m σ(ν_m)``.
+        ``ŷ = Σ_k a_k σ(λ_k)`` and the clean label ``Σ_m b_m σ*(ν_m)``.
     error : Expr
-        ``δ = ŷ − y`` with ``y`` = teacher ``+ √Δ ξ``.
+        ``δ = ŷ − y`` with ``y`` = teacher ``+ √Δ ξ`` (:data:`ERROR` in the
+        abstract network).
     loss : Expr
         ``ℓ = ½ δ²``.
     grad : tuple of Expr
         ``g_k = ∂ℓ/∂λ_k``, so that ``∂ℓ/∂w_k = g_k x/√N``.
+    readout_grad : tuple of Expr
+        ``h_k = ∂ℓ/∂a_k``.
     """
 
     lam: tuple
     nu: tuple
+    readout: tuple
+    teacher_readout: tuple
     student: sp.Expr
     teacher: sp.Expr
     error: sp.Expr
     loss: sp.Expr
     grad: tuple
+    readout_grad: tuple
 
 
-def network(model: Model) -> Network:
-    """Build the symbolic network, loss and local gradient of ``model``."""
+def _build(model: Model, sigma, sigma_star, opaque_error: bool) -> Network:
+    """The per-sample definition, with given callables for ``σ`` and ``σ*``."""
     lam, nu = field_symbols(model.p, model.p_star)
-    z = sp.Dummy("z")
-    sigma = sp.Lambda(z, activation_expr(model, z))
-    student = sp.Add(*[sigma(l) for l in lam]) / model.p
-    teacher = sp.Add(*[sigma(n) for n in nu]) / model.p_star
+    a, b = readout_symbols(model.p, model.p_star)
+    student = sp.Add(*[ak * sigma(l) for ak, l in zip(a, lam)])
+    teacher = sp.Add(*[bm * sigma_star(n) for bm, n in zip(b, nu)])
     error = student - (teacher + sp.sqrt(NOISE) * XI)
     loss = error**2 / 2
     grad = tuple(sp.diff(loss, l) for l in lam)
-    return Network(lam, nu, student, teacher, error, loss, grad)
+    readout_grad = tuple(sp.diff(loss, ak) for ak in a)
+    if opaque_error:
+        grad = tuple(_opaque(g, error) for g in grad)
+        readout_grad = tuple(_opaque(h, error) for h in readout_grad)
+        error = ERROR
+    return Network(lam, nu, a, b, student, teacher, error, loss, grad, readout_grad)
 
 
-def _inner(u: dict, v: dict, gram) -> sp.Expr:
-    return sp.Add(*[cu * cv * gram(a, b) for a, cu in u.items() for b, cv in v.items()])
+def _opaque(expr: sp.Expr, error: sp.Expr) -> sp.Expr:
+    """`expr` with the error expression replaced by :data:`ERROR` (checked complete)."""
+    out = expr.subs(error, ERROR)
+    if out.atoms(sp.Symbol) & {XI, NOISE}:  # pragma: no cover - ℓ is a function of δ alone
+        raise AssertionError(f"the gradient {expr} is not a function of the error alone")
+    return out
 
 
-def sgd_increments(model: Model, net: Network | None = None):
-    """Exact one-step increments ``(N ΔQ, N Δρ)`` of the order parameters.
+def network(model: Model) -> Network:
+    """Build the explicit symbolic network, loss and gradients of ``model``."""
+    z = sp.Dummy("z")
+    sigma = sp.Lambda(z, activation_expr(model.activation, z))
+    sigma_star = sp.Lambda(z, activation_expr(model.teacher_activation, z))
+    return _build(model, sigma, sigma_star, opaque_error=False)
 
-    Returns p×p and p×p* SymPy matrices, polynomials in the fields, ``ξ``,
-    ``η`` and ``r = ‖x‖²/N``.  With ``dt = 1/N`` their expectations are the
-    ODE right-hand sides.
 
-    Notes
-    -----
-    Vectors are kept as linear combinations of the basis ``{w_k, w*_m, x}``
-    and inner products are expanded bilinearly (see the module docstring);
-    ``N`` cancels exactly, leaving
+def abstract_network(model: Model) -> Network:
+    """The network with undefined ``σ``, ``σ*`` and the error as :data:`ERROR`.
 
-    ``N ΔQ_kl = −η (g_k λ_l + g_l λ_k) + η² r g_k g_l``,
-    ``N Δρ_km = −η g_k ν_m``.
+    Its ``grad`` and ``readout_grad`` are products of readout symbols, local
+    factors (``σ(λ_k)``, ``σ'(λ_k)``) and powers of ``δ``: the form from which
+    the matrix and tensor routes read which expectations they need.
     """
-    net = net or network(model)
-    N = sp.Symbol("N", positive=True)
-    p, k = model.p, model.p_star
-    Q, rho, _ = overlap_symbols(p, k)
-    lam, nu, g = net.lam, net.nu, net.grad
-
-    def gram(a, b):
-        (ka, ia), (kb, ib) = sorted((a, b))
-        table = {
-            ("w", "w"): lambda: N * Q[ia, ib],
-            ("w", "ws"): lambda: N * rho[ia, ib],
-            ("w", "x"): lambda: sp.sqrt(N) * lam[ia],
-            ("ws", "x"): lambda: sp.sqrt(N) * nu[ia],
-            ("x", "x"): lambda: N * R_NORM,
-        }
-        return table[(ka, kb)]()
-
-    step = -ETA / sp.sqrt(N)
-    w_new = [{("w", i): 1, ("x", 0): step * g[i]} for i in range(p)]
-    w_old = [{("w", i): 1} for i in range(p)]
-    teacher = [{("ws", m): 1} for m in range(k)]
-    dQ = sp.Matrix(p, p, lambda i, j: sp.expand(
-        (_inner(w_new[i], w_new[j], gram) - _inner(w_old[i], w_old[j], gram))))
-    drho = sp.Matrix(p, k, lambda i, m: sp.expand(
-        _inner(w_new[i], teacher[m], gram) - _inner(w_old[i], teacher[m], gram)))
-    # Both are exactly N^0 times the per-step change times N: check, then drop N.
-    if (dQ.free_symbols | drho.free_symbols) & {N}:  # pragma: no cover - algebra guard
-        raise AssertionError("N did not cancel in the SGD increments")
-    return dQ, drho
+    return _build(model, SIGMA, SIGMA_STAR, opaque_error=True)

@@ -13,13 +13,20 @@ from functools import lru_cache
 import sympy as sp
 
 __all__ = [
-    "ETA", "NOISE", "P", "P_STAR", "XI",
-    "overlap_symbols", "field_symbols", "matrix_symbols", "latex_names",
+    "ETA", "NOISE", "WEIGHT_DECAY", "BATCH", "ETA_READOUT", "PARAMS", "P", "P_STAR", "XI",
+    "overlap_symbols", "field_symbols", "readout_symbols", "matrix_symbols", "latex_names",
 ]
 
 #: SGD step size η, label-noise variance Δ, widths p and p* (matrix form).
 ETA = sp.Symbol("eta", positive=True)
 NOISE = sp.Symbol("Delta", nonnegative=True)
+#: Weight decay λ, mini-batch size b and readout learning rate η_a.
+WEIGHT_DECAY = sp.Symbol("weight_decay", nonnegative=True)
+BATCH = sp.Symbol("batch_size", positive=True)
+ETA_READOUT = sp.Symbol("lr_readout", nonnegative=True)
+#: The scalar parameters of every generated kernel, in the order of their
+#: ``PARAMS`` tuple and of :meth:`symquad.Model.kernel_params`.
+PARAMS = (ETA, NOISE, WEIGHT_DECAY, BATCH, ETA_READOUT)
 P = sp.Symbol("p", positive=True, integer=True)
 P_STAR = sp.Symbol("p_star", positive=True, integer=True)
 #: The standard normal label-noise variable ξ.
@@ -50,6 +57,14 @@ def field_symbols(p: int, p_star: int):
     return lam, nu
 
 
+@lru_cache(maxsize=None)
+def readout_symbols(p: int, p_star: int):
+    """Output weights ``(a_1..a_p)`` of the student and ``(b_1..b_p*)`` of the teacher."""
+    a = tuple(sp.Symbol(f"a_{k + 1}", real=True) for k in range(p))
+    b = tuple(sp.Symbol(f"b_{m + 1}", real=True) for m in range(p_star))
+    return a, b
+
+
 def matrix_symbols():
     """Width-independent MatrixSymbols ``Q`` (p×p), ``rho`` (p×p*), ``T`` (p*×p*)."""
     return (sp.MatrixSymbol("Q", P, P), sp.MatrixSymbol("rho", P, P_STAR),
@@ -59,12 +74,16 @@ def matrix_symbols():
 def latex_names(p: int, p_star: int) -> dict:
     """``symbol -> LaTeX`` map for :func:`sympy.latex`'s ``symbol_names``."""
     sep = "," if max(p, p_star) >= 10 else ""
-    names = {ETA: r"\eta", NOISE: r"\Delta", P: "p", P_STAR: "p^{*}", XI: r"\xi"}
+    names = {ETA: r"\eta", NOISE: r"\Delta", P: "p", P_STAR: "p^{*}", XI: r"\xi",
+             WEIGHT_DECAY: r"\lambda_{\mathrm{wd}}", BATCH: "B", ETA_READOUT: r"\eta_{a}"}
     Q, rho, T = overlap_symbols(p, p_star)
     for mat, head in ((Q, "Q"), (rho, r"\rho"), (T, "T")):
         for s in mat.free_symbols:
             _, i, j = s.name.rsplit("_", 2)
             names[s] = f"{head}_{{{i}{sep}{j}}}"
+    a, b = readout_symbols(p, p_star)
+    for s in a + b:
+        names[s] = f"{s.name[0]}_{{{s.name.split('_')[1]}}}"
     lam, nu = field_symbols(p, p_star)
     for s in lam:
         names[s] = rf"\lambda_{{{s.name.split('_')[1]}}}"

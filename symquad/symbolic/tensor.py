@@ -160,13 +160,14 @@ class NPoint:
     vertices : tuple of str
         Index names of the fields, e.g. ``("k", "l", "a", "b")``.
     shifts : tuple of int or None
-        Vertex ``v`` carries ``σ^{(shift)}`` (0: ``σ``, 1: ``σ'``); ``None`` for
+        Vertex ``v`` carries ``σ_v^{(shift)}`` (0: ``σ``, 1: ``σ'``); ``None`` for
         the identity vertex ``u_j``.
     terms : tuple of (dict, tuple)
         ``(edges, orders)``: edge multiplicities ``{(v, w): m}`` and, per
         vertex, the order ``j`` of its vertex function ``φ_j`` (``None`` for an
         identity vertex, whose factor is 1).  The term's value is
-        ``∏ C^m/m! ∏ φ_j(D_v)``.
+        ``∏ C^m/m! ∏ φ_{v, j}(D_v)``, with the vertex functions of the
+        activation of field ``v`` (student ``σ`` or teacher ``σ*``).
     """
 
     name: str
@@ -178,8 +179,11 @@ class NPoint:
         """The function as a SymPy expression.
 
         ``cov[(v, w)]`` and ``variances[v]`` give the covariance entries and
-        variances to use; ``phi[j]`` is ``φ_j`` as an expression in :data:`VARIANCE`.
+        variances to use; ``phi[v][j]`` (or ``phi[j]`` when every vertex has the
+        same activation) is ``φ_j`` of vertex ``v`` as an expression in
+        :data:`VARIANCE`.
         """
+        per_vertex = isinstance(phi[0], (tuple, list))
         out = []
         for edges, orders in self.terms:
             factor = sp.Integer(1)
@@ -188,7 +192,11 @@ class NPoint:
                     factor *= cov[(a, b)]**m / factorial(m)
             for v, j in enumerate(orders):
                 if j is not None:
-                    factor *= phi[j].subs(VARIANCE, variances[v])
+                    table = phi[v] if per_vertex else phi
+                    value = table[j]
+                    if variances[v] is not None:
+                        value = value.subs(VARIANCE, variances[v])
+                    factor *= value
             out.append(factor)
         return sp.Add(*out)
 
@@ -196,9 +204,14 @@ class NPoint:
         return f"NPoint({self.name}{self.vertices}, {len(self.terms)} terms)"
 
 
-def _npoint(name, vertices, shifts, phi_nonzero, degree):
-    """Multigraph terms of ``E[∏_v f_v(u_v)]`` with ``f_v = σ^{(shift_v)}`` or identity."""
-    caps = [1 if s is None else degree - s for s in shifts]
+def _npoint(name, vertices, shifts, nonzero, caps_of):
+    """Multigraph terms of ``E[∏_v f_v(u_v)]`` with ``f_v = σ_v^{(shift_v)}`` or identity.
+
+    ``nonzero[v][j]``: whether ``φ_j`` can be non-zero at vertex ``v`` (for a
+    vertex summed over students and teachers: for either activation);
+    ``caps_of[v]``: the degree of vertex ``v``'s polynomial.
+    """
+    caps = [1 if s is None else caps_of[v] - s for v, s in enumerate(shifts)]
     exact = {v: 1 for v, s in enumerate(shifts) if s is None}
     terms = []
     for edges in multigraphs(caps, exact):
@@ -207,27 +220,31 @@ def _npoint(name, vertices, shifts, phi_nonzero, degree):
             deg[a] += m
             deg[b] += m
         orders = tuple(None if s is None else deg[v] + s for v, s in enumerate(shifts))
-        if all(j is None or phi_nonzero[j] for j in orders):
+        if all(j is None or nonzero[v][j] for v, j in enumerate(orders)):
             terms.append((edges, orders))
     return NPoint(name, tuple(vertices), tuple(shifts), tuple(terms))
 
 
 @dataclass(frozen=True)
 class TensorForm:
-    """The width-independent derivation of one activation.
+    """The width-independent derivation of one pair of activations ``(σ, σ*)``.
 
     Attributes
     ----------
-    activation : tuple of Fraction
-        ``(c0, ..., cd)`` of ``σ``.
-    phi : tuple of Expr
-        ``φ_j(D) = E[σ^{(j)}(x)]``, ``x ~ N(0, D)``, ``j = 0..d`` (in :data:`VARIANCE`).
+    activation, teacher_activation : tuple of Fraction
+        ``(c0, ..., cd)`` of the student's ``σ`` and the teacher's ``σ*``.
+    phi, phi_teacher : tuple of Expr
+        ``φ_j(D) = E[σ^{(j)}(x)]`` and ``E[σ*^{(j)}(x)]``, ``x ~ N(0, D)``, ``j = 0..d``
+        (in :data:`VARIANCE`; padded with zeros to the larger degree).
     I2, J2, I3, I4 : NPoint
-        The derived 2-, 3- and 4-point functions (see the module docstring).
+        The derived 2-, 3- and 4-point functions (see the module docstring);
+        vertices ``k, l`` are students, ``a, b`` any field.
     """
 
     activation: tuple
+    teacher_activation: tuple
     phi: tuple
+    phi_teacher: tuple
     I2: NPoint
     J2: NPoint
     I3: NPoint
@@ -235,39 +252,62 @@ class TensorForm:
 
     @property
     def degree(self) -> int:
-        return len(self.activation) - 1
+        """The larger of the two activations' degrees."""
+        return max(len(self.activation), len(self.teacher_activation)) - 1
+
+    @property
+    def same_activation(self) -> bool:
+        """True when student and teacher share one activation."""
+        return self.activation == self.teacher_activation
 
     @property
     def nonzero(self) -> tuple:
-        """``φ_j ≢ 0`` for each ``j``."""
-        return tuple(f != 0 for f in self.phi)
+        """``φ_j ≢ 0`` for each ``j``, for the student or the teacher."""
+        return tuple(f != 0 or g != 0 for f, g in zip(self.phi, self.phi_teacher))
+
+    def vertex_phi(self, f: NPoint, teacher_vertices=()) -> tuple:
+        """Per-vertex ``φ`` tables of `f` with the listed vertices on teacher fields."""
+        return tuple(self.phi_teacher if v in teacher_vertices else self.phi
+                     for v in range(len(f.vertices)))
 
     def __repr__(self):
         n = sum(len(f.terms) for f in (self.I2, self.J2, self.I3, self.I4))
-        return (f"TensorForm(activation={Model(1, 1, 1.0, activation=self.activation).activation_str!r}"
-                f", {n} multigraph terms)")
+        act = Model(1, 1, 1.0, activation=self.activation).activation_str
+        if not self.same_activation:
+            act += ", teacher " + Model(1, 1, 1.0, activation=self.teacher_activation).activation_str
+        return f"TensorForm(activation={act!r}, {n} multigraph terms)"
 
 
 @lru_cache(maxsize=32)
-def derive_tensor_form(activation) -> TensorForm:
-    """Derive ``φ_j`` and the multigraph terms of ``I_2, J_2, I_3, I_4`` for ``σ``.
+def derive_tensor_form(activation, teacher_activation=None) -> TensorForm:
+    """Derive ``φ_j`` and the multigraph terms of ``I_2, J_2, I_3, I_4`` for ``(σ, σ*)``.
 
     Parameters
     ----------
-    activation : tuple of Fraction
-        ``Model.activation`` (lowest order first).  Nothing here depends on
-        ``p``, ``p*``, ``η`` or ``Δ``.
+    activation, teacher_activation : tuple of Fraction
+        ``Model.activation`` and ``Model.teacher_activation`` (lowest order
+        first; the teacher's defaults to the student's).  Nothing here depends
+        on ``p``, ``p*``, the readouts or the learning parameters.
     """
     activation = tuple(activation)
-    d = len(activation) - 1
+    teacher_activation = activation if teacher_activation is None else tuple(teacher_activation)
+    ds, dt = len(activation) - 1, len(teacher_activation) - 1
+    d = max(ds, dt)
     phi = tuple(vertex_function(activation, j) for j in range(d + 1))
-    nz = tuple(f != 0 for f in phi) + (False,) * 8
+    phi_t = tuple(vertex_function(teacher_activation, j) for j in range(d + 1))
+    pad = (False,) * 8
+    student_nz = tuple(f != 0 for f in phi) + pad
+    any_nz = tuple(f != 0 or g != 0 for f, g in zip(phi, phi_t)) + pad
+    S, A = (student_nz, ds), (any_nz, d)     # student-only vertex, vertex over all fields
+
+    def npoint(name, vertices, shifts, kinds):
+        return _npoint(name, vertices, shifts, [k[0] for k in kinds], [k[1] for k in kinds])
     return TensorForm(
-        activation, phi,
-        I2=_npoint("I2", ("a", "b"), (0, 0), nz, d),
-        J2=_npoint("J2", ("k", "l"), (1, 1), nz, d),
-        I3=_npoint("I3", ("k", "j", "a"), (1, None, 0), nz, d),
-        I4=_npoint("I4", ("k", "l", "a", "b"), (1, 1, 0, 0), nz, d),
+        activation, teacher_activation, phi, phi_t,
+        I2=npoint("I2", ("a", "b"), (0, 0), (A, A)),
+        J2=npoint("J2", ("k", "l"), (1, 1), (S, S)),
+        I3=npoint("I3", ("k", "j", "a"), (1, None, 0), (S, A, A)),
+        I4=npoint("I4", ("k", "l", "a", "b"), (1, 1, 0, 0), (S, S, A, A)),
     )
 
 
@@ -283,35 +323,63 @@ N_FIELDS = sp.Symbol("n", integer=True, positive=True)
 I2F, J2F, I3F, I4F = (sp.Function(name) for name in ("I_2", "J_2", "I_3", "I_4"))
 
 
+def _vertex_phi_symbols(f: NPoint, tf: TensorForm, names):
+    """Per-vertex ``φ`` tables for display: the student's polynomials at ``k, l``; at a
+    vertex summed over all fields, the polynomials too when ``σ = σ*``, else the
+    functions ``φ_j^{(a)}(C_aa)`` of that field's activation."""
+    tables = []
+    for v, shift in enumerate(f.shifts):
+        if shift is None or tf.same_activation or f.vertices[v] in ("k", "l"):
+            tables.append(tf.phi)
+        else:
+            tables.append(tuple(PHI(j, names[v], VARIANCE) for j in range(tf.degree + 1)))
+    return tables
+
+
 def npoint_definition(f: NPoint, tf: TensorForm) -> sp.Expr:
     """``f`` as a polynomial in the covariance entries ``C_{vw}`` of its index names."""
     names = [IDX[v] for v in f.vertices]
     cov = {(a, b): COV[names[a], names[b]] for a in range(len(names))
            for b in range(len(names)) if a < b}
     variances = [COV[x, x] for x in names]
-    return sp.expand(f.expression(cov, variances, tf.phi))
+    return sp.expand(f.expression(cov, variances, _vertex_phi_symbols(f, tf, names)))
 
 
 def tensor_equations(model: Model):
     """Width-independent risk and ODEs of ``model`` (see :func:`_tensor_equations`)."""
-    risk, dQ, drho, definitions = _tensor_equations(tuple(model.activation))
-    return risk, dQ, drho, dict(definitions)
+    risk, dQ, drho, da, definitions = _tensor_equations(
+        tuple(model.activation), tuple(model.teacher_activation), model.constraint,
+        model.readout_trained)
+    return risk, dQ, drho, da, dict(definitions)
+
+
+#: ``φ_j^{(a)}(D)``: vertex function ``j`` of field ``a``'s activation (display only).
+PHI = sp.Function("varphi")
+#: Student readout ``a_k`` (display), and teacher index offset.
+READOUT = sp.IndexedBase("a")
 
 
 @lru_cache(maxsize=32)
-def _tensor_equations(activation):
+def _tensor_equations(activation, teacher_activation, constraint, trained):
     """Width-independent risk and ODEs as SymPy expressions with index sums.
+
+    The drift is :func:`symquad.symbolic.moments.moment_drift` with each moment
+    kind written as its index sum of ``I_2, J_2, I_3, I_4``.
 
     Returns
     -------
-    risk, dQ, drho : Expr
+    risk, dQ, drho, da : Expr
         ``dQ`` stands for ``dQ_kl/dt``, ``drho`` for ``dρ_km/dt`` (field index
-        ``p + m``); sums run over ``a, b = 1..n``.
-    definitions : dict
-        ``{I_2(a,b): polynomial, J_2(k,l): ..., I_3(k,j,a): ..., I_4(k,l,a,b): ...}``.
+        ``p + m``), ``da`` for ``da_k/dt`` (None for a fixed readout); sums run
+        over ``a, b = 1..n``; ``w_a`` are the output weights ``(a, −b)``.
+    definitions : tuple of (Expr, Expr)
+        ``I_2(a,b) = polynomial``, ``J_2(k,l)``, ``I_3(k,j,a)``, ``I_4(k,l,a,b)``
+        (and, when ``σ ≠ σ*``, the vertex functions of both activations).
     """
-    from .symbols import ETA, NOISE, P
-    tf = derive_tensor_form(activation)
+    from .moments import MB, MG, MGT, MR, moment_drift
+    from .symbols import NOISE, P
+    from .update import Af, Qf, RHOf
+    tf = derive_tensor_form(activation, teacher_activation)
     k, l, j, a, b, m = (IDX[x] for x in "kljabm")
     definitions = {
         I2F(a, b): npoint_definition(tf.I2, tf),
@@ -319,59 +387,101 @@ def _tensor_equations(activation):
         I3F(k, j, a): npoint_definition(tf.I3, tf),
         I4F(k, l, a, b): npoint_definition(tf.I4, tf),
     }
+    if not tf.same_activation:
+        for name, table in (("student", tf.phi), ("teacher", tf.phi_teacher)):
+            for order, f in enumerate(table):
+                definitions[PHI(order, sp.Symbol(name), VARIANCE)] = f
     over_a, over_b = (a, 1, N_FIELDS), (b, 1, N_FIELDS)
+
+    def three(x, y):
+        return sp.Sum(WEIGHT[a] * I3F(x, y, a), over_a)
+
+    def four(x, y):
+        return (sp.Sum(WEIGHT[a] * WEIGHT[b] * I4F(x, y, a, b), over_a, over_b)
+                + NOISE * J2F(x, y))
+
+    def two(x):
+        return sp.Sum(WEIGHT[a] * I2F(x, a), over_a)
+
+    K, L, M = sp.symbols("k l m", integer=True, positive=True)
+    index = {K: k, L: l, M: m}
+    table = {MG: lambda x, y: three(index[x], index[y]),
+             MGT: lambda x, y: three(index[x], P + index[y]),
+             MB: lambda x, y: four(index[x], index[y]),
+             MR: lambda x: two(index[x]),
+             Qf: lambda x, y: COV[index[x], index[y]],
+             RHOf: lambda x, y: COV[index[x], P + index[y]],
+             Af: lambda x: READOUT[index[x]]}
+    md = moment_drift(Model(2, 1, 1.0, constraint=constraint,
+                            lr_readout=1.0 if trained else 0.0))
+
+    def display(expr):
+        if expr is None:
+            return None
+        return expr.replace(lambda e: e.func in table, lambda e: table[e.func](*e.args))
     risk = sp.Rational(1, 2) * sp.Sum(WEIGHT[a] * WEIGHT[b] * I2F(a, b), over_a, over_b)
-    g_kl = sp.Sum(WEIGHT[a] * I3F(k, l, a), over_a)
-    g_lk = sp.Sum(WEIGHT[a] * I3F(l, k, a), over_a)
-    four = sp.Sum(WEIGHT[a] * WEIGHT[b] * I4F(k, l, a, b), over_a, over_b)
-    dQ = -ETA / P * (g_kl + g_lk) + ETA**2 / P**2 * (four + NOISE * J2F(k, l))
-    drho = -ETA / P * sp.Sum(WEIGHT[a] * I3F(k, P + m, a), over_a)
-    return risk, dQ, drho, tuple(definitions.items())
+    return risk, display(md.dQ), display(md.drho), display(md.da), tuple(definitions.items())
 
 
 # ---- multiprecision reference (conditioning of the float64 kernels) ----------------
 
-def _mp_function(f: NPoint, tf: TensorForm):
+def _mp_function(f: NPoint):
     """``f`` lambdified with exact rational coefficients (mpmath printer).
 
-    The returned ``call(C, idx)`` takes the covariance as a numpy object array
-    of mpf and, per vertex, an index or an index array; numpy broadcasts the
-    vertex indices, so one call evaluates ``f`` over a whole index grid
-    (element by element in mpf arithmetic).
+    The returned ``call(C, phi, idx)`` takes the covariance as a numpy object
+    array of mpf, the vertex-function values ``phi[a][j] = φ_j(D_a)`` of every
+    field (an object array, each field with its own activation) and, per
+    vertex, an index or an index array; numpy broadcasts the vertex indices,
+    so one call evaluates ``f`` over a whole index grid (element by element in
+    mpf arithmetic).
     """
-    expr = npoint_definition(f, tf)
-    names = [IDX[v] for v in f.vertices]
-    order = [(a, b) for a in range(len(names)) for b in range(a, len(names))]
-    args = [sp.Dummy(f"c{a}{b}") for a, b in order]
-    expr = expr.xreplace({COV[names[a], names[b]]: s for (a, b), s in zip(order, args)})
-    expr = expr.xreplace({COV[names[b], names[a]]: s for (a, b), s in zip(order, args)})
-    fn = sp.lambdify(args, expr, "mpmath")
+    nv = len(f.vertices)
+    order = [(a, b) for a in range(nv) for b in range(a + 1, nv)]
+    cov_args = {pair: sp.Dummy(f"c{pair[0]}{pair[1]}") for pair in order}
+    top = 1 + max((j for _, orders in f.terms for j in orders if j is not None), default=0)
+    phi_args = [[sp.Dummy(f"f{v}_{j}") for j in range(top)] for v in range(nv)]
+    expr = f.expression(cov_args, [None] * nv, phi_args)
+    flat_phi = [s for row in phi_args for s in row]
+    fn = sp.lambdify(list(cov_args.values()) + flat_phi, expr, "mpmath")
 
-    def call(C, idx):
-        return fn(*[C[idx[a], idx[b]] for a, b in order])
+    def call(C, phi, idx):
+        args = [C[idx[a], idx[b]] for a, b in order]
+        args += [phi[idx[v], j] for v in range(nv) for j in range(top)]
+        return fn(*args)
     return call
 
 
 def reference_entries(model: Model, Q, rho, T, dq_entries=(), drho_entries=(),
-                      risk: bool = False, dps: int = 40) -> dict:
+                      risk: bool = False, dps: int = 40, readout=None,
+                      da_entries=()) -> dict:
     r"""Selected ODE entries evaluated in ``dps``-digit arithmetic (mpmath).
 
     Evaluates the derived polynomials ``I_2, J_2, I_3, I_4`` (expanded in the
     covariance entries, as printed by ``symquad equations``) at every index
-    combination and sums them with :func:`mpmath.fsum` — without the kernels'
-    grouping into Hadamard powers, pair sums and matrix products: a second
-    route for the kernels and the yardstick of their float64 rounding error.
-    Cost ``O(n²)`` mpf operations per ``dQ`` entry and for the risk, ``O(n)``
-    per ``dρ`` entry.
+    combination, sums them into the moment kinds with :func:`mpmath.fsum` —
+    without the kernels' grouping into Hadamard powers, pair sums and matrix
+    products — and combines the moments with the one assembly of the drift
+    (:func:`symquad.symbolic.moments.moment_drift`): a second route for the
+    kernels and the yardstick of their float64 rounding error.  Cost ``O(n²)``
+    mpf operations per ``dQ`` entry and for the risk, ``O(n)`` per ``dρ`` entry.
+
+    Parameters
+    ----------
+    readout : array_like, optional
+        The student readout ``a`` (default the model's, exactly).
 
     Returns
     -------
     dict
-        ``{("dQ", k, l): mpf, ("drho", k, m): mpf, ("risk",): mpf}``.
+        ``{("dQ", k, l): mpf, ("drho", k, m): mpf, ("da", k): mpf, ("risk",): mpf}``
+        (0-based indices).
     """
     import mpmath
     import numpy as np
-    tf = derive_tensor_form(model.activation)
+    from .moments import MB, MG, MGT, MR, moment_drift
+    from .symbols import PARAMS
+    from .update import Af, Qf, RHOf
+    tf = derive_tensor_form(model.activation, model.teacher_activation)
     p, pk = model.p, model.p_star
     n = p + pk
     Cf = np.block([[np.asarray(Q, float), np.asarray(rho, float)],
@@ -382,26 +492,72 @@ def reference_entries(model: Model, Q, rho, T, dq_entries=(), drho_entries=(),
         for i in range(n):
             for j in range(n):
                 C[i, j] = mp(float(Cf[i, j]))
-        w = np.array([mp(1) / p] * p + [mp(-1) / pk] * pk, dtype=object)
-        eta, noise = mp(float(model.eta)), mp(float(model.noise))
-        I2, J2, I3, I4 = (_mp_function(getattr(tf, name), tf) for name in ("I2", "J2", "I3", "I4"))
+        a_vals = ([mp(c.numerator) / c.denominator for c in model.readout] if readout is None
+                  else [mp(float(x)) for x in np.asarray(readout, float)])
+        w = np.array(a_vals + [-mp(c.numerator) / c.denominator for c in model.teacher_readout],
+                     dtype=object)
+        D = sp.Symbol("D")
+        top = tf.degree + 2
+        phi = np.empty((n, top), dtype=object)
+        for field in range(n):
+            table = tf.phi if field < p else tf.phi_teacher
+            for j in range(top):
+                f = table[j] if j < len(table) else sp.Integer(0)
+                phi[field, j] = sp.lambdify(VARIANCE, f, "mpmath")(C[field, field]) \
+                    if f.free_symbols else mp(sp.Rational(f).p) / sp.Rational(f).q
+        params = model.kernel_params()
+        values = {sym: mp(float(params[sym.name])) for sym in PARAMS}
+        I2, J2, I3, I4 = (_mp_function(getattr(tf, name)) for name in ("I2", "J2", "I3", "I4"))
         a_col, b_row = np.arange(n)[:, None], np.arange(n)[None, :]
         a_all = np.arange(n)
         ww = w[:, None] * w[None, :]
 
-        def total(values):
-            return mpmath.fsum(np.broadcast_to(values, (n,) * np.ndim(values)).ravel())
+        def total(x):
+            return mpmath.fsum(np.broadcast_to(x, (n,) * np.ndim(x)).ravel())
 
-        def G(k, j):
-            return total(w * I3(C, (k, j, a_all)))
+        def moment(func, *units):
+            if func is MG:
+                return total(w * I3(C, phi, (units[0], units[1], a_all)))
+            if func is MGT:
+                return total(w * I3(C, phi, (units[0], p + units[1], a_all)))
+            if func is MB:
+                return (total(ww * I4(C, phi, (units[0], units[1], a_col, b_row)))
+                        + values[PARAMS[1]] * J2(C, phi, units))
+            return total(w * I2(C, phi, (units[0], a_all)))
+
+        md = moment_drift(model)
+
+        def evaluate(expr, k, l, m):
+            unit = {sp.Symbol("k", integer=True, positive=True): k,
+                    sp.Symbol("l", integer=True, positive=True): l,
+                    sp.Symbol("m", integer=True, positive=True): m}
+            cache = {}
+
+            def value(e):
+                args = tuple(unit[x] for x in e.args)
+                if e.func is Qf:
+                    return C[args[0], args[1]]
+                if e.func is RHOf:
+                    return C[args[0], p + args[1]]
+                if e.func is Af:
+                    return w[args[0]]
+                key = (e.func, args)
+                if key not in cache:
+                    cache[key] = moment(e.func, *args)
+                return cache[key]
+            atoms = sorted(expr.atoms(sp.Function), key=sp.default_sort_key)
+            dummies = [sp.Dummy() for _ in atoms]
+            fn = sp.lambdify(dummies + list(PARAMS), expr.xreplace(dict(zip(atoms, dummies))),
+                             "mpmath")
+            return fn(*[value(e) for e in atoms], *[values[s] for s in PARAMS])
 
         out = {}
         for k, l in dq_entries:
-            four = total(ww * I4(C, (k, l, a_col, b_row)))
-            out[("dQ", k, l)] = (-eta / p * (G(k, l) + G(l, k))
-                                 + eta**2 / p**2 * (four + noise * J2(C, (k, l))))
+            out[("dQ", k, l)] = evaluate(md.dQ, k, l, 0)
         for k, m in drho_entries:
-            out[("drho", k, m)] = -eta / p * G(k, p + m)
+            out[("drho", k, m)] = evaluate(md.drho, k, k, m)
+        for k in da_entries:
+            out[("da", k)] = evaluate(md.da, k, k, 0)
         if risk:
-            out[("risk",)] = total(ww * I2(C, (a_col, b_row))) / 2
+            out[("risk",)] = total(ww * I2(C, phi, (a_col, b_row))) / 2
         return out
