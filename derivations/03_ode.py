@@ -1,8 +1,9 @@
 """Stage 3: the ODEs and the risk, derived from the network, the loss and the SGD step.
 
-Prints the exact one-step increments N ΔQ, N Δρ (from w_k ← w_k − η ∂ℓ/∂w_k),
-then the risk and the ODEs as LaTeX, and checks the generated kernel against a
-fresh lambdify of the derivation at a random point.
+Prints the per-sample increments N ΔQ, N Δρ of one SGD step (from the update
+rule w_k ← w_k − η ∂ℓ/∂w_k − (ηλ/N) w_k, symquad.symbolic.update), the drift in
+moment form, then the risk and the ODEs as LaTeX, and checks the generated
+kernel against the derivation at a random point.
 
     python derivations/03_ode.py [--p 3 --p-star 2 --form matrix|entries]
 """
@@ -13,16 +14,21 @@ import numpy as np
 import sympy as sp
 
 import symquad as sq
-from symquad.symbolic.network import network, sgd_increments
+from symquad.symbolic.moments import moment_drift
+from symquad.symbolic.network import network
+from symquad.symbolic.update import increments
 
 
 def main(p=3, p_star=2, form=None):
     model = sq.Model(p=p, p_star=p_star, lr=0.25, noise=0.1)
     net = network(model)
-    dQ_inc, drho_inc = sgd_increments(model, net)
+    dQ_inc, drho_inc, _ = increments(model)
+    md = moment_drift(model)
     print("loss ℓ =", net.loss)
-    print("N ΔQ_11 =", sp.factor(dQ_inc[0, 0]))
-    print("N Δρ_11 =", sp.factor(drho_inc[0, 0]))
+    print("per sample: N ΔQ_kl =", dQ_inc)
+    print("per sample: N Δρ_km =", drho_inc)
+    print("drift: dQ_kl/dt =", md.dQ)
+    print("drift: dρ_km/dt =", md.drho)
     eq = sq.derive(model, form=form)
     print(eq.latex())
 

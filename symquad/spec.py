@@ -323,24 +323,25 @@ def _meta(kind, help, range_text, flag=None, **extra):
 
 
 def _check_integer(name, value, lower, upper=None):
+    allowed = f"in [{lower}, {upper}]" if upper is not None else f">= {lower}"
     if isinstance(value, bool) or not isinstance(value, Integral):
-        raise TypeError(f"{name} must be an integer >= {lower}, got {value!r}")
+        raise TypeError(f"{name} must be an integer {allowed}, got {value!r}")
     if value < lower or (upper is not None and value > upper):
-        allowed = f"[{lower}, {upper}]" if upper is not None else f">= {lower}"
-        raise ValueError(f"{name} must be an integer in {allowed}, got {value}")
+        raise ValueError(f"{name} must be an integer {allowed}, got {value}")
     return int(value)
 
 
-def _check_float(name, value, positive):
+def _check_float(name, value, positive, what=None):
+    label = f"{name} ({what})" if what else name
     if isinstance(value, bool) or not isinstance(value, Real):
         raise TypeError(f"{name} must be a real number, got {value!r}")
     value = float(value)
     if not math.isfinite(value):
         raise ValueError(f"{name} must be finite, got {value}")
     if positive and value <= 0:
-        raise ValueError(f"{name} must be > 0 (allowed range: (0, inf)), got {value}")
+        raise ValueError(f"{label} must be > 0 (allowed range: (0, inf)), got {value}")
     if value < 0:
-        raise ValueError(f"{name} must be >= 0 (allowed range: [0, inf)), got {value}")
+        raise ValueError(f"{label} must be >= 0 (allowed range: [0, inf)), got {value}")
     return value
 
 
@@ -439,7 +440,8 @@ class Model:
     lr: float = field(metadata=_meta("positive", "learning rate (eta = lr, or lr*p with "
                                      "--lr-scaling width)", "(0, inf)", "--lr"))
     noise: float = field(default=0.0, metadata=_meta(
-        "nonnegative", "label-noise variance Delta", "[0, inf)", "--noise"))
+        "nonnegative", "label-noise variance Delta", "[0, inf)", "--noise",
+        what="label-noise variance"))
     activation: tuple = field(default=(0, 0, 1), metadata=_meta(
         "activation", "student activation, a polynomial in z", f"degree 1..{MAX_DEGREE}",
         "--activation"))
@@ -447,20 +449,20 @@ class Model:
         "choice", "learning-rate convention: fixed (eta = lr) or width (eta = lr*p)",
         "fixed, width", "--lr-scaling", choices=LR_SCALINGS))
     teacher_activation: tuple = field(default=None, metadata=_meta(
-        "activation", "teacher activation sigma* (default: the student's)",
+        "activation", "teacher activation sigma*, a polynomial in z",
         f"degree 1..{MAX_DEGREE}", "--teacher-activation"))
     readout: tuple = field(default=None, metadata=_meta(
         "readout", "student output weights a: one number (every unit) or p numbers "
-        "(default 1/p each)", "finite numbers", "--readout", width="p"))
+        "separated by commas", "finite numbers", "--readout", width="p"))
     teacher_readout: tuple = field(default=None, metadata=_meta(
-        "readout", "teacher output weights b: one number or p* numbers (default 1/p* each)",
+        "readout", "teacher output weights b: one number or p* numbers separated by commas",
         "finite numbers", "--teacher-readout", width="p_star"))
     lr_readout: float = field(default=0.0, metadata=_meta(
         "nonnegative", "learning rate eta_a of the student readout (0: fixed readout)",
-        "[0, inf)", "--lr-readout"))
+        "[0, inf)", "--lr-readout", what="readout learning rate"))
     weight_decay: float = field(default=0.0, metadata=_meta(
         "nonnegative", "L2 weight decay lambda of the student weights", "[0, inf)",
-        "--weight-decay"))
+        "--weight-decay", what="L2 weight decay"))
     batch_size: int = field(default=1, metadata=_meta(
         "int", "samples per SGD step (the gradient is their mean)",
         f"1..{MAX_BATCH_SIZE}", "--batch-size", upper=MAX_BATCH_SIZE))
@@ -478,13 +480,13 @@ class Model:
         if kind == "int":
             return _check_integer(name, value, 1, f.metadata.get("upper"))
         if kind in ("positive", "nonnegative"):
-            return _check_float(name, value, kind == "positive")
+            return _check_float(name, value, kind == "positive", f.metadata.get("what"))
         if kind == "choice":
             if not isinstance(value, str) or value not in f.metadata["choices"]:
                 raise ValueError(f"{name} must be one of {f.metadata['choices']}, got {value!r}")
             return value
         if kind == "activation":
-            if value is None:          # teacher_activation: the student's
+            if value is None and name == "teacher_activation":     # the student's
                 return self.activation
             return _parse_activation(value, name)
         if kind == "readout":

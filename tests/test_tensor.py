@@ -36,6 +36,7 @@ def entry_module(p, p_star, activation):
     return load_module_text(render_entries_module(model), "entry_reference")
 
 
+
 def assert_tensor_equals_entries(p, p_star, activation, noise, lr_scaling, points=3):
     model = sq.Model(p=p, p_star=p_star, lr=0.3, noise=noise, activation=activation,
                      lr_scaling=lr_scaling)
@@ -46,12 +47,15 @@ def assert_tensor_equals_entries(p, p_star, activation, noise, lr_scaling, point
     for _ in range(points):
         Q, rho, T = random_overlaps(p, p_star, rng)
         dQ, drho = tensor.rhs(Q, rho, T)
-        dQ_e, drho_e = entries.rhs(Q, rho, T, model.eta, model.noise)
+        a = np.array([float(c) for c in model.readout])
+        b = np.array([float(c) for c in model.teacher_readout])
+        params = tuple(model.kernel_params()[name] for name in entries.PARAMS)
+        dQ_e, drho_e, _ = entries.rhs(Q, rho, T, a, b, params)
         scale = max(np.max(np.abs(dQ_e)), np.max(np.abs(drho_e)))
         assert scale > 1e-3
         assert np.max(np.abs(dQ - dQ_e)) <= 1e-12 * scale
         assert np.max(np.abs(drho - drho_e)) <= 1e-12 * scale
-        risk_e = float(entries.risk(Q, rho, T))
+        risk_e = float(entries.risk(Q, rho, T, a, b))
         assert abs(tensor.risk(Q, rho, T) - risk_e) <= 1e-12 * abs(risk_e)
 
 

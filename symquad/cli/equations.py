@@ -10,10 +10,8 @@ def register(sub):
         "equations", help="print the risk and the ODEs as LaTeX",
         description="Derive the population risk and the order-parameter ODEs of a model "
                     "and print them as LaTeX.")
-    parser.add_argument("--p", type=int, default=3, help="student width (default 3)")
-    parser.add_argument("--p-star", type=int, default=2, help="teacher width (default 2)")
-    parser.add_argument("--activation", default="z**2",
-                        help="polynomial activation in z (default z**2)")
+    from ._model_args import add_model_arguments
+    add_model_arguments(parser, exclude=("lr", "noise", "lr_scaling"), fixed={"p": 3, "p_star": 2})
     parser.add_argument("--form", choices=("matrix", "tensor", "entries"), default=None,
                         help="matrix (width independent, σ = c z²), tensor (width "
                              "independent, any polynomial σ) or entries (entry by entry, "
@@ -24,10 +22,10 @@ def register(sub):
 
 
 def run(args) -> int:
-    from ..spec import Model
     from ..symbolic.derive import derive
+    from ._model_args import model_from_args
     try:
-        model = Model(p=args.p, p_star=args.p_star, lr=1.0, activation=args.activation)
+        model = model_from_args(args, lr=1.0)
         eq = derive(model, form=args.form)
     except (TypeError, ValueError) as exc:
         print(f"symquad equations: error: {exc}", file=sys.stderr)

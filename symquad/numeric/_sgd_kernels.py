@@ -45,7 +45,8 @@ import math
 import numpy as np
 from numba import njit
 
-__all__ = ["reduced_steps", "reduced_steps_lanes", "full_update"]
+__all__ = ["reduced_steps", "reduced_steps_lanes", "full_update", "reduced_steps_general",
+           "full_update_general"]
 
 
 @njit(cache=True)
@@ -558,3 +559,266 @@ def reduced_steps_lanes(B, E, F_T, c, dc, coef, G, S, XI, residual, triangular, 
     for g in range((B.shape[0] + LANES - 1) // LANES):
         _group_lanes(g, B, E, F_T, c, dc, coef, G, S, XI, residual, triangular, alive, step0,
                      check_every, blowup, caught_step, last_step, last_Q, last_rho)
+
+
+# ---------------------------------------------------------------------------
+# every field of the model specification: readouts, σ*, weight decay,
+# mini-batches, the sphere, a trained readout (one replica at a time)
+# ---------------------------------------------------------------------------
+@njit(cache=True)
+def _lq_reduce(X, p, width):
+    """Givens rotations of the columns of ``X`` (p × width) until it is ``[L | 0]``, L lower triangular.
+
+    Row ``i``'s entries right of the diagonal are rotated into column ``i`` (from
+    the right, so the rows above, already triangular, are untouched); the Gram
+    matrix ``X Xᵀ`` is unchanged.
+    """
+    for i in range(p):
+        for j in range(width - 1, i, -1):
+            a = X[i, j - 1]
+            b = X[i, j]
+            if b == 0.0:
+                continue
+            cs, sn, h = _givens(a, b)
+            for l in range(i, p):
+                x = X[l, j - 1]
+                y = X[l, j]
+                X[l, j - 1] = cs * x + sn * y
+                X[l, j] = cs * y - sn * x
+            X[i, j - 1] = h
+            X[i, j] = 0.0
+
+
+@njit(cache=True)
+def _general_step(r, j, B, E, F_T, A, bs, c, dc, ct, coef, coef_a, shrink, sphere, trained,
+                  G, S, L, XI, residual, triangular, lam, sig, U, D, u, v, ext, X):
+    """One exact SGD step of replica ``r`` on a mini-batch (the ``G.shape[2]`` samples of step ``j``).
+
+    The samples' fields and errors are computed at the current weights; then
+    the readout (if trained), the weight decay ``w ← shrink·w``, the averaged
+    gradient (``coef = η/(p b N)``; ``A`` holds ``p·a``, ``bs`` holds ``p*·b``) and
+    the spherical renormalisation are applied.  The inputs' components outside
+    the basis have the Gram matrix ``L Lᵀ`` of a Bartlett factor (``S`` its
+    squared diagonal, ``L`` its sub-diagonal entries row by row): a
+    ``Wishart_b(N − k, I)`` matrix, the exact law of ``b`` fresh inputs.
+    """
+    p, r_T = B.shape[1], B.shape[2]
+    m = E.shape[2]
+    ps = F_T.shape[0]
+    nb = G.shape[2]
+    for mu in range(nb):
+        y = 0.0
+        for l in range(ps):
+            nu = 0.0
+            for a in range(r_T):
+                nu += F_T[l, a] * G[j, r, mu, a]
+            y += bs[l] * _horner(ct, nu)
+        y /= ps
+        if XI.shape[0] > 0:
+            y += XI[j, r, mu]
+        yhat = 0.0
+        for i in range(p):
+            acc = 0.0
+            for a in range(r_T):
+                acc += B[r, i, a] * G[j, r, mu, a]
+            top = i + 1 if triangular else m
+            for b in range(top):
+                acc += E[r, i, b] * G[j, r, mu, r_T + b]
+            lam[i] = acc
+            s = _horner(c, acc)
+            sig[mu, i] = s
+            yhat += A[r, i] * s
+        delta = yhat / p - y
+        D[mu] = delta
+        err = delta * coef
+        for i in range(p):
+            U[mu, i] = err * A[r, i] * _horner(dc, lam[i])
+    if trained:
+        for i in range(p):
+            acc = 0.0
+            for mu in range(nb):
+                acc += D[mu] * sig[mu, i]
+            A[r, i] -= coef_a * acc
+    for i in range(p):
+        for a in range(r_T):
+            acc = shrink * B[r, i, a]
+            for mu in range(nb):
+                acc -= U[mu, i] * G[j, r, mu, a]
+            B[r, i, a] = acc
+    if not residual:
+        for i in range(p):
+            for b in range(m):
+                acc = shrink * E[r, i, b]
+                for mu in range(nb):
+                    acc -= U[mu, i] * G[j, r, mu, r_T + b]
+                E[r, i, b] = acc
+    elif nb == 1:
+        if shrink != 1.0:
+            for i in range(p):
+                for b in range(i + 1):
+                    E[r, i, b] *= shrink
+        for i in range(p):
+            u[i] = U[0, i]
+        for b in range(m):
+            v[b] = G[j, r, 0, r_T + b]
+        v[m] = math.sqrt(S[j, r, 0])
+        _lq_rank_one_update(E, r, u, v, ext, m, p)
+    else:
+        width = m + nb
+        for i in range(p):
+            for b in range(m):
+                X[i, b] = shrink * E[r, i, b]
+            for b in range(m, width):
+                X[i, b] = 0.0
+        pos = 0
+        for mu in range(nb):
+            # row mu of the Bartlett factor: L_{mu, 0..mu-1} then sqrt(S_mu)
+            for i in range(p):
+                w = U[mu, i]
+                for b in range(m):
+                    X[i, b] -= w * G[j, r, mu, r_T + b]
+                for c2 in range(mu):
+                    X[i, m + c2] -= w * L[j, r, pos + c2]
+                X[i, m + mu] -= w * math.sqrt(S[j, r, mu])
+            pos += mu
+        _lq_reduce(X, p, width)
+        for i in range(p):
+            for b in range(m):
+                E[r, i, b] = X[i, b]
+    if sphere:
+        for i in range(p):
+            n2 = 0.0
+            for a in range(r_T):
+                n2 += B[r, i, a] * B[r, i, a]
+            for b in range(m):
+                n2 += E[r, i, b] * E[r, i, b]
+            if n2 > 0.0:
+                scale = 1.0 / math.sqrt(n2)
+                for a in range(r_T):
+                    B[r, i, a] *= scale
+                for b in range(m):
+                    E[r, i, b] *= scale
+
+
+@njit(cache=True, nogil=True)
+def reduced_steps_general(B, E, F_T, A, bs, c, dc, ct, coef, coef_a, shrink, sphere, trained,
+                          G, S, L, XI, residual, triangular, alive, step0, check_every, blowup,
+                          caught_step, last_step, last_Q, last_rho, last_a):
+    """:func:`reduced_steps` for every field of the model specification (one replica at a time).
+
+    Extra parameters: ``A`` (R, p) the student readout times ``p`` (updated
+    in place when `trained`); ``bs`` (p*,) the teacher readout times ``p*``;
+    ``ct`` the coefficients of ``σ*``; ``coef_a = p η_a/(b N)``; ``shrink =
+    1 − ηλ/N``; `sphere`; ``G`` (n, R, b, k); ``S`` (n, R, b) the squared
+    diagonal of the inputs' Bartlett factor outside the basis, ``L`` (n, R,
+    b(b−1)/2) its sub-diagonal; ``XI`` (n, R, b) or empty; ``last_a`` (R, p).
+    For a model with only the classic fields it gives the numbers of
+    :func:`reduced_steps` bit for bit.
+    """
+    R, p = B.shape[0], B.shape[1]
+    m = E.shape[2]
+    ps = F_T.shape[0]
+    nb = G.shape[2]
+    lam = np.empty(p)
+    sig = np.empty((nb, p))
+    U = np.empty((nb, p))
+    D = np.empty(nb)
+    u = np.empty(p)
+    v = np.empty(m + 1)
+    ext = np.empty(p)
+    X = np.empty((p, m + nb))
+    Qc = np.empty((p, p))
+    rc = np.empty((p, ps))
+    for j in range(G.shape[0]):
+        step = step0 + j + 1
+        check = step % check_every == 0
+        for r in range(R):
+            if not alive[r]:
+                continue
+            _general_step(r, j, B, E, F_T, A, bs, c, dc, ct, coef, coef_a, shrink, sphere,
+                          trained, G, S, L, XI, residual, triangular, lam, sig, U, D, u, v,
+                          ext, X)
+            if check:
+                ok = _check(r, B, E, F_T, blowup, Qc, rc)
+                if trained:
+                    for i in range(p):
+                        if not (abs(A[r, i]) < blowup):
+                            ok = False
+                if ok:
+                    last_step[r] = step
+                    last_Q[r, :, :] = Qc
+                    last_rho[r, :, :] = rc
+                    for i in range(p):
+                        last_a[r, i] = A[r, i]
+                else:
+                    caught_step[r] = step
+                    alive[r] = False
+
+
+@njit(cache=True, nogil=True)
+def full_update_general(W, Ws, x, A, bs, c, dc, ct, coef, coef_a, shrink, sphere, trained, xi,
+                        alive):
+    r"""One SGD step of the full simulator on a mini-batch, in place.
+
+    ``w_k ← shrink·w_k − Σ_μ δ_k^μ x^μ/√N``, then (sphere) ``|w_k|² = N``;
+    ``x`` (R, b, N) already divided by ``√N``; ``A``, ``bs``, ``coef``,
+    ``coef_a``, ``shrink`` as in :func:`reduced_steps_general`; ``xi`` (R, b)
+    or (0, 0).
+    """
+    R, p, N = W.shape
+    ps = Ws.shape[0]
+    nb = x.shape[1]
+    lam = np.empty(p)
+    U = np.empty((nb, p))
+    sig = np.empty((nb, p))
+    D = np.empty(nb)
+    noise = xi.shape[0] > 0
+    for r in range(R):
+        if not alive[r]:
+            continue
+        for mu in range(nb):
+            y = 0.0
+            for l in range(ps):
+                acc = 0.0
+                for n in range(N):
+                    acc += Ws[l, n] * x[r, mu, n]
+                y += bs[l] * _horner(ct, acc)
+            y /= ps
+            if noise:
+                y += xi[r, mu]
+            yhat = 0.0
+            for k in range(p):
+                acc = 0.0
+                for n in range(N):
+                    acc += W[r, k, n] * x[r, mu, n]
+                lam[k] = acc
+                s = _horner(c, acc)
+                sig[mu, k] = s
+                yhat += A[r, k] * s
+            delta = yhat / p - y
+            D[mu] = delta
+            err = delta * coef
+            for k in range(p):
+                U[mu, k] = err * A[r, k] * _horner(dc, lam[k])
+        if trained:
+            for k in range(p):
+                acc = 0.0
+                for mu in range(nb):
+                    acc += D[mu] * sig[mu, k]
+                A[r, k] -= coef_a * acc
+        for k in range(p):
+            if shrink != 1.0:
+                for n in range(N):
+                    W[r, k, n] *= shrink
+            for mu in range(nb):
+                d = U[mu, k]
+                for n in range(N):
+                    W[r, k, n] -= d * x[r, mu, n]
+            if sphere:
+                n2 = 0.0
+                for n in range(N):
+                    n2 += W[r, k, n] * W[r, k, n]
+                if n2 > 0.0:
+                    scale = math.sqrt(N / n2)
+                    for n in range(N):
+                        W[r, k, n] *= scale

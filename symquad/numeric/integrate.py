@@ -15,7 +15,8 @@ from .errors import DivergenceError, describe_state
 from .kernels import kernels
 from .persist import load_npz, model_from_dict, model_to_dict, save_npz
 
-__all__ = ["ODESolution", "integrate", "symmetric_start", "METHODS"]
+__all__ = ["ODESolution", "integrate", "symmetric_start", "METHODS", "initial_readout",
+           "check_sphere"]
 
 ON_DIVERGENCE = ("raise", "stop")
 
@@ -35,6 +36,9 @@ class ODESolution:
     t_diverged : float or None
         Time at which the state left the finite region (``status == "diverged"``).
     message : str
+    readout : ndarray (n, p) or None
+        The student readout ``a(t)`` when it is trained (``lr_readout > 0``),
+        else None (it is fixed at ``model.readout``).
     """
 
     model: Model
@@ -47,6 +51,7 @@ class ODESolution:
     t_diverged: float | None = None
     message: str = ""
     nfev: int = field(default=0, repr=False)
+    readout: np.ndarray | None = field(default=None, repr=False)
 
     def __repr__(self):
         return (f"ODESolution({len(self.t)} times in [{self.t[0]:.3g}, {self.t[-1]:.3g}], "
@@ -63,6 +68,8 @@ class ODESolution:
                 "t_diverged": self.t_diverged, "message": self.message,
                 "nfev": int(self.nfev)}
         arrays = {"t": self.t, "Q": self.Q, "rho": self.rho, "risk": self.risk, "T": self.T}
+        if self.readout is not None:
+            arrays["readout"] = self.readout
         return save_npz(path, "ODESolution", meta, arrays)
 
     @classmethod
@@ -72,16 +79,48 @@ class ODESolution:
         t_div = meta["t_diverged"]
         return cls(model_from_dict(meta["model"]), arr["t"], arr["Q"], arr["rho"], arr["risk"],
                    arr["T"], meta["status"], None if t_div is None else float(t_div),
-                   meta["message"], int(meta["nfev"]))
+                   meta["message"], int(meta["nfev"]), arr.get("readout"))
 
 
-def _pack(Q, rho):
-    return np.concatenate([Q.ravel(), rho.ravel()])
+def _pack(Q, rho, a=None):
+    parts = [Q.ravel(), rho.ravel()]
+    if a is not None:
+        parts.append(np.ravel(a))
+    return np.concatenate(parts)
 
 
-def _unpack(y, p, k):
+def _unpack(y, p, k, trained=False):
+    """``(Q, ρ, a)`` from the solver state (full ``Q``, symmetrised; ``a`` only if trained)."""
     Q = y[: p * p].reshape(p, p)
-    return 0.5 * (Q + Q.T), y[p * p:].reshape(p, k)
+    rho = y[p * p:p * p + p * k].reshape(p, k)
+    a = y[p * p + p * k:] if trained else None
+    return 0.5 * (Q + Q.T), rho, a
+
+
+def initial_readout(model: Model, a0=None):
+    """The start ``a(0)`` of a trained readout (default ``model.readout``), checked; None if fixed."""
+    if not model.readout_trained:
+        if a0 is not None:
+            raise ValueError("a0 (initial student readout) is accepted only for a trained "
+                             "readout (lr_readout > 0); a fixed readout is model.readout")
+        return None
+    if a0 is None:
+        return np.array([float(c) for c in model.readout])
+    a0 = as_real_array(a0, "a0")
+    if a0.shape[-1:] != (model.p,) or not np.all(np.isfinite(a0)):
+        raise ValueError(f"a0 must be a finite array ending in shape (p,) = ({model.p},), "
+                         f"got shape {a0.shape}")
+    return a0
+
+
+def check_sphere(model: Model, Q0, name="Q0", tol=1e-8) -> None:
+    """With ``constraint="sphere"`` every ``Q0_kk`` must be 1 (the rows lie on the sphere)."""
+    if model.constraint != "sphere":
+        return
+    diag = np.diagonal(np.asarray(Q0, dtype=float), axis1=-2, axis2=-1)
+    if np.max(np.abs(diag - 1.0)) > tol:
+        raise ValueError(f"{name}: with constraint='sphere' every diagonal entry of {name} "
+                         f"must be 1 (|w_k|^2 = N), got {np.ravel(diag)[:8]}")
 
 
 #: ``method`` values: "auto" or a :func:`scipy.integrate.solve_ivp` method name.
@@ -158,7 +197,7 @@ def symmetric_start(Q0, rho0, T):
 def integrate(model: Model, Q0, rho0, T, t_max, t_eval=None, *, method: str = "auto",
               rtol: float = 1e-8, atol: float = 1e-11, max_norm: float | None = None,
               on_divergence: str = "raise", form: str | None = None,
-              warn_symmetric: bool = True) -> ODESolution:
+              warn_symmetric: bool = True, a0=None) -> ODESolution:
     """Integrate ``dQ/dt, dρ/dt`` from ``(Q0, ρ0)`` with fixed teacher overlap ``T``.
 
     Parameters
@@ -205,13 +244,21 @@ def integrate(model: Model, Q0, rho0, T, t_max, t_eval=None, *, method: str = "a
         the exact solution then stays in an invariant subspace, and leaving it
         (escaping a saddle inside it) is a round-off effect that depends on the
         tolerances.  Perturb the start generically to avoid it.
+    a0 : array (p,), optional
+        Initial student readout when it is trained (default ``model.readout``,
+        which is ``a(0)`` by definition); refused for a fixed readout.
 
     Returns
     -------
     ODESolution
+        With ``readout`` (n, p) when the readout is trained.  With
+        ``constraint="sphere"`` the diagonal of ``Q0`` must be 1.
     """
     check_model(model)
     Q0, rho0, T = as_overlaps(model, Q0, rho0, T)
+    check_sphere(model, Q0)
+    a_start = initial_readout(model, a0)
+    trained = a_start is not None
     t_max = check_real("t_max", t_max, low=0.0, high=MAX_T, low_open=True)
     check_choice("method", method, METHODS)
     if method in ("RK45", "RK23", "DOP853") and t_max > 1e5:
@@ -237,7 +284,7 @@ def integrate(model: Model, Q0, rho0, T, t_max, t_eval=None, *, method: str = "a
                 f"max_norm must exceed the largest entry of |Q0| and |rho0| "
                 f"(allowed range: ({start_norm:.6g}, inf)), got {max_norm!r}: the run would "
                 f"count as diverged at t = 0")
-    if warn_symmetric:
+    if warn_symmetric and (not trained or len(set(a_start.tolist())) == 1):
         symmetry = symmetric_start(Q0, rho0, T)
         if symmetry is not None:
             warnings.warn(
@@ -252,12 +299,11 @@ def integrate(model: Model, Q0, rho0, T, t_max, t_eval=None, *, method: str = "a
     last = {"t": 0.0, "Q": Q0.copy(), "rho": rho0.copy()}
 
     def fun(t, y):
-        Q, rho = _unpack(y, p, k)
+        Q, rho, a = _unpack(y, p, k, trained)
         if np.all(np.isfinite(y)):
             last.update(t=t, Q=Q, rho=rho)
         with np.errstate(over="ignore", invalid="ignore"):
-            dQ, drho = kern.rhs(Q, rho, T)
-        out = _pack(dQ, drho)
+            out = _pack(*kern.rhs(Q, rho, T, a))
         if not np.all(np.isfinite(out)):
             # An infinite slope would make the step-size control shrink forever.
             out = np.full_like(out, np.inf)
@@ -270,28 +316,33 @@ def integrate(model: Model, Q0, rho0, T, t_max, t_eval=None, *, method: str = "a
     blow_up.terminal = True
     blow_up.direction = -1
 
-    sol = _solve(fun, t_max, _pack(Q0, rho0), method, t_eval, rtol, atol, blow_up)
+    sol = _solve(fun, t_max, _pack(Q0, rho0, a_start), method, t_eval, rtol, atol, blow_up)
     Qs = np.empty((sol.t.size, p, p))
     rhos = np.empty((sol.t.size, p, k))
+    readout = np.empty((sol.t.size, p)) if trained else None
     for n in range(sol.t.size):
-        Qs[n], rhos[n] = _unpack(sol.y[:, n], p, k)
-    risk = np.asarray(kern.risk(Qs, rhos, T), dtype=float).reshape(sol.t.size)
+        Qs[n], rhos[n], a_n = _unpack(sol.y[:, n], p, k, trained)
+        if trained:
+            readout[n] = a_n
+    risk = np.asarray(kern.risk(Qs, rhos, T, readout), dtype=float).reshape(sol.t.size)
 
     diverged = bool(sol.status == 1 and sol.t_events[0].size) or (
         sol.status == -1) or not np.all(np.isfinite(sol.y))
     if not diverged:
-        return ODESolution(model, sol.t, Qs, rhos, risk, T, "ok", None, sol.message, sol.nfev)
+        return ODESolution(model, sol.t, Qs, rhos, risk, T, "ok", None, sol.message, sol.nfev,
+                           readout)
     if sol.t_events[0].size:
         # the state where it crossed max_norm: the last one that is still finite
         t_div = float(sol.t_events[0][0])
-        Q_div, rho_div = _unpack(sol.y_events[0][0], p, k)
+        Q_div, rho_div, _ = _unpack(sol.y_events[0][0], p, k, trained)
         last.update(t=t_div, Q=Q_div, rho=rho_div)
     else:
         t_div = float(last["t"])
     finite = np.all(np.isfinite(sol.y), axis=0)
     keep = slice(0, int(np.argmin(finite)) if not finite.all() else sol.t.size)
     partial = ODESolution(model, sol.t[keep], Qs[keep], rhos[keep], risk[keep], T,
-                          "diverged", t_div, sol.message, sol.nfev)
+                          "diverged", t_div, sol.message, sol.nfev,
+                          None if readout is None else readout[keep])
     msg = (f"ODE diverged at t = {t_div:.6g} (state exceeded max_norm={max_norm:.3g} or "
            f"stopped being finite; solver: {sol.message}); last finite state at "
            f"t = {last['t']:.6g}: {describe_state({'Q': last['Q'], 'rho': last['rho']})}. "
@@ -299,7 +350,7 @@ def integrate(model: Model, Q0, rho0, T, t_max, t_eval=None, *, method: str = "a
     if on_divergence == "raise":
         raise DivergenceError(msg, t_div, dict(last), partial)
     return ODESolution(model, partial.t, partial.Q, partial.rho, partial.risk, T,
-                       "diverged", t_div, msg, sol.nfev)
+                       "diverged", t_div, msg, sol.nfev, partial.readout)
 
 
 def _solve(fun, t_max, y0, method, t_eval, rtol, atol, blow_up):

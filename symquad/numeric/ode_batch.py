@@ -32,6 +32,7 @@ from scipy import integrate as _ivp
 from ..spec import check_model
 from .checks import check_positive
 from .errors import describe_state
+from .integrate import check_sphere, initial_readout
 from .kernels import kernels
 
 __all__ = ["BatchODESolution", "integrate_batch"]
@@ -62,6 +63,8 @@ class BatchODESolution:
         The solver's message.
     nfev : int
         Right-hand-side evaluations (each one evaluates the whole batch).
+    readout : ndarray, shape (B, n, p), or None
+        The student readout ``a(t)`` when it is trained, else None.
     """
 
     model: object
@@ -75,6 +78,7 @@ class BatchODESolution:
     last_finite: dict = field(repr=False)
     message: str = ""
     nfev: int = 0
+    readout: np.ndarray | None = field(default=None, repr=False)
 
     @property
     def size(self) -> int:
@@ -149,7 +153,7 @@ def _batch_overlaps(model, Q0, rho0, T, tol=1e-9):
 
 def integrate_batch(model, Q0, rho0, T, t_max, t_eval=None, *, method: str = "RK45",
                     rtol: float = 1e-8, atol: float = 1e-11, max_norm: float | None = None,
-                    form: str | None = None) -> BatchODESolution:
+                    form: str | None = None, a0=None) -> BatchODESolution:
     """Integrate ``dQ/dt, dρ/dt`` from ``B`` starts at once (one vectorised solve).
 
     Parameters
@@ -174,8 +178,11 @@ def integrate_batch(model, Q0, rho0, T, t_max, t_eval=None, *, method: str = "RK
         or it stops being finite.  If the solver's step size collapses before
         (a blow-up too fast to resolve), the start with the largest relative
         slope is marked diverged at that time.
-    form : {"matrix", "entries"}, optional
+    form : {"matrix", "tensor", "entries"}, optional
         Which generated kernel to use (see :func:`symquad.kernels`).
+    a0 : array (B, p) or (p,), optional
+        Initial student readouts of the starts when the readout is trained
+        (default ``model.readout``); refused for a fixed readout.
 
     Returns
     -------
@@ -187,6 +194,11 @@ def integrate_batch(model, Q0, rho0, T, t_max, t_eval=None, *, method: str = "RK
     if method not in METHODS:
         raise ValueError(f"method must be one of {tuple(METHODS)}, got {method!r}")
     Q0, rho0, T = _batch_overlaps(model, Q0, rho0, T)
+    check_sphere(model, Q0)
+    a_start = initial_readout(model, a0)
+    trained = a_start is not None
+    if trained:
+        a_start = np.broadcast_to(a_start, (Q0.shape[0], model.p)).copy()
     t_max = check_positive("t_max", t_max)
     if t_eval is None:
         t_eval = np.linspace(0.0, t_max, 501)
@@ -203,7 +215,8 @@ def integrate_batch(model, Q0, rho0, T, t_max, t_eval=None, *, method: str = "RK
     kern = kernels(model, form)
     B, p, k = rho0.shape
     nq = p * p
-    width = nq + p * k
+    nr = nq + p * k
+    width = nr + (p if trained else 0)
     t_div = np.full(B, np.nan)
     live = np.ones(B, dtype=bool)
 
@@ -211,10 +224,11 @@ def integrate_batch(model, Q0, rho0, T, t_max, t_eval=None, *, method: str = "RK
         Y = y.reshape(B, width)
         Q = Y[:, :nq].reshape(B, p, p)
         Q = 0.5 * (Q + np.swapaxes(Q, -1, -2))
-        rho = Y[:, nq:].reshape(B, p, k)
+        rho = Y[:, nq:nr].reshape(B, p, k)
+        a = Y[:, nr:] if trained else None
         with np.errstate(over="ignore", invalid="ignore"):
-            dQ, drho = kern.rhs(Q, rho, T)
-        out = np.concatenate([dQ.reshape(B, nq), drho.reshape(B, p * k)], axis=1)
+            blocks = kern.rhs(Q, rho, T, a)
+        out = np.concatenate([x.reshape(B, -1) for x in blocks], axis=1)
         # a start beyond max_norm or non-finite (state or slope) diverges here
         bad = live & ~(np.all(np.isfinite(Y), axis=1) & np.all(np.isfinite(out), axis=1)
                        & (np.max(np.abs(Y[:, :nq]), axis=1) < max_norm))
@@ -224,7 +238,8 @@ def integrate_batch(model, Q0, rho0, T, t_max, t_eval=None, *, method: str = "RK
         out[~live] = 0.0
         return out.ravel()
 
-    y0 = np.concatenate([Q0.reshape(B, nq), rho0.reshape(B, p * k)], axis=1).ravel()
+    y0 = np.concatenate([Q0.reshape(B, nq), rho0.reshape(B, p * k)]
+                        + ([a_start] if trained else []), axis=1).ravel()
     def blame(t, y):
         """Mark the live start with the largest relative slope (the one blowing up)."""
         if not live.any():
@@ -244,12 +259,15 @@ def integrate_batch(model, Q0, rho0, T, t_max, t_eval=None, *, method: str = "RK
     Y = sol.y.reshape(B, width, n)
     Q = np.moveaxis(Y[:, :nq], -1, 1).reshape(B, n, p, p)
     Q = 0.5 * (Q + np.swapaxes(Q, -1, -2))
-    rho = np.moveaxis(Y[:, nq:], -1, 1).reshape(B, n, p, k)
+    rho = np.moveaxis(Y[:, nq:nr], -1, 1).reshape(B, n, p, k)
+    readout = np.moveaxis(Y[:, nr:], -1, 1).copy() if trained else None
     # recorded entries from a start's divergence on are NaN (frozen, not a solution)
     after = sol.t[None, :] >= t_div[:, None]          # NaN t_div: all False
     Q[after] = np.nan
     rho[after] = np.nan
-    risk = np.asarray(kern.risk(Q, rho, T), dtype=float).reshape(B, n)
+    if trained:
+        readout[after] = np.nan
+    risk = np.asarray(kern.risk(Q, rho, T, readout), dtype=float).reshape(B, n)
     last_i = np.maximum(np.sum(~after, axis=1) - 1, 0)
     rows = np.arange(B)
     last = {"t": sol.t[last_i].copy(), "Q": Q[rows, last_i].copy(),
@@ -259,7 +277,7 @@ def integrate_batch(model, Q0, rho0, T, t_max, t_eval=None, *, method: str = "RK
     last["t"][start_only] = 0.0
     status = np.where(np.isnan(t_div), "ok", "diverged")
     return BatchODESolution(model, sol.t, Q, rho, risk, T, status, t_div, last, sol.message,
-                            sol.nfev)
+                            sol.nfev, readout)
 
 
 #: Solvers accepted by :func:`integrate_batch` (scipy's explicit Runge–Kutta classes).

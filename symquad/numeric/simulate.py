@@ -85,7 +85,8 @@ import numpy as np
 from .errors import DivergenceError, describe_state
 from .checks import as_real_array, check_int as _check_int, check_positive
 
-__all__ = ["simulate", "SimulationRun", "population_risk", "DEFAULT_Q0", "METHODS"]
+__all__ = ["simulate", "SimulationRun", "population_risk", "DEFAULT_Q0", "METHODS",
+           "SIMULATED_FIELDS"]
 
 #: Variance of the default random initialisation ``w_k ~ N(0, q0 I_N)``.
 DEFAULT_Q0 = 1.0
@@ -131,9 +132,12 @@ class SimulationRun:
         Time of the divergence check that caught the blow-up (NaN if none);
         the blow-up happened in the ``check_every/N`` before it.
     last_finite : dict
-        ``{"t": (replicas,), "Q": (replicas, p, p), "rho": (replicas, p, p*)}``:
-        the last checked finite state of each replica (the final state for
-        replicas that did not diverge).
+        ``{"t": (replicas,), "Q": (replicas, p, p), "rho": (replicas, p, p*)}``
+        (and ``"readout"`` (replicas, p) for a trained readout): the last
+        checked finite state of each replica (the final state for replicas
+        that did not diverge).
+    readout : ndarray, shape (replicas, n, p), or None
+        The student readout ``a(t)`` when it is trained, else None.
     """
 
     model: object
@@ -149,6 +153,7 @@ class SimulationRun:
     t_diverged: np.ndarray
     last_finite: dict = field(repr=False)
     check_every: int = 1
+    readout: np.ndarray | None = field(default=None, repr=False)
 
     @property
     def replicas(self) -> int:
@@ -203,6 +208,8 @@ class SimulationRun:
                   "status": np.asarray(self.status, dtype=str),
                   "t_diverged": self.t_diverged,
                   **{f"last_finite_{key}": value for key, value in self.last_finite.items()}}
+        if self.readout is not None:
+            arrays["readout"] = self.readout
         return save_npz(path, "SimulationRun", meta, arrays)
 
     @classmethod
@@ -216,7 +223,7 @@ class SimulationRun:
                    method=meta["method"], seed=meta["seed"], t=arr["t"], Q=arr["Q"],
                    rho=arr["rho"], risk=arr["risk"], T=arr["T"], status=arr["status"],
                    t_diverged=arr["t_diverged"], last_finite=last,
-                   check_every=int(meta["check_every"]))
+                   check_every=int(meta["check_every"]), readout=arr.get("readout"))
 
 
 # ---------------------------------------------------------------------------
@@ -247,31 +254,46 @@ def _moment_table(deg: int) -> np.ndarray:
     return m
 
 
-def population_risk(activation, Q, rho, T) -> np.ndarray:
+def population_risk(model, Q, rho, T, readout=None) -> np.ndarray:
     """Population risk ``ε = ½ E[(ŷ − y_clean)²]`` from the overlaps.
 
-    With ``z = (λ, ν) ~ N(0, C)``, ``C = [[Q, ρ], [ρᵀ, T]]`` and weights
-    ``a = (1/p, …, 1/p, −1/p*, …, −1/p*)``,
+    With ``z = (λ, ν) ~ N(0, C)``, ``C = [[Q, ρ], [ρᵀ, T]]``, output weights
+    ``w = (a_1, …, a_p, −b_1, …, −b_p*)`` and activations ``σ_a`` (``σ`` for the
+    students, ``σ*`` for the teachers),
 
-    .. math::  ε = \\tfrac12 \\sum_{a,b} a_a a_b \\sum_{i,j} c_i c_j\\, E[z_a^i z_b^j],
+    .. math::  ε = \\tfrac12 \\sum_{a,b} w_a w_b \\sum_{i,j} c^{(a)}_i c^{(b)}_j\\,
+               E[z_a^i z_b^j],
 
     each bivariate moment evaluated exactly by Isserlis' theorem
-    (:func:`_moment_table`).  Works for any polynomial activation
-    ``σ(z) = Σ_i c_i z^i`` and any batch of overlaps.
+    (:func:`_moment_table`).  Works for any polynomial activations and any
+    batch of overlaps; a route independent of the generated kernels.
 
     Parameters
     ----------
-    activation : sequence of numbers
-        ``(c0, c1, ..., cd)`` (e.g. ``Model.activation``).
+    model : Model or sequence of numbers
+        The model (its activations and readouts), or an activation
+        ``(c0, ..., cd)`` shared by student and teacher with the default
+        readouts ``1/p``, ``1/p*``.
     Q : array_like, shape (..., p, p)
     rho : array_like, shape (..., p, p*)
     T : array_like, shape (p*, p*) or (..., p*, p*)
+    readout : array_like, shape (..., p), optional
+        The student readout (a trained one's current value); default the
+        model's.
 
     Returns
     -------
     ndarray, shape (...)
     """
-    c = np.asarray([float(v) for v in activation])
+    if hasattr(model, "teacher_activation"):
+        c_s = np.asarray([float(v) for v in model.activation])
+        c_t = np.asarray([float(v) for v in model.teacher_activation])
+        a = np.array([float(v) for v in model.readout]) if readout is None else \
+            np.asarray(readout, dtype=float)
+        b = np.array([float(v) for v in model.teacher_readout])
+    else:
+        c_s = c_t = np.asarray([float(v) for v in model])
+        a = b = None
     Q = np.asarray(Q, dtype=float)
     rho = np.asarray(rho, dtype=float)
     T = np.asarray(T, dtype=float)
@@ -282,24 +304,32 @@ def population_risk(activation, Q, rho, T) -> np.ndarray:
     T = np.broadcast_to(T, batch + (ps, ps))
     C = np.concatenate([np.concatenate([Q, rho], -1),
                         np.concatenate([np.swapaxes(rho, -1, -2), T], -1)], -2)
-    deg = len(c) - 1
+    deg = max(len(c_s), len(c_t)) - 1
+    c = np.zeros((p + ps, deg + 1))                               # coefficients per field
+    c[:p, :len(c_s)] = c_s
+    c[p:, :len(c_t)] = c_t
     mt = _moment_table(deg)
     var = np.diagonal(C, axis1=-2, axis2=-1)                      # (..., d)
     sd_pow = np.stack([np.sqrt(np.clip(var, 0, None)) ** n for n in range(deg + 1)], -1)
     cov_pow = np.stack([C ** k for k in range(deg + 1)], -1)      # (..., d, d, deg+1)
-    # E[σ(z_a) σ(z_b)] = Σ_{ijk} c_i c_j m_ijk C_ab^k sd_a^{i-k} sd_b^{j-k}
+    # E[σ_a(z_a) σ_b(z_b)] = Σ_{ijk} c^a_i c^b_j m_ijk C_ab^k sd_a^{i-k} sd_b^{j-k}
     second = np.zeros(C.shape)
     for i in range(deg + 1):
         for j in range(deg + 1):
-            if c[i] == 0 or c[j] == 0:
+            cc = c[:, i][:, None] * c[:, j][None, :]
+            if not cc.any():
                 continue
             for k in range(min(i, j) + 1):
                 if mt[i, j, k] == 0:
                     continue
-                second += (c[i] * c[j] * mt[i, j, k] * cov_pow[..., k]
+                second += (cc * mt[i, j, k] * cov_pow[..., k]
                            * sd_pow[..., :, None, i - k] * sd_pow[..., None, :, j - k])
-    w = np.concatenate([np.full(p, 1.0 / p), np.full(ps, -1.0 / ps)])
-    return 0.5 * np.einsum("a,...ab,b->...", w, second, w)
+    if a is None:
+        w = np.concatenate([np.full(p, 1.0 / p), np.full(ps, -1.0 / ps)])
+        return 0.5 * np.einsum("a,...ab,b->...", w, second, w)
+    w = np.concatenate([np.broadcast_to(a, second.shape[:-2] + (p,)),
+                        np.broadcast_to(-b, second.shape[:-2] + (ps,))], axis=-1)
+    return 0.5 * np.einsum("...a,...ab,...b->...", w, second, w)
 
 
 # ---------------------------------------------------------------------------
@@ -407,6 +437,13 @@ def _initial_coordinates(model, N, replicas, Q0, rho0, T, rng_init):
     X[:, :p, :r_T] = B
     X[:, :p, r_T:] = E
     X[:, p:, :r_T] = F_T
+    if model.constraint == "sphere":
+        if Q0 is None:
+            # w_k ~ N(0, q0 I_N) renormalised: uniform on the sphere |w_k|² = N
+            X[:, :p] /= np.linalg.norm(X[:, :p], axis=-1, keepdims=True)
+        else:
+            from .integrate import check_sphere
+            check_sphere(model, Q0)
     return X, T
 
 
@@ -447,9 +484,19 @@ def _horner(coeffs, z):
 
 
 class _Stepper:
-    """Common SGD arithmetic: from local fields to the step sizes ``δ_k``."""
+    """Common SGD arithmetic: from local fields to the step sizes ``δ_k``.
+
+    A model with only the classic fields runs the original kernels (and their
+    numbers); any other runs the general kernels of
+    :mod:`symquad.numeric._sgd_kernels`, which implement every field of the
+    specification (:data:`SIMULATED_FIELDS`).  The readouts enter as ``p·a`` and
+    ``p*·b`` (exactly 1 for the defaults, so the two kernels agree bit for bit
+    on the classic model).
+    """
 
     def __init__(self, model, N, replicas, rng_data, rng_noise):
+        from ..spec import require
+        require(model, "simulate", SIMULATED_FIELDS)
         self.p, self.ps = model.p, model.p_star
         self.N = N
         self.R = replicas
@@ -459,6 +506,15 @@ class _Stepper:
         self.rng_data = rng_data
         self.rng_noise = rng_noise
         self.alive = np.ones(replicas, dtype=float)
+        self.general = bool(model.changed_fields())
+        self.batch = model.batch_size
+        self.trained = model.readout_trained
+        self.sphere = model.constraint == "sphere"
+        self.A = np.tile([float(c * model.p) for c in model.readout], (replicas, 1))
+        self.bs = np.array([float(c * model.p_star) for c in model.teacher_readout])
+        self.ct = np.array([float(v) for v in model.teacher_activation], dtype=float)
+        self.shrink = 1.0 - model.eta * model.weight_decay / N
+        self.coef_a = model.p * model.lr_readout / (model.batch_size * N)
         # ŷ − y_clean = σ(z) · a with a = (1/p, …, 1/p, −1/p*, …, −1/p*)
         self.out_weights = np.concatenate([np.full(self.p, 1.0 / self.p),
                                            np.full(self.ps, -1.0 / self.ps)])
@@ -466,7 +522,13 @@ class _Stepper:
     def _noise_block(self, n):
         if self.sqrt_noise == 0.0:
             return None
+        if self.general:
+            return self.sqrt_noise * self.rng_noise.standard_normal((n, self.R, self.batch))
         return self.sqrt_noise * self.rng_noise.standard_normal((n, self.R))
+
+    def readout(self):
+        """The student readout ``a`` of every replica, (R, p)."""
+        return self.A / self.p
 
     def _delta(self, z, xi, scale):
         """``scale · δ_k`` with ``δ_k = (η/p)(ŷ − y) σ'(λ_k)``, zero for frozen replicas.
@@ -503,6 +565,8 @@ class _FullStepper(_Stepper):
             frame = np.linalg.qr(rng_teacher.standard_normal((N, r_T)))[0].T   # (r_T, N)
             self.Ws = sqrtN * (F_T[:, :r_T] @ frame)                           # (p*, N)
             self.W = math.sqrt(DEFAULT_Q0) * rng_init.standard_normal((replicas, p, N))
+            if self.sphere:
+                self.W *= sqrtN / np.linalg.norm(self.W, axis=-1, keepdims=True)
         else:
             # weights with exactly the Gram matrix X0 X0ᵀ: one random orthonormal frame
             frame = np.linalg.qr(rng_teacher.standard_normal((N, c)))[0].T    # (c, N)
@@ -521,6 +585,17 @@ class _FullStepper(_Stepper):
         inv = 1.0 / self.sqrtN
         no_noise = np.zeros(0)
         live = self.alive > 0
+        if self.general:
+            coef = self.eta_over_p / self.batch
+            no_noise = np.zeros((0, 0))
+            for j in range(n):
+                x = self.rng_data.standard_normal((R, self.batch, N))
+                x *= inv
+                _sgd_kernels.full_update_general(
+                    self.W, self.Ws, x, self.A, self.bs, self.c, self.dc, self.ct, coef,
+                    self.coef_a, self.shrink, self.sphere, self.trained,
+                    no_noise if xi is None else xi[j], live)
+            return
         for j in range(n):
             x = self.rng_data.standard_normal((R, N))
             x *= inv
@@ -588,6 +663,14 @@ class _ReducedStepper(_Stepper):
         self.c = np.array(self.act.c, dtype=float)
         self.dc = np.array(self.act.dc if self.act.dc else [0.0], dtype=float)
         self.coef = self.eta_over_p / N
+        if self.general:
+            self.coef = self.eta_over_p / N / self.batch
+            if self.batch > 1 and self.residual and N - self.k < self.batch:
+                raise ValueError(
+                    f"method='reduced' with batch_size={self.batch} needs N >= p + p_star + "
+                    f"batch_size = {self.k + self.batch} (the batch's inputs outside the "
+                    f"weights' span), got N={N}; use method='full' or a larger N")
+        self.last_a = self.A.copy()
         self.check_every = int(check_every)
         self.blowup = float(blowup)
         self.step = 0
@@ -599,23 +682,51 @@ class _ReducedStepper(_Stepper):
         self._kernel = _reduced_kernel(replicas)
 
     def draw(self, n):
-        """Random numbers of the next `n` steps: normals, chi-squares, label noise."""
+        """Random numbers of the next `n` steps: normals, chi-squares, label noise.
+
+        General model: per step and replica ``b`` samples of ``k`` normals, the
+        squared diagonal ``χ²_{N−k−μ}`` (``μ = 0..b−1``) and the ``b(b−1)/2``
+        sub-diagonal normals of the Bartlett factor of the inputs' Gram matrix
+        outside the basis.  For ``b = 1`` these are the same draws as the
+        classic kernel's.
+        """
         R = self.R
-        G = self.rng_data.standard_normal((n, R, self.k))
-        S = (self.rng_chi.chisquare(float(self.N - self.k), size=(n, R)) if self.residual
-             else _EMPTY)
+        if not self.general:
+            G = self.rng_data.standard_normal((n, R, self.k))
+            S = (self.rng_chi.chisquare(float(self.N - self.k), size=(n, R)) if self.residual
+                 else _EMPTY)
+            xi = self._noise_block(n)
+            return G, S, (_EMPTY if xi is None else xi)
+        b = self.batch
+        G = self.rng_data.standard_normal((n, R, b, self.k))
+        if self.residual:
+            dof = float(self.N - self.k) - np.arange(b)
+            S = self.rng_chi.chisquare(dof, size=(n, R, b))
+            L = (self.rng_chi.standard_normal((n, R, b * (b - 1) // 2)) if b > 1
+                 else _EMPTY3)
+        else:
+            S, L = _EMPTY3, _EMPTY3
         xi = self._noise_block(n)
-        return G, S, (_EMPTY if xi is None else xi)
+        return G, S, L, (_EMPTY3 if xi is None else xi)
 
     def advance(self, n):
-        chunk = _reduced_chunk(self.R, self.k)
+        chunk = _reduced_chunk(self.R, self.k * self.batch)
         while n > 0:
             m = min(n, chunk)
-            G, S, xi = self.draw(m)
-            self._kernel(self.B, self.E, self.F_T, self.c, self.dc, self.coef, G, S, xi,
-                         self.residual, self.triangular, self.live, self.step,
-                         self.check_every, self.blowup, self.caught_step, self.last_step,
-                         self.last_Q, self.last_rho)
+            if self.general:
+                G, S, L, xi = self.draw(m)
+                _sgd_kernels_module().reduced_steps_general(
+                    self.B, self.E, self.F_T, self.A, self.bs, self.c, self.dc, self.ct,
+                    self.coef, self.coef_a, self.shrink, self.sphere, self.trained, G, S, L,
+                    xi, self.residual, self.triangular, self.live, self.step,
+                    self.check_every, self.blowup, self.caught_step, self.last_step,
+                    self.last_Q, self.last_rho, self.last_a)
+            else:
+                G, S, xi = self.draw(m)
+                self._kernel(self.B, self.E, self.F_T, self.c, self.dc, self.coef, G, S, xi,
+                             self.residual, self.triangular, self.live, self.step,
+                             self.check_every, self.blowup, self.caught_step, self.last_step,
+                             self.last_Q, self.last_rho)
             self.step += m
             n -= m
 
@@ -627,7 +738,7 @@ class _ReducedStepper(_Stepper):
         """
         mask = self.caught_step >= 0
         out = (mask, self.caught_step.copy(), self.last_step.copy(), self.last_Q.copy(),
-               self.last_rho.copy())
+               self.last_rho.copy(), self.last_a / self.p)
         self.caught_step[mask] = -1
         return out
 
@@ -655,6 +766,18 @@ class _ReducedStepper(_Stepper):
 #: Reduced simulator: most random numbers drawn per chunk (bounds the memory).
 _CHUNK_VALUES = 2**17
 _EMPTY = np.zeros((0, 0))
+_EMPTY3 = np.zeros((0, 0, 0))
+
+
+def _sgd_kernels_module():
+    from . import _sgd_kernels
+    return _sgd_kernels
+
+
+#: The fields of the model specification the simulators implement (docs/model.md
+#: §2); a field added to the specification is refused by name until it is here.
+SIMULATED_FIELDS = ("teacher_activation", "readout", "teacher_readout", "lr_readout",
+                    "weight_decay", "batch_size", "constraint")
 
 
 def _reduced_chunk(replicas, k):
@@ -829,10 +952,14 @@ def simulate(model, N=2000, t_max=20.0, replicas=64, seed=0, method="reduced",
     n_rec = len(rec_steps)
     Qs = np.full((replicas, n_rec, p, p), np.nan)
     rhos = np.full((replicas, n_rec, p, ps), np.nan)
+    trained = model.readout_trained
+    readouts = np.full((replicas, n_rec, p), np.nan) if trained else None
     status = np.array(["ok"] * replicas, dtype=object)
     t_div = np.full(replicas, np.nan)
     last = {"t": np.zeros(replicas), "Q": np.zeros((replicas, p, p)),
             "rho": np.zeros((replicas, p, ps))}
+    if trained:
+        last["readout"] = np.zeros((replicas, p))
     alive = np.ones(replicas, dtype=bool)
 
     checkpoints = np.union1d(rec_steps, [n_steps])
@@ -855,7 +982,7 @@ def simulate(model, N=2000, t_max=20.0, replicas=64, seed=0, method="reduced",
                     bar.update(target - step)
                 step = target
             if method == "reduced":
-                caught, c_step, l_step, l_Q, l_rho = stepper.pop_caught()
+                caught, c_step, l_step, l_Q, l_rho, l_a = stepper.pop_caught()
                 caught &= alive
                 if caught.any():
                     status[caught] = "diverged"
@@ -866,10 +993,16 @@ def simulate(model, N=2000, t_max=20.0, replicas=64, seed=0, method="reduced",
                     last["t"][newer] = l_step[newer] / N
                     last["Q"][newer] = l_Q[newer]
                     last["rho"][newer] = l_rho[newer]
+                    if trained:
+                        last["readout"][newer] = l_a[newer]
             Q, rho = stepper.gram()
-            bad = alive & ~(np.all(np.isfinite(Q), axis=(1, 2))
-                            & np.all(np.isfinite(rho), axis=(1, 2))
-                            & (np.max(np.abs(Q), axis=(1, 2)) < blowup))
+            a_now = stepper.readout() if trained else None
+            finite = (np.all(np.isfinite(Q), axis=(1, 2)) & np.all(np.isfinite(rho), axis=(1, 2))
+                      & (np.max(np.abs(Q), axis=(1, 2)) < blowup))
+            if trained:
+                finite &= np.all(np.isfinite(a_now), axis=1) & (
+                    np.max(np.abs(a_now), axis=1) < blowup)
+            bad = alive & ~finite
             if bad.any():
                 status[bad] = "diverged"
                 t_div[bad] = step / N
@@ -878,18 +1011,22 @@ def simulate(model, N=2000, t_max=20.0, replicas=64, seed=0, method="reduced",
             last["t"][alive] = step / N
             last["Q"][alive] = Q[alive]
             last["rho"][alive] = rho[alive]
+            if trained:
+                last["readout"][alive] = a_now[alive]
             if target in rec_index:
                 i = rec_index[target]
                 Qs[alive, i] = Q[alive]
                 rhos[alive, i] = rho[alive]
+                if trained:
+                    readouts[alive, i] = a_now[alive]
             if not alive.any():
                 break
     if bar is not None:
         bar.close()
-    risk = population_risk(model.activation, Qs, rhos, T)
+    risk = population_risk(model, Qs, rhos, T, readouts)
     run = SimulationRun(model=model, N=N, method=method, seed=seed, t=rec_steps / N, Q=Qs,
                         rho=rhos, risk=risk, T=T, status=status.astype(str), t_diverged=t_div,
-                        last_finite=last, check_every=check_every)
+                        last_finite=last, check_every=check_every, readout=readouts)
     if run.n_diverged and on_divergence == "raise":
         first = int(np.nanargmin(t_div))
         state = {"t": last["t"][first], "Q": last["Q"][first], "rho": last["rho"][first]}

@@ -31,22 +31,12 @@ from ..spec import Model, check_model
 from . import entries, matrix_form, tensor
 from .symbols import (BATCH, ETA, ETA_READOUT, NOISE, P, P_STAR, WEIGHT_DECAY, matrix_symbols,
                       overlap_symbols, readout_symbols)
+from .network import readout_values
 from .update import switched_off
 
 __all__ = ["Equations", "derive", "FORMS"]
 
 FORMS = ("matrix", "tensor", "entries")
-
-
-def _fixed_readouts(model: Model) -> dict:
-    """Readout symbols with fixed values (the teacher's always, the student's unless trained)."""
-    a, b = readout_symbols(model.p, model.p_star)
-    values = {s: sp.Rational(c.numerator, c.denominator)
-              for s, c in zip(b, model.teacher_readout)}
-    if not model.readout_trained:
-        values.update({s: sp.Rational(c.numerator, c.denominator)
-                       for s, c in zip(a, model.readout)})
-    return values
 
 
 def _substitute(expr, values):
@@ -117,7 +107,7 @@ class Equations:
         form this runs the entry route (its cost grows fast with ``p``; it
         checks the size first).
         """
-        values = {**_fixed_readouts(self.model), **switched_off(self.model)}
+        values = {**readout_values(self.model), **switched_off(self.model)}
         if self.form == "matrix":
             out = matrix_form.explicit(self.model, self._matrix)
         else:
@@ -187,7 +177,7 @@ def derive(model: Model, form: str | None = None) -> Equations:
                          (tensor.COV, tensor.WEIGHT), _matrix=definitions,
                          da=_substitute(da, off))
     risk, dQ, drho, da = entries.derive_entries(model)
-    values = {**_fixed_readouts(model), **off}
+    values = {**readout_values(model), **off}
     return Equations(model, form, sp.expand(_substitute(risk, values)), _substitute(dQ, values),
                      _substitute(drho, values), overlap_symbols(model.p, model.p_star),
                      da=_substitute(da, values))

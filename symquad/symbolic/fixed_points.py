@@ -328,7 +328,7 @@ def rho_diffusion_symbolic(m: Model, q=Q_SYM):
     The variance per unit time of an entry of ρ under SGD is ``D/N``
     (see :func:`symquad.numeric.landscape.rho_diffusion`, which must agree).
     """
-    from .network import network
+    from .network import network, readout_values
     from .symbols import XI
     from .wick import GaussianFields
     net = network(m)
@@ -337,6 +337,6 @@ def rho_diffusion_symbolic(m: Model, q=Q_SYM):
     gauss = GaussianFields(tuple(lam) + tuple(nu) + (XI,),
                            sp.diag(cov, sp.S.One))   # ξ ~ N(0,1) independent
     # ∂ℓ/∂λ_1 = (ŷ − y) σ'(λ_1)/p, and one step moves ρ_11 by −(η/N) (∂ℓ/∂λ_1) ν_1
-    g1 = net.grad[0]
+    g1 = net.grad[0].xreplace(readout_values(m, trained_too=True))
     moment = gauss.expectation(sp.expand(g1 ** 2 * nu[0] ** 2))
     return sp.simplify(sp.nsimplify(m.eta) ** 2 * moment.subs(NOISE, sp.nsimplify(m.noise)))

@@ -50,8 +50,9 @@ def _model_line(model) -> str:
     sigma = sp.latex(sp.sympify(model.activation_str, locals={"z": sp.Symbol("z")}))
     eta = (r"\eta = \mathrm{lr}" if model.lr_scaling == "fixed"
            else r"\eta = \mathrm{lr}\cdot p")
+    extra = "".join(f"; {name}={model._field_text(name)}" for name in model.changed_fields())
     return (f"% model: p={model.p}, p*={model.p_star}, sigma(z)={model.activation_str}, "
-            f"lr={model.lr!r} ({model.lr_scaling}), noise={model.noise!r}\n"
+            f"lr={model.lr!r} ({model.lr_scaling}), noise={model.noise!r}{extra}\n"
             f"\\noindent Model: $\\sigma(z) = {sigma}$, $p = {model.p}$, "
             f"$p^* = {model.p_star}$, ${eta}$, label-noise variance $\\Delta$. "
             "Time $t$ = steps$/N$.\n")

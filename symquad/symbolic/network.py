@@ -33,8 +33,8 @@ import sympy as sp
 from ..spec import Model
 from .symbols import NOISE, XI, field_symbols, readout_symbols
 
-__all__ = ["Network", "network", "abstract_network", "activation_expr", "ERROR",
-           "SIGMA", "SIGMA_STAR"]
+__all__ = ["Network", "network", "abstract_network", "activation_expr", "readout_values",
+           "ERROR", "SIGMA", "SIGMA_STAR"]
 
 #: The per-sample error ``δ = ŷ − y`` (label noise included) as one symbol.
 ERROR = sp.Symbol("delta", real=True)
@@ -126,3 +126,19 @@ def abstract_network(model: Model) -> Network:
     the matrix and tensor routes read which expectations they need.
     """
     return _build(model, SIGMA, SIGMA_STAR, opaque_error=True)
+
+
+def readout_values(model: Model, trained_too: bool = False) -> dict:
+    """``{b_m: value}`` and, for a fixed readout (or with `trained_too`), ``{a_k: value}``.
+
+    The exact rationals of the model's readouts, to substitute into
+    expressions of the network (the readout symbols of a trained readout are
+    state, so they stay unless `trained_too`, which substitutes ``a(0)``).
+    """
+    a, b = readout_symbols(model.p, model.p_star)
+    values = {s: sp.Rational(c.numerator, c.denominator)
+              for s, c in zip(b, model.teacher_readout)}
+    if trained_too or not model.readout_trained:
+        values.update({s: sp.Rational(c.numerator, c.denominator)
+                       for s, c in zip(a, model.readout)})
+    return values

@@ -1,0 +1,94 @@
+"""Command-line flags of the model, built from the fields of :class:`symquad.Model`.
+
+Every command that takes a model calls :func:`add_model_arguments` and
+:func:`model_from_args`: the flags, their help texts and their allowed ranges
+come from the field metadata (:func:`symquad.spec.model_fields`), so a field
+added to the specification is a flag of every command at once.  Values are
+validated by :class:`~symquad.Model` itself; readouts are read as numbers
+separated by commas (``--readout 1,1/2,1/4``) or one number for every unit.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ..spec import DEFAULT_MODEL, Model, model_fields
+
+__all__ = ["add_model_arguments", "model_from_args", "model_flags"]
+
+
+def _readout(text: str):
+    parts = [part.strip() for part in text.split(",")]
+    if not all(parts):
+        raise argparse.ArgumentTypeError(f"expected numbers separated by commas, got {text!r}")
+    return parts[0] if len(parts) == 1 else tuple(parts)
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+
+
+def _float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+
+
+_TYPES = {"int": _int, "positive": _float, "nonnegative": _float, "readout": _readout}
+
+
+def model_flags(exclude=()) -> dict:
+    """``{field name: flag}`` of the model fields a command exposes."""
+    return {f.name: f.metadata["flag"] for f in model_fields() if f.name not in exclude}
+
+
+def add_model_arguments(parser, defaults: Model | None = DEFAULT_MODEL, exclude=(),
+                        fixed: dict | None = None) -> None:
+    """Add one flag per field of :class:`~symquad.Model` to `parser`.
+
+    Parameters
+    ----------
+    parser : argparse.ArgumentParser
+    defaults : Model, optional
+        Its values are the flags' defaults (shown in ``--help``).
+    exclude : iterable of str
+        Fields the command does not take (e.g. ``lr`` for a command that
+        prints width-independent equations).
+    fixed : dict, optional
+        Defaults overriding those of `defaults` (e.g. ``{"p": 3}``).
+    """
+    group = parser.add_argument_group("model (see docs/model.md)")
+    fixed = fixed or {}
+    for f in model_fields():
+        if f.name in exclude:
+            continue
+        meta = f.metadata
+        default = fixed.get(f.name, getattr(defaults, f.name) if defaults is not None else None)
+        if meta["kind"] == "activation":
+            default = fixed.get(f.name, None if f.name == "teacher_activation"
+                                else defaults.activation_str)
+        if meta["kind"] == "readout":
+            default = fixed.get(f.name, None)
+        shown = "the student's" if f.name == "teacher_activation" else (
+            "1/p each" if f.name == "readout" else "1/p* each" if f.name == "teacher_readout"
+            else default)
+        kwargs = dict(dest=f.name, default=default,
+                      help=f"{meta['help']}; allowed {meta['range']} (default {shown})")
+        if meta["kind"] == "choice":
+            kwargs["choices"] = meta["choices"]
+        elif meta["kind"] in _TYPES:
+            kwargs["type"] = _TYPES[meta["kind"]]
+            kwargs["metavar"] = f.name.upper()
+        group.add_argument(meta["flag"], **kwargs)
+
+
+def model_from_args(args, **overrides) -> Model:
+    """The :class:`~symquad.Model` of parsed arguments (validated by Model; errors name the field)."""
+    values = {f.name: getattr(args, f.name) for f in model_fields() if hasattr(args, f.name)}
+    values.update(overrides)
+    values = {k: v for k, v in values.items() if v is not None or k in ("p", "p_star", "lr")}
+    return Model(**values)
