@@ -32,7 +32,7 @@ GENERATOR_SOURCES = (
     "symbolic/entries.py", "symbolic/tensor.py", "symbolic/update.py", "symbolic/moments.py",
     "symbolic/matrix_form.py", "symbolic/quadforms.py",
     "codegen/printer.py", "codegen/render.py", "codegen/tensor_render.py",
-    "codegen/assembly.py", "runtime/tensor_engine.py",
+    "codegen/assembly.py", "codegen/matrix_block.py", "runtime/tensor_engine.py",
 )
 
 

@@ -102,3 +102,28 @@ def test_mixed_batch_axes_broadcast():
         one = kern.rhs(Q, rhos[b], T)
         np.testing.assert_allclose(dQ[b], one[0], rtol=1e-13, atol=1e-15)
         np.testing.assert_allclose(drho[b], one[1], rtol=1e-13, atol=1e-15)
+
+
+def test_uniform_block_kernel_equals_general_moment_kernel():
+    """The block-form kernel (uniform fixed readouts) and the general moment kernel agree."""
+    import symquad.numeric.kernels as K
+    rng = np.random.default_rng(11)
+    models = [sq.Model(4, 2, 0.3, noise=0.2), sq.Model(3, 2, 0.2, readout=1, teacher_readout="1/3",
+                                                        weight_decay=0.2, batch_size=5),
+              sq.Model(2, 3, 0.1, activation="2*z**2 + 1", teacher_activation="z**2 - 1/2",
+                       readout="-1/2")]
+    for model in models:
+        fast = sq.kernels(model)
+        assert fast.source == "symquad._generated.quadratic_matrix_uniform"
+        mod, _ = K._committed("quadratic_matrix", required=("moments", "risk"))
+        extra = tuple(float(c[j]) for c, j in ((model.activation, 2), (model.teacher_activation, 2),
+                                               (model.activation, 0), (model.teacher_activation, 0)))
+        general = K._moment_kernels(model, "matrix", mod, "general", extra)
+        for _ in range(3):
+            G = rng.standard_normal((model.p + model.p_star,) * 2)
+            C = G @ G.T / 3
+            Q, rho, T = C[:model.p, :model.p], C[:model.p, model.p:], C[model.p:, model.p:]
+            for x, y in zip(fast.rhs(Q, rho, T), general.rhs(Q, rho, T)):
+                assert np.max(np.abs(x - y)) <= 1e-12 * np.max(np.abs(y))
+            assert abs(fast.risk(Q, rho, T) - general.risk(Q, rho, T)) <= 1e-12 * abs(
+                general.risk(Q, rho, T))

@@ -86,6 +86,15 @@ class Kernels:
     _rhs: Callable = field(repr=False)
     _risk: Callable = field(repr=False)
     _moments: Callable | None = field(default=None, repr=False)
+    _readout: np.ndarray = field(default=None, repr=False, compare=False)
+    _exact: tuple = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self):
+        # formed once: converting the exact readouts is not free at large p
+        object.__setattr__(self, "_readout",
+                           np.array([float(c) for c in self.model.readout]))
+        object.__setattr__(self, "_exact", (_exact(self.model.readout),
+                                            _exact(self.model.teacher_readout)))
 
     @property
     def blocks(self) -> tuple:
@@ -99,7 +108,7 @@ class Kernels:
                 f"overlaps must end in shapes Q ({p}, {p}), rho ({p}, {k}), T ({k}, {k}) for "
                 f"{self.model!r}; got {Q.shape}, {rho.shape}, {T.shape}")
         if a is None:
-            a = np.array([float(c) for c in self.model.readout])
+            a = self._readout
         elif not self.model.readout_trained:
             raise ValueError("a (the student readout) is state only when it is trained "
                              "(lr_readout > 0); this model's readout is fixed at "
@@ -124,8 +133,8 @@ class Kernels:
     def risk(self, Q, rho, T, a=None):
         """Population risk ``ε`` at ``(Q, ρ, T)`` (and ``a``); a float, or an array over batch dims."""
         Q, rho, T, a_float = self._arrays(Q, rho, T, a)
-        readout = _exact(self.model.readout) if a is None else a_float
-        out = self._risk(Q, rho, T, readout, _exact(self.model.teacher_readout))
+        readout = self._exact[0] if a is None else a_float
+        out = self._risk(Q, rho, T, readout, self._exact[1])
         return float(out) if np.ndim(out) == 0 else out
 
     def moments(self, Q, rho, T, a=None):
@@ -214,10 +223,24 @@ def _moment_kernels(model: Model, form: str, mod, source, extra=()) -> Kernels:
                    lambda Q, rho, T, a, bb: mod.risk(Q, rho, T, a, bb, *extra), moments)
 
 
+def _uniform_readouts(model: Model) -> bool:
+    """Fixed readouts, each uniform, and no constraint: the block-form kernel applies."""
+    return (not model.readout_trained and model.constraint == "none"
+            and len(set(model.readout)) == 1 and len(set(model.teacher_readout)) == 1)
+
+
 def _matrix_kernels(model: Model) -> Kernels:
-    mod, source = _committed("quadratic_matrix", required=("moments", "risk"))
     extra = tuple(float(c[j]) for c, j in ((model.activation, 2), (model.teacher_activation, 2),
                                            (model.activation, 0), (model.teacher_activation, 0)))
+    if _uniform_readouts(model):
+        mod, source = _committed("quadratic_matrix_uniform")
+        args = (model.p, model.p_star) + extra + (float(model.readout[0]),
+                                                  float(model.teacher_readout[0]))
+        params = _params(model)
+        return Kernels(model, "matrix", source,
+                       lambda Q, rho, T, a: mod.rhs(Q, rho, T, params, *args),
+                       lambda Q, rho, T, a, b: mod.risk(Q, rho, T, *args))
+    mod, source = _committed("quadratic_matrix", required=("moments", "risk"))
     return _moment_kernels(model, "matrix", mod, source, extra)
 
 

@@ -43,7 +43,8 @@ from .symbols import (NOISE, P, P_STAR, XI, matrix_symbols, overlap_symbols,
 from .update import Af, Qf, RHOf, switched_off
 
 __all__ = ["MatrixEquations", "derive_matrix_form", "explicit", "display_form",
-           "matrix_moments", "KAPPA", "ACT_SYMBOLS", "DA", "DB"]
+           "matrix_moments", "uniform_matrix_form", "KAPPA", "ACT_SYMBOLS", "DA", "DB",
+           "UNIFORM_READOUTS"]
 
 LAM, NU = 0, 1  # block indices of z = (λ, ν)
 
@@ -54,6 +55,8 @@ ACT_SYMBOLS = sp.symbols("c c_star c0 c0_star", real=True)
 #: Diagonal readout matrices ``D_a = diag(a)`` (p×p), ``D_b = diag(b)`` (p*×p*).
 DA = sp.MatrixSymbol("D_a", P, P)
 DB = sp.MatrixSymbol("D_b", P_STAR, P_STAR)
+#: Uniform fixed readouts ``a_k = α``, ``b_m = β`` as symbols (one kernel for all values).
+UNIFORM_READOUTS = sp.symbols("alpha beta", real=True)
 
 
 def _check_quadratic(model: Model):
@@ -258,9 +261,12 @@ def word_level() -> dict:
     return {"outer1": _outer(1), "outer2": _outer(2), "scalar1": _scalar(1), "risk": risk}
 
 
-def _readout_diagonals(model: Model, values: dict, explicit: bool):
-    """``A`` on the student and teacher blocks, and ``κ``."""
+def _readout_diagonals(model: Model, values: dict, explicit: bool, uniform=None):
+    """``A`` on the student and teacher blocks, and ``κ`` (`uniform`: symbols ``(α, β)``)."""
     c, cs, c0, c0s = (values[s] for s in ACT_SYMBOLS)
+    if uniform is not None:
+        alpha, beta = uniform
+        return c * alpha, -cs * beta, c0 * alpha * P - c0s * beta * P_STAR
     if explicit:
         a, b = readout_symbols(model.p, model.p_star)
         a = a if model.readout_trained else tuple(_rational(x) for x in model.readout)
@@ -280,9 +286,9 @@ def _readout_diagonals(model: Model, values: dict, explicit: bool):
 
 
 def _evaluate_blocks(model, words, values, Q, rho, T, p, k, trace, explicit=False,
-                     trace_names=None):
+                     trace_names=None, uniform=None):
     """Moments and risk from the word level, block by block."""
-    a_lam, a_nu, kappa = _readout_diagonals(model, values, explicit)
+    a_lam, a_nu, kappa = _readout_diagonals(model, values, explicit, uniform)
     blocks = _Blocks(Q, rho, T, a_lam, a_nu, explicit)
     cache = {}
 
@@ -325,7 +331,7 @@ def _evaluate_blocks(model, words, values, Q, rho, T, p, k, trace, explicit=Fals
     return risk, moments
 
 
-def _assemble(model, moments, Q, rho, explicit, p):
+def _assemble(model, moments, Q, rho, explicit, p, uniform=None):
     """The drift from the moments by the one assembly, in matrix notation.
 
     Each term of :func:`moment_drift` is ``coefficient · a_k^i a_l^j · X(k, l)``,
@@ -339,7 +345,9 @@ def _assemble(model, moments, Q, rho, explicit, p):
                          "form='tensor' or form='entries'; the numeric matrix kernels "
                          "support it")
     a_syms = readout_symbols(model.p, model.p_star)[0] if explicit else None
-    if explicit:
+    if uniform is not None:
+        Da = uniform[0]
+    elif explicit:
         Da = sp.diag(*(a_syms if model.readout_trained
                        else [_rational(x) for x in model.readout]))
     elif model.readout_trained or len(set(model.readout)) > 1:
@@ -387,7 +395,7 @@ def _assemble(model, moments, Q, rho, explicit, p):
             value = scalar * value
             total = value if total is None else total + value
         return total
-    off = switched_off(model)
+    off = {} if uniform is not None else switched_off(model)
     return tuple(None if e is None else _tidy(convert(e.xreplace(off)), explicit)
                  for e in (md.dQ, md.drho, md.da))
 
@@ -421,6 +429,28 @@ def derive_matrix_form(model: Model) -> MatrixEquations:
     dQ, drho, da = _assemble(model, moments, Q, rho, explicit=False, p=P)
     return MatrixEquations(risk=risk, dQ=dQ, drho=drho, da=da, moments=moments,
                            words=words, coefficient=values[ACT_SYMBOLS[0]])
+
+
+def uniform_matrix_form() -> MatrixEquations:
+    """The matrix form for *uniform fixed* readouts, everything symbolic.
+
+    ``a_k = α``, ``b_m = β`` (:data:`UNIFORM_READOUTS`), the activation
+    coefficients ``c, c*, c0, c0*`` (:data:`ACT_SYMBOLS`), ``p``, ``p*`` and every
+    learning parameter stay symbols, and there is no constraint: the scalar
+    blocks of ``A`` let every word be expanded into products of ``Q, ρ, ρᵀ, T``.
+    The fast kernel for this family (``symquad/_generated/quadratic_matrix_uniform.py``)
+    is rendered from it; it is the same drift as :func:`derive_matrix_form` (the one
+    assembly), evaluated on smaller blocks.
+    """
+    model = Model(2, 1, 1.0)
+    values = {s: s for s in ACT_SYMBOLS}
+    words = word_level()
+    Q, rho, T = matrix_symbols()
+    risk, moments = _evaluate_blocks(model, words, values, Q, rho, T, P, P_STAR, sp.Trace,
+                                     uniform=UNIFORM_READOUTS)
+    dQ, drho, da = _assemble(model, moments, Q, rho, explicit=False, p=P, uniform=UNIFORM_READOUTS)
+    return MatrixEquations(risk=risk, dQ=dQ, drho=drho, da=da, moments=moments, words=words,
+                           coefficient=ACT_SYMBOLS[0])
 
 
 def explicit(model: Model, eqs: MatrixEquations | None = None):
