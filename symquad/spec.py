@@ -441,7 +441,7 @@ class Model:
                                      "--lr-scaling width)", "(0, inf)", "--lr"))
     noise: float = field(default=0.0, metadata=_meta(
         "nonnegative", "label-noise variance Delta", "[0, inf)", "--noise",
-        what="label-noise variance"))
+        what="label-noise variance", param="Delta", latex=r"\Delta"))
     activation: tuple = field(default=(0, 0, 1), metadata=_meta(
         "activation", "student activation, a polynomial in z", f"degree 1..{MAX_DEGREE}",
         "--activation"))
@@ -459,13 +459,16 @@ class Model:
         "finite numbers", "--teacher-readout", width="p_star"))
     lr_readout: float = field(default=0.0, metadata=_meta(
         "nonnegative", "learning rate eta_a of the student readout (0: fixed readout)",
-        "[0, inf)", "--lr-readout", what="readout learning rate"))
+        "[0, inf)", "--lr-readout", what="readout learning rate", param="lr_readout",
+        latex=r"\eta_{a}"))
     weight_decay: float = field(default=0.0, metadata=_meta(
         "nonnegative", "L2 weight decay lambda of the student weights", "[0, inf)",
-        "--weight-decay", what="L2 weight decay"))
+        "--weight-decay", what="L2 weight decay", param="weight_decay",
+        latex=r"\lambda_{\mathrm{wd}}", off=0))
     batch_size: int = field(default=1, metadata=_meta(
         "int", "samples per SGD step (the gradient is their mean)",
-        f"1..{MAX_BATCH_SIZE}", "--batch-size", upper=MAX_BATCH_SIZE))
+        f"1..{MAX_BATCH_SIZE}", "--batch-size", upper=MAX_BATCH_SIZE, param="batch_size",
+        latex="B", off=1))
     constraint: str = field(default="none", metadata=_meta(
         "choice", "constraint on the student rows: none, or sphere (|w_k|^2 = N)",
         "none, sphere", "--constraint", choices=CONSTRAINTS))
@@ -561,14 +564,18 @@ class Model:
                      if f.name not in CLASSIC_FIELDS and not self.is_default(f.name))
 
     def kernel_params(self) -> dict:
-        """Numerical values of the kernels' scalar parameters, by name.
+        """Numerical values of the kernels' scalar parameters, by name (:data:`KERNEL_PARAMS`).
 
-        ``eta`` (step size), ``Delta`` (label-noise variance), ``weight_decay``,
-        ``batch_size``, ``lr_readout``: the order of every generated kernel's
+        ``eta`` (the step size, from ``lr`` and ``lr_scaling``) and every field
+        whose metadata names a kernel parameter (``Delta``, ``weight_decay``,
+        ``batch_size``, ``lr_readout``): the order of every generated kernel's
         ``PARAMS``.
         """
-        return {"eta": self.eta, "Delta": self.noise, "weight_decay": self.weight_decay,
-                "batch_size": float(self.batch_size), "lr_readout": self.lr_readout}
+        values = {"eta": self.eta}
+        for f in fields(self):
+            if "param" in f.metadata:
+                values[f.metadata["param"]] = float(getattr(self, f.name))
+        return values
 
     @property
     def structure_key(self) -> str:
@@ -642,6 +649,13 @@ class Model:
                 text += f", {name}={value!r}"
         return text + ")"
 
+
+#: The generated kernels' scalar parameters, in the order of their ``PARAMS``: the step
+#: size ``eta`` and every field whose metadata names a kernel parameter.  A field added
+#: to the specification with ``param=...`` becomes a kernel argument (and a SymPy
+#: symbol, :data:`symquad.symbolic.symbols.PARAMS`) with no other edit.
+KERNEL_PARAMS = ("eta",) + tuple(f.metadata["param"] for f in fields(Model)
+                                 if "param" in f.metadata)
 
 #: Short names of the specification fields in :meth:`Model.describe`.
 _SHORT = {"teacher_activation": "σ*", "readout": "a", "teacher_readout": "b",

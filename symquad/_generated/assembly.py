@@ -22,7 +22,7 @@ Time is t = steps/N.
 import numpy
 
 
-PARAMS = ('eta', 'Delta', 'weight_decay', 'batch_size', 'lr_readout')
+PARAMS = ('eta', 'Delta', 'lr_readout', 'weight_decay', 'batch_size')
 
 
 def drift_none(Q, rho, a, G, Gt, B, R, params):
@@ -31,7 +31,7 @@ def drift_none(Q, rho, a, G, Gt, B, R, params):
     ``da`` is None when ``R`` is (a fixed readout).  Every array may carry
     leading batch dimensions.
     """
-    eta, Delta, weight_decay, batch_size, lr_readout = params
+    eta, Delta, lr_readout, weight_decay, batch_size = params
     _dQ_0 = B
     _dQ_1 = G
     _dQ_2 = numpy.swapaxes(G, -1, -2)
@@ -57,7 +57,7 @@ def drift_sphere(Q, rho, a, G, Gt, B, R, params):
     ``da`` is None when ``R`` is (a fixed readout).  Every array may carry
     leading batch dimensions.
     """
-    eta, Delta, weight_decay, batch_size, lr_readout = params
+    eta, Delta, lr_readout, weight_decay, batch_size = params
     _dQ_0 = numpy.diagonal(B, axis1=-2, axis2=-1)[..., :, None]
     _dQ_1 = B
     _dQ_2 = numpy.diagonal(B, axis1=-2, axis2=-1)[..., None, :]
@@ -93,4 +93,4 @@ def drift_sphere(Q, rho, a, G, Gt, B, R, params):
 
 
 DRIFT = {'none': drift_none, 'sphere': drift_sphere}
-# sha256: 01b40c99102ffde4600acb7b1f23428908f7b9a8a276cf0e2c01888a7b7f650e
+# sha256: ac0fd92115fbf8ae135b0fff28d693b6cf9c33ea5764ae3e19001e9d2b6fbb93

@@ -26,7 +26,7 @@ ACTIVATION = 'z**2'
 TEACHER_ACTIVATION = 'z**2'
 CONSTRAINT = 'none'
 TRAINED_READOUT = False
-PARAMS = ('eta', 'Delta', 'weight_decay', 'batch_size', 'lr_readout')
+PARAMS = ('eta', 'Delta', 'lr_readout', 'weight_decay', 'batch_size')
 
 
 def risk(Q, rho, T, a, b):
@@ -47,7 +47,7 @@ def rhs(Q, rho, T, a, b, params):
     T = numpy.asarray(T, dtype=float)
     a = numpy.asarray(a, dtype=float)
     b = numpy.asarray(b, dtype=float)
-    eta, Delta, weight_decay, batch_size, lr_readout = params
+    eta, Delta, lr_readout, weight_decay, batch_size = params
     Q_1_1 = Q[..., 0, 0]
     T_1_1 = T[..., 0, 0]
     a_1 = a[..., 0]
@@ -72,4 +72,4 @@ def rhs(Q, rho, T, a, b, params):
     dQ[..., 0, 0] = zero + (Delta*x1*x10 + 60*(Q_1_1*Q_1_1*Q_1_1)*(a_1*a_1*a_1*a_1)*x9 + 12*Q_1_1*(T_1_1*T_1_1)*x12 - 2*Q_1_1*x0 - 96*Q_1_1*x11*x5 + 48*T_1_1*x12*x4 + x1*x2*x3 - 24*x11*x3*x6 + 8*x2*x5 - 12*x6*x8)
     drho[..., 0, 0] = zero + (-6*Q_1_1*rho_1_1*x8 + 6*T_1_1*a_1*b_1*eta*rho_1_1 - rho_1_1*x0)
     return dQ, drho, None
-# sha256: d10b1b779939f5762de8d265239d74188b54496d28beacd910ec13509246aaed
+# sha256: a595709cddd8371b6d517e8861e73499dcd98cdd335970fcec5a583cab284770

@@ -26,7 +26,7 @@ ACTIVATION = 'z**2'
 TEACHER_ACTIVATION = 'z**2'
 CONSTRAINT = 'none'
 TRAINED_READOUT = False
-PARAMS = ('eta', 'Delta', 'weight_decay', 'batch_size', 'lr_readout')
+PARAMS = ('eta', 'Delta', 'lr_readout', 'weight_decay', 'batch_size')
 
 
 def risk(Q, rho, T, a, b):
@@ -53,7 +53,7 @@ def rhs(Q, rho, T, a, b, params):
     T = numpy.asarray(T, dtype=float)
     a = numpy.asarray(a, dtype=float)
     b = numpy.asarray(b, dtype=float)
-    eta, Delta, weight_decay, batch_size, lr_readout = params
+    eta, Delta, lr_readout, weight_decay, batch_size = params
     Q_1_1 = Q[..., 0, 0]
     Q_1_2 = Q[..., 0, 1]
     Q_2_2 = Q[..., 1, 1]
@@ -129,4 +129,4 @@ def rhs(Q, rho, T, a, b, params):
     drho[..., 0, 0] = zero + (6*T_1_1*a_1*b_1*eta*rho_1_1 - rho_1_1*x0 - 2*rho_1_1*x23*x29 - rho_2_1*x55 - x37*x47)
     drho[..., 1, 0] = zero + (6*T_1_1*a_2*b_1*eta*rho_2_1 - rho_1_1*x55 - rho_2_1*x0 - 2*rho_2_1*x29*x34 - rho_2_1*x37*x39)
     return dQ, drho, None
-# sha256: 139e84ec360e0db20f81079d3cefb914c1e716c886f35b35e275e421e843d7bc
+# sha256: 072b325514ad6854a8b3c8cdea378ecbda31bafd187852705cda2d38caa111c7

@@ -26,7 +26,7 @@ ACTIVATION = 'z**2'
 TEACHER_ACTIVATION = 'z**2'
 CONSTRAINT = 'none'
 TRAINED_READOUT = False
-PARAMS = ('eta', 'Delta', 'weight_decay', 'batch_size', 'lr_readout')
+PARAMS = ('eta', 'Delta', 'lr_readout', 'weight_decay', 'batch_size')
 
 
 def risk(Q, rho, T, a, b):
@@ -62,7 +62,7 @@ def rhs(Q, rho, T, a, b, params):
     T = numpy.asarray(T, dtype=float)
     a = numpy.asarray(a, dtype=float)
     b = numpy.asarray(b, dtype=float)
-    eta, Delta, weight_decay, batch_size, lr_readout = params
+    eta, Delta, lr_readout, weight_decay, batch_size = params
     Q_1_1 = Q[..., 0, 0]
     Q_1_2 = Q[..., 0, 1]
     Q_2_2 = Q[..., 1, 1]
@@ -216,4 +216,4 @@ def rhs(Q, rho, T, a, b, params):
     drho[..., 1, 0] = zero + (6*T_1_1*a_2*b_1*eta*rho_2_1 + 4*T_1_2*a_2*b_2*eta*rho_2_2 + 2*T_2_2*a_2*b_2*eta*rho_2_1 - rho_1_1*x125 - rho_2_1*x124 - rho_2_1*x126 - rho_2_1*x4)
     drho[..., 1, 1] = zero + (2*T_1_1*a_2*b_1*eta*rho_2_2 + 4*T_1_2*a_2*b_1*eta*rho_2_1 + 6*T_2_2*a_2*b_2*eta*rho_2_2 - rho_1_2*x125 - rho_2_2*x124 - rho_2_2*x126 - rho_2_2*x4)
     return dQ, drho, None
-# sha256: 70da135aaecfb3b66e75df7379726cfd6b64dd6c11284478cbdec60a6430ba4d
+# sha256: eb4478f3f110127287a2cbef6aed3b5e72d42f10cc44850c2eb7d9e0c7eec89a

@@ -26,7 +26,7 @@ ACTIVATION = 'z**2'
 TEACHER_ACTIVATION = 'z**2'
 CONSTRAINT = 'none'
 TRAINED_READOUT = False
-PARAMS = ('eta', 'Delta', 'weight_decay', 'batch_size', 'lr_readout')
+PARAMS = ('eta', 'Delta', 'lr_readout', 'weight_decay', 'batch_size')
 
 
 def risk(Q, rho, T, a, b):
@@ -70,7 +70,7 @@ def rhs(Q, rho, T, a, b, params):
     T = numpy.asarray(T, dtype=float)
     a = numpy.asarray(a, dtype=float)
     b = numpy.asarray(b, dtype=float)
-    eta, Delta, weight_decay, batch_size, lr_readout = params
+    eta, Delta, lr_readout, weight_decay, batch_size = params
     Q_1_1 = Q[..., 0, 0]
     Q_1_2 = Q[..., 0, 1]
     Q_1_3 = Q[..., 0, 2]
@@ -322,4 +322,4 @@ def rhs(Q, rho, T, a, b, params):
     drho[..., 2, 0] = zero + (6*T_1_1*a_3*b_1*eta*rho_3_1 + 4*T_1_2*a_3*b_2*eta*rho_3_2 + 2*T_2_2*a_3*b_2*eta*rho_3_1 - a_3*eta*rho_3_1*x125 - rho_1_1*x174 - rho_2_1*x100*x83 - rho_3_1*x0 - rho_3_1*x172 - rho_3_1*x211)
     drho[..., 2, 1] = zero + (2*T_1_1*a_3*b_1*eta*rho_3_2 + 4*T_1_2*a_3*b_1*eta*rho_3_1 + 6*T_2_2*a_3*b_2*eta*rho_3_2 - a_3*eta*rho_3_2*x125 - rho_1_2*x174 - rho_2_2*x100*x83 - rho_3_2*x0 - rho_3_2*x172 - rho_3_2*x211)
     return dQ, drho, None
-# sha256: 129720047328d148d95b7bbdd9f12a1b069e84364b783a6bcb561b6a382830a9
+# sha256: 62ba490986ef81e09e8cd473e38602deb9c6cc5ee4efb94e68cbd7ff32bd6d38

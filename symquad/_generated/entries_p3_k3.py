@@ -26,7 +26,7 @@ ACTIVATION = 'z**2'
 TEACHER_ACTIVATION = 'z**2'
 CONSTRAINT = 'none'
 TRAINED_READOUT = False
-PARAMS = ('eta', 'Delta', 'weight_decay', 'batch_size', 'lr_readout')
+PARAMS = ('eta', 'Delta', 'lr_readout', 'weight_decay', 'batch_size')
 
 
 def risk(Q, rho, T, a, b):
@@ -79,7 +79,7 @@ def rhs(Q, rho, T, a, b, params):
     T = numpy.asarray(T, dtype=float)
     a = numpy.asarray(a, dtype=float)
     b = numpy.asarray(b, dtype=float)
-    eta, Delta, weight_decay, batch_size, lr_readout = params
+    eta, Delta, lr_readout, weight_decay, batch_size = params
     Q_1_1 = Q[..., 0, 0]
     Q_1_2 = Q[..., 0, 1]
     Q_1_3 = Q[..., 0, 2]
@@ -488,4 +488,4 @@ def rhs(Q, rho, T, a, b, params):
     drho[..., 2, 1] = zero + (2*T_1_1*a_3*b_1*eta*rho_3_2 + 4*T_1_2*a_3*b_1*eta*rho_3_1 + 6*T_2_2*a_3*b_2*eta*rho_3_2 + 4*T_2_3*a_3*b_3*eta*rho_3_3 + 2*T_3_3*a_3*b_3*eta*rho_3_2 - eta*x209*x247 - rho_1_2*x289 - rho_3_2*x287 - rho_3_2*x358 - rho_3_2*x4 - x127*x150)
     drho[..., 2, 2] = zero + (2*T_1_1*a_3*b_1*eta*rho_3_3 + 4*T_1_3*a_3*b_1*eta*rho_3_1 + 2*T_2_2*a_3*b_2*eta*rho_3_3 + 4*T_2_3*a_3*b_2*eta*rho_3_2 + 6*T_3_3*a_3*b_3*eta*rho_3_3 - eta*x209*x248 - rho_1_3*x289 - rho_3_3*x287 - rho_3_3*x358 - rho_3_3*x4 - x128*x150)
     return dQ, drho, None
-# sha256: 3ee32e97e94b0081400145b7539d5eb39e8a4bb6cdd1f415a33ff5a753b2fb0a
+# sha256: 20eb52329ae76f57072c72c243e636f09f9397a2d9f74aad64f2c762cb7bb101

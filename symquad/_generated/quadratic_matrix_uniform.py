@@ -35,7 +35,7 @@ def _inner(X, Y):
     return numpy.sum(X * Y, axis=(-2, -1))[..., None, None]
 
 
-PARAMS = ('eta', 'Delta', 'weight_decay', 'batch_size', 'lr_readout')
+PARAMS = ('eta', 'Delta', 'lr_readout', 'weight_decay', 'batch_size')
 UNIFORM_ARGS = ('p', 'p_star', 'c', 'c_star', 'c0', 'c0_star', 'alpha', 'beta')
 
 
@@ -70,7 +70,7 @@ def _risk_single(Q, rho, T, p, p_star, c, c_star, c0, c0_star, alpha, beta):
 
 def _rhs_single(Q, rho, T, params, p, p_star, c, c_star, c0, c0_star, alpha, beta):
     """:func:`rhs` for 2-d arguments."""
-    eta, Delta, weight_decay, batch_size, lr_readout = params
+    eta, Delta, lr_readout, weight_decay, batch_size = params
     rhoT = rho.T
     tr_Q = float(numpy.trace(Q))
     tr_Q_Q = float(numpy.vdot(Q, Q))
@@ -160,7 +160,7 @@ def _risk_batched(Q, rho, T, p, p_star, c, c_star, c0, c0_star, alpha, beta):
 
 def _rhs_batched(Q, rho, T, params, p, p_star, c, c_star, c0, c0_star, alpha, beta):
     """:func:`rhs` for arguments with batch axes."""
-    eta, Delta, weight_decay, batch_size, lr_readout = params
+    eta, Delta, lr_readout, weight_decay, batch_size = params
     rhoT = numpy.swapaxes(rho, -1, -2)
     tr_Q = _trace(Q)
     tr_Q_Q = _inner(Q, Q)
@@ -217,4 +217,4 @@ def _rhs_batched(Q, rho, T, params, p, p_star, c, c_star, c0, c0_star, alpha, be
     # words were merged with their transposes: ½(M + Mᵀ) restores the sum
     dQ = 0.5 * (dQ + numpy.swapaxes(dQ, -1, -2))
     return dQ, drho, None
-# sha256: 3dd4188985acb3a48ccc2b88ab09c77c14f1f03785f739754a9aa4891ddd468d
+# sha256: 979f7eb4242f9804350b6fc0e6cdeb7b2786af2be8cfe23e5523f4da65082f5c

@@ -18,15 +18,26 @@ __all__ = [
 ]
 
 #: SGD step size η, label-noise variance Δ, widths p and p* (matrix form).
-ETA = sp.Symbol("eta", positive=True)
-NOISE = sp.Symbol("Delta", nonnegative=True)
-#: Weight decay λ, mini-batch size b and readout learning rate η_a.
-WEIGHT_DECAY = sp.Symbol("weight_decay", nonnegative=True)
-BATCH = sp.Symbol("batch_size", positive=True)
-ETA_READOUT = sp.Symbol("lr_readout", nonnegative=True)
-#: The scalar parameters of every generated kernel, in the order of their
-#: ``PARAMS`` tuple and of :meth:`symquad.Model.kernel_params`.
-PARAMS = (ETA, NOISE, WEIGHT_DECAY, BATCH, ETA_READOUT)
+def _parameter_symbols():
+    """One Symbol per kernel parameter, built from the Model fields' metadata."""
+    from ..spec import KERNEL_PARAMS, model_fields
+    by_param = {f.metadata["param"]: f for f in model_fields() if "param" in f.metadata}
+    out = []
+    for name in KERNEL_PARAMS:
+        kind = "positive" if name == "eta" else by_param[name].metadata["kind"]
+        out.append(sp.Symbol(name, positive=True) if kind in ("positive", "int")
+                   else sp.Symbol(name, nonnegative=True))
+    return tuple(out)
+
+
+#: The scalar parameters of every generated kernel, in the order of their ``PARAMS``
+#: tuple and of :meth:`symquad.Model.kernel_params` (:data:`symquad.spec.KERNEL_PARAMS`).
+PARAMS = _parameter_symbols()
+_BY_NAME = {s.name: s for s in PARAMS}
+#: SGD step size η, label-noise variance Δ, weight decay λ, mini-batch size b and
+#: readout learning rate η_a.
+ETA, NOISE, WEIGHT_DECAY, BATCH, ETA_READOUT = (
+    _BY_NAME[n] for n in ("eta", "Delta", "weight_decay", "batch_size", "lr_readout"))
 P = sp.Symbol("p", positive=True, integer=True)
 P_STAR = sp.Symbol("p_star", positive=True, integer=True)
 #: The standard normal label-noise variable ξ.
@@ -74,8 +85,10 @@ def matrix_symbols():
 def latex_names(p: int, p_star: int) -> dict:
     """``symbol -> LaTeX`` map for :func:`sympy.latex`'s ``symbol_names``."""
     sep = "," if max(p, p_star) >= 10 else ""
-    names = {ETA: r"\eta", NOISE: r"\Delta", P: "p", P_STAR: "p^{*}", XI: r"\xi",
-             WEIGHT_DECAY: r"\lambda_{\mathrm{wd}}", BATCH: "B", ETA_READOUT: r"\eta_{a}"}
+    from ..spec import model_fields
+    names = {ETA: r"\eta", P: "p", P_STAR: "p^{*}", XI: r"\xi"}
+    names.update({_BY_NAME[f.metadata["param"]]: f.metadata["latex"] for f in model_fields()
+                  if "param" in f.metadata})
     Q, rho, T = overlap_symbols(p, p_star)
     for mat, head in ((Q, "Q"), (rho, r"\rho"), (T, "T")):
         for s in mat.free_symbols:

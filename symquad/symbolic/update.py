@@ -262,12 +262,12 @@ def switched_off(model: Model) -> dict:
     does not use leaves no term behind; those switched on stay symbols, like
     ``η`` and ``Δ``.
     """
-    off = {}
-    if model.weight_decay == 0:
-        off[WEIGHT_DECAY] = sp.Integer(0)
-    if model.batch_size == 1:
-        off[BATCH] = sp.Integer(1)
-    return off
+    from ..spec import model_fields
+    from .symbols import PARAMS
+    by_name = {sym.name: sym for sym in PARAMS}
+    return {by_name[f.metadata["param"]]: sp.Integer(f.metadata["off"])
+            for f in model_fields() if "off" in f.metadata
+            and getattr(model, f.name) == f.metadata["off"]}
 
 
 def drift(model: Model) -> Drift:
