@@ -11,9 +11,14 @@ Side by side in one run, for σ = z³ and σ = z³ − 3z:
   kernel at the same (p, p*), and the floor: one ``(p², n) × (n, n)`` matrix product,
   ``n = p + p*`` (the intrinsic O(p² n²) cost of a degree >= 3 activation);
 * **conditioning**: float64 kernels against a 40-digit mpmath evaluation of the
-  printed polynomials at p = 64, p* = 8 (max relative error over the entries checked).
+  printed polynomials at p = 64, p* = 8 (max relative error over the entries checked);
+* **threads**: one RHS with the BLAS library's default thread count and pinned to one
+  thread (``OMP_NUM_THREADS=1``), side by side in fresh processes, on the idle machine
+  and beside another numpy job (a process doing large matrix products on the
+  library's default threads), and whether the numbers are bit-identical.
 
     OMP_NUM_THREADS=1 python benchmarks/bench_tensor.py [--repeat 3] [--no-mpmath]
+    python benchmarks/bench_tensor.py --threads-only
 """
 
 import argparse
@@ -168,16 +173,89 @@ def conditioning_table():
               f"{risk:10.2e} {abs_err[('risk',)] / abs(risk):16.2e}", flush=True)
 
 
+THREAD_WORKER = """
+    import hashlib, sys, timeit
+    import numpy as np
+    import symquad as sq
+    p, k, act, repeat = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+    rng = np.random.default_rng(0)
+    n = p + k
+    G = rng.standard_normal((n, n + 3))
+    C = G @ G.T / (n + 3)
+    Q, rho, T = C[:p, :p].copy(), C[:p, p:].copy(), C[p:, p:].copy()
+    kern = sq.kernels(sq.Model(p=p, p_star=k, lr=0.1, noise=0.1, activation=act))
+    out = kern.rhs(Q, rho, T)
+    timer = timeit.Timer(lambda: kern.rhs(Q, rho, T))
+    number, elapsed = timer.autorange()
+    number = max(1, number // 4)
+    best = min(timer.repeat(repeat=repeat, number=number)) / number
+    digest = hashlib.sha256(b"".join(x.tobytes() for x in out)).hexdigest()[:12]
+    print(best, digest)
+"""
+
+NUMPY_JOB = """
+    import numpy as np
+    a = np.random.default_rng(0).standard_normal((1500, 1500))
+    while True:
+        a = np.tanh(a @ a / 1500.0)
+"""
+
+
+def _thread_run(p, k, act, repeat, pinned):
+    env = dict(os.environ)
+    env.pop("OMP_NUM_THREADS", None)
+    env.pop("OPENBLAS_NUM_THREADS", None)
+    if pinned:
+        env["OMP_NUM_THREADS"] = "1"
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(THREAD_WORKER), str(p), str(k),
+                          act, str(repeat)], env=env, capture_output=True, text=True, check=True)
+    seconds, digest = out.stdout.split()
+    return float(seconds), digest
+
+
+def threads_table(repeat):
+    print("\n# one RHS, library-default BLAS threads vs pinned to one thread (fresh processes), "
+          "milliseconds; same numbers = identical bytes")
+    print(f"{'situation':>24} {'kernel':>16} {'p':>4} {'p*':>3} {'default':>10} {'pinned':>10} "
+          f"{'default/pinned':>15} {'same numbers':>13}")
+    cases = [(64, 4, "z**3 - 3*z"), (256, 4, "z**3 - 3*z"), (128, 4, "z**2"), (256, 2, "z**2")]
+    for situation in ("idle", "beside a numpy job"):
+        job = None
+        if situation != "idle":
+            env = dict(os.environ)
+            env.pop("OMP_NUM_THREADS", None)
+            job = subprocess.Popen([sys.executable, "-c", textwrap.dedent(NUMPY_JOB)], env=env)
+        try:
+            for p, k, act in cases:
+                reps = repeat if p < 256 else 1
+                t_def, h_def = _thread_run(p, k, act, reps, pinned=False)
+                t_one, h_one = _thread_run(p, k, act, reps, pinned=True)
+                kind = "tensor " + act if act != "z**2" else "matrix z**2"
+                print(f"{situation:>24} {kind:>16} {p:4d} {k:3d} {t_def * 1e3:10.2f} "
+                      f"{t_one * 1e3:10.2f} {t_def / t_one:15.2f} {str(h_def == h_one):>13}",
+                      flush=True)
+        finally:
+            if job is not None:
+                job.kill()
+                job.wait()
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--no-mpmath", action="store_true", help="skip the conditioning table")
+    parser.add_argument("--threads-only", action="store_true",
+                        help="only the default-threads vs one-thread table")
     args = parser.parse_args()
     print(f"# OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}")
+    if args.threads_only:
+        threads_table(args.repeat)
+        return
     derivation_table()
     rhs_table(args.repeat)
     if not args.no_mpmath:
         conditioning_table()
+    threads_table(args.repeat)
 
 
 if __name__ == "__main__":

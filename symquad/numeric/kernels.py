@@ -45,7 +45,8 @@ from ..kernel_files import (GENERATED_DIR, KernelFileError, atomic_write, cached
                             load_module_file, load_module_text)
 from ..spec import Model, check_model
 
-__all__ = ["Kernels", "kernels", "KERNEL_FORMS", "clear_kernel_memo", "default_form"]
+__all__ = ["Kernels", "kernels", "KERNEL_FORMS", "clear_kernel_memo", "default_form",
+           "single_thread_blas", "BLAS_LIMIT_FIELDS"]
 
 KERNEL_FORMS = ("matrix", "tensor", "entries")
 
@@ -58,6 +59,30 @@ def clear_kernel_memo() -> None:
     """Forget the loaded modules (the next :func:`kernels` call reloads from disk)."""
     with _LOCK:
         _MEMO.clear()
+
+
+#: Kernels of at least this many fields (``p + p*``) run their matrix products on one
+#: BLAS thread.  Below it OpenBLAS does not thread these products anyway (measured:
+#: identical timings and numbers at p = 64, p* = 2 with 1 and 2 threads), and the
+#: limit's own cost (~6 us) would matter.
+BLAS_LIMIT_FIELDS = 48
+
+_CONTROLLER = []
+
+
+def single_thread_blas():
+    """Context manager: BLAS on one thread inside (threadpoolctl), restored on exit.
+
+    The kernels' products are many and small-to-medium: threading them gains
+    little on an idle machine and loses up to 30x beside other jobs (measured:
+    the tensor kernel at p = 64 took 3.3 s with the library's two threads beside
+    other jobs, 0.14 s on one), and thread counts change the rounding.  With the
+    limit the results are the same for every thread setting of the user.
+    """
+    if not _CONTROLLER:
+        import threadpoolctl
+        _CONTROLLER.append(threadpoolctl.ThreadpoolController())
+    return _CONTROLLER[0].limit(limits=1, user_api="blas")
 
 
 def _exact(values) -> np.ndarray:
@@ -88,6 +113,7 @@ class Kernels:
     _moments: Callable | None = field(default=None, repr=False)
     _readout: np.ndarray = field(default=None, repr=False, compare=False)
     _exact: tuple = field(default=None, repr=False, compare=False)
+    _limit: bool = field(default=False, repr=False, compare=False)
 
     def __post_init__(self):
         # formed once: converting the exact readouts is not free at large p
@@ -95,6 +121,8 @@ class Kernels:
                            np.array([float(c) for c in self.model.readout]))
         object.__setattr__(self, "_exact", (_exact(self.model.readout),
                                             _exact(self.model.teacher_readout)))
+        object.__setattr__(self, "_limit", self.form == "tensor" or
+                           self.model.p + self.model.p_star >= BLAS_LIMIT_FIELDS)
 
     @property
     def blocks(self) -> tuple:
@@ -127,14 +155,23 @@ class Kernels:
         readout is trained (then `a` is the current readout, default ``a(0)``).
         Leading batch dimensions are allowed.
         """
-        dQ, drho, da = self._rhs(*self._arrays(Q, rho, T, a))
+        args = self._arrays(Q, rho, T, a)
+        if self._limit:
+            with single_thread_blas():
+                dQ, drho, da = self._rhs(*args)
+        else:
+            dQ, drho, da = self._rhs(*args)
         return (dQ, drho, da) if self.model.readout_trained else (dQ, drho)
 
     def risk(self, Q, rho, T, a=None):
         """Population risk ``ε`` at ``(Q, ρ, T)`` (and ``a``); a float, or an array over batch dims."""
         Q, rho, T, a_float = self._arrays(Q, rho, T, a)
         readout = self._exact[0] if a is None else a_float
-        out = self._risk(Q, rho, T, readout, self._exact[1])
+        if self._limit:
+            with single_thread_blas():
+                out = self._risk(Q, rho, T, readout, self._exact[1])
+        else:
+            out = self._risk(Q, rho, T, readout, self._exact[1])
         return float(out) if np.ndim(out) == 0 else out
 
     def moments(self, Q, rho, T, a=None):
@@ -143,7 +180,8 @@ class Kernels:
         if self._moments is None:
             raise ValueError(f"form {self.form!r} has no moment kinds (it is assembled entry "
                              "by entry); use form='tensor' or form='matrix'")
-        return self._moments(*self._arrays(Q, rho, T, a))
+        with single_thread_blas():
+            return self._moments(*self._arrays(Q, rho, T, a))
 
 
 def _committed(name: str, required=("rhs", "risk")):

@@ -62,8 +62,9 @@ _TENSOR_INTRO = (
     "% tensor form: width-independent sums over field indices\n"
     "\\noindent Fields $u = (\\lambda_1, \\dots, \\lambda_p, \\nu_1, \\dots, \\nu_{p^*})$, "
     "$n = p + p^*$, covariance $C = \\begin{pmatrix} Q & \\rho \\\\ \\rho^T & T "
-    "\\end{pmatrix}$ ($C_{aa}$: variances), output weights $w_a = 1/p$ for students "
-    "($a \\le p$) and $w_a = -1/p^*$ for teachers. Students $k, l \\le p$; teacher $m$ is "
+    "\\end{pmatrix}$ ($C_{aa}$: variances), output weights $w_a = a_a$ (the student readout) "
+    "for students ($a \\le p$) and $w_a = -b_{a-p}$ (the teacher readout) for teachers. "
+    "Students $k, l \\le p$; teacher $m$ is "
     "field $p + m$. The functions below are $I_2(a,b) = E[\\sigma(u_a)\\sigma(u_b)]$, "
     "$J_2(k,l) = E[\\sigma'(u_k)\\sigma'(u_l)]$, $I_3(k,j,a) = E[\\sigma'(u_k)\\,u_j\\,"
     "\\sigma(u_a)]$, $I_4(k,l,a,b) = E[\\sigma'(u_k)\\sigma'(u_l)\\sigma(u_a)\\sigma(u_b)]$ "
@@ -78,6 +79,9 @@ def _tensor_lines(eq, names):
     lines.append(r"\varepsilon &= " + _tex(eq.risk, names))
     lines.append(f"{_tex(sp.Derivative(Qkl, sp.Symbol('t')), names)} &= {_tex(eq.dQ, names)}")
     lines.append(f"{_tex(sp.Derivative(rkm, sp.Symbol('t')), names)} &= {_tex(eq.drho, names)}")
+    if eq.da is not None:
+        ak = sp.Symbol("a_{k}")
+        lines.append(f"{_tex(sp.Derivative(ak, sp.Symbol('t')), names)} &= {_tex(eq.da, names)}")
     return _TENSOR_INTRO, lines
 
 
@@ -96,6 +100,8 @@ def equations_latex(eq, standalone: bool = False) -> str:
         lines.append(r"\varepsilon &= " + _tex(risk, names))
         lines.append(r"\frac{dQ}{dt} &= " + _tex_long(dQ, names, per_line=3))
         lines.append(r"\frac{d\rho}{dt} &= " + _tex(drho, names))
+        if eq.da is not None:
+            lines.append(r"\frac{da}{dt} &= " + _tex(eq.da, names))
         intro = ("% matrix form: Q (p x p), rho (p x p*), T (p* x p*); "
                  "width-independent\n")
     elif eq.form == "tensor":
@@ -111,6 +117,11 @@ def equations_latex(eq, standalone: bool = False) -> str:
             for m in range(model.p_star):
                 lhs = _tex(sp.Derivative(rho[i, m], sp.Symbol("t")), names)
                 lines.append(f"{lhs} &= " + _tex_long(eq.drho[i, m], names))
+        if eq.da is not None:
+            from .symbols import readout_symbols
+            for i, a in enumerate(readout_symbols(model.p, model.p_star)[0]):
+                lhs = _tex(sp.Derivative(a, sp.Symbol("t")), names)
+                lines.append(f"{lhs} &= " + _tex_long(eq.da[i, 0], names))
     body = intro + _model_line(model) + "\\begin{align*}\n" + " \\\\\n".join(lines) \
         + "\n\\end{align*}\n"
     if standalone:
