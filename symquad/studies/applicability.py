@@ -29,6 +29,9 @@ _GENERIC = ("teacher_activation", "readout", "teacher_readout", "lr_readout", "w
 
 #: analysis -> (routine name used in messages, fields it handles, what it rests on)
 ANALYSES = {
+    "plateau": (
+        "the plateau fixed point", (),
+        "rho = 0, Q = q I and its growth rate are derived for the classic model"),
     "escape": (
         "the plateau/escape analysis", (),
         "the plateau rho = 0, Q = q I, its growth rate and the SGD-noise seeding of rho are "
@@ -37,7 +40,7 @@ ANALYSES = {
         "the drift study of S", (),
         "the conservation of S = rho (rho^T rho)^(-1/2) is proved for the classic model"),
     "hessian": (
-        "the Hessian spectra", (), "the critical points and spectra are derived for the "
+        "the Hessian-spectrum analysis", (), "the critical points and spectra are derived for the "
         "classic model"),
     "manifold": (
         "the zero-risk manifold", (), "derived for the classic readouts and sigma* = sigma"),
