@@ -569,7 +569,7 @@ def ode_task(model, start="random", N=1000, q0=1.0, overlap=0.5, t_max=100.0, se
     analysis was not derived for a field of the model), ``final_q_mean``
     (``tr Q/p``), ``final_rho_norm`` (``‖ρ‖_F``), ``final_rho_smin`` (smallest
     singular value of ρ); arrays ``t``, ``risk`` and, for a trained readout,
-    ``readout`` (n, p).
+    ``readout_trajectory`` (n, p).
     """
     from ..numeric.integrate import integrate
     from ..numeric import landscape as L
@@ -604,7 +604,7 @@ def ode_task(model, start="random", N=1000, q0=1.0, overlap=0.5, t_max=100.0, se
            "final_rho_norm": _finite(np.linalg.norm(sol.rho[-1])),
            "final_rho_smin": _finite(s[-1]), "t": sol.t, "risk": sol.risk}
     if sol.readout is not None:
-        out["readout"] = sol.readout
+        out["readout_trajectory"] = sol.readout
     return out
 
 
