@@ -318,9 +318,12 @@ def task_model(**values):
     return Model(**kwargs)
 
 
-def _registered_func(name):
-    """The callable of the registered task `name` (how a model task is pickled)."""
-    return TASKS[name].func
+def _model_task_by_reference(module, qualname):
+    """The model task defined as `qualname` in `module` (how a model task is unpickled)."""
+    obj = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
 
 
 class _ModelTask:
@@ -328,8 +331,9 @@ class _ModelTask:
 
     The parameters are those of :func:`model_parameters` followed by the
     body's own (``inspect.signature`` shows them all); a call builds the model
-    with :func:`task_model` and passes it on.  Instances pickle by their task
-    name (Dask workers import this module, which registers the built-in tasks).
+    with :func:`task_model` and passes it on.  Instances pickle by their
+    module and qualified name, like a function (the decorated name must be a
+    module-level attribute).
     """
 
     def __init__(self, name, body, model_defaults):
@@ -367,7 +371,7 @@ class _ModelTask:
         return out
 
     def __reduce__(self):
-        return _registered_func, (self.name,)
+        return _model_task_by_reference, (self.__module__, self.__qualname__)
 
     def __repr__(self):
         return f"<model task {self.name!r}: {self.__qualname__}>"
