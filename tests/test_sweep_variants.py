@@ -20,7 +20,7 @@ import symquad as sq
 from symquad.cli import main
 from symquad.spec import model_fields
 from symquad.studies.store import point_key
-from symquad.studies.tasks import TASKS, get_task
+from symquad.studies.tasks import get_task
 
 FIELDS = [f.name for f in model_fields()]
 BUILTIN = ("plateau", "escape", "validate", "ode", "hessian")
