@@ -308,6 +308,17 @@ def test_cli_sweep_list_run_and_errors(tmp_path, capsys):
     assert main(["sweep", "plateau", "--grid", "p=1", "--grid", "bogus=2", "--grid",
                  "p_star=1", "--store", store, "--workers", "1"]) == 2
     assert "no parameter(s) ['bogus']" in capsys.readouterr().err
+    # a model field's value is read as the model reads it: a bad one exits 2 naming the
+    # field, before anything runs or is stored
     assert main(["sweep", "plateau", "--grid", "p=x", "--grid", "p_star=1", "--store",
-                 str(tmp_path / "t"), "--workers", "1", "--no-progress"]) == 1
-    assert "p must be" in capsys.readouterr().err
+                 str(tmp_path / "t"), "--workers", "1", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "--grid p (allowed >= 1): expected an integer" in err and "Traceback" not in err
+    assert not (tmp_path / "t").exists()
+    # a field the task's analysis was not derived for: an error row naming it (exit 1)
+    assert main(["sweep", "plateau", "--grid", "p=2", "--grid", "p_star=1", "--grid",
+                 "weight_decay=0,0.1", "--store", str(tmp_path / "u"), "--workers", "1",
+                 "--no-progress"]) == 1
+    captured = capsys.readouterr()
+    assert "2 points" in captured.out and "(1 ok, 1 error)" in captured.out
+    assert "weight_decay=0.1" in captured.err

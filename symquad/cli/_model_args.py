@@ -5,7 +5,12 @@ Every command that takes a model calls :func:`add_model_arguments` and
 come from the field metadata (:func:`symquad.spec.model_fields`), so a field
 added to the specification is a flag of every command at once.  Values are
 validated by :class:`~symquad.Model` itself; readouts are read as numbers
-separated by commas (``--readout 1,1/2,1/4``) or one number for every unit.
+separated by commas or colons (``--readout 1,1/2,1/4`` or ``--readout
+1:1/2:1/4``) or one number for every unit.
+
+``symquad sweep`` reads grid values of model fields with :func:`field_value`:
+there commas separate grid values, so a readout's components are separated by
+colons (``--grid readout=1/2:1/4,1`` is two points: ``(1/2, 1/4)`` and ``1``).
 """
 
 from __future__ import annotations
@@ -14,11 +19,12 @@ import argparse
 
 from ..spec import DEFAULT_MODEL, Model, model_fields
 
-__all__ = ["add_model_arguments", "model_from_args", "model_flags"]
+__all__ = ["add_model_arguments", "model_from_args", "model_flags", "field_value",
+           "fields_help"]
 
 
 def _readout(text: str):
-    parts = [part.strip() for part in text.split(",")]
+    parts = [part.strip() for part in text.replace(":", ",").split(",")]
     if not all(parts):
         raise argparse.ArgumentTypeError(f"expected numbers separated by commas, got {text!r}")
     return parts[0] if len(parts) == 1 else tuple(parts)
@@ -92,3 +98,51 @@ def model_from_args(args, **overrides) -> Model:
     values.update(overrides)
     values = {k: v for k, v in values.items() if v is not None or k in ("p", "p_star", "lr")}
     return Model(**values)
+
+
+def field_value(name: str, text: str):
+    """The value of Model field `name` written as `text` (a grid value of ``symquad sweep``).
+
+    Integers, numbers and choices are converted and range-checked as the
+    Model checks them (``ValueError`` naming the field and its allowed range);
+    an activation stays text (a polynomial in ``z`` or coefficients, read by
+    the task); a readout is one number or numbers separated by ``:``, each
+    checked to be a rational number (its length is checked per point, where
+    ``p`` is known).  ``none`` means the field's default where it has one
+    that depends on other fields (teacher activation, readouts).
+    """
+    from ..spec import _to_fraction
+
+    fields = {f.name: f for f in model_fields()}
+    f = fields[name]
+    meta, raw = f.metadata, text.strip()
+    if raw.lower() == "none" and f.default is None:
+        return None
+    converter = _TYPES.get(meta["kind"])
+    try:
+        if meta["kind"] == "readout":
+            parts = [part.strip() for part in raw.split(":")]
+            if not all(parts):
+                raise ValueError(f"expected a number or numbers separated by ':', got {raw!r}")
+            return ":".join(str(_to_fraction(part, name)) for part in parts)
+        value = converter(raw) if converter is not None else raw
+        # the Model's own checks (ranges, choices, activation syntax) on a probe model
+        probe = {"p": 1, "p_star": 1, "lr": 1.0}
+        if meta["kind"] == "activation":
+            from ..studies.tasks import parse_activation
+            probe[name] = parse_activation(value)       # as the task will read it
+        else:
+            probe[name] = value
+        Model(**probe)
+        return value
+    except (argparse.ArgumentTypeError, TypeError, ValueError) as exc:
+        raise ValueError(f"{name} (allowed {meta['range']}): {exc}") from None
+
+
+def fields_help() -> str:
+    """One line per Model field: name, allowed range and help (for a command's epilog)."""
+    lines = []
+    for f in model_fields():
+        meta = f.metadata
+        lines.append(f"  {f.name:18s} {meta['help']}; allowed {meta['range']}")
+    return "\n".join(lines)

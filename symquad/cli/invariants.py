@@ -7,6 +7,12 @@ Derives (with SymPy, from ``symquad.derive``) and prints:
 * the theorem on ``S = ρ(ρᵀρ)^{-1/2}``: the exact invariant set, the proof steps
   (instantaneous condition, equivariance, diagonal-gauge invariance, reduced
   ODE) and exact counterexamples where the conditions are dropped.
+
+The model flags are those of every command (:mod:`symquad.cli._model_args`;
+the learning rate and the noise are symbolic here, so they are not flags);
+both results are derived for the classic model, so a changed specification
+field they do not handle is refused by name (exit 2,
+:mod:`symquad.studies.applicability`).
 """
 
 from __future__ import annotations
@@ -24,10 +30,9 @@ def register(sub):
         description="Derive the zero-risk manifold and prove (with SymPy) when the polar "
                     "factor S = rho (rho^T rho)^(-1/2) is conserved by the ODEs; print the "
                     "statements, proof steps and counterexamples as LaTeX.")
-    parser.add_argument("--p", type=int, default=3, help="student width (default 3)")
-    parser.add_argument("--p-star", type=int, default=2, help="teacher width (default 2)")
-    parser.add_argument("--activation", default="z**2",
-                        help="quadratic activation c*z**2 (+ c0) (default z**2)")
+    from ._model_args import add_model_arguments
+    add_model_arguments(parser, exclude=("lr", "noise", "lr_scaling"),
+                        fixed={"p": 3, "p_star": 2})
     parser.add_argument("--only", choices=("manifold", "conservation"), default=None,
                         help="print only one of the two parts")
     parser.add_argument("--standalone", action="store_true",
@@ -36,10 +41,11 @@ def register(sub):
 
 
 def run(args) -> int:
-    from ..spec import Model
+    from ..studies.applicability import require_analysis
     from ..symbolic.invariants import ProofError, prove_conservation
     from ..symbolic.latex import document
     from ..symbolic.manifold import manifold_latex
+    from ._model_args import model_from_args
     try:
         if args.p < 1 or args.p_star < 1:
             raise ValueError(f"--p and --p-star must be >= 1, got p={args.p}, "
@@ -53,7 +59,10 @@ def run(args) -> int:
             print(f"symquad invariants: exact checks at p={args.p}, p*={args.p_star} take "
                   f"tens of seconds or more (p=8, p*=2 --only manifold: 26 s measured on "
                   f"2 shared cores)", file=sys.stderr)
-        model = Model(p=args.p, p_star=args.p_star, lr=1.0, activation=args.activation)
+        model = model_from_args(args, lr=1.0)
+        for part, analysis in (("manifold", "manifold"), ("conservation", "conservation")):
+            if args.only in (None, part):
+                require_analysis(model, analysis)
         if not model.is_quadratic:
             raise ValueError(f"--activation must be c*z**2 (+ c0), got {model.activation_str!r}")
         parts = []

@@ -9,6 +9,11 @@ Prints, for one model (T = I):
 * the plateau fixed point of the full ODE (``q``, risk, growth rate of ρ, the
   gradient-flow values);
 * the predicted median escape time for SGD and for the ODE from a random start.
+
+The model flags are those of every command (:mod:`symquad.cli._model_args`);
+these results are derived for the classic model, so a changed specification
+field they do not handle is refused by name (exit 2,
+:mod:`symquad.studies.applicability`).
 """
 
 from __future__ import annotations
@@ -22,13 +27,8 @@ def register(sub):
         description="Weight-space Hessian of the population risk at W=0, the plateau and "
                     "the minimum (exact spectra and counts), the plateau fixed point of the "
                     "ODE with its growth rate, and the predicted escape time.")
-    parser.add_argument("--p", type=int, default=4, help="student width (default 4)")
-    parser.add_argument("--p-star", type=int, default=2, help="teacher width (default 2)")
-    parser.add_argument("--lr", type=float, default=0.1, help="learning rate (default 0.1)")
-    parser.add_argument("--lr-scaling", choices=("fixed", "width"), default="fixed",
-                        help="eta = lr (fixed) or eta = lr*p (width); default fixed")
-    parser.add_argument("--noise", type=float, default=0.0,
-                        help="label-noise variance Delta >= 0 (default 0)")
+    from ._model_args import add_model_arguments
+    add_model_arguments(parser)
     parser.add_argument("--N", type=int, default=1000,
                         help="input dimension for counts and escape time (default 1000)")
     parser.add_argument("--samples", type=int, default=128,
@@ -46,12 +46,14 @@ def run(args) -> int:
     import sympy as sp
 
     from ..numeric import landscape as L
-    from ..spec import Model
+    from ..studies.applicability import require_analysis
     from ..symbolic import hessian as H
     from ..symbolic.fixed_points import plateau_solution
+    from ._model_args import model_from_args
     try:
-        m = Model(p=args.p, p_star=args.p_star, lr=args.lr, noise=args.noise,
-                  lr_scaling=args.lr_scaling)
+        m = model_from_args(args)
+        for analysis in ("hessian", "plateau", "escape"):
+            require_analysis(m, analysis)
         if max(m.p, m.p_star) > H.MAX_HESSIAN_WIDTH:
             raise ValueError(f"--p and --p-star must be <= {H.MAX_HESSIAN_WIDTH} for the exact "
                              f"Hessians (p=6, p*=2 takes ~15 s; the cost roughly doubles with "

@@ -7,6 +7,17 @@ never evaluated: ``true``/``false`` -> bool, ``none`` -> None, an integer
 literal -> int, a decimal/scientific literal (or ``inf``-free float) -> float,
 anything else -> str.  ``--grid N=100,1000 --grid p=2,4`` gives 4 points.
 
+Every field of the model (``p``, ``p_star``, ``lr``, ``noise``, ``activation``,
+``lr_scaling``, ``teacher_activation``, ``readout``, ``teacher_readout``,
+``lr_readout``, ``weight_decay``, ``batch_size``, ``constraint``) is a grid axis
+of every built-in task; its values are read and range-checked as the model
+reads them (:func:`symquad.cli._model_args.field_value`), so a bad value exits 2
+naming the field before anything runs.  A readout's components are separated
+by ``:`` because ``,`` separates grid values: ``--grid readout=1/2:1/4,1`` is
+two points, ``a = (1/2, 1/4)`` and ``a = 1`` for every unit.  A point whose
+model a task cannot handle (a field the analysis was not derived for, a
+readout of the wrong length) is an error row naming the field.
+
 Exit status: 0 when every point is ``ok``, 1 when some are errors (the first
 five messages go to stderr), 2 for bad arguments.
 """
@@ -49,14 +60,33 @@ def parse_grid(items) -> dict:
         vals = [v for v in values.split(",")]
         if not values.strip() or any(not v.strip() for v in vals):
             raise ValueError(f"--grid {name}: empty value in {values!r}")
-        grid[name] = [parse_value(v) for v in vals]
+        if name in _model_field_names():
+            from ._model_args import field_value
+            try:
+                grid[name] = [field_value(name, v) for v in vals]
+            except ValueError as exc:
+                raise ValueError(f"--grid {exc}") from None
+        else:
+            grid[name] = [parse_value(v) for v in vals]
     return grid
 
 
+def _model_field_names():
+    from ..spec import model_fields
+    return {f.name for f in model_fields()}
+
+
 def register(sub):
+    import argparse
+
+    from ._model_args import fields_help
+
     ps = sub.add_parser(
         "sweep", help="run a study over a parameter grid (serial, local Dask, or a cluster)",
-        description=__doc__.split("\n\n")[1].replace("\n", " "))
+        description=__doc__.split("\n\n")[1].replace("\n", " "),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="model fields (a grid axis of every built-in task; readout components "
+               "separated by ':', e.g. --grid readout=1/2:1/4,1):\n" + fields_help())
     ps.add_argument("task", nargs="?", help="registered task name or package.module:function")
     ps.add_argument("--grid", action="append", default=[], metavar="NAME=V1,V2,...",
                     help="parameter values (repeatable; Cartesian product)")

@@ -6,10 +6,18 @@ verdict and writes the report folder (``./symquad_report``: ``report.json``,
 ``summary.txt``, ``trajectories.npz``, ``risk.png``, ``overlaps.png``,
 ``escape.png``, ``fss.png``, ``invariant_drift.png``, ``invariant_study.npz``).
 
+The model is given by one flag per field of :class:`symquad.Model`
+(``--p --p-star --lr --noise --activation --lr-scaling --teacher-activation
+--readout --teacher-readout --lr-readout --weight-decay --batch-size
+--constraint``, :mod:`symquad.cli._model_args`); SGD and the ODE are those of
+that variant, and the analyses derived for the classic model (plateau/escape,
+drift of ``S``) are skipped with a reason naming the field.
+
 ``--data FILE.npz`` compares trajectories from elsewhere instead of
 simulating (:func:`symquad.compare`): keys ``t`` (n,), ``Q`` (replicas, n, p, p)
-or (n, p, p), ``rho`` (replicas, n, p, p*) or (n, p, p*), optional ``T``; the
-model comes from ``--p --p-star --lr --noise --lr-scaling``.
+or (n, p, p), ``rho`` (replicas, n, p, p*) or (n, p, p*), optional ``T``, and
+``readout`` (replicas, n, p) or (n, p) — required when ``--lr-readout`` > 0,
+refused otherwise; the model comes from the model flags.
 
 ``--quick`` is a short version (small N, few replicas) for smoke
 tests; explicit ``--N`` / ``--replicas`` win over it.
@@ -30,7 +38,7 @@ _QUICK = dict(N=400, replicas=32, fss_N=[50, 200, 800, 3200], fss_replicas=16, f
               n_times=121, invariant_N=(100, 400), invariant_replicas=4)
 # flags that describe a simulation, meaningless with --data
 _SIMULATION_FLAGS = ("N", "t_max", "replicas", "seed", "start", "method", "quick")
-_DATA_KEYS = ("t", "Q", "rho", "T")
+_DATA_KEYS = ("t", "Q", "rho", "T", "readout")
 
 
 def _positive_int(text):
@@ -55,9 +63,8 @@ def _positive_float(text):
 
 def register(subparsers) -> None:
     """Add the ``validate`` sub-command."""
-    from ..spec import DEFAULT_MODEL, LR_SCALINGS
+    from ._model_args import add_model_arguments
 
-    d = DEFAULT_MODEL
     ps = subparsers.add_parser(
         "validate",
         help="compare the ODE theory with SGD simulations or your data (verdict + figures)",
@@ -65,19 +72,11 @@ def register(subparsers) -> None:
                     "realised initial overlaps of every replica, report the deviation before "
                     "and after the escape, the spread of escape times and the finite-size "
                     "scaling of the deviation (fitted exponent, theory -1/2), and decide "
-                    "PASS/FAIL. With --data, compare your own trajectories instead. Exit "
-                    "status: 0 PASS, 1 FAIL, 2 bad arguments, 3 SGD diverged, 4 INCONCLUSIVE.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    ps.add_argument("--p", type=_positive_int, default=d.p, help="student width")
-    ps.add_argument("--p-star", type=_positive_int, default=d.p_star, help="teacher width")
-    ps.add_argument("--lr", type=_positive_float, default=d.lr, help="learning rate")
-    ps.add_argument("--noise", type=float, default=d.noise, help="label-noise variance Δ >= 0")
-    ps.add_argument("--activation", default=d.activation_str,
-                    help="polynomial activation in z, e.g. 'z**3 - 3*z' (read by a restricted "
-                         "parser, never evaluated; for activations other than c z**2 the "
-                         "default start is informed and the escape analysis is skipped)")
-    ps.add_argument("--lr-scaling", choices=LR_SCALINGS, default=d.lr_scaling,
-                    help="'fixed': η = lr; 'width': η = lr·p")
+                    "PASS/FAIL. Every model field is honoured; analyses derived for the "
+                    "classic model are skipped with a reason naming the field. With --data, "
+                    "compare your own trajectories instead. Exit "
+                    "status: 0 PASS, 1 FAIL, 2 bad arguments, 3 SGD diverged, 4 INCONCLUSIVE.")
+    add_model_arguments(ps)
     ps.add_argument("--N", type=_positive_int, default=None,
                     help="input dimension (default 2000; 400 with --quick)")
     ps.add_argument("--t-max", type=_positive_float, default=None,
@@ -88,7 +87,8 @@ def register(subparsers) -> None:
     ps.add_argument("--seed", type=int, default=None, help="random seed >= 0 (default 0)")
     ps.add_argument("--start", choices=("random", "informed"), default=None,
                     help="random: w ~ N(0, I) (plateau, escape); informed: ρ(0) of order 1 "
-                         "(default: random)")
+                         "(default: random for σ = c z² when the escape analysis applies, "
+                         "informed otherwise)")
     ps.add_argument("--method", choices=("reduced", "full"), default=None,
                     help="SGD simulator (reduced: exact in law, cost independent of N; "
                          "default reduced)")
@@ -97,12 +97,15 @@ def register(subparsers) -> None:
                     help="skip the finite-N drift study of the invariant S = ρ(ρᵀρ)^(-1/2)")
     ps.add_argument("--workers", type=_positive_int, default=1,
                     help="processes: > 1 runs the finite-size scaling and the drift study "
-                         "in worker processes beside the main comparison (pays on idle cores)")
+                         "in worker processes beside the main comparison (pays on idle cores; "
+                         "default 1)")
     ps.add_argument("--data", default=None, metavar="FILE.npz",
-                    help="compare trajectories from FILE.npz (keys t, Q, rho, optional T) "
-                         "instead of simulating; not with the simulation flags")
+                    help="compare trajectories from FILE.npz (keys t, Q, rho, optional T; "
+                         "readout when --lr-readout > 0) instead of simulating; not with the "
+                         "simulation flags")
     ps.add_argument("--out", default="symquad_report",
-                    help="report folder (replaced whole; checked before computing)")
+                    help="report folder (replaced whole; checked before computing; default "
+                         "symquad_report)")
     ps.add_argument("--quick", action="store_true",
                     help="short version (N=400, 32 replicas, small FSS and drift "
                          "study) for smoke tests; explicit --N/--replicas win")
@@ -115,7 +118,7 @@ def _fail(message) -> int:
 
 
 def load_data(path) -> dict:
-    """Arrays of a ``--data`` file: keys t, Q, rho and optionally T, nothing else.
+    """Arrays of a ``--data`` file: keys t, Q, rho and optionally T and readout, nothing else.
 
     Read with ``allow_pickle=False`` (an npz holding Python objects is
     refused, never unpickled).
@@ -132,11 +135,11 @@ def load_data(path) -> dict:
             extra = sorted(set(data.files) - set(_DATA_KEYS))
             if extra:
                 raise ValueError(f"--data {path!r} holds unexpected array(s) {extra}; allowed "
-                                 f"keys: t, Q, rho, T (optional)")
+                                 f"keys: t, Q, rho, T (optional), readout (a trained readout)")
             missing = [k for k in ("t", "Q", "rho") if k not in data.files]
             if missing:
                 raise ValueError(f"--data {path!r} lacks the array(s) {missing} (keys: t, Q, "
-                                 f"rho, optional T)")
+                                 f"rho, optional T, readout)")
             return {k: data[k] for k in data.files}
     except ValueError as exc:
         if "pickle" in str(exc).lower():
@@ -166,15 +169,14 @@ def _simulation_kwargs(args) -> dict:
 def run(args) -> int:
     """Execute ``symquad validate``; returns the exit status."""
     from ..numeric.errors import DivergenceError
-    from ..spec import Model
     from ..studies.report_io import check_destination
     from ..studies.validation import compare, validate
+    from ._model_args import model_from_args
 
     try:
         # everything that can be refused is refused before the computation
         check_destination(args.out, name="--out")
-        model = Model(p=args.p, p_star=args.p_star, lr=args.lr, noise=args.noise,
-                      lr_scaling=args.lr_scaling, activation=args.activation)
+        model = model_from_args(args)
         if args.data is not None:
             given = [f"--{n.replace('_', '-')}" for n in _SIMULATION_FLAGS
                      if getattr(args, n) not in (None, False)]
@@ -184,7 +186,7 @@ def run(args) -> int:
                              f"describe a simulation and cannot be combined with it")
             data = load_data(args.data)
             report = compare(model, data["t"], data["Q"], data["rho"], data.get("T"),
-                             progress=sys.stderr.isatty())
+                             data.get("readout"), progress=sys.stderr.isatty())
         else:
             if args.seed is not None and args.seed < 0:
                 return _fail(f"--seed must be >= 0, got {args.seed}")

@@ -2,6 +2,8 @@
 
 * :mod:`.validation` — SGD (or the user's trajectories) against the ODE theory, with a
   PASS/FAIL verdict (:func:`symquad.validate`, :func:`symquad.compare`);
+* :mod:`.applicability` — which analyses derived for the classic model apply to a model
+  (a changed field they do not handle is named in a stated skip or an error);
 * :mod:`.report_io` — report folders written atomically, destinations checked first;
 * :mod:`.invariant_drift` — drift of the invariant ``S`` along finite-N SGD;
 * :mod:`.escape_grid` — fits and summaries of escape times over a grid of models;

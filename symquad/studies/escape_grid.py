@@ -60,9 +60,19 @@ def records_from_sweep(df):
     ``fit_logpref`` and standard errors) and of the predictions
     (``pred_logpref``).  SGD records, one per row with SGD: ``sgd`` (median),
     ``sgd_se``, ``pred_sgd``, ``pred_se``, ``pred_ode``, ``escaped``.
-    Error rows are left out.
+    Error rows are left out.  The ok rows must share one value of every
+    model-specification field (``weight_decay``, ``batch_size``, ...; the
+    records are grouped by ``(lr_scaling, p*, p)`` only): ``ValueError`` names
+    a field that varies (select one value first, e.g. ``df[df.batch_size == 1]``).
     """
+    from ..spec import CLASSIC_FIELDS, model_fields
+
     ok = df[df["status"] == "ok"]
+    for name in (f.name for f in model_fields() if f.name not in CLASSIC_FIELDS):
+        if name in ok.columns and ok[name].astype(str).nunique() > 1:
+            raise ValueError(f"records_from_sweep groups rows by (lr_scaling, p_star, p); the "
+                             f"model field {name} takes several values "
+                             f"{sorted(ok[name].astype(str).unique())}: select one first")
     ode, sgd = [], []
     for (conv, k, p), sub in ok.groupby(["lr_scaling", "p_star", "p"], sort=True):
         sub = sub.sort_values("N").drop_duplicates("N")

@@ -47,7 +47,9 @@ def invariant_drift_study(model, Ns, t_max, replicas, seed, sigma_ref=0.2,
     Parameters
     ----------
     model : Model
-        ``p >= p*``.
+        ``p >= p*``; a changed specification field that the conservation of
+        ``S`` is not established for is refused by name
+        (:mod:`symquad.studies.applicability`, ``"invariant_drift"``).
     Ns : sequence of int
         Input dimensions (at least 2 distinct values).
     t_max : float
@@ -84,7 +86,9 @@ def invariant_drift_study(model, Ns, t_max, replicas, seed, sigma_ref=0.2,
         informed start's ``S``.
     """
     from ..numeric.simulate import simulate
+    from .applicability import require_analysis
 
+    require_analysis(model, "invariant_drift")
     Ns = [int(n) for n in Ns]
     if len(set(Ns)) < 2:
         raise ValueError(f"Ns must contain at least 2 distinct values, got {Ns}")

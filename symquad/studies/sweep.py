@@ -244,7 +244,12 @@ def sweep(task, grid, store, *, client=None, workers=None, progress=None, retrie
     grid : dict
         Parameter name -> list of values; the sweep covers the Cartesian
         product (a scalar is a one-value list).  Parameters not in the grid
-        take the task's defaults.
+        take the task's defaults.  Every field of :class:`symquad.Model` is a
+        parameter of every built-in task (``batch_size``, ``weight_decay``,
+        ``constraint``, ...); a readout vector is one value inside the list,
+        ``{"readout": [0.25, (0.5, 0.3, 0.2)]}`` (a tuple directly as the
+        value would be read as the list of values), or its text
+        ``"1/2:3/10:1/5"``.
     store : str or path-like
         Store folder (:mod:`symquad.studies.store`); points already there
         (same task, version and parameters) are not recomputed.

@@ -18,6 +18,19 @@ ode      one ODE trajectory from a random or informed start: final risk, escape 
 hessian  counts of negative / zero / positive Hessian eigenvalues at a critical point
 ======== ==========================================================================
 
+Every built-in task takes every field of :class:`symquad.Model` as a parameter
+(built from the field metadata, :func:`symquad.spec.model_fields`: a field
+added to the specification is a grid axis of every task at once), followed by
+the task's own parameters.  ``None`` means the field's default (a default
+readout is ``1/p``, a default teacher activation the student's).  Activations
+are polynomials in ``z`` or coefficient strings (:func:`parse_activation`);
+readouts are one number for every unit, a tuple of numbers, or their text with
+the components separated by ``:`` (``"1/2:1/4"``); a sweep stores them as that
+text of exact rationals (``0.5`` and ``"1/2"`` are one point).  A task refuses
+by name every changed field that the analysis it runs was not derived for
+(:mod:`symquad.studies.applicability`): the point becomes an error row naming
+the field, never the classic model's numbers.
+
 The *version* of a task is part of the key under which a sweep stores a point:
 bump it whenever a change alters the numbers a task returns, so that stored
 results of the old version are not mistaken for new ones.
@@ -40,7 +53,8 @@ from fractions import Fraction
 
 import numpy as np
 
-__all__ = ["Task", "register_task", "get_task", "list_tasks", "TASKS", "parse_activation"]
+__all__ = ["Task", "register_task", "register_model_task", "get_task", "list_tasks", "TASKS",
+           "parse_activation", "parse_readout", "task_model", "model_parameters"]
 
 #: registered tasks, name -> Task
 TASKS: dict = {}
@@ -94,7 +108,10 @@ class Task:
             raise TypeError(f"task {self.name!r} needs parameter(s) {missing}")
         out = {k: v for k, v in self.defaults.items() if v is not inspect.Parameter.empty}
         out.update(params)
-        return {k: out[k] for k in self.defaults}
+        out = {k: out[k] for k in self.defaults}
+        # model tasks write readouts in one canonical form (one point, one key)
+        normalize = getattr(self.func, "normalize_params", None)
+        return normalize(out) if normalize is not None else out
 
     def signature(self) -> str:
         """``name(p, p_star, lr=0.1, ...)`` for listings."""
@@ -210,10 +227,176 @@ def parse_activation(activation):
                     f"{type(activation).__name__}")
 
 
-def _model(p, p_star, lr, noise, lr_scaling, activation="z**2"):
-    from ..spec import Model
-    return Model(p=p, p_star=p_star, lr=lr, noise=noise, lr_scaling=lr_scaling,
-                 activation=parse_activation(activation))
+def parse_readout(value, name="readout"):
+    """A readout task parameter as :class:`symquad.Model` reads it (a number or a tuple).
+
+    Accepts a number, a tuple/list of numbers, or text: one number (``"1/2"``)
+    or numbers separated by ``:`` (``"1/2:1/4"``, read number by number as
+    exact rationals, never evaluated).
+    """
+    if isinstance(value, str):
+        parts = [part.strip() for part in value.split(":")]
+        if not all(parts):
+            raise ValueError(f"{name} must be a number or numbers separated by ':' "
+                             f"(e.g. '1/2:1/4'), got {value!r}")
+        return parts[0] if len(parts) == 1 else tuple(parts)
+    if isinstance(value, list):
+        return tuple(value)
+    return value
+
+
+def _readout_text(value, name):
+    """Canonical text of a readout parameter: exact rationals joined by ``:`` (None stays)."""
+    from ..spec import _to_fraction
+
+    if value is None:
+        return None
+    value = parse_readout(value, name)
+    items = value if isinstance(value, tuple) else (value,)
+    if not items:
+        raise ValueError(f"{name} must be a number or a non-empty tuple of numbers, got ()")
+    return ":".join(str(_to_fraction(v, name)) for v in items)
+
+
+def model_parameters(**overrides) -> dict:
+    """``{name: default}`` of every :class:`~symquad.Model` field as a task parameter.
+
+    Built from the field metadata (:func:`symquad.spec.model_fields`), in the
+    fields' order.  Fields without a default (``p``, ``p_star``, ``lr``) are
+    required (``inspect.Parameter.empty``) unless `overrides` gives them one;
+    activations default to their text (``"z**2"``), the teacher activation
+    and the readouts to None (the model's default).
+    """
+    from ..spec import Model, model_fields
+
+    unknown = set(overrides) - {f.name for f in model_fields()}
+    if unknown:
+        raise TypeError(f"model_parameters: {sorted(unknown)} are not Model fields")
+    probe = Model(p=1, p_star=1, lr=1.0)
+    out = {}
+    for f in model_fields():
+        if f.name in overrides:
+            out[f.name] = overrides[f.name]
+        elif f.name in ("p", "p_star", "lr"):
+            out[f.name] = inspect.Parameter.empty
+        elif f.default is None:
+            out[f.name] = None
+        elif f.metadata["kind"] == "activation":
+            out[f.name] = probe.activation_str
+        else:
+            out[f.name] = f.default
+    return out
+
+
+def task_model(**values):
+    """The :class:`~symquad.Model` of a task's model parameters (None: the field's default).
+
+    Activations go through :func:`parse_activation`, readouts through
+    :func:`parse_readout`; everything is validated by the Model itself, so an
+    error names the field and its allowed range.
+    """
+    from ..spec import Model, model_fields
+
+    kwargs = {}
+    for f in model_fields():
+        value = values.get(f.name)
+        if value is None:
+            if f.name in ("p", "p_star", "lr"):
+                raise TypeError(f"{f.name} is required (a model field without a default)")
+            continue
+        kind = f.metadata["kind"]
+        if kind == "activation":
+            try:
+                value = parse_activation(value)
+            except (TypeError, ValueError) as exc:
+                if f.name == "activation":
+                    raise
+                raise type(exc)(f"{f.name}: {exc}") from None
+        elif kind == "readout":
+            value = parse_readout(value, f.name)
+        kwargs[f.name] = value
+    return Model(**kwargs)
+
+
+def _model_task_by_reference(module, qualname):
+    """The model task defined as `qualname` in `module` (how a model task is unpickled)."""
+    obj = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+class _ModelTask:
+    """A task body ``f(model, **own)`` called with every Model field as a keyword parameter.
+
+    The parameters are those of :func:`model_parameters` followed by the
+    body's own (``inspect.signature`` shows them all); a call builds the model
+    with :func:`task_model` and passes it on.  Instances pickle by their
+    module and qualified name, like a function (the decorated name must be a
+    module-level attribute).
+    """
+
+    def __init__(self, name, body, model_defaults):
+        from ..spec import model_fields
+
+        own = list(inspect.signature(body).parameters.values())
+        if not own or own[0].name != "model":
+            raise TypeError(f"model task {name!r}: the first parameter must be 'model'")
+        self.name, self.body = name, body
+        self.model_names = tuple(f.name for f in model_fields())
+        clash = {p.name for p in own[1:]} & set(self.model_names)
+        if clash:
+            raise TypeError(f"model task {name!r}: parameters {sorted(clash)} are Model fields")
+        kw = inspect.Parameter.KEYWORD_ONLY
+        params = [inspect.Parameter(k, kw, default=v)
+                  for k, v in model_parameters(**model_defaults).items()]
+        params += [p.replace(kind=kw) for p in own[1:]]
+        self.__signature__ = inspect.Signature(params)
+        self.__module__, self.__name__ = body.__module__, body.__name__
+        self.__qualname__, self.__doc__ = body.__qualname__, body.__doc__
+
+    def __call__(self, **params):
+        bound = self.__signature__.bind(**params)
+        bound.apply_defaults()
+        args = dict(bound.arguments)
+        model = task_model(**{k: args.pop(k) for k in self.model_names})
+        return self.body(model, **args)
+
+    def normalize_params(self, params):
+        """Readouts in their canonical text (:func:`_readout_text`); the rest unchanged."""
+        out = dict(params)
+        for name in ("readout", "teacher_readout"):
+            if name in out:
+                out[name] = _readout_text(out[name], name)
+        return out
+
+    def __reduce__(self):
+        return _model_task_by_reference, (self.__module__, self.__qualname__)
+
+    def __repr__(self):
+        return f"<model task {self.name!r}: {self.__qualname__}>"
+
+
+def register_model_task(name, version="1", **model_defaults):
+    """Decorator: register ``f(model, **own)`` as the task `name` taking every Model field.
+
+    `model_defaults` sets defaults of model fields for this task (e.g.
+    ``lr=0.1``; ``p``/``p_star`` stay required unless given).  Returns the
+    task's callable (keyword parameters: every model field, then the body's
+    own parameters).
+    """
+    def deco(body):
+        wrapper = _ModelTask(name, body, model_defaults)
+        register_task(name, version)(wrapper)
+        return wrapper
+    return deco
+
+
+def _refuse(model, analysis):
+    """Raise ValueError naming the changed fields `analysis` was not derived for."""
+    from .applicability import require_analysis
+
+    require_analysis(model, analysis)
 
 
 def _finite(x):
@@ -248,26 +431,26 @@ def _child_seeds(seed, n):
 # ---------------------------------------------------------------------------
 # built-in tasks
 # ---------------------------------------------------------------------------
-@register_task("plateau", version="1")
-def plateau_task(p, p_star, lr=0.1, noise=0.0, lr_scaling="fixed", activation="z**2"):
+@register_model_task("plateau", version="2", lr=0.1)
+def plateau_task(model):
     r"""Plateau fixed point ``ρ = 0, Q = qI`` of the full ODE and the growth rate of ρ.
 
     Returns ``q``, ``risk``, ``rate`` (κ: ρ grows like ``e^{κt}``; ``<= 0``: no
     escape), ``eta`` and the gradient-flow values ``q_gf``, ``risk_gf``,
     ``rate_gf`` (:func:`symquad.plateau`; quadratic activation, ``T = I``).
+    Fields the plateau analysis was not derived for are refused by name.
     """
     from ..numeric.landscape import plateau
 
-    m = _model(p, p_star, lr, noise, lr_scaling, activation)
-    fp = plateau(m)
-    return {"eta": float(m.eta), "q": float(fp.q), "risk": float(fp.risk),
+    _refuse(model, "plateau")
+    fp = plateau(model)
+    return {"eta": float(model.eta), "q": float(fp.q), "risk": float(fp.risk),
             "rate": float(fp.rate), "q_gf": float(fp.q_gradient_flow),
             "risk_gf": float(fp.risk_gradient_flow), "rate_gf": float(fp.rate_gradient_flow)}
 
 
-@register_task("escape", version="1")
-def escape_task(p, p_star, lr=0.1, lr_scaling="fixed", noise=0.0, N=1000, replicas=64,
-                seed=0, sgd=True):
+@register_model_task("escape", version="2", lr=0.1)
+def escape_task(model, N=1000, replicas=64, seed=0, sgd=True):
     r"""Escape time from a random start: prediction, ODE and SGD medians with their spreads.
 
     * ``pred_sgd`` / ``pred_ode``: median of the predicted law
@@ -282,12 +465,14 @@ def escape_task(p, p_star, lr=0.1, lr_scaling="fixed", noise=0.0, N=1000, replic
     Each of ``ode``/``sgd`` gives the median, its bootstrap standard error, the
     5/95 % quantiles and the fraction that escaped.  Independent seeds for the
     three parts are derived from `seed`.  Escape: the risk falls halfway from
-    the plateau to the minimum.
+    the plateau to the minimum.  Fields the escape law was not derived for are
+    refused by name.
     """
     from ..numeric import landscape as L
     from .escape_grid import median_se
 
-    m = _model(p, p_star, lr, noise, lr_scaling)
+    m = model
+    _refuse(m, "escape")
     if isinstance(replicas, bool) or not isinstance(replicas, (int, np.integer)) or replicas < 2:
         raise ValueError(f"replicas must be an integer >= 2, got {replicas!r}")
     s_pred, s_ode, s_sgd = _child_seeds(seed, 3)
@@ -312,32 +497,36 @@ def escape_task(p, p_star, lr=0.1, lr_scaling="fixed", noise=0.0, N=1000, replic
     return out
 
 
-@register_task("validate", version="2")
-def validate_task(p=4, p_star=2, lr=0.1, noise=0.0, lr_scaling="fixed", N=2000, t_max=0.0,
-                  replicas=64, start="random", seed=0, method="reduced", fss=False,
-                  invariant=False):
+@register_model_task("validate", version="3", p=4, p_star=2, lr=0.1)
+def validate_task(model, N=2000, t_max=0.0, replicas=64, start=None, seed=0, method="reduced",
+                  fss=False, invariant=False):
     r"""SGD against the ODE theory (:func:`symquad.validate`): the verdict and key numbers.
 
-    ``t_max = 0`` means the default horizon of :func:`symquad.validate`.  The
-    finite-size scaling and the invariant-drift study are off by default (each
-    multiplies the cost); switch them on with ``fss=True`` / ``invariant=True``.
-    Returns deviations before/after the escape, the band coverage, escape-time
-    statistics, the fitted finite-size exponent when run, ``verdict`` (``"PASS"``,
-    ``"FAIL"`` or ``"INCONCLUSIVE"``) and ``passed``.
+    ``t_max = 0`` means the default horizon of :func:`symquad.validate`, and
+    ``start=None`` its default start (random for ``σ = c z²`` when the escape
+    analysis applies, informed otherwise).  Every model field is honoured;
+    the analyses validate skips for a field are named in ``escape_reason`` /
+    ``invariant_skipped``.  The finite-size scaling and the invariant-drift
+    study are off by default (each multiplies the cost); switch them on with
+    ``fss=True`` / ``invariant=True``.  Returns deviations before/after the
+    escape (and of a trained readout, ``readout_rms_*``), the band coverage,
+    escape-time statistics, the fitted finite-size exponent when run,
+    ``verdict`` (``"PASS"``, ``"FAIL"`` or ``"INCONCLUSIVE"``) and ``passed``.
     """
     from .validation import validate
 
-    m = _model(p, p_star, lr, noise, lr_scaling)
-    rep = validate(m, N=N, t_max=None if not t_max else t_max, replicas=replicas, start=start,
-                   seed=seed, method=method, fss=fss, invariant=invariant)
+    rep = validate(model, N=N, t_max=None if not t_max else t_max, replicas=replicas,
+                   start=start, seed=seed, method=method, fss=fss, invariant=invariant)
     n = rep.numbers
-    out = {"t_max_used": float(rep.config["t_max"]),
+    out = {"t_max_used": float(rep.config["t_max"]), "start_used": rep.config["start"],
            "diverged_replicas": int(n["diverged_replicas"]),
            "replicas_used": int(n["replicas_used"]),
            "band_inside_fraction": float(n["band"]["ode_inside_fraction"]),
            "band_max_mean_z": float(n["band"]["max_mean_z"])}
     for phase, d in n["deviation"].items():
-        for key in ("risk_rms", "overlap_rms"):
+        for key in ("risk_rms", "overlap_rms", "readout_rms"):
+            if key not in d:
+                continue
             mean = d[key]["mean"]
             out[f"{key}_{phase}"] = float("nan") if mean is None else float(mean)
     e = n["escape"]
@@ -348,6 +537,8 @@ def validate_task(p=4, p_star=2, lr=0.1, noise=0.0, lr_scaling="fixed", N=2000, 
                 out[f"escape_{who}_{stat}"] = float("nan") if v is None else float(v)
         out["escape_sgd_escaped"] = int(e["sgd_escaped"])
         out["escape_ode_escaped"] = int(e["ode_escaped"])
+    else:
+        out["escape_reason"] = str(e.get("reason", ""))
     f = n.get("finite_size_scaling")
     if f:
         out.update(fss_exponent=float(f["exponent"]), fss_exponent_se=float(f["exponent_se"]),
@@ -357,34 +548,44 @@ def validate_task(p=4, p_star=2, lr=0.1, noise=0.0, lr_scaling="fixed", N=2000, 
         for key in ("random", "informed"):
             if key in inv:
                 out[f"drift_{key}_exponent"] = _finite(inv[key]["exponent"])
+    if n.get("invariant_drift_skipped"):
+        out["invariant_skipped"] = str(n["invariant_drift_skipped"])
     out["passed"] = bool(rep.passed)
     out["verdict"] = rep.verdict          # PASS / FAIL / INCONCLUSIVE
     return out
 
 
-@register_task("ode", version="1")
-def ode_task(p, p_star, lr=0.1, noise=0.0, lr_scaling="fixed", activation="z**2",
-             start="random", N=1000, q0=1.0, overlap=0.5, t_max=100.0, seed=0, n_times=201):
+@register_model_task("ode", version="2", lr=0.1)
+def ode_task(model, start="random", N=1000, q0=1.0, overlap=0.5, t_max=100.0, seed=0,
+             n_times=201):
     r"""One ODE trajectory (``T = I``) from a random or an informed start.
 
     ``start="random"``: ``(Q(0), ρ(0))`` drawn from the exact law of
-    ``w_k ~ N(0, q0 I_N)`` at this ``N`` (seed `seed`); ``"informed"``:
+    ``w_k ~ N(0, q0 I_N)`` at this ``N`` (seed `seed`; with
+    ``constraint="sphere"`` the rows normalised, ``Q_kk = 1``); ``"informed"``:
     ``Q(0) = I``, ``ρ(0) = overlap·P`` (:func:`symquad.studies.validation.informed_start`).
-    Integrated to `t_max` with divergence reported, not raised.
+    A trained readout starts from ``model.readout``.  Integrated to `t_max`
+    with divergence reported, not raised.
 
     Returns ``ode_status`` ("ok"/"diverged"), ``t_end``, ``final_risk``,
     ``min_risk``, ``escape_time`` (first time the risk falls halfway from the
-    plateau to the minimum; NaN when undefined or not reached),
-    ``final_q_mean`` (``tr Q/p``), ``final_rho_norm`` (``‖ρ‖_F``),
-    ``final_rho_smin`` (smallest singular value of ρ); arrays ``t`` and ``risk``.
+    plateau to the minimum; NaN when undefined, not reached, or the escape
+    analysis was not derived for a field of the model), ``final_q_mean``
+    (``tr Q/p``), ``final_rho_norm`` (``‖ρ‖_F``), ``final_rho_smin`` (smallest
+    singular value of ρ); arrays ``t``, ``risk`` and, for a trained readout,
+    ``readout_trajectory`` (n, p).
     """
     from ..numeric.integrate import integrate
     from ..numeric import landscape as L
+    from .applicability import refusal
 
-    m = _model(p, p_star, lr, noise, lr_scaling, activation)
+    m = model
     if start == "random":
         Q0, rho0 = L.random_start(m, N, 1, seed=seed, q0=q0)
         Q0, rho0 = Q0[0], rho0[0]
+        if m.constraint == "sphere":
+            scale = 1.0 / np.sqrt(np.diag(Q0))
+            Q0, rho0 = Q0 * np.outer(scale, scale), rho0 * scale[:, None]
     elif start == "informed":
         from .validation import informed_start
         Q0, rho0 = informed_start(m, overlap)
@@ -394,35 +595,39 @@ def ode_task(p, p_star, lr=0.1, noise=0.0, lr_scaling="fixed", activation="z**2"
     sol = integrate(m, Q0, rho0, np.eye(m.p_star), t_max, t_eval=t_eval,
                     on_divergence="stop")
     esc = float("nan")
-    if m.is_quadratic:
+    if m.is_quadratic and refusal(m, "escape") is None:
         try:
             thr = L.escape_threshold(m, 0.5)
             esc = float(L.escape_times(sol.t, sol.risk[None], thr)[0])
         except ValueError:
             pass
     s = np.linalg.svd(sol.rho[-1], compute_uv=False)
-    return {"ode_status": sol.status, "t_end": float(sol.t[-1]),
-            "final_risk": _finite(sol.risk[-1]), "min_risk": _finite(np.nanmin(sol.risk)),
-            "escape_time": esc, "final_q_mean": _finite(np.trace(sol.Q[-1]) / m.p),
-            "final_rho_norm": _finite(np.linalg.norm(sol.rho[-1])),
-            "final_rho_smin": _finite(s[-1]), "t": sol.t, "risk": sol.risk}
+    out = {"ode_status": sol.status, "t_end": float(sol.t[-1]),
+           "final_risk": _finite(sol.risk[-1]), "min_risk": _finite(np.nanmin(sol.risk)),
+           "escape_time": esc, "final_q_mean": _finite(np.trace(sol.Q[-1]) / m.p),
+           "final_rho_norm": _finite(np.linalg.norm(sol.rho[-1])),
+           "final_rho_smin": _finite(s[-1]), "t": sol.t, "risk": sol.risk}
+    if sol.readout is not None:
+        out["readout_trajectory"] = sol.readout
+    return out
 
 
-@register_task("hessian", version="1")
-def hessian_task(p, p_star, point="plateau", N=12, lr=0.1, rtol=1e-7):
+@register_model_task("hessian", version="2", lr=0.1)
+def hessian_task(model, point="plateau", N=12, rtol=1e-7):
     r"""Counts of negative, zero and positive eigenvalues of the weight-space Hessian.
 
     The Hessian of the population risk in the ``p·N`` student weights at
     `point` ∈ {"origin", "plateau", "minimum"} (``T = I``, exact spectrum from
     :func:`symquad.hessian_spectrum`); ``|λ| <= rtol·max|λ|`` counts as zero.
     Returns ``negative``, ``zero``, ``positive``, ``min_eigenvalue``,
-    ``max_eigenvalue``.  (`lr` only builds the model; the risk does not depend on it.)
+    ``max_eigenvalue``.  (`lr` only builds the model; the risk does not depend
+    on it.)  Fields the Hessian analysis was not derived for are refused by name.
     """
     from ..numeric.landscape import sign_counts
     from ..symbolic.hessian import hessian_spectrum
 
-    m = _model(p, p_star, lr, 0.0, "fixed")
-    ev = hessian_spectrum(m, point=point, N=N)
+    _refuse(model, "hessian")
+    ev = hessian_spectrum(model, point=point, N=N)
     neg, zero, pos = sign_counts(ev, rtol)
     return {"negative": neg, "zero": zero, "positive": pos,
             "min_eigenvalue": float(ev[0]), "max_eigenvalue": float(ev[-1])}

@@ -15,13 +15,30 @@ For replica ``r`` and recorded time ``t_i``:
 * the risk deviation ``ε_SGD(t_i) − ε_ODE(t_i)`` (the SGD risk is computed from
   the overlaps by Isserlis' theorem, :func:`symquad.numeric.simulate.population_risk`,
   a route independent of the generated kernels);
-* the overlap deviation ``D_r(t_i) = (‖Q_SGD − Q_ODE‖²_F + ‖ρ_SGD − ρ_ODE‖²_F)^{1/2}``.
+* the overlap deviation ``D_r(t_i) = (‖Q_SGD − Q_ODE‖²_F + ‖ρ_SGD − ρ_ODE‖²_F)^{1/2}``
+  (plus ``‖a_SGD − a_ODE‖²`` under the root when the readout is trained, whose
+  deviation is also reported alone as ``readout_rms``).
 
-Each replica's ODE starts from that replica's own ``(Q(0), ρ(0))``.  From a
+Each replica's ODE starts from that replica's own ``(Q(0), ρ(0))`` (and
+``a(0)`` for a trained readout).  From a
 random start this is necessary: ``ρ(0)`` has random entries of size ``N^{-1/2}``
 whose replica mean is ``≈ 0``, and the ODE from the mean would never leave
 the plateau.  From an informed start all replicas share the same initial
 overlaps (the simulator realises them exactly), so one ODE serves all.
+
+Model specification
+-------------------
+SGD and the ODE are those of the model with every field of
+:class:`symquad.Model` (teacher activation, readouts, trained readout, weight
+decay, mini-batch, spherical constraint); the SGD risk uses the readouts (the
+recorded ``a(t)`` when trained).  The statistics below (mean deviation, band,
+finite-size exponent, divergence) hold for every field; the analyses derived
+for the classic model — the plateau/escape analysis and the drift study of
+``S`` — are skipped with a reason that names each changed field they do not
+handle (:mod:`symquad.studies.applicability`; a refusal of
+:func:`symquad.plateau` or of the escape law is turned into the same stated
+skip), and then the default start is the informed one (from a random start
+the comparison would be dominated by the unanalysed escape-time jitter).
 
 Escape
 ------
@@ -179,45 +196,64 @@ def informed_start(model, overlap=0.5):
     return np.eye(p), overlap * (U @ Vt)
 
 
-def _ode_per_replica(model, Q0, rho0, T, t):
+def _ode_per_replica(model, Q0, rho0, T, t, a0=None):
     """ODE trajectories from each initial state at times ``t`` (the ODE starts at ``t[0]``).
 
     All distinct starts are integrated in one vectorised solve
     (:func:`symquad.numeric.ode_batch.integrate_batch`, per-start divergence);
     replicas that share one start (informed start) share one trajectory.
-    Returns arrays shaped like the SGD records, the status of each replica
-    (``"ok"``/``"diverged"``) and whether all replicas share one start.
+    ``a0`` (replicas, p) is each replica's initial readout when the readout is
+    trained (None otherwise).  With ``constraint="sphere"`` the start's rows
+    are normalised to ``Q_kk = 1`` (a no-op to round-off for SGD starts; user
+    data may carry a small error there).  Returns arrays shaped like the SGD
+    records, the status of each replica (``"ok"``/``"diverged"``), whether
+    all replicas share one start and the ODE readouts (replicas, n, p) or None.
     """
     R = Q0.shape[0]
+    if model.constraint == "sphere":
+        scale = 1.0 / np.sqrt(np.diagonal(Q0, axis1=-2, axis2=-1))
+        Q0 = Q0 * scale[:, :, None] * scale[:, None, :]
+        rho0 = rho0 * scale[:, :, None]
     same = bool(np.allclose(Q0, Q0[:1], rtol=0, atol=1e-14)
-                and np.allclose(rho0, rho0[:1], rtol=0, atol=1e-14))
+                and np.allclose(rho0, rho0[:1], rtol=0, atol=1e-14)
+                and (a0 is None or np.allclose(a0, a0[:1], rtol=0, atol=1e-14)))
     tau = np.asarray(t, float) - float(t[0])
     horizon = float(tau[-1]) if tau[-1] > 0 else 1e-9
     starts = slice(0, 1) if same else slice(None)
-    Q, rho, risk, status = _integrate_starts(model, Q0[starts], rho0[starts], T, horizon, tau)
+    Q, rho, risk, status, a = _integrate_starts(model, Q0[starts], rho0[starts], T, horizon,
+                                                tau, None if a0 is None else a0[starts])
     if same:
         Q, rho = np.repeat(Q, R, axis=0), np.repeat(rho, R, axis=0)
         risk, status = np.repeat(risk, R, axis=0), np.repeat(status, R)
-    return Q, rho, risk, status, same
+        a = None if a is None else np.repeat(a, R, axis=0)
+    return Q, rho, risk, status, same, a
 
 
-def _integrate_starts(model, Q0, rho0, T, horizon, tau):
+def _integrate_starts(model, Q0, rho0, T, horizon, tau, a0=None):
     """Batched ODE solve of the starts; NaN after a start's divergence."""
     from ..numeric.ode_batch import integrate_batch
 
-    sol = integrate_batch(model, Q0, rho0, T, horizon, t_eval=tau, rtol=1e-8, atol=1e-11)
+    sol = integrate_batch(model, Q0, rho0, T, horizon, t_eval=tau, rtol=1e-8, atol=1e-11,
+                          a0=a0)
     B, n = Q0.shape[0], len(tau)
     Q = np.full((B, n) + Q0.shape[1:], np.nan)
     rho = np.full((B, n) + rho0.shape[1:], np.nan)
     risk = np.full((B, n), np.nan)
     m = len(sol.t)
     Q[:, :m], rho[:, :m], risk[:, :m] = sol.Q, sol.rho, sol.risk
-    return Q, rho, risk, np.asarray(sol.status)
+    a = None
+    if sol.readout is not None:
+        a = np.full((B, n, model.p), np.nan)
+        a[:, :m] = sol.readout
+    return Q, rho, risk, np.asarray(sol.status), a
 
 
-def _overlap_deviation(Qa, rhoa, Qb, rhob):
-    return np.sqrt(np.sum((Qa - Qb) ** 2, axis=(-2, -1)) + np.sum((rhoa - rhob) ** 2,
-                                                                    axis=(-2, -1)))
+def _overlap_deviation(Qa, rhoa, Qb, rhob, aa=None, ab=None):
+    """``(‖Q_a − Q_b‖²_F + ‖ρ_a − ρ_b‖²_F + ‖a_a − a_b‖²)^{1/2}`` (readouts when trained)."""
+    sq = np.sum((Qa - Qb) ** 2, axis=(-2, -1)) + np.sum((rhoa - rhob) ** 2, axis=(-2, -1))
+    if aa is not None:
+        sq = sq + np.sum((aa - ab) ** 2, axis=-1)
+    return np.sqrt(sq)
 
 
 def _rms_over(mask, values):
@@ -241,11 +277,30 @@ def _describe(x):
             else None}
 
 
+def _escape_unsupported(model):
+    """Why the plateau/escape analysis does not apply to `model` (names the field), or None.
+
+    The analysis rests on :func:`symquad.plateau` and the escape law, which
+    were derived for the classic model: a changed specification field they do
+    not handle is named (:mod:`symquad.studies.applicability`), and so is a
+    refusal of :func:`symquad.plateau` itself.
+    """
+    from .applicability import refusal
+
+    reason = refusal(model, "escape")
+    if reason:
+        return reason
+    if not model.is_quadratic:
+        return ("the plateau/escape analysis is for σ = c z² (this activation has another "
+                "plateau structure)")
+    return None
+
+
 def _escape_setup(model, T, escape_fraction):
     """Plateau fixed point and escape threshold, or (fp, None, reason)."""
-    if not model.is_quadratic:
-        return None, None, ("the plateau/escape analysis is for σ = c z² (this activation "
-                            "has another plateau structure)")
+    reason = _escape_unsupported(model)
+    if reason:
+        return None, None, reason
     if not np.allclose(T, np.eye(model.p_star)):
         return None, None, "the plateau/escape analysis needs T = I"
     from ..numeric.landscape import escape_threshold, plateau
@@ -255,7 +310,10 @@ def _escape_setup(model, T, escape_fraction):
         return None, None, str(exc)
     if fp.rate <= 0:
         return fp, None, f"plateau is stable (rate {fp.rate:.3g} <= 0): no escape"
-    return fp, float(escape_threshold(model, escape_fraction, fp)), ""
+    try:
+        return fp, float(escape_threshold(model, escape_fraction, fp)), ""
+    except ValueError as exc:           # the escape law refuses this model
+        return None, None, str(exc)
 
 
 def _seeding_shift(model, q0, fp):
@@ -289,7 +347,9 @@ def finite_size_scaling(model, Ns=(100, 300, 1000, 3000, 10000), t_max=10.0, rep
     from scipy.optimize import curve_fit
 
     from ..numeric.simulate import simulate
+    from .applicability import require_analysis
 
+    require_analysis(model, "finite_size_scaling")
     Ns = [_check_int(n, "fss N", 1) for n in Ns]
     if len(Ns) < 3:
         raise ValueError(f"finite-size scaling needs >= 3 values of N, got {Ns}")
@@ -310,8 +370,10 @@ def finite_size_scaling(model, Ns=(100, 300, 1000, 3000, 10000), t_max=10.0, rep
         if ok.sum() < 2:
             raise ValueError(f"finite-size scaling: SGD diverged at N={N} "
                              f"({run.n_diverged}/{replicas} replicas); reduce lr")
-        Q, rho, _, _, _ = _ode_per_replica(model, run.Q[ok, 0], run.rho[ok, 0], run.T, run.t)
-        d = _overlap_deviation(run.Q[ok], run.rho[ok], Q, rho)
+        sgd_a = None if run.readout is None else run.readout[ok]
+        Q, rho, _, _, _, a = _ode_per_replica(model, run.Q[ok, 0], run.rho[ok, 0], run.T,
+                                              run.t, None if sgd_a is None else sgd_a[:, 0])
+        d = _overlap_deviation(run.Q[ok], run.rho[ok], Q, rho, sgd_a, a)
         per = _rms_over(np.broadcast_to(run.t > 0, d.shape), d)
         dev.append(float(per.mean()))
         se.append(float(per.std(ddof=1) / math.sqrt(per.size)))
@@ -325,7 +387,8 @@ def finite_size_scaling(model, Ns=(100, 300, 1000, 3000, 10000), t_max=10.0, rep
             "intercept": float(a), "chi2_per_dof": float(np.sum(resid ** 2) / (len(Ns) - 2)),
             "start": start, "t_max": float(t_max), "replicas": int(replicas),
             "measure": "replica mean of the RMS over t in (0, t_max] of "
-                       "(||Q_SGD-Q_ODE||_F^2 + ||rho_SGD-rho_ODE||_F^2)^(1/2)"}
+                       "(||Q_SGD-Q_ODE||_F^2 + ||rho_SGD-rho_ODE||_F^2"
+                       + (" + ||a_SGD-a_ODE||^2" if model.readout_trained else "") + ")^(1/2)"}
 
 
 # ---------------------------------------------------------------------------
@@ -360,10 +423,16 @@ def _mean_deviation_window(t, ode_rho, escape_defined):
 
 
 def _analyse(model, t, sgd_Q, sgd_rho, sgd_risk, sgd_ok, T, *, band, escape_fraction, escape,
-             progress):
-    """ODE from every replica's start and all summary numbers (no verdict)."""
+             progress, sgd_readout=None):
+    """ODE from every replica's start and all summary numbers (no verdict).
+
+    `sgd_readout` (replicas, n, p): the recorded readouts of a trained readout
+    (the ODE starts from each replica's ``a(0)``); None for a fixed one.
+    """
     tick = time.perf_counter()
-    oQ, orho, orisk, ostatus, shared = _ode_per_replica(model, sgd_Q[:, 0], sgd_rho[:, 0], T, t)
+    oQ, orho, orisk, ostatus, shared, oa = _ode_per_replica(
+        model, sgd_Q[:, 0], sgd_rho[:, 0], T, t,
+        None if sgd_readout is None else sgd_readout[:, 0])
     t_ode = time.perf_counter() - tick
     good = sgd_ok & (ostatus == "ok")
     n_good = int(good.sum())
@@ -375,17 +444,21 @@ def _analyse(model, t, sgd_Q, sgd_rho, sgd_risk, sgd_ok, T, *, band, escape_frac
         raise ValueError("no replica where both SGD and the ODE stayed finite: nothing to "
                          "compare (reduce lr)")
     d_risk = sgd_risk - orisk
-    d_ov = _overlap_deviation(sgd_Q, sgd_rho, oQ, orho)
+    d_ov = _overlap_deviation(sgd_Q, sgd_rho, oQ, orho, sgd_readout, oa)
 
     fp, threshold, reason = _escape_applies(model, T, sgd_rho[:, 0], sgd_risk[:, 0], escape,
                                             escape_fraction)
+    if threshold is not None:
+        q0 = float(np.mean(np.trace(sgd_Q[good, 0], axis1=-2, axis2=-1)) / model.p)
+        try:
+            shift, J = _seeding_shift(model, q0, fp)
+        except ValueError as exc:       # the escape law refuses this model
+            threshold, reason = None, str(exc)
     esc = {"defined": threshold is not None, "reason": reason}
     if threshold is not None:
         from ..numeric.landscape import escape_times
         ts = escape_times(t, sgd_risk[good], threshold)
         to = escape_times(t, orisk[good], threshold)
-        q0 = float(np.mean(np.trace(sgd_Q[good, 0], axis1=-2, axis2=-1)) / model.p)
-        shift, J = _seeding_shift(model, q0, fp)
         # A replica that escaped in only one of SGD and the ODE, close to the end
         # of the record, is censored, not a disagreement: the other would be
         # expected to escape within the escape-time jitter, after t_max.
@@ -424,6 +497,9 @@ def _analyse(model, t, sgd_Q, sgd_rho, sgd_risk, sgd_ok, T, *, band, escape_frac
         dev[name] = {"risk_rms": _describe(_rms_over(mask, d_risk[good])),
                      "overlap_rms": _describe(_rms_over(mask, d_ov[good])),
                      "risk_max_abs": _describe(np.where(mask, np.abs(d_risk[good]), 0).max(-1))}
+        if sgd_readout is not None:
+            d_a = np.sqrt(np.sum((sgd_readout[good] - oa[good]) ** 2, axis=-1))
+            dev[name]["readout_rms"] = _describe(_rms_over(mask, d_a))
     numbers["deviation"] = dev
 
     # bands and the mean deviation
@@ -477,7 +553,7 @@ def _analyse(model, t, sgd_Q, sgd_rho, sgd_risk, sgd_ok, T, *, band, escape_frac
                    f"grown {_RHO_GROWTH:g}-fold" if threshold is not None else "whole run"),
     }
     numbers["final_risk"] = {"sgd": _describe(sr[:, -1]), "ode": _describe(oc[:, -1])}
-    arrays = dict(ode_Q=oQ, ode_rho=orho, ode_risk=orisk)
+    arrays = dict(ode_Q=oQ, ode_rho=orho, ode_risk=orisk, ode_readout=oa)
     return numbers, arrays, shared, t_ode
 
 
@@ -504,6 +580,8 @@ def _finite_float(x):
 # the report
 # ---------------------------------------------------------------------------
 _ARRAYS = ("t", "sgd_risk", "ode_risk", "sgd_Q", "ode_Q", "sgd_rho", "ode_rho", "T")
+#: saved only for a trained readout
+_READOUT_ARRAYS = ("sgd_readout", "ode_readout")
 _FORMAT_VERSION = 1
 
 
@@ -527,6 +605,8 @@ class ValidationReport:
         Teacher overlaps.
     invariant_study : dict or None
         Raw data of the drift study of ``S`` (for its figure).
+    sgd_readout, ode_readout : ndarray (replicas, n, p) or None
+        The student readouts ``a(t)`` when the readout is trained, else None.
     """
 
     config: dict
@@ -540,6 +620,20 @@ class ValidationReport:
     ode_rho: np.ndarray
     T: np.ndarray | None = None
     invariant_study: dict | None = None
+    sgd_readout: np.ndarray | None = None
+    ode_readout: np.ndarray | None = None
+
+    @property
+    def model(self):
+        """The :class:`~symquad.Model` of the report, every field included (from `config`)."""
+        from ..numeric.persist import model_from_dict
+
+        c = self.config
+        spec = c.get("model_spec")
+        if spec is None:        # reports written before the model specification
+            spec = {k: c[k] for k in ("p", "p_star", "lr", "noise", "lr_scaling")}
+            spec["activation"] = _activation_list(c["activation"])
+        return model_from_dict(spec)
 
     # -- verdict --------------------------------------------------------------
     @property
@@ -585,6 +679,9 @@ class ValidationReport:
         if c["source"] == "simulation":
             lines.append(f"  N={c['N']}, replicas={c['replicas']}, t_max={c['t_max']:g}, "
                          f"start={c['start']}, method={c['method']}, seed={c['seed']}")
+            if str(c.get("start_reason", "")).startswith("default: "):
+                lines.append(f"  start: {c['start']} by default, since "
+                             f"{c['start_reason'][len('default: '):]}")
         else:
             lines.append(f"  {c['source']}: replicas={c['replicas']}, {len(self.t)} times in "
                          f"[{self.t[0]:g}, {self.t[-1]:g}]")
@@ -595,7 +692,8 @@ class ValidationReport:
         lines.append(f"  {'quantity':44s} {'mean':>10s} {'5%':>10s} {'95%':>10s}")
         for phase in ("whole_run", "before_escape", "after_escape"):
             for key, label in (("risk_rms", "|risk SGD-ODE| (RMS in t)"),
-                               ("overlap_rms", "overlap deviation (RMS in t)")):
+                               ("overlap_rms", "overlap deviation (RMS in t)"),
+                               ("readout_rms", "|a SGD-ODE| (RMS in t)")):
                 d = n["deviation"].get(phase, {}).get(key)
                 if d and d["n"]:
                     lines.append(f"  {label + ', ' + phase.replace('_', ' '):44s} "
@@ -701,7 +799,8 @@ class ValidationReport:
             json.dump(head, fh, indent=2, allow_nan=False)
         with open(os.path.join(folder, names["summary"]), "w", encoding="utf-8") as fh:
             fh.write(self.summary() + "\n")
-        arrays = {k: getattr(self, k) for k in _ARRAYS if getattr(self, k) is not None}
+        arrays = {k: getattr(self, k) for k in _ARRAYS + _READOUT_ARRAYS
+                  if getattr(self, k) is not None}
         np.savez_compressed(os.path.join(folder, names["trajectories"]), **arrays)
         if study_arrays:
             np.savez_compressed(os.path.join(folder, names["invariant_study"]), **study_arrays)
@@ -738,12 +837,20 @@ class ValidationReport:
             if missing:
                 raise ValueError(f"{folder!r}: trajectories.npz lacks {missing}")
             arrays = {k: data[k] for k in _ARRAYS if k in data.files}
+            arrays.update({k: data[k] for k in _READOUT_ARRAYS if k in data.files})
         study = None
         if "invariant_study" in head:
             with np.load(os.path.join(path, "invariant_study.npz"), allow_pickle=False) as data:
                 study = join_arrays(head["invariant_study"], {k: data[k] for k in data.files})
         return cls(config=head["config"], numbers=head["numbers"], invariant_study=study,
                    **arrays)
+
+
+def _activation_list(text):
+    """Coefficients of an activation string as the rational strings of a saved model."""
+    from ..spec import Model
+
+    return [str(c) for c in Model(1, 1, 1.0, activation=text).activation]
 
 
 def _report_format():
@@ -772,9 +879,18 @@ def _check_common(band, escape_fraction, alpha):
 
 
 def _model_config(model):
+    """The model in a report's configuration: its repr, the classic fields and every field.
+
+    ``model_spec`` holds every field as :func:`symquad.numeric.persist.model_to_dict`
+    writes it (``ValidationReport.model`` reads it back); ``changed_fields``
+    names the specification fields that differ from their defaults.
+    """
+    from ..numeric.persist import model_to_dict
+
     return {"model": repr(model), "p": model.p, "p_star": model.p_star, "lr": model.lr,
             "eta": model.eta, "noise": model.noise, "activation": model.activation_str,
-            "lr_scaling": model.lr_scaling}
+            "lr_scaling": model.lr_scaling, "model_spec": model_to_dict(model),
+            "changed_fields": list(model.changed_fields())}
 
 
 def validate(model=None, N=2000, t_max=None, replicas=64, start=None, seed=0, *,
@@ -791,7 +907,11 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start=None, seed=0, *,
     Parameters
     ----------
     model : symquad.Model, optional
-        Default :data:`symquad.spec.DEFAULT_MODEL`.
+        Default :data:`symquad.spec.DEFAULT_MODEL`.  Every field is honoured:
+        SGD (:func:`symquad.simulate`) and the ODE (from each replica's
+        realised ``Q(0), ρ(0)`` and, for a trained readout, ``a(0)``) are the
+        variant's; see "Model specification" in the module docstring for what
+        is skipped.
     N : int
         Input dimension of the SGD runs (``>= 1``).
     t_max : float, optional
@@ -807,7 +927,9 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start=None, seed=0, *,
         ``P`` a fixed p×p* matrix with orthonormal columns (no plateau).
         Default: ``"random"`` for ``σ = c z²``; ``"informed"`` for other
         activations, whose plateau from a random start lasts far longer (the
-        escape analysis is for ``σ = c z²``).  Not with `Q0`/`rho0`.
+        escape analysis is for ``σ = c z²``), and for models with a changed
+        specification field the escape analysis does not handle (the reason,
+        naming the field, is ``config["start_reason"]``).  Not with `Q0`/`rho0`.
     seed : int
         Seed of the simulations (the same seed gives the same report numbers).
     T : array (p*, p*), optional
@@ -840,9 +962,10 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start=None, seed=0, *,
         along SGD as a function of N (random start from a time after the early
         re-randomisation, and an informed start), with a fitted exponent; see
         :func:`symquad.invariant_drift_study`.  Needs
-        ``p >= p*`` and ``σ = c z²`` (skipped otherwise, with the reason in
-        ``numbers["invariant_drift_skipped"]``).  Reported, not part of the
-        verdict.
+        ``p >= p*``, ``σ = c z²`` and no specification field the
+        conservation of ``S`` is not proved for (skipped otherwise, with the
+        reason, naming the field, in ``numbers["invariant_drift_skipped"]``).
+        Reported, not part of the verdict.
     invariant_N, invariant_replicas
         The N values and replicas per N of that study (t_max as the main run).
     workers : int
@@ -876,8 +999,18 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start=None, seed=0, *,
     if given and (Q0 is None or rho0 is None):
         raise ValueError("Q0 and rho0 must be given together")
     if start is None:
-        start = "given" if given else ("random" if model.is_quadratic else "informed")
-        start_reason = "default for this activation" if not given else "Q0, rho0 given"
+        from .applicability import refusal
+
+        # a random start has a plateau: without the escape analysis the comparison
+        # would be dominated by the O(1) escape-time jitter (module docstring)
+        refused = None if given else refusal(model, "escape")
+        if given:
+            start, start_reason = "given", "Q0, rho0 given"
+        elif refused:
+            start, start_reason = "informed", f"default: {refused}"
+        else:
+            start = "random" if model.is_quadratic else "informed"
+            start_reason = "default for this activation"
     else:
         if start not in STARTS:
             raise ValueError(f"start must be one of {STARTS}, got {start!r}")
@@ -891,6 +1024,8 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start=None, seed=0, *,
         raise ValueError(f"fss_start must be one of {STARTS}, got {fss_start!r}")
     if (start == "informed" or (fss and fss_start == "informed")):
         from ..numeric.checks import as_overlaps
+        from .applicability import require_analysis
+        require_analysis(model, "informed_start")
         as_overlaps(model, *informed_start(model, overlap), T,
                     names=("informed Q0", "informed rho0 (overlap)", "T"))
 
@@ -908,6 +1043,8 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start=None, seed=0, *,
         raise ValueError(f"t_max must be a finite number > 0, got {t_max!r}")
     t_max = float(t_max)
     if fss:
+        from .applicability import require_analysis
+        require_analysis(model, "finite_size_scaling")
         fss_N = list(fss_N) if fss_N is not None else [100, 300, 1000, 3000, 10000]
         fss_t = float(fss_t_max) if fss_t_max is not None \
             else float(min(t_max, max(5.0, 2.0 / model.eta)))
@@ -919,10 +1056,13 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start=None, seed=0, *,
             model=model, Ns=fss_N, t_max=fss_t, replicas=fss_replicas or replicas, seed=seed,
             start=fss_start, overlap=overlap, method=method, T=T))
     skipped = None
-    if invariant and not (model.p >= model.p_star and model.is_quadratic):
+    if invariant:
+        from .applicability import refusal
+        skipped = refusal(model, "invariant_drift")
+    if invariant and not skipped and not (model.p >= model.p_star and model.is_quadratic):
         skipped = ("the conservation of S is a result for sigma = c z^2" if not model.is_quadratic
                    else "S = rho (rho^T rho)^(-1/2) needs p >= p_star")
-    elif invariant:
+    elif invariant and not skipped:
         # docs/model.md §8.4 at finite N: drift of S = rho (rho^T rho)^(-1/2) vs N
         from .invariant_drift import invariant_drift_study
         jobs["invariant_drift"] = (invariant_drift_study, dict(
@@ -952,7 +1092,8 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start=None, seed=0, *,
         tick = time.perf_counter()
         numbers, ode, shared, phases["ode"] = _analyse(
             model, run.t, run.Q, run.rho, run.risk, ok, run.T, band=band,
-            escape_fraction=escape_fraction, escape=escape, progress=progress)
+            escape_fraction=escape_fraction, escape=escape, progress=progress,
+            sgd_readout=run.readout)
         phases["analysis"] = time.perf_counter() - tick - phases["ode"]
         results, study_times = studies.results()
     phases.update(study_times)
@@ -979,7 +1120,7 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start=None, seed=0, *,
                             if shared else "each replica's realised initial overlaps")}
     return ValidationReport(config=config, numbers=numbers, t=run.t, sgd_risk=run.risk,
                             sgd_Q=run.Q, sgd_rho=run.rho, T=np.asarray(run.T, float),
-                            invariant_study=study, **ode)
+                            invariant_study=study, sgd_readout=run.readout, **ode)
 
 
 def _resolve_workers(workers, n_jobs):
@@ -1051,15 +1192,19 @@ def _check_start(model, Q0, rho0, T):
     """Check initial overlaps (one start or one per replica) before any simulation."""
     from ..numeric.checks import as_overlaps
 
+    from ..numeric.integrate import check_sphere
+
     Q0, rho0 = np.asarray(Q0), np.asarray(rho0)
     if Q0.ndim == 2 and rho0.ndim == 2:
         as_overlaps(model, Q0, rho0, T)
+        check_sphere(model, Q0)
         return
     if Q0.ndim != 3 or rho0.ndim != 3 or Q0.shape[0] != rho0.shape[0]:
         raise ValueError(f"Q0 and rho0 must be (p, p) and (p, p*) or carry the same leading "
                          f"replicas axis; got shapes {Q0.shape} and {rho0.shape}")
     for r in range(Q0.shape[0]):
         as_overlaps(model, Q0[r], rho0[r], T, names=(f"Q0[{r}]", f"rho0[{r}]", "T"))
+    check_sphere(model, Q0)
 
 
 def _check_fss_args(Ns, t_max, replicas):
@@ -1135,8 +1280,41 @@ def _as_trajectories(model, t, Q, rho, T):
     return t, Q, rho, T
 
 
-def compare(model, t, Q, rho, T=None, *, band=(2.5, 97.5), escape_fraction=0.5, escape=None,
-            alpha=ALPHA, progress=False) -> ValidationReport:
+def _as_readout(model, readout, t, replicas):
+    """Check a readout trajectory for `model`: ``(replicas, n, p)`` floats, or None.
+
+    Required (and only accepted) when the model trains its readout; errors
+    name ``readout`` and the shape expected.
+    """
+    from ..numeric.checks import as_real_array
+
+    if not model.readout_trained:
+        if readout is not None:
+            raise ValueError("readout is accepted only for a model that trains its readout "
+                             "(lr_readout > 0); a fixed readout is model.readout "
+                             f"(lr_readout = {model.lr_readout:g} here)")
+        return None
+    if readout is None:
+        raise ValueError(f"readout is required: the model trains its readout (lr_readout = "
+                         f"{model.lr_readout:g}), so the data must give a(t) as an array of "
+                         f"shape (replicas, n, p) or (n, p) with n = len(t), p = {model.p}")
+    a = as_real_array(readout, "readout")
+    n, p = len(t), model.p
+    if a.ndim == 2:
+        a = a[None]
+    if a.ndim != 3 or a.shape[1:] != (n, p) or a.shape[0] != replicas:
+        raise ValueError(f"readout must have shape (replicas, n, p) = ({replicas}, {n}, {p}) "
+                         f"or (n, p) with one replica; got {np.shape(readout)}")
+    bad = ~np.isfinite(a)
+    if bad.any():
+        r, i = np.argwhere(bad)[0][:2]
+        raise ValueError(f"readout must be finite; replica {r} has a non-finite entry at "
+                         f"t = {t[i]:.6g} (drop diverged runs before comparing)")
+    return a.astype(float)
+
+
+def compare(model, t, Q, rho, T=None, readout=None, *, band=(2.5, 97.5), escape_fraction=0.5,
+            escape=None, alpha=ALPHA, progress=False) -> ValidationReport:
     r"""Compare trajectories you supply with the ODE theory of `model`: report and verdict.
 
     For each replica the ODE is integrated from that replica's own first
@@ -1148,8 +1326,10 @@ def compare(model, t, Q, rho, T=None, *, band=(2.5, 97.5), escape_fraction=0.5, 
     Parameters
     ----------
     model : symquad.Model
-        The model whose ODE is the theory (its ``lr``, ``lr_scaling``,
-        ``noise``, activation must be those of the data).
+        The model whose ODE is the theory (every field — ``lr``,
+        ``lr_scaling``, ``noise``, the activations, readouts, ``lr_readout``,
+        ``weight_decay``, ``batch_size``, ``constraint`` — must be that of the
+        data).
     t : array (n,)
         Times ``steps/N`` (``>= 0``, strictly increasing, ``n >= 3``).
     Q : array (replicas, n, p, p) or (n, p, p)
@@ -1158,7 +1338,15 @@ def compare(model, t, Q, rho, T=None, *, band=(2.5, 97.5), escape_fraction=0.5, 
         Student–teacher overlaps ``W W*ᵀ/N`` (finite).
     T : array (p*, p*), optional
         Teacher overlaps (default ``I``).  ``[[Q, ρ], [ρᵀ, T]]`` must be
-        positive semi-definite at the first time.
+        positive semi-definite at the first time.  With
+        ``constraint="sphere"`` the first ``Q`` of every replica must have
+        unit diagonal (to 1e-6; the ODE starts from the rows normalised).
+    readout : array (replicas, n, p) or (n, p), optional
+        The student readouts ``a(t)``: required when `model` trains its
+        readout (``lr_readout > 0``; the ODE starts from each replica's
+        ``a(t[0])`` and the risk uses ``a(t)``), refused otherwise (the fixed
+        readout is ``model.readout``).  Checked with the other arrays, before
+        any integration.
     band : (float, float)
         Percentiles of the replica band.
     escape_fraction : float
@@ -1166,7 +1354,9 @@ def compare(model, t, Q, rho, T=None, *, band=(2.5, 97.5), escape_fraction=0.5, 
     escape : bool, optional
         Do the plateau/escape analysis; default (None): when it applies
         (σ = c z², ``T = I``, RMS entry of ``ρ(0)`` below 0.2, start above
-        the escape threshold).
+        the escape threshold, and no specification field the analysis does
+        not handle: :mod:`symquad.studies.applicability`; ``True`` cannot
+        force it onto such a model, the reason is reported instead).
     alpha : float
         Family-wise level of the verdict's tests.
     progress : bool
@@ -1197,11 +1387,15 @@ def compare(model, t, Q, rho, T=None, *, band=(2.5, 97.5), escape_fraction=0.5, 
     if escape not in (None, True, False):
         raise ValueError(f"escape must be None, True or False, got {escape!r}")
     t, Q, rho, T = _as_trajectories(model, t, Q, rho, T)
-    risk = population_risk(model.activation, Q, rho, T)
     R = Q.shape[0]
+    a = _as_readout(model, readout, t, R)
+    if model.constraint == "sphere":
+        from ..numeric.integrate import check_sphere
+        check_sphere(model, Q[:, 0], name="Q[:, 0]", tol=1e-6)
+    risk = population_risk(model, Q, rho, T, a)
     numbers, ode, shared, t_ode = _analyse(
         model, t, Q, rho, risk, np.ones(R, bool), T, band=band,
-        escape_fraction=escape_fraction, escape=escape, progress=progress)
+        escape_fraction=escape_fraction, escape=escape, progress=progress, sgd_readout=a)
     numbers["verdict"] = _decide(numbers, R, alpha)
     total = time.perf_counter() - t_start
     numbers["runtime_s"] = total
@@ -1212,4 +1406,4 @@ def compare(model, t, Q, rho, T=None, *, band=(2.5, 97.5), escape_fraction=0.5, 
               "replicas_share_ode": bool(shared), "alpha": alpha,
               "ode_start": "each replica's first state"}
     return ValidationReport(config=config, numbers=numbers, t=t, sgd_risk=risk, sgd_Q=Q,
-                            sgd_rho=rho, T=T, **ode)
+                            sgd_rho=rho, T=T, sgd_readout=a, **ode)

@@ -1,0 +1,66 @@
+"""Which of the paper's analyses the studies layer and the CLI run for a model.
+
+The plateau and escape law, the conservation of ``S``, the Hessian spectra and
+the zero-risk manifold were derived for the classic model (docs/model.md §8).
+:func:`symquad.validate`, the sweep tasks and the commands ``landscape`` and
+``invariants`` ask :func:`refusal` (or :func:`require_analysis`) before they
+use one of them on a :class:`~symquad.Model`: each analysis lists the
+specification fields it handles (:data:`ANALYSES`), and every other changed
+field is refused by name (:func:`symquad.spec.require`), so a changed model
+gets a stated skip or an error naming the field, never the classic model's
+answer.  The analyses' own functions may refuse as well (their errors are
+turned into the same skips); this table is the one place where the studies
+layer opts a field in once an analysis has been extended to it.
+"""
+
+from __future__ import annotations
+
+from ..spec import require
+
+__all__ = ["ANALYSES", "refusal", "require_analysis"]
+
+# Fields validate's own statistics handle for any variant: nothing in the
+# finite-size exponent (fluctuations of N t steps of size 1/N) or in the
+# informed start (Q(0) = I, rho(0) = alpha P, a valid start on the sphere too)
+# depends on the classic model.  Listed by hand: a field added later is refused
+# until someone has checked it.
+_GENERIC = ("teacher_activation", "readout", "teacher_readout", "lr_readout", "weight_decay",
+            "batch_size", "constraint")
+
+#: analysis -> (routine name used in messages, fields it handles, what it rests on)
+ANALYSES = {
+    "plateau": (
+        "the plateau fixed point", (),
+        "rho = 0, Q = q I and its growth rate are derived for the classic model"),
+    "escape": (
+        "the plateau/escape analysis", (),
+        "the plateau rho = 0, Q = q I, its growth rate and the SGD-noise seeding of rho are "
+        "derived for the classic model"),
+    "invariant_drift": (
+        "the drift study of S", (),
+        "the conservation of S = rho (rho^T rho)^(-1/2) is proved for the classic model"),
+    "hessian": (
+        "the Hessian-spectrum analysis", (), "the critical points and spectra are derived for the "
+        "classic model"),
+    "manifold": (
+        "the zero-risk manifold", (), "derived for the classic readouts and sigma* = sigma"),
+    "conservation": (
+        "the conservation proof of S", (), "proved for the classic model"),
+    "finite_size_scaling": ("the finite-size scaling", _GENERIC, ""),
+    "informed_start": ("the informed start", _GENERIC, ""),
+}
+
+
+def require_analysis(model, analysis: str):
+    """Raise ValueError naming every changed field of `model` that `analysis` does not handle."""
+    routine, supports, why = ANALYSES[analysis]
+    return require(model, routine, supports, why)
+
+
+def refusal(model, analysis: str):
+    """The reason `analysis` does not apply to `model` (names the fields), or None."""
+    try:
+        require_analysis(model, analysis)
+    except ValueError as exc:
+        return str(exc)
+    return None
