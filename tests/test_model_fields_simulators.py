@@ -253,6 +253,39 @@ def test_one_reduced_batch_step_is_the_literal_step_with_those_inputs(kwargs):
     assert np.max(np.abs(Q1 - Q0)) > 1e-3                   # the step moved
 
 
+@pytest.mark.parametrize("kwargs", [dict(batch_size=3), {**_ALL, "batch_size": 3}],
+                         ids=["batch", "combination"])
+def test_one_full_step_is_the_literal_step(kwargs):
+    """The full simulator's compiled step == the literal step on the same inputs and noise
+    (so what both simulators share, the readouts, σ*, the shrink and the rates, is checked
+    against the definitions, not only against each other)."""
+    import copy
+    model = sq.Model(**{**BASE, **kwargs})
+    N, R = 50, 2
+    Q0, rho0, T = random_overlaps(3, 2, np.random.default_rng(6))
+    if model.constraint == "sphere":
+        d = np.sqrt(np.diag(Q0))
+        Q0, rho0 = Q0 / np.outer(d, d), rho0 / d[:, None]
+    rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(3).spawn(5)]
+    X0, T = simmod._initial_coordinates(model, N, R, Q0, rho0, T, rngs[1])
+    st = simmod._FullStepper(model, N, R, X0, rngs[0], rngs[1], rngs[2], rngs[3],
+                             random_student=False)
+    assert st.general
+    W0, Ws, a0 = st.W.copy(), st.Ws.copy(), st.readout().copy()
+    data, noise = copy.deepcopy(st.rng_data), copy.deepcopy(st.rng_noise)
+    st.advance(1)
+    xi = noise.standard_normal((1, R, model.batch_size))[0]      # drawn first, per advance
+    x = data.standard_normal((R, model.batch_size, N))
+    Q1, rho1 = st.gram()
+    for r in range(R):
+        W1, a1 = _literal_step(model, W0[r], Ws, x[r], xi[r], a0[r], N)
+        np.testing.assert_allclose(Q1[r], W1 @ W1.T / N, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(rho1[r], W1 @ Ws.T / N, rtol=0, atol=1e-12)
+        expect_a = a1 if model.readout_trained else a0[r]
+        np.testing.assert_allclose(st.readout()[r], expect_a, rtol=0, atol=1e-15)
+        assert np.max(np.abs(Q1[r] - W0[r] @ W0[r].T / N)) > 1e-6      # the step moved
+
+
 def test_small_N_batch_reduced_matches_full():
     """N = p + p* + b + 1: the out-of-span Gram matrix of the batch matters most."""
     model = sq.Model(**BASE, batch_size=4)
@@ -322,3 +355,18 @@ def test_general_kernels_give_the_classic_numbers_bit_for_bit(method, replicas, 
     for name in ("Q", "rho", "risk"):
         assert np.array_equal(getattr(classic, name), getattr(general, name)), name
     assert classic.readout is None and general.readout is None
+
+
+@pytest.mark.parametrize("method", ["reduced", "full"])
+@pytest.mark.parametrize("kwargs", [_ALL, dict(activation="z**2 - 1", readout=READOUT,
+                                               teacher_readout=TEACHER_READOUT)],
+                         ids=["combination", "readouts-with-constant"])
+def test_recorded_risk_is_the_kernels_risk_for_a_changed_model(method, kwargs):
+    """The simulators' risk (Isserlis, symquad.numeric.simulate) == the generated kernels'
+    risk at the recorded overlaps and readout: two routes for σ*, readouts, a trained a."""
+    model = sq.Model(**BASE, **kwargs)
+    run = simulate(model, N=40, t_max=2.0, replicas=4, seed=1, method=method,
+                   t_eval=[0.0, 1.0, 2.0])
+    risk = sq.kernels(model).risk(run.Q, run.rho, run.T, run.readout)
+    assert np.all(run.risk > 1e-3)
+    np.testing.assert_allclose(run.risk, risk, rtol=1e-12)
