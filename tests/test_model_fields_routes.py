@@ -153,7 +153,7 @@ def assert_blocks_close(got, ref, what, sphere=False):
 
 
 def assert_routes_agree(model, points=2, seed=0):
-    """Tensor (and matrix, where it applies) kernels == entry route, and the field matters."""
+    """Tensor (and matrix, where it applies) kernels == entry route at `points` random states."""
     forms = ["tensor"] + (["matrix"] if model.is_quadratic else [])
     entry = EntryRoute(model)
     rng = np.random.default_rng(seed)
