@@ -53,10 +53,12 @@ def test_hand_edit_of_committed_module_is_refused(tmp_path, monkeypatch):
     monkeypatch.setattr(K, "GENERATED_DIR", copy)
     with pytest.raises(KernelFileError, match="symquad regenerate"):
         sq.kernels(sq.Model(p=2, p_star=1, lr=0.1, activation="z**3"))
-    target2 = copy / "quadratic_matrix.py"
-    target2.write_text(target2.read_text() + "# tweak\n")
-    with pytest.raises(ValueError, match="checksum"):
-        sq.kernels(sq.Model(p=2, p_star=1, lr=0.1))
+    for name, model in (("quadratic_matrix_uniform.py", sq.Model(p=2, p_star=1, lr=0.1)),
+                        ("quadratic_matrix.py", sq.Model(p=2, p_star=1, lr=0.1, readout=(1, 2)))):
+        target2 = copy / name
+        target2.write_text(target2.read_text() + "# tweak\n")
+        with pytest.raises(ValueError, match="checksum"):
+            sq.kernels(model)
     # the untouched copy of another module still loads
     assert sq.kernels(sq.Model(p=2, p_star=1, lr=0.1, activation="z**4")).form == "tensor"
 
