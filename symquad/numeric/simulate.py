@@ -3,14 +3,18 @@
 Two simulators share one driver and one output type (:class:`SimulationRun`):
 
 ``method="full"``
-    Real SGD on ``N``-dimensional weights.  Each step draws a fresh input
-    ``x ~ N(0, I_N)`` per replica, computes the local fields
-    ``λ_k = w_k·x/√N``, ``ν_l = w*_l·x/√N``, the outputs
-    ``ŷ = (1/p) Σ_k σ(λ_k)``, ``y = (1/p*) Σ_l σ(ν_l) + √Δ ξ`` and updates
+    Real SGD on ``N``-dimensional weights.  Each step draws ``b`` fresh inputs
+    ``x^μ ~ N(0, I_N)`` per replica (``b = batch_size``), computes the local
+    fields ``λ_k = w_k·x/√N``, ``ν_m = w*_m·x/√N``, the outputs
+    ``ŷ = Σ_k a_k σ(λ_k)``, ``y = Σ_m b_m σ*(ν_m) + √Δ ξ`` and updates (docs/model.md §2)
 
-    .. math::  w_k \\leftarrow w_k - \\frac{η}{p}(ŷ - y)\\,σ'(λ_k)\\,\\frac{x}{\\sqrt N}.
+    .. math::  w_k \\leftarrow \\Big(1 - \\frac{ηλ}{N}\\Big) w_k
+               - \\frac{η}{b}\\sum_μ a_k (ŷ^μ - y^μ)\\,σ'(λ^μ_k)\\,\\frac{x^μ}{\\sqrt N},
+               \\qquad a_k \\leftarrow a_k - \\frac{η_a}{bN}\\sum_μ (ŷ^μ - y^μ)\\,σ(λ^μ_k),
 
-    Cost per step ``O(replicas · (p + p*) · N)``.
+    then, with ``constraint="sphere"``, renormalises every row to ``|w_k|² = N``.
+    With the defaults this is ``w_k ← w_k − (η/p)(ŷ − y) σ'(λ_k) x/√N``.
+    Cost per step ``O(replicas · b · (p + p*) · N)``.
 
 ``method="reduced"``
     The same process, exactly in law, with a cost per step independent of
@@ -34,7 +38,13 @@ Two simulators share one driver and one output type (:class:`SimulationRun`):
     rank-one LQ update by Givens rotations, ``O(p²)``) returns the
     coordinates to ``k`` columns with the same Gram matrix, so each step
     uses exactly the ``k = p + p*`` normals and the one chi-square its law
-    needs (see :class:`_ReducedStepper`).  This is the construction
+    needs (see :class:`_ReducedStepper`).  A mini-batch of ``b`` inputs has
+    ``b`` components outside the basis whose Gram matrix is
+    ``Wishart_b(N − k, I)``: it is drawn as a Bartlett factor (``χ²_{N−k−μ}``
+    on the diagonal, normals below), the update adds ``b`` columns, and an LQ
+    reduction by Givens rotations returns to ``k`` columns (``O(p²(p + b))``).
+    Weight decay scales the student rows, the sphere renormalises them, a
+    trained readout is updated from the same samples' errors.  This is the construction
     "(λ, ν) ~ N(0, C) plus a chi-square with N − rank degrees of freedom"
     (docs/model.md §9), written with a factor of ``C`` instead of ``C`` itself: the
     in-span part of ``‖x‖²`` is ``‖g‖² = zᵀC⁺z`` without forming a
