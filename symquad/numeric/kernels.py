@@ -18,8 +18,11 @@ module is checked against its trailing SHA-256 before it is used, committed
 ones included: a hand edit raises an error that says to run ``symquad
 regenerate``.  Cached modules carry the generator version in their file name
 (:func:`symquad.kernel_files.generator_version`).  A cache folder that cannot be
-written falls back to in-memory kernels with a warning; a cached module that is
-corrupted, fails at import or lacks ``rhs``/``risk`` is regenerated.
+written, or that others could have written (see
+:mod:`symquad.kernel_files`), falls back to in-memory kernels with a warning; a
+cached module that is corrupted, fails at import or lacks ``rhs``/``risk`` is
+regenerated, and one that is not trusted (a link, a FIFO, someone else's, writable
+by others) is never executed: it is regenerated, with a warning.
 """
 
 from __future__ import annotations
@@ -32,8 +35,9 @@ from typing import Callable
 
 import numpy as np
 
-from ..kernel_files import (GENERATED_DIR, KernelFileError, atomic_write, cached_path,
-                            load_module_file, load_module_text)
+from ..kernel_files import (GENERATED_DIR, KernelFileError, UntrustedCacheError, cached_path,
+                            load_module_file, load_module_text, read_cache_file,
+                            write_cache_file)
 from ..spec import Model, check_model
 
 __all__ = ["Kernels", "kernels", "KERNEL_FORMS", "clear_kernel_memo"]
@@ -107,34 +111,53 @@ def _committed(name: str):
 
 
 def _cached(kind: str, key: str, render: Callable[[], str]):
-    """A module generated on demand into the cache (see the module docstring)."""
+    """A module generated on demand into the cache (see the module docstring).
+
+    A cache entry is executed only when :func:`symquad.kernel_files.read_cache_file`
+    trusts it (owned by the user, not writable by others, no link, a regular
+    file); an untrusted one is never executed: the module is regenerated into a
+    fresh trusted file, or into memory when the folder itself is untrusted,
+    with a warning that says why.
+    """
     path = cached_path(kind, key)
     memo_key = (kind, key, path.name)
     with _LOCK:
         if memo_key in _MEMO:
             return _MEMO[memo_key]
     name = f"symquad_cached_{path.stem}"
+    distrust = None
     try:
-        result = (load_module_file(path, name), str(path))
+        result = (load_module_text(read_cache_file(path), name, str(path)), str(path))
+    except UntrustedCacheError as exc:
+        distrust = exc
     except (OSError, KernelFileError):
-        # missing, unreadable, corrupted, broken at import or incomplete: (re)generate
-        text = render()
-        result = _write_and_load(path, name, text)
+        pass     # missing, unreadable, corrupted, broken at import or incomplete
+    else:
+        with _LOCK:
+            _MEMO[memo_key] = result
+        return result
+    result = _write_and_load(path, name, render(), distrust)
     with _LOCK:
         _MEMO[memo_key] = result
     return result
 
 
-def _write_and_load(path, name, text):
+def _write_and_load(path, name, text, distrust=None):
+    """Write ``text`` as a trusted cache file and load it (from memory: what was written)."""
     try:
-        atomic_write(path, text)
-    except OSError as exc:
+        write_cache_file(path, text)
+    except (OSError, UntrustedCacheError) as exc:
+        why = exc if isinstance(exc, UntrustedCacheError) else \
+            f"it cannot be written ({type(exc).__name__}: {exc})"
         warnings.warn(
-            f"kernel cache folder {path.parent} cannot be written ({type(exc).__name__}: "
-            f"{exc}); using in-memory kernels for this process. Set SYMQUAD_CACHE_DIR to a "
-            f"writable folder to keep them.", RuntimeWarning, stacklevel=4)
+            f"kernel cache folder {path.parent} is not used: {why}; using in-memory kernels "
+            f"for this process. Set SYMQUAD_CACHE_DIR to a folder of your own that others "
+            f"cannot write to keep them.", RuntimeWarning, stacklevel=5)
         return load_module_text(text, name, "<memory>"), "<memory>"
-    return load_module_file(path, name), str(path)
+    if distrust is not None:
+        warnings.warn(f"{distrust}; it was not executed, the kernel was regenerated into a "
+                      f"fresh file", RuntimeWarning, stacklevel=5)
+    return load_module_text(text, name, str(path)), str(path)
 
 
 def _matrix_kernels(model: Model) -> Kernels:
