@@ -83,18 +83,48 @@ def check_choice(name: str, value, choices):
     return value
 
 
-def as_real_array(value, name: str) -> np.ndarray:
-    """``value`` as a finite float array, refusing complex, bool, string and object input."""
-    try:
-        arr = np.asarray(value)
-    except (TypeError, ValueError) as exc:  # ragged nested lists
-        raise TypeError(f"{name} must be an array of real numbers ({exc})") from None
-    if arr.dtype.kind not in "iuf":
-        kind = {"c": "complex", "b": "bool", "U": "string", "S": "bytes", "O": "object"}.get(
-            arr.dtype.kind, str(arr.dtype))
-        raise TypeError(f"{name} must be an array of real numbers, got {kind} entries")
-    arr = arr.astype(float)
-    if not np.all(np.isfinite(arr)):
+def as_real_array(value, name: str, *, finite: bool = True, copy: bool = True) -> np.ndarray:
+    """``value`` as a float array, refusing complex, bool, string and object input.
+
+    The one check every public function applies to the arrays it is given
+    (overlaps, times, trajectories, weights): a complex array is a
+    ``TypeError`` even when its imaginary part is zero, never silently
+    truncated to its real part as ``np.asarray(x, dtype=float)`` would.
+
+    Parameters
+    ----------
+    value : array_like
+    name : str
+        The parameter's name, used in the error message.
+    finite : bool
+        Also refuse NaN and inf (``ValueError``).  ``False`` where non-finite
+        entries are meaningful (states after a divergence, kernels evaluated
+        inside a solver).
+    copy : bool
+        ``False``: return `value` itself when it already is a float64 array
+        (hot paths that do not modify it).
+
+    Returns
+    -------
+    ndarray of float64
+    """
+    if not copy and isinstance(value, np.ndarray) and value.dtype == np.float64:
+        arr = value
+    else:
+        if isinstance(value, (str, bytes)):
+            raise TypeError(f"{name} must be an array of real numbers, got a string")
+        try:
+            arr = np.asarray(value)
+        except (TypeError, ValueError) as exc:  # ragged nested lists
+            raise TypeError(f"{name} must be an array of real numbers ({exc})") from None
+        if arr.dtype.kind not in "iuf":
+            kind = {"c": "complex", "b": "bool", "U": "string", "S": "bytes",
+                    "O": "object"}.get(arr.dtype.kind, str(arr.dtype))
+            raise TypeError(f"{name} must be an array of real numbers, got {kind} entries"
+                            + (" (complex arrays are refused, not truncated to their real "
+                               "part)" if kind == "complex" else ""))
+        arr = arr.astype(float)
+    if finite and not np.all(np.isfinite(arr)):
         raise ValueError(f"{name} must be finite (it contains NaN or inf)")
     return arr
 

@@ -39,6 +39,7 @@ from ..kernel_files import (GENERATED_DIR, KernelFileError, UntrustedCacheError,
                             load_module_file, load_module_text, read_cache_file,
                             write_cache_file)
 from ..spec import Model, check_model
+from .checks import as_real_array
 
 __all__ = ["Kernels", "kernels", "KERNEL_FORMS", "clear_kernel_memo"]
 
@@ -74,7 +75,9 @@ class Kernels:
     _risk: Callable = field(repr=False)
 
     def _arrays(self, Q, rho, T):
-        Q, rho, T = (np.asarray(x, dtype=float) for x in (Q, rho, T))
+        # complex input refused (never truncated); non-finite allowed inside solvers
+        Q, rho, T = (as_real_array(x, n, finite=False, copy=False)
+                     for x, n in ((Q, "Q"), (rho, "rho"), (T, "T")))
         p, k = self.model.p, self.model.p_star
         if Q.shape[-2:] != (p, p) or rho.shape[-2:] != (p, k) or T.shape[-2:] != (k, k):
             raise ValueError(

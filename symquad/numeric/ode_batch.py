@@ -30,7 +30,7 @@ import numpy as np
 from scipy import integrate as _ivp
 
 from ..spec import check_model
-from .checks import check_positive
+from .checks import as_real_array, check_positive
 from .errors import describe_state
 from .kernels import kernels
 
@@ -108,9 +108,9 @@ class BatchODESolution:
 def _batch_overlaps(model, Q0, rho0, T, tol=1e-9):
     """Validate a batch of starts; return ``Q0 (B,p,p)``, ``rho0 (B,p,p*)``, ``T (p*,p*)``."""
     p, k = model.p, model.p_star
-    Q0 = np.asarray(Q0, dtype=float)
-    rho0 = np.asarray(rho0, dtype=float)
-    T = np.asarray(T, dtype=float)
+    Q0 = as_real_array(Q0, "Q0", finite=False)
+    rho0 = as_real_array(rho0, "rho0", finite=False)
+    T = as_real_array(T, "T", finite=False)
     if Q0.ndim not in (2, 3) or Q0.shape[-2:] != (p, p):
         raise ValueError(f"Q0 must have shape (B, p, p) or (p, p) with p={p}, got {Q0.shape}")
     if rho0.ndim not in (2, 3) or rho0.shape[-2:] != (p, k):
@@ -190,7 +190,7 @@ def integrate_batch(model, Q0, rho0, T, t_max, t_eval=None, *, method: str = "RK
     t_max = check_positive("t_max", t_max)
     if t_eval is None:
         t_eval = np.linspace(0.0, t_max, 501)
-    t_eval = np.asarray(t_eval, dtype=float)
+    t_eval = as_real_array(t_eval, "t_eval")
     if t_eval.ndim != 1 or t_eval.size == 0 or np.any(np.diff(t_eval) <= 0) \
             or t_eval[0] < 0 or t_eval[-1] > t_max:
         raise ValueError("t_eval must be a non-empty increasing 1-d array within [0, t_max]")

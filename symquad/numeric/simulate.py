@@ -272,9 +272,7 @@ def population_risk(activation, Q, rho, T) -> np.ndarray:
     ndarray, shape (...)
     """
     c = np.asarray([float(v) for v in activation])
-    Q = np.asarray(Q, dtype=float)
-    rho = np.asarray(rho, dtype=float)
-    T = np.asarray(T, dtype=float)
+    Q, rho, T = (as_real_array(x, n, finite=False) for x, n in ((Q, "Q"), (rho, "rho"), (T, "T")))
     p, ps = rho.shape[-2:]
     batch = np.broadcast_shapes(Q.shape[:-2], rho.shape[:-2], T.shape[:-2])
     Q = np.broadcast_to(Q, batch + (p, p))

@@ -1076,29 +1076,43 @@ def _check_fss_args(Ns, t_max, replicas):
         _check_int(replicas, "fss_replicas", 2)
 
 
+def _check_times(t):
+    """Every recorded time: 1-d, >= 3 of them, finite, >= 0, strictly increasing.
+
+    Each error names the first offending index, so a NaN or a repeated time
+    deep inside a long record is reported, not only a bad first or last time.
+    """
+    if t.ndim != 1 or t.size < 3:
+        raise ValueError(f"t must be a 1-d array of >= 3 times, got shape {t.shape}")
+    bad = np.flatnonzero(~np.isfinite(t))
+    if bad.size:
+        raise ValueError(f"t must be finite: t[{bad[0]}] = {float(t[bad[0]])!r} "
+                         f"({bad.size} non-finite time(s))")
+    if t[0] < 0:
+        raise ValueError(f"t must be >= 0 (times steps/N), got t[0] = {float(t[0])!r}")
+    step = np.diff(t)
+    bad = np.flatnonzero(step <= 0)
+    if bad.size:
+        i = bad[0]
+        raise ValueError(f"t must be strictly increasing: t[{i}] = {float(t[i])!r} is followed by "
+                         f"t[{i + 1}] = {float(t[i + 1])!r} ({bad.size} such step(s))")
+    # times so close that t - t[0] collapses would give the ODE solver repeated times
+    if np.any(np.diff(t - t[0]) <= 0):
+        raise ValueError("t must be strictly increasing after subtracting t[0] (the ODE "
+                         "clock); some times differ by less than the float resolution")
+
+
 def _as_trajectories(model, t, Q, rho, T):
     """Check user trajectories; return float arrays ``t (n,)``, ``Q (R,n,p,p)``,
     ``rho (R,n,p,p*)``, ``T (p*,p*)`` (errors name the parameter)."""
-    from ..numeric.checks import as_overlaps
+    from ..numeric.checks import as_overlaps, as_real_array
 
     p, k = model.p, model.p_star
-    out = []
-    for name, value in (("t", t), ("Q", Q), ("rho", rho)):
-        try:
-            arr = np.asarray(value)
-        except Exception as exc:        # ragged lists and the like
-            raise ValueError(f"{name} must be a numeric array: {exc}") from None
-        if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number)
-                                       or arr.dtype == bool):
-            raise TypeError(f"{name} must be a real numeric array, got dtype {arr.dtype}")
-        if np.iscomplexobj(arr):
-            raise TypeError(f"{name} must be real, got a complex array")
-        out.append(arr.astype(float))
+    # non-finite entries are reported below with the replica and time they occur at
+    out = [as_real_array(value, name, finite=False)
+           for name, value in (("t", t), ("Q", Q), ("rho", rho))]
     t, Q, rho = out
-    if t.ndim != 1 or t.size < 3:
-        raise ValueError(f"t must be a 1-d array of >= 3 times, got shape {t.shape}")
-    if not np.all(np.isfinite(t)) or t[0] < 0 or np.any(np.diff(t) <= 0):
-        raise ValueError("t must be finite, >= 0 and strictly increasing")
+    _check_times(t)
     n = t.size
     if Q.ndim == 3:
         Q = Q[None]
