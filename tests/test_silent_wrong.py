@@ -161,3 +161,68 @@ def test_compare_finds_a_nan_hidden_at_a_later_time(run, which):
     with pytest.raises(ValueError, match=rf"{which} must be finite; replica 2 .* "
                                          rf"t = {run.t[8]:.6g}"):
         sq.compare(M, run.t, arrays["Q"], arrays["rho"])
+
+
+# --------------------------------------------------------------------------- extreme coefficients
+EXTREME = [
+    pytest.param((0, 0, 1e300), id="1e300 z^2"),
+    pytest.param((0, 0, 1e-300), id="1e-300 z^2"),
+    pytest.param((0, 0, 0, 1e300), id="1e300 z^3"),
+    pytest.param((0, -3e-300, 0, 1e-300), id="1e-300 (z^3 - 3z)"),
+    pytest.param((0, 0, 0, Fraction(10**400 + 1, 3)), id="huge rational"),
+    pytest.param((0, 0, 0, Fraction(1, 10**400)), id="tiny rational"),
+    pytest.param((0, 0, 0, 1e51), id="just above the range"),
+    pytest.param((1e8, 0, 0, 1), id="constant 1e8 z^3"),
+]
+P2 = (np.eye(2), np.array([[0.1], [0.05]]), np.eye(1))       # no symmetric start
+NUMERIC_ROUTES = {
+    "kernels": lambda m: sq.kernels(m).rhs(*P2),
+    "integrate": lambda m: sq.integrate(m, *P2, 1.0),
+    "simulate": lambda m: sq.simulate(m, N=50, t_max=0.1, replicas=2),
+    "validate": lambda m: sq.validate(m, N=50, replicas=2),
+    "compare": lambda m: sq.compare(m, np.arange(3.0), np.stack([P2[0]] * 3),
+                                    np.stack([P2[1]] * 3)),
+    "plateau": lambda m: sq.plateau(m),
+    "escape_time": lambda m: sq.escape_time(m, N=100, n_samples=4),
+    "population_risk": lambda m: population_risk(m.activation, *P2),
+}
+
+
+@pytest.mark.parametrize("activation", EXTREME)
+@pytest.mark.parametrize("route", sorted(NUMERIC_ROUTES))
+def test_extreme_coefficients_are_refused_by_every_float_route(activation, route):
+    m = sq.Model(p=2, p_star=1, lr=0.1, activation=activation)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)          # no overflow on the way
+        with pytest.raises(ValueError, match=r"activation: the (largest non-constant "
+                                             r"coefficient|constant term)"):
+            NUMERIC_ROUTES[route](m)
+
+
+@pytest.mark.parametrize("c", [Fraction(10) ** 50, Fraction(1, 10**50), Fraction(7, 3)])
+@pytest.mark.parametrize("shape", [(0, 0, 1), (0, -1, 0, Fraction(1, 3)), (-1, 0, 0, 0, 1)])
+def test_coefficients_at_the_ends_of_the_range_work(c, shape):
+    # an exact symmetry as the second route: σ = c s with (lr, noise) has the overlap
+    # dynamics of σ = s with (lr c², noise/c²), and c² times its risk
+    a = sq.Model(p=3, p_star=2, lr=1e-3 / float(c) ** 2, noise=0.25 * float(c) ** 2,
+                 activation=tuple(c * x for x in shape))
+    b = sq.Model(p=3, p_star=2, lr=1e-3, noise=0.25, activation=shape)
+    Q, rho, T = np.eye(3) * 0.9, 0.2 * np.arange(1, 7).reshape(3, 2) / 6, np.eye(2)
+    ka, kb = sq.kernels(a), sq.kernels(b)
+    for x, y in zip(ka.rhs(Q, rho, T), kb.rhs(Q, rho, T)):
+        assert np.all(np.isfinite(x)) and np.allclose(x, y, rtol=1e-12, atol=0)
+    assert ka.risk(Q, rho, T) == pytest.approx(float(c) ** 2 * kb.risk(Q, rho, T), rel=1e-12)
+    ra = sq.simulate(a, N=40, t_max=0.2, replicas=2, seed=3)
+    rb = sq.simulate(b, N=40, t_max=0.2, replicas=2, seed=3)
+    assert np.allclose(ra.Q, rb.Q, rtol=1e-9) and np.allclose(ra.rho, rb.rho, rtol=1e-9)
+
+
+def test_symbolic_routes_stay_exact_for_extreme_coefficients():
+    from symquad.symbolic.derive import derive
+    huge = Fraction(10**400 + 1, 3)
+    eq = derive(sq.Model(p=2, p_star=1, lr=0.1, activation=(0, 0, huge)))
+    ref = derive(sq.Model(p=2, p_star=1, lr=0.1, activation=(0, 0, 1)))
+    import sympy as sp
+    c = sp.Rational(huge.numerator, huge.denominator)
+    assert sp.expand(eq.explicit()[0] - c**2 * ref.explicit()[0]) == 0
+    assert "10000000000" in eq.latex()            # printed exactly, not as a float

@@ -39,7 +39,7 @@ from ..kernel_files import (GENERATED_DIR, KernelFileError, UntrustedCacheError,
                             load_module_file, load_module_text, read_cache_file,
                             write_cache_file)
 from ..spec import Model, check_model
-from .checks import as_real_array
+from .checks import as_real_array, check_float_activation
 
 __all__ = ["Kernels", "kernels", "KERNEL_FORMS", "clear_kernel_memo"]
 
@@ -224,6 +224,7 @@ def kernels(model: Model, form: str | None = None) -> Kernels:
     1.5
     """
     check_model(model)
+    check_float_activation(model.activation)
     if form is None:
         form = "matrix" if model.is_quadratic else "tensor"
     if form not in KERNEL_FORMS:

@@ -40,7 +40,8 @@ from scipy import optimize as _opt
 from ..spec import Model, check_model
 from .errors import DivergenceError, describe_state
 from .kernels import kernels
-from .checks import as_real_array, check_int as _check_int, check_positive, check_real, check_seed
+from .checks import (as_real_array, check_float_activation, check_int as _check_int,
+                     check_positive, check_real, check_seed)
 
 __all__ = [
     "POINTS", "PlateauFixedPoint", "EscapePrediction",
@@ -56,7 +57,9 @@ POINTS = ("origin", "plateau", "minimum")
 
 # --------------------------------------------------------------------------- checks
 def _check_model(m) -> Model:
-    return check_model(m, "m")
+    check_model(m, "m")
+    check_float_activation(m.activation, "m.activation")
+    return m
 
 
 def _check_quadratic(m: Model, what: str) -> None:

@@ -83,7 +83,8 @@ from pathlib import Path
 import numpy as np
 
 from .errors import DivergenceError, describe_state
-from .checks import as_real_array, check_int as _check_int, check_positive
+from .checks import (as_real_array, check_float_activation, check_int as _check_int,
+                     check_positive)
 
 __all__ = ["simulate", "SimulationRun", "population_risk", "DEFAULT_Q0", "METHODS"]
 
@@ -271,7 +272,7 @@ def population_risk(activation, Q, rho, T) -> np.ndarray:
     -------
     ndarray, shape (...)
     """
-    c = np.asarray([float(v) for v in activation])
+    c = np.asarray([float(v) for v in check_float_activation(tuple(activation))])
     Q, rho, T = (as_real_array(x, n, finite=False) for x, n in ((Q, "Q"), (rho, "rho"), (T, "T")))
     p, ps = rho.shape[-2:]
     batch = np.broadcast_shapes(Q.shape[:-2], rho.shape[:-2], T.shape[:-2])
@@ -790,6 +791,7 @@ def simulate(model, N=2000, t_max=20.0, replicas=64, seed=0, method="reduced",
     from ..spec import check_model
 
     check_model(model)
+    check_float_activation(model.activation)
     N = _check_int(N, "N", 1)
     replicas = _check_int(replicas, "replicas", 1)
     t_max = check_positive("t_max", t_max)
