@@ -149,19 +149,27 @@ def _split_result(result, params):
     return scalars, arrays
 
 
+def _failure_message(exc: BaseException) -> str:
+    if isinstance(exc, SystemExit):
+        return f"SystemExit: the task called sys.exit({exc.code!r})"
+    return f"{type(exc).__name__}: {exc}"
+
+
 def run_point(func, params):
     """Run ``func(**params)``; return ``(scalars, arrays, status, error, traceback, seconds)``.
 
     Exceptions raised by the task become ``status="error"`` with the message
-    ``"ExceptionType: message"``; they are not re-raised.
+    ``"ExceptionType: message"``; they are not re-raised.  ``sys.exit`` in a
+    task (``SystemExit``) is such an error too, never the exit of the process
+    or the worker; only ``KeyboardInterrupt`` stops the sweep.
     """
     t0 = time.perf_counter()
     try:
         scalars, arrays = _split_result(func(**params), params)
         status, error, tb = "ok", None, None
-    except Exception as exc:     # one bad point never kills the sweep
+    except (Exception, SystemExit) as exc:     # one bad point never kills the sweep
         scalars, arrays = {}, {}
-        status, error = "error", f"{type(exc).__name__}: {exc}"
+        status, error = "error", _failure_message(exc)
         tb = _traceback.format_exc(limit=-8)
     return scalars, arrays, status, error, tb, time.perf_counter() - t0
 
