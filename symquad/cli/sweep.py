@@ -111,11 +111,12 @@ def run(args) -> int:
         print(f"{err} {exc}", file=sys.stderr)
         return 2
     finally:
-        if client is not None:
-            client.close()
+        from ..entry import quiet_close
+        quiet_close(client)
     info = df.attrs["sweep"]
     print(info.line())
     bad = df[df["status"] != "ok"] if "status" in df else df.iloc[:0]
     for _, row in bad.head(5).iterrows():
-        print(f"  error at key {row['key'][:12]}: {row['error']}", file=sys.stderr)
+        message = " ".join(str(row["error"]).split())       # one line per point
+        print(f"  error at key {row['key'][:12]}: {message}", file=sys.stderr)
     return 0 if bad.empty else 1

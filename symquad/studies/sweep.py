@@ -42,6 +42,7 @@ they are identical whichever executor ran the point.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import os
@@ -53,10 +54,11 @@ from datetime import datetime, timezone
 
 import numpy as np
 
+from ..entry import quiet_close
 from .store import META_COLUMNS, SweepStore, canonical_params, new_token, point_key
 from .tasks import get_task
 
-__all__ = ["sweep", "expand_grid", "run_point", "SweepInfo"]
+__all__ = ["sweep", "expand_grid", "run_point", "SweepInfo", "dask_client"]
 
 
 @dataclass(frozen=True)
@@ -225,14 +227,67 @@ def _run_dask(task, todo, on_done, client, retries):
             client.cancel(list(futures))
 
 
+@contextlib.contextmanager
+def dask_client(address=None, *, workers=None, timeout="20s"):
+    """A Dask client for several sweeps, closed without shutdown noise.
+
+    ``address`` given: connect to that scheduler (``timeout`` for the
+    connection).  Otherwise start a local cluster like :func:`sweep`'s own:
+    `workers` single-threaded worker processes (default: one per core), which
+    ignore Ctrl-C so that an interrupt stops the driving process and it stops
+    them.  Either way the client (and the cluster) are closed at the end with
+    :func:`symquad.entry.quiet_close`.
+
+    Examples
+    --------
+    >>> with dask_client(workers=2) as client:          # doctest: +SKIP
+    ...     df1 = sweep("plateau", grid1, "runs/a", client=client)
+    ...     df2 = sweep("plateau", grid2, "runs/b", client=client)
+    """
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)
+                                or workers < 1):
+        raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
+    cluster = None
+    if address is not None:
+        from distributed import Client
+        client = Client(address, timeout=timeout)
+    else:
+        client, cluster = _local_client(workers or os.cpu_count() or 1)
+    try:
+        yield client
+    finally:
+        quiet_close(client, cluster)
+
+
 def _local_client(workers):
     import logging
+    import multiprocessing
 
     from distributed import Client, LocalCluster
 
-    cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                           dashboard_address=None, silence_logs=logging.ERROR)
-    return Client(cluster), cluster
+    from ..entry import children_ignore_sigint
+
+    # Workers ignore Ctrl-C (it stops the sweep here, which stops them; symquad.entry):
+    # they are spawned while SIGINT is ignored, a window of milliseconds (the spawns
+    # only, not the workers' start-up), so a Ctrl-C is practically never lost.
+    cluster = LocalCluster(n_workers=0, threads_per_worker=1, processes=True,
+                           dashboard_address=None, silence_logs=logging.ERROR,
+                           preload=["symquad._dask_preload"])
+    client = None
+    try:
+        with children_ignore_sigint():
+            before = len(multiprocessing.active_children())
+            cluster.scale(workers)
+            deadline = time.monotonic() + 60
+            while len(multiprocessing.active_children()) < before + workers \
+                    and time.monotonic() < deadline:
+                time.sleep(0.005)
+        client = Client(cluster)
+        client.wait_for_workers(workers, timeout=300)
+    except BaseException:
+        quiet_close(client, cluster)
+        raise
+    return client, cluster
 
 
 # ---------------------------------------------------------------------------
@@ -331,8 +386,7 @@ def sweep(task, grid, store, *, client=None, workers=None, progress=None, retrie
                 try:
                     _run_dask(task, todo, on_done, own_client, retries)
                 finally:
-                    own_client.close()
-                    cluster.close()
+                    quiet_close(own_client, cluster)
     finally:
         if bar is not None:
             bar.close()

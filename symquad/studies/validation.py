@@ -1012,10 +1012,15 @@ class _StudyRunner:
             import multiprocessing
             from concurrent.futures import ProcessPoolExecutor
 
-            self.pool = ProcessPoolExecutor(max_workers=min(self.workers - 1, len(self.jobs)),
-                                            mp_context=multiprocessing.get_context("spawn"))
-            self.futures = {name: self.pool.submit(_timed_call, fn, kwargs)
-                            for name, (fn, kwargs) in self.jobs.items()}
+            from ..entry import children_ignore_sigint, ignore_sigint
+
+            # the workers ignore Ctrl-C: it reaches this process, which stops the pool
+            with children_ignore_sigint():
+                self.pool = ProcessPoolExecutor(
+                    max_workers=min(self.workers - 1, len(self.jobs)),
+                    mp_context=multiprocessing.get_context("spawn"), initializer=ignore_sigint)
+                self.futures = {name: self.pool.submit(_timed_call, fn, kwargs)
+                                for name, (fn, kwargs) in self.jobs.items()}
         return self
 
     def results(self):
@@ -1027,8 +1032,13 @@ class _StudyRunner:
                 out[name], times[name] = _timed_call(fn, dict(kwargs, progress=self.progress))
         return out, times
 
-    def __exit__(self, *exc):
+    def __exit__(self, exc_type, *exc):
         if self.pool is not None:
+            if exc_type is not None:
+                # interrupted or failed: the studies' results are not wanted, stop them now
+                # (they ignore SIGINT, see symquad.entry.ignore_sigint)
+                for proc in list(getattr(self.pool, "_processes", {}).values()):
+                    proc.terminate()
             self.pool.shutdown(wait=True, cancel_futures=True)
         return False
 
