@@ -103,6 +103,9 @@ def register(subparsers) -> None:
                          "instead of simulating; not with the simulation flags")
     ps.add_argument("--out", default="symquad_report",
                     help="report folder (replaced whole; checked before computing)")
+    ps.add_argument("--no-progress", action="store_true",
+                    help="no progress on stderr (default: bars on a terminal, plain lines with "
+                         "the time left in a log)")
     ps.add_argument("--quick", action="store_true",
                     help="short version (N=400, 32 replicas, small FSS and drift "
                          "study) for smoke tests; explicit --N/--replicas win")
@@ -159,7 +162,7 @@ def _simulation_kwargs(args) -> dict:
     kwargs.setdefault("method", "reduced")
     kwargs.setdefault("seed", 0)
     kwargs.update(fss=not args.no_fss, invariant=not args.no_invariant, workers=args.workers,
-                  progress=sys.stderr.isatty())
+                  progress=not args.no_progress)
     return kwargs
 
 
@@ -184,7 +187,7 @@ def run(args) -> int:
                              f"describe a simulation and cannot be combined with it")
             data = load_data(args.data)
             report = compare(model, data["t"], data["Q"], data["rho"], data.get("T"),
-                             progress=sys.stderr.isatty())
+                             progress=not args.no_progress)
         else:
             if args.seed is not None and args.seed < 0:
                 return _fail(f"--seed must be >= 0, got {args.seed}")

@@ -158,7 +158,7 @@ def symmetric_start(Q0, rho0, T):
 def integrate(model: Model, Q0, rho0, T, t_max, t_eval=None, *, method: str = "auto",
               rtol: float = 1e-8, atol: float = 1e-11, max_norm: float | None = None,
               on_divergence: str = "raise", form: str | None = None,
-              warn_symmetric: bool = True) -> ODESolution:
+              warn_symmetric: bool = True, progress=False) -> ODESolution:
     """Integrate ``dQ/dt, dρ/dt`` from ``(Q0, ρ0)`` with fixed teacher overlap ``T``.
 
     Parameters
@@ -205,6 +205,11 @@ def integrate(model: Model, Q0, rho0, T, t_max, t_eval=None, *, method: str = "a
         the exact solution then stays in an invariant subspace, and leaving it
         (escaping a saddle inside it) is a round-off effect that depends on the
         tolerances.  Perturb the start generically to avoid it.
+    progress : bool
+        Progress of the solver's time on stderr (:mod:`symquad.progress`): a
+        tqdm bar on a terminal, plain lines (every 10 % or 10 s, with the time
+        left) otherwise; worth it at large ``p``, where one right-hand side
+        costs seconds.
 
     Returns
     -------
@@ -250,8 +255,12 @@ def integrate(model: Model, Q0, rho0, T, t_max, t_eval=None, *, method: str = "a
     kern = kernels(model, form)
     p, k = model.p, model.p_star
     last = {"t": 0.0, "Q": Q0.copy(), "rho": rho0.copy()}
+    from ..progress import progress as _progress
+    bar = _progress(progress, t_max, f"ODE (p={p}, p*={k}, {kern.form} kernels)", "time",
+                    integer=False)
 
     def fun(t, y):
+        bar.set(t)
         Q, rho = _unpack(y, p, k)
         if np.all(np.isfinite(y)):
             last.update(t=t, Q=Q, rho=rho)
@@ -271,6 +280,7 @@ def integrate(model: Model, Q0, rho0, T, t_max, t_eval=None, *, method: str = "a
     blow_up.direction = -1
 
     sol = _solve(fun, t_max, _pack(Q0, rho0), method, t_eval, rtol, atol, blow_up)
+    bar.close()
     Qs = np.empty((sol.t.size, p, p))
     rhos = np.empty((sol.t.size, p, k))
     for n in range(sol.t.size):

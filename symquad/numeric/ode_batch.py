@@ -149,7 +149,7 @@ def _batch_overlaps(model, Q0, rho0, T, tol=1e-9):
 
 def integrate_batch(model, Q0, rho0, T, t_max, t_eval=None, *, method: str = "RK45",
                     rtol: float = 1e-8, atol: float = 1e-11, max_norm: float | None = None,
-                    form: str | None = None) -> BatchODESolution:
+                    form: str | None = None, progress=False) -> BatchODESolution:
     """Integrate ``dQ/dt, dρ/dt`` from ``B`` starts at once (one vectorised solve).
 
     Parameters
@@ -176,6 +176,9 @@ def integrate_batch(model, Q0, rho0, T, t_max, t_eval=None, *, method: str = "RK
         slope is marked diverged at that time.
     form : {"matrix", "entries"}, optional
         Which generated kernel to use (see :func:`symquad.kernels`).
+    progress : bool
+        Progress of the solver's time on stderr (:mod:`symquad.progress`): a
+        tqdm bar on a terminal, plain lines otherwise.
 
     Returns
     -------
@@ -206,8 +209,12 @@ def integrate_batch(model, Q0, rho0, T, t_max, t_eval=None, *, method: str = "RK
     width = nq + p * k
     t_div = np.full(B, np.nan)
     live = np.ones(B, dtype=bool)
+    from ..progress import progress as _progress
+    bar = _progress(progress, t_max, f"ODE from {B} start{'s' if B > 1 else ''} "
+                                     f"(p={p}, p*={k})", "time", integer=False)
 
     def fun(t, y):
+        bar.set(t)
         Y = y.reshape(B, width)
         Q = Y[:, :nq].reshape(B, p, p)
         Q = 0.5 * (Q + np.swapaxes(Q, -1, -2))
@@ -239,6 +246,7 @@ def integrate_batch(model, Q0, rho0, T, t_max, t_eval=None, *, method: str = "RK
         return True
 
     ys, nfev, message = _solve(fun, y0, t_max, t_eval, method, rtol, atol, live, blame)
+    bar.close()
     sol = _Solved(t_eval, ys.T, nfev, message)
     n = sol.t.size
     Y = sol.y.reshape(B, width, n)

@@ -782,7 +782,8 @@ def simulate(model, N=2000, t_max=20.0, replicas=64, seed=0, method="reduced",
     blowup : float
         Overlap magnitude treated as a blow-up.
     progress : bool
-        Show a tqdm progress bar.
+        Progress on stderr (:mod:`symquad.progress`): a tqdm bar on a terminal,
+        plain lines (every 10 % or 10 s, with the time left) otherwise.
 
     Returns
     -------
@@ -840,19 +841,15 @@ def simulate(model, N=2000, t_max=20.0, replicas=64, seed=0, method="reduced",
         # the reduced stepper checks every check_every steps inside its kernel
         checkpoints = np.union1d(checkpoints, np.arange(0, n_steps + 1, check_every))
     rec_index = {int(s): i for i, s in enumerate(rec_steps)}
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-        bar = tqdm(total=n_steps, unit="step", unit_scale=True, leave=False,
-                   desc=f"SGD ({method}, N={N}, {replicas} replicas)")
+    from ..progress import progress as _progress
+    bar = _progress(progress, n_steps, f"SGD ({method}, N={N}, {replicas} replicas)", "steps")
     step = 0
     with np.errstate(over="ignore", invalid="ignore"):
         for target in checkpoints:
             target = int(target)
             if target > step:
                 stepper.advance(target - step)
-                if bar is not None:
-                    bar.update(target - step)
+                bar.update(target - step)
                 step = target
             if method == "reduced":
                 caught, c_step, l_step, l_Q, l_rho = stepper.pop_caught()
@@ -884,8 +881,7 @@ def simulate(model, N=2000, t_max=20.0, replicas=64, seed=0, method="reduced",
                 rhos[alive, i] = rho[alive]
             if not alive.any():
                 break
-    if bar is not None:
-        bar.close()
+    bar.close()
     risk = population_risk(model.activation, Qs, rhos, T)
     run = SimulationRun(model=model, N=N, method=method, seed=seed, t=rec_steps / N, Q=Qs,
                         rho=rhos, risk=risk, T=T, status=status.astype(str), t_diverged=t_div,

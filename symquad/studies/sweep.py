@@ -46,7 +46,6 @@ import contextlib
 import itertools
 import math
 import os
-import sys
 import time
 import traceback as _traceback
 from dataclasses import dataclass
@@ -190,12 +189,8 @@ def _row(task, key, params, outcome):
 # executors
 # ---------------------------------------------------------------------------
 def _progress_bar(progress, total, initial, desc):
-    if progress is None:
-        progress = sys.stderr.isatty()
-    if not progress:
-        return None
-    from tqdm.auto import tqdm
-    return tqdm(total=total, initial=initial, desc=desc, unit="pt")
+    from ..progress import progress as _progress
+    return _progress(progress, total, desc, "points", initial=initial)
 
 
 def _run_serial(task, todo, on_done):
@@ -318,7 +313,10 @@ def sweep(task, grid, store, *, client=None, workers=None, progress=None, retrie
         processes of a local Dask cluster (default: the number of cores, at
         most the number of points to compute).  Ignored with `client`.
     progress : bool, optional
-        tqdm progress bar (default: when stderr is a terminal).
+        Progress on stderr (:mod:`symquad.progress`): ``True`` a tqdm bar on a
+        terminal and plain lines (every 10 % or 10 s, with the time left)
+        otherwise, as ``symquad sweep`` does; ``None`` (default) a bar on a
+        terminal and nothing otherwise; ``False`` nothing.
     retries : int
         Dask retries of a point whose execution failed outside the task.
     retry_errors : bool

@@ -146,6 +146,7 @@ import numpy as np
 
 from ..numeric.checks import check_int as _check_int
 from ..numeric.persist import json_default
+from ..progress import note
 from .verdict import ALPHA, ESCAPE_TOL, decide as _decide
 
 __all__ = ["validate", "compare", "ValidationReport", "finite_size_scaling", "informed_start",
@@ -179,7 +180,7 @@ def informed_start(model, overlap=0.5):
     return np.eye(p), overlap * (U @ Vt)
 
 
-def _ode_per_replica(model, Q0, rho0, T, t):
+def _ode_per_replica(model, Q0, rho0, T, t, progress=False):
     """ODE trajectories from each initial state at times ``t`` (the ODE starts at ``t[0]``).
 
     All distinct starts are integrated in one vectorised solve
@@ -194,18 +195,20 @@ def _ode_per_replica(model, Q0, rho0, T, t):
     tau = np.asarray(t, float) - float(t[0])
     horizon = float(tau[-1]) if tau[-1] > 0 else 1e-9
     starts = slice(0, 1) if same else slice(None)
-    Q, rho, risk, status = _integrate_starts(model, Q0[starts], rho0[starts], T, horizon, tau)
+    Q, rho, risk, status = _integrate_starts(model, Q0[starts], rho0[starts], T, horizon, tau,
+                                             progress)
     if same:
         Q, rho = np.repeat(Q, R, axis=0), np.repeat(rho, R, axis=0)
         risk, status = np.repeat(risk, R, axis=0), np.repeat(status, R)
     return Q, rho, risk, status, same
 
 
-def _integrate_starts(model, Q0, rho0, T, horizon, tau):
+def _integrate_starts(model, Q0, rho0, T, horizon, tau, progress=False):
     """Batched ODE solve of the starts; NaN after a start's divergence."""
     from ..numeric.ode_batch import integrate_batch
 
-    sol = integrate_batch(model, Q0, rho0, T, horizon, t_eval=tau, rtol=1e-8, atol=1e-11)
+    sol = integrate_batch(model, Q0, rho0, T, horizon, t_eval=tau, rtol=1e-8, atol=1e-11,
+                          progress=progress)
     B, n = Q0.shape[0], len(tau)
     Q = np.full((B, n) + Q0.shape[1:], np.nan)
     rho = np.full((B, n) + rho0.shape[1:], np.nan)
@@ -303,6 +306,8 @@ def finite_size_scaling(model, Ns=(100, 300, 1000, 3000, 10000), t_max=10.0, rep
     t = np.linspace(0.0, t_max, n_times)
     dev, se = [], []
     for i, N in enumerate(Ns):
+        note(progress, f"finite-size scaling: N = {N} ({i + 1} of {len(Ns)}), {replicas} "
+                       f"replicas, t <= {t_max:g}")
         run = simulate(model, N=N, t_max=t_max, replicas=replicas, seed=seed + 7919 * (i + 1),
                        method=method, t_eval=t, on_divergence="stop", progress=progress,
                        T=T, **kwargs)
@@ -310,7 +315,8 @@ def finite_size_scaling(model, Ns=(100, 300, 1000, 3000, 10000), t_max=10.0, rep
         if ok.sum() < 2:
             raise ValueError(f"finite-size scaling: SGD diverged at N={N} "
                              f"({run.n_diverged}/{replicas} replicas); reduce lr")
-        Q, rho, _, _, _ = _ode_per_replica(model, run.Q[ok, 0], run.rho[ok, 0], run.T, run.t)
+        Q, rho, _, _, _ = _ode_per_replica(model, run.Q[ok, 0], run.rho[ok, 0], run.T, run.t,
+                                           progress)
         d = _overlap_deviation(run.Q[ok], run.rho[ok], Q, rho)
         per = _rms_over(np.broadcast_to(run.t > 0, d.shape), d)
         dev.append(float(per.mean()))
@@ -363,7 +369,8 @@ def _analyse(model, t, sgd_Q, sgd_rho, sgd_risk, sgd_ok, T, *, band, escape_frac
              progress):
     """ODE from every replica's start and all summary numbers (no verdict)."""
     tick = time.perf_counter()
-    oQ, orho, orisk, ostatus, shared = _ode_per_replica(model, sgd_Q[:, 0], sgd_rho[:, 0], T, t)
+    oQ, orho, orisk, ostatus, shared = _ode_per_replica(model, sgd_Q[:, 0], sgd_rho[:, 0], T, t,
+                                                        progress)
     t_ode = time.perf_counter() - tick
     good = sgd_ok & (ostatus == "ok")
     n_good = int(good.sum())
@@ -856,7 +863,10 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start=None, seed=0, *,
         (``benchmarks/bench_validate.py --workers 1``).  Inside a daemonic
         process (e.g. a pool worker) the studies always run serially.
     progress : bool
-        tqdm progress bars (main comparison only when studies run in workers).
+        Progress on stderr (:mod:`symquad.progress`): a line per stage and the
+        progress of the simulations and ODE solves, as tqdm bars on a terminal
+        and plain lines (every 10 % or 10 s, with the time left) otherwise
+        (main comparison only when the side studies run in workers).
 
     Returns
     -------
@@ -939,6 +949,8 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start=None, seed=0, *,
         elif given:
             kwargs["Q0"], kwargs["rho0"] = Q0, rho0
         t_eval = np.linspace(0.0, t_max, n_times)
+        note(progress, f"validate: SGD, N = {N}, {replicas} replicas, t <= {t_max:g} ({method} "
+                       f"simulator), then the ODE from each replica's start")
         run = simulate(model, N=N, t_max=t_max, replicas=replicas, seed=seed, method=method,
                        t_eval=t_eval, on_divergence="stop", progress=progress, **kwargs)
         phases["sgd"] = time.perf_counter() - tick
@@ -992,6 +1004,10 @@ def _resolve_workers(workers, n_jobs):
     return min(workers, n_jobs + 1)
 
 
+_STUDY_LABELS = {"finite_size_scaling": "finite-size scaling",
+                 "invariant_drift": "drift study of the invariant S"}
+
+
 class _StudyRunner:
     """Run the side studies (name -> (function, kwargs)) serially or in worker processes.
 
@@ -1027,8 +1043,11 @@ class _StudyRunner:
         out, times = {}, {}
         for name, (fn, kwargs) in self.jobs.items():
             if self.pool is not None:
+                note(self.progress, f"validate: waiting for the {_STUDY_LABELS.get(name, name)} "
+                                    f"(worker process)")
                 out[name], times[name] = self.futures[name].result()
             else:
+                note(self.progress, f"validate: {_STUDY_LABELS.get(name, name)}")
                 out[name], times[name] = _timed_call(fn, dict(kwargs, progress=self.progress))
         return out, times
 
@@ -1194,8 +1213,7 @@ def compare(model, t, Q, rho, T=None, *, band=(2.5, 97.5), escape_fraction=0.5, 
     alpha : float
         Family-wise level of the verdict's tests.
     progress : bool
-        Accepted for symmetry with :func:`validate` (the ODE solve of all
-        replicas is one batched call).
+        Progress of the ODE solve on stderr, as in :func:`validate`.
 
     Returns
     -------
