@@ -124,11 +124,14 @@ def test_examples_fail_with_one_line_and_status_2(script, args, match, tmp_path)
     assert match in out.stderr
 
 
-def _interrupt(cmd, delay, tmp_path):
-    """Start `cmd` in its own process group, send SIGINT to the group (Ctrl-C) after `delay`."""
+def _interrupt(cmd, ready, tmp_path):
+    """Start `cmd` in its own process group; once `ready` exists send SIGINT to the group."""
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=_env(), cwd=tmp_path, start_new_session=True)
-    time.sleep(delay)
+    deadline = time.monotonic() + 120
+    while not ready.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)
     os.killpg(proc.pid, signal.SIGINT)
     try:
         out, err = proc.communicate(timeout=120)
@@ -140,9 +143,11 @@ def _interrupt(cmd, delay, tmp_path):
 
 @pytest.mark.skipif(not hasattr(os, "killpg"), reason="POSIX process groups")
 def test_ctrl_c_of_a_local_cluster_sweep_is_quiet(tmp_path):
+    # Ctrl-C (SIGINT to the whole process group, workers included) while tasks run
+    log = tmp_path / "started.log"             # the task writes a line when it starts
     rc, err = _interrupt([sys.executable, "-m", "symquad", "sweep", "sweep_tasks:square",
-                          "--grid", "x=1,2,3,4", "--grid", "delay=20", "--store", "st",
-                          "--workers", "2", "--no-progress"], 4.0, tmp_path)
+                          "--grid", "x=1,2,3,4", "--grid", "delay=20", "--grid", f"log={log}",
+                          "--store", "st", "--workers", "2", "--no-progress"], log, tmp_path)
     assert rc == 130, err
     assert err.strip() == "symquad sweep: interrupted", err
 

@@ -256,31 +256,26 @@ def dask_client(address=None, *, workers=None, timeout="20s"):
 
 def _local_client(workers):
     import logging
-    import multiprocessing
 
     from distributed import Client, LocalCluster
 
     from ..entry import children_ignore_sigint
 
     # Workers ignore Ctrl-C (it stops the sweep here, which stops them; symquad.entry):
-    # they are spawned while SIGINT is ignored, a window of milliseconds (the spawns
-    # only, not the workers' start-up), so a Ctrl-C is practically never lost.
-    cluster = LocalCluster(n_workers=0, threads_per_worker=1, processes=True,
-                           dashboard_address=None, silence_logs=logging.ERROR,
-                           preload=["symquad._dask_preload"])
-    client = None
+    # they are started while SIGINT is ignored here, so they inherit that.  A Ctrl-C
+    # during the cluster's start-up (about a second) is therefore ignored; the
+    # constructor itself reports a worker that cannot start.  No dashboard, and the
+    # scheduler's HTTP routes on a free port: 8787 may be taken by another cluster
+    # (distributed would warn "Port 8787 is already in use").
+    with children_ignore_sigint():
+        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                               dashboard_address=None, silence_logs=logging.ERROR,
+                               preload=["symquad._dask_preload"],
+                               scheduler_kwargs={"dashboard_address": ":0"})
     try:
-        with children_ignore_sigint():
-            before = len(multiprocessing.active_children())
-            cluster.scale(workers)
-            deadline = time.monotonic() + 60
-            while len(multiprocessing.active_children()) < before + workers \
-                    and time.monotonic() < deadline:
-                time.sleep(0.005)
         client = Client(cluster)
-        client.wait_for_workers(workers, timeout=300)
     except BaseException:
-        quiet_close(client, cluster)
+        quiet_close(cluster)
         raise
     return client, cluster
 
