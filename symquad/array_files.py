@@ -218,10 +218,10 @@ def read_saved_run(path, option: str, shapes_for):
             with zf.open(info) as member:
                 shape, dtype, _ = _header(member, f"{where}[{name}]")
                 offset = member.tell()
-            if info.file_size != offset + math.prod(shape) * dtype.itemsize:
+            declared = offset + math.prod(shape) * dtype.itemsize
+            if info.file_size != declared:
                 raise ValueError(f"{where}[{name}]: the archive declares {info.file_size} bytes "
-                                 f"but the array header {offset + math.prod(shape) * dtype.itemsize}"
-                                 f" (a damaged or forged file)")
+                                 f"but the array header {declared} (a damaged or forged file)")
             headers[name] = (info, shape, dtype)
         t_shape = headers["t"][1]
         if len(t_shape) != 1:

@@ -78,7 +78,7 @@ def _trusted_owners() -> tuple:
 
 
 def _check_trusted_stat(st, what: str, path) -> None:
-    """UntrustedCacheError unless ``st`` (an ``fstat``) is owned by us and not group/other-writable."""
+    """UntrustedCacheError unless ``st`` (an fstat) is ours and not group/other-writable."""
     if not _POSIX:          # no owners or mode bits to check (Windows)
         return
     if st.st_uid not in _trusted_owners():

@@ -1,7 +1,8 @@
 r"""``symquad sweep TASK --grid NAME=V1,V2,... --store DIR [--workers N | --scheduler ADDR]``.
 
 Runs a task over the Cartesian product of the grids (:func:`symquad.sweep`),
-with progress on stderr (a bar on a terminal, plain lines in a log) and a one-line summary; ``symquad sweep --list`` prints the
+with progress on stderr (a bar on a terminal, plain lines in a log) and a
+one-line summary; ``symquad sweep --list`` prints the
 registered tasks and their parameters.  Grid values are parsed as literals,
 never evaluated: ``true``/``false`` -> bool, ``none`` -> None, an integer
 literal -> int, a decimal/scientific literal (or ``inf``-free float) -> float,
