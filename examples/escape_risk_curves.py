@@ -79,4 +79,4 @@ if __name__ == "__main__":
     ap.add_argument("--out", default=str(DEFAULT_OUT),
                     help=f"output folder (default ./{DEFAULT_OUT})")
     a = ap.parse_args()
-    main(a.p_star, a.N, a.replicas, out=a.out)
+    raise SystemExit(sq.run_main(main, a.p_star, a.N, a.replicas, out=a.out))

@@ -30,6 +30,7 @@ Options ``--out DIR`` (default ``./symquad_examples/escape_sweep``), ``--workers
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
 from pathlib import Path
 
@@ -97,30 +98,25 @@ def main():
     start = time.perf_counter()
     out = Path(args.out)
     store = out / ("store_quick" if args.quick else "store")
-    executor, cluster = {"workers": 1}, None
-    if args.part and args.workers != 1:
-        from distributed import Client, LocalCluster
-        if args.scheduler:
-            client = Client(args.scheduler)
-        else:       # one local cluster for all the grids (one process per core)
-            cluster = LocalCluster(n_workers=args.workers, threads_per_worker=1,
-                                   dashboard_address=None)
-            client = Client(cluster)
-        executor = {"client": client}
-    try:
+    return sq.run_main(compute, args, store, out, start)
+
+
+def compute(args, store, out, start):
+    """The sweeps (one Dask client for all the grids) and the figures."""
+    with contextlib.ExitStack() as stack:
+        executor = {"workers": 1}
+        if args.part and args.workers != 1:
+            # a scheduler, or one local cluster for all the grids (one process per core)
+            executor = {"client": stack.enter_context(
+                sq.dask_client(args.scheduler, workers=args.workers))}
         if args.part in ("ode", "all"):
             run(ode_grids(args.quick), store, executor)
         if args.part in ("sgd", "all"):
             run(sgd_grids(args.quick), store, executor)
-    finally:
-        if "client" in executor:
-            executor["client"].close()
-        if cluster is not None:
-            cluster.close()
     if args.plot or args.part is not None:
         plot(store, out / ("figures_quick" if args.quick else "figures"))
     print(f"runtime {time.perf_counter() - start:.1f} s")
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

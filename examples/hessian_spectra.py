@@ -72,4 +72,4 @@ if __name__ == "__main__":
     ap.add_argument("--out", default=str(DEFAULT_OUT),
                     help=f"output folder (default ./{DEFAULT_OUT})")
     a = ap.parse_args()
-    main(a.N, a.out)
+    raise SystemExit(sq.run_main(main, a.N, a.out))

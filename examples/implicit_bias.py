@@ -178,4 +178,6 @@ if __name__ == "__main__":
                         help=f"output folder (default ./{DEFAULT_OUT})")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    main(args.quick, args.out, args.seed)
+    if args.seed < 0:
+        parser.error(f"--seed must be >= 0, got {args.seed}")
+    raise SystemExit(sq.run_main(main, args.quick, args.out, args.seed))

@@ -83,7 +83,5 @@ if __name__ == "__main__":
         parser.error(f"--t-max must be a finite number > 0, got {args.t_max}")
     if args.seed < 0:
         parser.error(f"--seed must be >= 0, got {args.seed}")
-    try:
-        main(args.N, args.t_max, args.out, args.seed)
-    except (ValueError, TypeError, OSError) as exc:   # e.g. an unwritable --out
-        parser.exit(2, f"phases.py: error: {exc}\n")
+    # errors (e.g. an unwritable --out) end as one line and exit status 2, no traceback
+    raise SystemExit(sq.run_main(main, args.N, args.t_max, args.out, args.seed))

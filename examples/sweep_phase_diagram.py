@@ -35,10 +35,8 @@ def main():
     for name in ("p", "p_star", "workers"):
         if getattr(args, name) < 1:
             ap.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    try:
-        run(args)
-    except (ValueError, TypeError, OSError) as exc:   # e.g. an unwritable --out
-        ap.exit(2, f"sweep_phase_diagram.py: error: {exc}\n")
+    # errors (e.g. an unwritable --out) end as one line and exit status 2, no traceback
+    return sq.run_main(run, args)
 
 
 def run(args):
@@ -66,4 +64,4 @@ def run(args):
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -24,6 +24,7 @@ DEFAULT_OUT = Path("symquad_examples") / "validate_quickstart"
 def main(quick=False, out=DEFAULT_OUT):
     start = time.perf_counter()
     out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)       # an unusable --out fails now, not after the runs
     m = sq.Model(p=4, p_star=2, lr=0.3)          # p > p*: overparameterised student
 
     # 1. the two simulators: same law, very different cost
@@ -60,4 +61,4 @@ if __name__ == "__main__":
     parser.add_argument("--out", default=str(DEFAULT_OUT),
                         help=f"output folder (default ./{DEFAULT_OUT})")
     args = parser.parse_args()
-    main(args.quick, args.out)
+    raise SystemExit(sq.run_main(main, args.quick, args.out))

@@ -58,6 +58,8 @@ _LAZY = {
     "overlaps_from_unnormalised": "symquad.conventions",
     "overlaps_to_unnormalised": "symquad.conventions",
     "sweep": "symquad.studies.sweep",
+    "dask_client": "symquad.studies.sweep",
+    "run_main": "symquad.entry",
     "load_sweep": "symquad.studies.store",
     "load_sweep_arrays": "symquad.studies.store",
     "register_task": "symquad.studies.tasks",

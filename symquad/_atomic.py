@@ -35,7 +35,7 @@ _FILE_MODE = _default_file_mode()
 
 @contextmanager
 def atomic_file(path, mode: str = "wb", *, encoding: str | None = None,
-                newline: str | None = None):
+                newline: str | None = None, permissions: int | None = None):
     """Open a temporary file that replaces `path` when the ``with`` block ends cleanly.
 
     Parameters
@@ -46,6 +46,9 @@ def atomic_file(path, mode: str = "wb", *, encoding: str | None = None,
         Binary or text.
     encoding, newline
         Passed to :func:`open` in text mode.
+    permissions : int, optional
+        Mode bits of the new file (default: what :func:`open` would give,
+        ``0o666`` less the umask).
 
     Yields
     ------
@@ -64,7 +67,7 @@ def atomic_file(path, mode: str = "wb", *, encoding: str | None = None,
             yield fh
             fh.flush()
             os.fsync(fh.fileno())
-        os.chmod(tmp, _FILE_MODE)
+        os.chmod(tmp, _FILE_MODE if permissions is None else permissions)
         os.replace(tmp, path)
     except BaseException:
         with suppress(FileNotFoundError):

@@ -34,6 +34,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from .numeric.checks import as_real_array
 from .spec import Model, check_model
 
 __all__ = ["tau_from_t", "t_from_tau", "rate_per_tau", "from_unnormalised",
@@ -64,7 +65,7 @@ def _clock_eta(model: Model, unnormalised: bool) -> float:
 
 
 def _as_times(name, values):
-    arr = np.asarray(values, dtype=float)
+    arr = as_real_array(values, name, finite=False)
     if not np.all(np.isfinite(arr)) or np.any(arr < 0):
         raise ValueError(f"{name} must be finite and >= 0")
     return arr if arr.ndim else float(arr)
@@ -106,7 +107,8 @@ def rate_per_tau(model: Model, rate_per_t, *, unnormalised: bool = False):
     :func:`symquad.plateau` becomes ``p κ/η``.
     """
     check_model(model)
-    return np.asarray(rate_per_t, dtype=float) * model.p / _clock_eta(model, unnormalised)
+    rate = as_real_array(rate_per_t, "rate_per_t", finite=False)
+    return (rate if rate.ndim else float(rate)) * model.p / _clock_eta(model, unnormalised)
 
 
 def from_unnormalised(p: int, p_star: int, lr: float, noise: float = 0.0,
@@ -142,9 +144,8 @@ def to_unnormalised(model: Model) -> dict:
 
 def _scale_overlaps(model, Q, rho, T, power):
     a, b = _scales(model)
-    Q = np.asarray(Q, dtype=float)
-    rho = np.asarray(rho, dtype=float)
-    T = np.asarray(T, dtype=float)
+    # NaN allowed: trajectories may hold diverged replicas
+    Q, rho, T = (as_real_array(x, n, finite=False) for x, n in ((Q, "Q"), (rho, "rho"), (T, "T")))
     p, k = model.p, model.p_star
     for name, arr, shape in (("Q", Q, (p, p)), ("rho", rho, (p, k)), ("T", T, (k, k))):
         if arr.shape[-2:] != shape:

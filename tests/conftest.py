@@ -1,4 +1,42 @@
+import os
+import shutil
+import tempfile
+
 import pytest
+
+# The test session never touches the user's kernel cache (~/.cache/symquad or a
+# SYMQUAD_CACHE_DIR of their own): every test, and every subprocess a test
+# starts (they inherit the environment), uses a fresh folder that is removed at
+# the end.  SYMQUAD_TEST_CACHE_DIR names a folder to reuse across sessions
+# instead (it is kept).
+_SESSION_CACHE = {}
+
+
+def pytest_configure(config):
+    chosen = os.environ.get("SYMQUAD_TEST_CACHE_DIR")
+    if chosen:
+        path, owned = chosen, False
+    else:
+        path, owned = tempfile.mkdtemp(prefix="symquad-test-cache-"), True
+    _SESSION_CACHE.update(path=path, owned=owned, before=os.environ.get("SYMQUAD_CACHE_DIR"))
+    os.environ["SYMQUAD_CACHE_DIR"] = path
+
+
+def pytest_unconfigure(config):
+    if not _SESSION_CACHE:
+        return
+    before = _SESSION_CACHE["before"]
+    if before is None:
+        os.environ.pop("SYMQUAD_CACHE_DIR", None)
+    else:
+        os.environ["SYMQUAD_CACHE_DIR"] = before
+    if _SESSION_CACHE["owned"]:
+        shutil.rmtree(_SESSION_CACHE["path"], ignore_errors=True)
+
+
+def session_cache_dir() -> str:
+    """The kernel cache folder of this test session (see the module comment)."""
+    return _SESSION_CACHE["path"]
 
 
 def random_overlaps(p, p_star, rng, scale=1.0):

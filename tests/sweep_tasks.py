@@ -41,3 +41,11 @@ def mostly_fails(x):
     if x % 10:
         raise ValueError(f"x={x}")
     return {"y": x * x, "label": f"x{x}"}
+
+
+def calls_exit(x):
+    """Calls sys.exit(3) for x == 1 (must be an error row, not the exit of the process)."""
+    import sys
+    if x == 1:
+        sys.exit(3)
+    return {"y": x * x}

@@ -116,7 +116,7 @@ def _data(R=3, n=5, p=4, k=2, seed=0):
 
 
 @pytest.mark.parametrize("change, error, match", [
-    (lambda t, Q, r: (t[::-1], Q, r), ValueError, "t must be finite, >= 0 and strictly"),
+    (lambda t, Q, r: (t[::-1], Q, r), ValueError, "t must be strictly increasing"),
     (lambda t, Q, r: (t[:2], Q[:, :2], r[:, :2]), ValueError, "t must be a 1-d array of >= 3"),
     (lambda t, Q, r: (t, Q[:, :, :3, :3], r), ValueError, r"Q must have shape"),
     (lambda t, Q, r: (t, Q, r[..., :1]), ValueError, r"rho must have shape"),
@@ -125,8 +125,8 @@ def _data(R=3, n=5, p=4, k=2, seed=0):
      "Q must be finite"),
     (lambda t, Q, r: (t, Q + np.triu(np.ones((4, 4)), 1), r), ValueError,
      "Q must be symmetric"),
-    (lambda t, Q, r: (t, Q.astype(complex), r), TypeError, "Q must be real"),
-    (lambda t, Q, r: (t, Q, np.array(r, dtype=object)), TypeError, "rho must be a real"),
+    (lambda t, Q, r: (t, Q.astype(complex), r), TypeError, "Q must be an array of real numbers, got complex"),
+    (lambda t, Q, r: (t, Q, np.array(r, dtype=object)), TypeError, "rho must be an array of real numbers"),
     (lambda t, Q, r: (t, Q, 10 * r), ValueError, "rho"),
 ])
 def test_compare_bad_data(change, error, match):

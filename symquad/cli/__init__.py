@@ -42,38 +42,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _error(command: str, kind: str, exc: BaseException) -> None:
-    print(f"symquad {command}: {kind}: {exc}", file=sys.stderr)
-
-
 def main(argv=None) -> int:
-    """Run one command; its exit status (0 ok, 1 check failed, 2 bad input, 3 diverged).
+    """Run one command; its exit status (0 ok, 1 check failed, 2 bad input, 3 diverged,
+    4 inconclusive, 5 internal error, 130 interrupted).
 
-    Every error goes to stderr without a traceback, so ``symquad equations >
-    eq.tex`` never captures an error message: a ``ValueError``/``TypeError``
-    from a command (bad input, named by the check that raised it) exits 2, a
-    diverging run 3, an unwritable path 2, an interrupt 130.
+    Every error goes to stderr as one line without a traceback
+    (:func:`symquad.entry.run_main`, the mechanism every entry point shares),
+    so ``symquad equations > eq.tex`` never captures an error message: a
+    ``ValueError``/``TypeError`` from a command (bad input, named by the check
+    that raised it) or an unwritable path exits 2, a diverging run 3, anything
+    unexpected 5 (``SYMQUAD_TRACEBACK=1`` shows the traceback), an interrupt 130.
     """
+    from ..entry import run_main
+    return run_main(_dispatch, argv, prog="symquad")
+
+
+def _dispatch(argv) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return 2
-    from ..numeric.errors import DivergenceError
-    try:
-        return int(args.func(args) or 0)
-    except (ValueError, TypeError) as exc:
-        _error(args.command, "error", exc)
-        return 2
-    except DivergenceError as exc:
-        _error(args.command, "diverged", exc)
-        return 3
-    except OSError as exc:
-        _error(args.command, "error", exc)
-        return 2
-    except KeyboardInterrupt:
-        print(f"symquad {args.command}: interrupted", file=sys.stderr)
-        return 130
+    from ..entry import run_main
+    return run_main(args.func, args, prog=f"symquad {args.command}")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -53,7 +53,7 @@ def model_flags(exclude=()) -> dict:
 
 
 def add_model_arguments(parser, defaults: Model | None = DEFAULT_MODEL, exclude=(),
-                        fixed: dict | None = None) -> None:
+                        fixed: dict | None = None, suppress_defaults: bool = False) -> None:
     """Add one flag per field of :class:`~symquad.Model` to `parser`.
 
     Parameters
@@ -66,6 +66,11 @@ def add_model_arguments(parser, defaults: Model | None = DEFAULT_MODEL, exclude=
         prints width-independent equations).
     fixed : dict, optional
         Defaults overriding those of `defaults` (e.g. ``{"p": 3}``).
+    suppress_defaults : bool
+        Give the flags no argparse default (``argparse.SUPPRESS``), so that the
+        command can tell which fields were given and apply them over another
+        base model (``symquad validate --data run.npz`` uses the saved run's
+        model); the help still states the defaults.
     """
     group = parser.add_argument_group("model (see docs/model.md)")
     fixed = fixed or {}
@@ -82,7 +87,7 @@ def add_model_arguments(parser, defaults: Model | None = DEFAULT_MODEL, exclude=
         shown = "the student's" if f.name == "teacher_activation" else (
             "1/p each" if f.name == "readout" else "1/p* each" if f.name == "teacher_readout"
             else default)
-        kwargs = dict(dest=f.name, default=default,
+        kwargs = dict(dest=f.name, default=argparse.SUPPRESS if suppress_defaults else default,
                       help=f"{meta['help']}; allowed {meta['range']} (default {shown})")
         if meta["kind"] == "choice":
             kwargs["choices"] = meta["choices"]

@@ -1,7 +1,8 @@
 r"""``symquad sweep TASK --grid NAME=V1,V2,... --store DIR [--workers N | --scheduler ADDR]``.
 
 Runs a task over the Cartesian product of the grids (:func:`symquad.sweep`),
-with a progress bar and a one-line summary; ``symquad sweep --list`` prints the
+with progress on stderr (a bar on a terminal, plain lines in a log) and a
+one-line summary; ``symquad sweep --list`` prints the
 registered tasks and their parameters.  Grid values are parsed as literals,
 never evaluated: ``true``/``false`` -> bool, ``none`` -> None, an integer
 literal -> int, a decimal/scientific literal (or ``inf``-free float) -> float,
@@ -99,7 +100,9 @@ def register(sub):
                        help="attach to a running dask scheduler, e.g. tcp://host:8786")
     ps.add_argument("--retry-errors", action="store_true",
                     help="recompute stored points whose status is 'error'")
-    ps.add_argument("--no-progress", action="store_true", help="no progress bar")
+    ps.add_argument("--no-progress", action="store_true",
+                    help="no progress (default: a bar on a terminal, plain lines every 10%% or "
+                         "10 s in a log)")
     ps.add_argument("--list", action="store_true", help="list the tasks and their parameters")
     ps.set_defaults(func=run)
 
@@ -132,7 +135,7 @@ def run(args) -> int:
             from distributed import Client
             client = Client(args.scheduler, timeout="20s")
         df = sweep(args.task, grid, args.store, client=client, workers=args.workers,
-                   progress=False if args.no_progress else None,
+                   progress=not args.no_progress,
                    retry_errors=args.retry_errors)
     except (ValueError, TypeError, FileNotFoundError) as exc:
         print(f"{err} {exc}", file=sys.stderr)
@@ -141,11 +144,12 @@ def run(args) -> int:
         print(f"{err} {exc}", file=sys.stderr)
         return 2
     finally:
-        if client is not None:
-            client.close()
+        from ..entry import quiet_close
+        quiet_close(client)
     info = df.attrs["sweep"]
     print(info.line())
     bad = df[df["status"] != "ok"] if "status" in df else df.iloc[:0]
     for _, row in bad.head(5).iterrows():
-        print(f"  error at key {row['key'][:12]}: {row['error']}", file=sys.stderr)
+        message = " ".join(str(row["error"]).split())       # one line per point
+        print(f"  error at key {row['key'][:12]}: {message}", file=sys.stderr)
     return 0 if bad.empty else 1

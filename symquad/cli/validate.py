@@ -14,10 +14,18 @@ that variant, and the analyses derived for the classic model (plateau/escape,
 drift of ``S``) are skipped with a reason naming the field.
 
 ``--data FILE.npz`` compares trajectories from elsewhere instead of
-simulating (:func:`symquad.compare`): keys ``t`` (n,), ``Q`` (replicas, n, p, p)
-or (n, p, p), ``rho`` (replicas, n, p, p*) or (n, p, p*), optional ``T``, and
-``readout`` (replicas, n, p) or (n, p) — required when ``--lr-readout`` > 0,
-refused otherwise; the model comes from the model flags.
+simulating (:func:`symquad.compare`): either a file written by
+:meth:`symquad.SimulationRun.save` (its model is the default; model flags
+that are given replace its fields, e.g. to test the data against another
+learning rate) or a plain ``.npz`` with keys ``t`` (n,), ``Q`` (replicas, n,
+p, p) or (n, p, p), ``rho`` (replicas, n, p, p*) or (n, p, p*), optional
+``T``, and ``readout`` (replicas, n, p) or (n, p) — required when
+``--lr-readout`` > 0, refused otherwise — whose model comes from the model flags.
+
+``--T``, ``--Q0``, ``--rho0`` read the teacher overlaps and a start from
+``.npy``/``.npz`` files (:mod:`symquad.array_files`: no unpickling, shapes
+and sizes checked against the model from the headers before any data is
+read, everything before the simulation starts).
 
 ``--quick`` is a short version (small N, few replicas) for smoke
 tests; explicit ``--N`` / ``--replicas`` win over it.
@@ -76,7 +84,9 @@ def register(subparsers) -> None:
                     "classic model are skipped with a reason naming the field. With --data, "
                     "compare your own trajectories instead. Exit "
                     "status: 0 PASS, 1 FAIL, 2 bad arguments, 3 SGD diverged, 4 INCONCLUSIVE.")
-    add_model_arguments(ps)
+    # Model flags have no argparse default (SUPPRESS): run() tells the flags that were given
+    # from the defaults (DEFAULT_MODEL, or the model saved in a --data run file).
+    add_model_arguments(ps, suppress_defaults=True)
     ps.add_argument("--N", type=_positive_int, default=None,
                     help="input dimension (default 2000; 400 with --quick)")
     ps.add_argument("--t-max", type=_positive_float, default=None,
@@ -100,12 +110,26 @@ def register(subparsers) -> None:
                          "in worker processes beside the main comparison (pays on idle cores; "
                          "default 1)")
     ps.add_argument("--data", default=None, metavar="FILE.npz",
-                    help="compare trajectories from FILE.npz (keys t, Q, rho, optional T; "
-                         "readout when --lr-readout > 0) instead of simulating; not with the "
-                         "simulation flags")
+                    help="compare trajectories from FILE.npz instead of simulating: a file "
+                         "written by SimulationRun.save (its model is the default, model "
+                         "flags given replace its fields) or a plain .npz with keys t, Q, rho, "
+                         "optional T and readout (required when --lr-readout > 0); not with "
+                         "the simulation flags")
+    for name, what in (("T", "teacher overlaps T, shape (p*, p*) (default identity)"),
+                       ("Q0", "initial student overlaps Q0, shape (p, p) or (replicas, p, p)"),
+                       ("rho0", "initial overlaps rho0, shape (p, p*) or (replicas, p, p*)")):
+        ps.add_argument(f"--{name}", default=None, metavar="FILE",
+                        help=f"{what}, from a .npy file or an .npz with one array (or one "
+                             f"named {name}); read without unpickling, its shape checked "
+                             f"against the model before the data is read"
+                             + ("; --Q0 and --rho0 go together, not with --start"
+                                if name != "T" else ""))
     ps.add_argument("--out", default="symquad_report",
                     help="report folder (replaced whole; checked before computing; default "
                          "symquad_report)")
+    ps.add_argument("--no-progress", action="store_true",
+                    help="no progress on stderr (default: bars on a terminal, plain lines with "
+                         "the time left in a log)")
     ps.add_argument("--quick", action="store_true",
                     help="short version (N=400, 32 replicas, small FSS and drift "
                          "study) for smoke tests; explicit --N/--replicas win")
@@ -150,6 +174,63 @@ def load_data(path) -> dict:
         raise ValueError(f"--data {path!r} is not a readable .npz file ({exc})") from None
 
 
+def _model(args, base):
+    """``base`` with the model flags that were given (they have no argparse default)."""
+    from ..spec import model_fields
+    return base.replace(**{f.name: getattr(args, f.name) for f in model_fields()
+                           if hasattr(args, f.name)})
+
+
+def _is_saved_run(path) -> bool:
+    """True for a file written by ``SimulationRun.save`` (a zip with a ``meta.json``)."""
+    import zipfile
+    try:
+        if not os.path.isfile(path) or not zipfile.is_zipfile(path):
+            return False
+        with zipfile.ZipFile(path) as zf:
+            return "meta.json" in zf.namelist()
+    except (OSError, zipfile.BadZipFile):
+        return False
+
+
+def _read_data_file(args):
+    """``(model, arrays)`` for ``--data``: a saved run (its model) or a plain .npz (the flags')."""
+    from ..array_files import read_saved_run
+    from ..spec import DEFAULT_MODEL
+
+    if _is_saved_run(args.data):
+        if args.T is not None:
+            raise ValueError("--T: a saved run holds its own teacher overlaps T")
+
+        def shapes(saved, n):
+            m = _model(args, saved)
+            p, k = m.p, m.p_star
+            return {"Q": [(None, n, p, p)], "rho": [(None, n, p, k)], "T": [(k, k)],
+                    "readout": [(None, n, p)]}
+        saved, data = read_saved_run(args.data, "--data", shapes)
+        return _model(args, saved), data
+    model = _model(args, DEFAULT_MODEL)
+    data = load_data(args.data)
+    if args.T is not None:
+        if "T" in data:
+            raise ValueError(f"--T given, but --data {args.data!r} holds T too; give one")
+        data["T"] = _overlap_files(args, model, None)["T"]
+    return model, data
+
+
+def _overlap_files(args, model, replicas) -> dict:
+    """``T``, ``Q0``, ``rho0`` read from the files given (shapes checked before reading)."""
+    from ..array_files import read_array
+
+    p, k = model.p, model.p_star
+    shapes = {"T": [(k, k)], "Q0": [(p, p)], "rho0": [(p, k)]}
+    if replicas is not None:
+        shapes["Q0"].append((replicas, p, p))
+        shapes["rho0"].append((replicas, p, k))
+    return {name: read_array(getattr(args, name), f"--{name}", shapes[name])
+            for name in ("T", "Q0", "rho0") if getattr(args, name) is not None}
+
+
 def _simulation_kwargs(args) -> dict:
     """validate() keyword arguments; explicit flags win over --quick."""
     kwargs = dict(N=2000, replicas=64)
@@ -162,21 +243,20 @@ def _simulation_kwargs(args) -> dict:
     kwargs.setdefault("method", "reduced")
     kwargs.setdefault("seed", 0)
     kwargs.update(fss=not args.no_fss, invariant=not args.no_invariant, workers=args.workers,
-                  progress=sys.stderr.isatty())
+                  progress=not args.no_progress)
     return kwargs
 
 
 def run(args) -> int:
     """Execute ``symquad validate``; returns the exit status."""
     from ..numeric.errors import DivergenceError
+    from ..spec import DEFAULT_MODEL
     from ..studies.report_io import check_destination
     from ..studies.validation import compare, validate
-    from ._model_args import model_from_args
-
     try:
         # everything that can be refused is refused before the computation
         check_destination(args.out, name="--out")
-        model = model_from_args(args)
+
         if args.data is not None:
             given = [f"--{n.replace('_', '-')}" for n in _SIMULATION_FLAGS
                      if getattr(args, n) not in (None, False)]
@@ -184,13 +264,21 @@ def run(args) -> int:
                 given += ["--no-fss"] * args.no_fss + ["--no-invariant"] * args.no_invariant
                 return _fail(f"--data compares given trajectories; {', '.join(given)} "
                              f"describe a simulation and cannot be combined with it")
-            data = load_data(args.data)
+            if args.Q0 is not None or args.rho0 is not None:
+                return _fail("--Q0/--rho0 give the start of a simulation; with --data the ODE "
+                             "starts at each replica's first recorded state")
+            model, data = _read_data_file(args)
             report = compare(model, data["t"], data["Q"], data["rho"], data.get("T"),
-                             data.get("readout"), progress=sys.stderr.isatty())
+                             data.get("readout"), progress=not args.no_progress)
         else:
             if args.seed is not None and args.seed < 0:
                 return _fail(f"--seed must be >= 0, got {args.seed}")
-            report = validate(model, **_simulation_kwargs(args))
+            if (args.Q0 is None) != (args.rho0 is None):
+                return _fail("--Q0 and --rho0 must be given together")
+            model = _model(args, DEFAULT_MODEL)
+            kwargs = _simulation_kwargs(args)
+            kwargs.update(_overlap_files(args, model, kwargs["replicas"]))
+            report = validate(model, **kwargs)
     except (ValueError, TypeError) as exc:
         return _fail(exc)
     except DivergenceError as exc:

@@ -10,7 +10,8 @@ from __future__ import annotations
 import difflib
 from pathlib import Path
 
-from ..kernel_files import (GENERATED_DIR, atomic_write, cached_path, load_module_file)
+from ..kernel_files import (GENERATED_DIR, atomic_write, cached_path, load_module_text,
+                            read_cache_file, write_cache_file)
 from ..spec import Model
 from .render import render_all, render_entries_module
 
@@ -52,14 +53,15 @@ def ensure_cached_entries(model: Model) -> Path:
 
     The file is keyed by :attr:`Model.structure_key` and the generator version
     (:func:`symquad.kernel_files.cached_path`), written atomically, and
-    regenerated when missing or unusable (checksum mismatch, failed import,
-    missing ``rhs``/``risk``).
+    regenerated when missing, unusable (checksum mismatch, failed import,
+    missing ``rhs``/``risk``) or not trusted (:func:`symquad.kernel_files.read_cache_file`;
+    an untrusted file is never executed).
     """
     path = cached_path("entries", model.structure_key)
     try:
-        load_module_file(path, f"symquad_cached_{path.stem}")
+        load_module_text(read_cache_file(path), f"symquad_cached_{path.stem}", str(path))
         return path
     except Exception:  # noqa: BLE001 - any unusable cache file is regenerated
         pass
-    atomic_write(path, render_entries_module(model))
+    write_cache_file(path, render_entries_module(model))
     return path

@@ -10,12 +10,14 @@ because it almost always means an upstream mistake.
 
 from __future__ import annotations
 
+from fractions import Fraction
 from numbers import Integral, Real
 
 import numpy as np
 
 __all__ = ["as_overlaps", "as_real_array", "check_positive", "check_int", "check_real",
-           "check_seed", "check_choice"]
+           "check_seed", "check_choice", "check_float_activation", "FLOAT_COEFFICIENT_RANGE",
+           "MAX_CONSTANT_RATIO"]
 
 
 def _is_real_scalar(value) -> bool:
@@ -83,18 +85,48 @@ def check_choice(name: str, value, choices):
     return value
 
 
-def as_real_array(value, name: str) -> np.ndarray:
-    """``value`` as a finite float array, refusing complex, bool, string and object input."""
-    try:
-        arr = np.asarray(value)
-    except (TypeError, ValueError) as exc:  # ragged nested lists
-        raise TypeError(f"{name} must be an array of real numbers ({exc})") from None
-    if arr.dtype.kind not in "iuf":
-        kind = {"c": "complex", "b": "bool", "U": "string", "S": "bytes", "O": "object"}.get(
-            arr.dtype.kind, str(arr.dtype))
-        raise TypeError(f"{name} must be an array of real numbers, got {kind} entries")
-    arr = arr.astype(float)
-    if not np.all(np.isfinite(arr)):
+def as_real_array(value, name: str, *, finite: bool = True, copy: bool = True) -> np.ndarray:
+    """``value`` as a float array, refusing complex, bool, string and object input.
+
+    The one check every public function applies to the arrays it is given
+    (overlaps, times, trajectories, weights): a complex array is a
+    ``TypeError`` even when its imaginary part is zero, never silently
+    truncated to its real part as ``np.asarray(x, dtype=float)`` would.
+
+    Parameters
+    ----------
+    value : array_like
+    name : str
+        The parameter's name, used in the error message.
+    finite : bool
+        Also refuse NaN and inf (``ValueError``).  ``False`` where non-finite
+        entries are meaningful (states after a divergence, kernels evaluated
+        inside a solver).
+    copy : bool
+        ``False``: return `value` itself when it already is a float64 array
+        (hot paths that do not modify it).
+
+    Returns
+    -------
+    ndarray of float64
+    """
+    if not copy and isinstance(value, np.ndarray) and value.dtype == np.float64:
+        arr = value
+    else:
+        if isinstance(value, (str, bytes)):
+            raise TypeError(f"{name} must be an array of real numbers, got a string")
+        try:
+            arr = np.asarray(value)
+        except (TypeError, ValueError) as exc:  # ragged nested lists
+            raise TypeError(f"{name} must be an array of real numbers ({exc})") from None
+        if arr.dtype.kind not in "iuf":
+            kind = {"c": "complex", "b": "bool", "U": "string", "S": "bytes",
+                    "O": "object"}.get(arr.dtype.kind, str(arr.dtype))
+            raise TypeError(f"{name} must be an array of real numbers, got {kind} entries"
+                            + (" (complex arrays are refused, not truncated to their real "
+                               "part)" if kind == "complex" else ""))
+        arr = arr.astype(float)
+    if finite and not np.all(np.isfinite(arr)):
         raise ValueError(f"{name} must be finite (it contains NaN or inf)")
     return arr
 
@@ -129,3 +161,72 @@ def as_overlaps(model, Q, rho, T, names=("Q0", "rho0", "T"), tol: float = 1e-9):
             f"covariance [[{names[0]}, {names[1]}], [{names[1]}^T, {names[2]}]] must be positive "
             f"semi-definite; smallest eigenvalue {low:.3g}")
     return Q, rho, T
+
+
+#: Range of ``max_{j>=1} |c_j|`` (the scale of the activation) that the float64
+#: kernels and simulators accept.  They multiply up to four coefficients (the
+#: ``η²`` term ``E[σ'σ'σσ]``) with Gaussian moments up to ``(4d−1)!! ≈ 10^17``
+#: at degree 8; keeping ``c⁴`` within ``10^±200`` leaves ``10^100`` of float64's
+#: ``10^±308`` for the overlaps, so nothing overflows to inf or underflows to 0.
+FLOAT_COEFFICIENT_RANGE = (1e-50, 1e50)
+
+#: Largest ``|c_0| / max_{j>=1} |c_j|`` the float64 routes accept.  The
+#: constant cancels in ``ŷ − y``, but the tensor kernels and the moment-based
+#: risk of the simulators carry it through sums that cancel, losing about
+#: ``(c_0/scale)²·10^-16`` relative precision; measured on the tensor kernels
+#: (σ = c0 + z³, c0 + z³ − 3z, c0 + z⁴ at p = 3, p* = 2, a random point):
+#: relative error of the ODE right-hand side 3e-12, 5e-12, 2e-14 at
+#: ``c_0 = 10^3`` and 1e-4, 6e-4, 2e-6 at ``c_0 = 10^7``.
+MAX_CONSTANT_RATIO = 1e3
+
+
+def check_float_activation(activation, name: str = "activation"):
+    """Refuse activation coefficients that float64 arithmetic would get silently wrong.
+
+    The symbolic routes (``derive``, LaTeX, ``hessian_spectrum``) are exact
+    for any rational coefficients; the numeric ones (kernels, integration,
+    simulation, validation, landscape) convert the coefficients to float64.
+    This is the one check they all make first: the scale
+    ``s = max_{j>=1} |c_j|`` must lie in :data:`FLOAT_COEFFICIENT_RANGE` and
+    ``|c_0| <= MAX_CONSTANT_RATIO · s``, otherwise a ``ValueError`` says why and
+    what to do (rescale: ``σ → σ/c`` with ``lr → lr·c²`` and ``noise → noise/c²``
+    gives the same dynamics of the overlaps, and the risk is divided by ``c²``).
+    A coefficient far below the scale only loses what float64 cannot resolve
+    anyway (below ``10^-16`` of the result).  Comparisons are exact (rationals),
+    so no conversion can overflow here.  A non-polynomial activation (a name)
+    passes unchecked.
+
+    Returns
+    -------
+    The activation, unchanged.
+    """
+    if not isinstance(activation, tuple) or len(activation) < 2:
+        return activation
+    scale = max(abs(c) for c in activation[1:])
+    constant = abs(activation[0])
+    lo, hi = FLOAT_COEFFICIENT_RANGE
+    # exact comparisons (the decimal bounds as rationals): nothing is converted to float
+    if not Fraction(str(lo)) <= scale <= Fraction(str(hi)):
+        raise ValueError(
+            f"{name}: the largest non-constant coefficient has magnitude {_magnitude(scale)}"
+            f", outside [{lo:g}, {hi:g}] (symquad.numeric.checks.FLOAT_COEFFICIENT_RANGE): "
+            f"float64 kernels and simulators would overflow or underflow. Rescale the "
+            f"activation (σ/c with lr·c² and noise/c² gives the same overlap dynamics; the "
+            f"risk scales by c²); the symbolic routes (derive, equations) are exact")
+    if constant > Fraction(MAX_CONSTANT_RATIO) * scale:
+        raise ValueError(
+            f"{name}: the constant term {_magnitude(constant)} exceeds {MAX_CONSTANT_RATIO:g}"
+            f" times the largest other coefficient ({_magnitude(scale)}); it cancels in "
+            f"ŷ − y, but float64 sums would lose precision (about (c0/scale)^2 * 1e-16 "
+            f"relative). Drop or shrink the constant (it does not change the "
+            f"dynamics)")
+    return activation
+
+
+def _magnitude(x) -> str:
+    """``x`` (an exact rational) for a message, without overflowing float()."""
+    try:
+        return f"{float(x):.3g}"
+    except OverflowError:
+        x = Fraction(x)
+        return f"about 1e{len(str(abs(x.numerator))) - len(str(x.denominator))}"

@@ -197,7 +197,7 @@ def symmetric_start(Q0, rho0, T):
 def integrate(model: Model, Q0, rho0, T, t_max, t_eval=None, *, method: str = "auto",
               rtol: float = 1e-8, atol: float = 1e-11, max_norm: float | None = None,
               on_divergence: str = "raise", form: str | None = None,
-              warn_symmetric: bool = True, a0=None) -> ODESolution:
+              warn_symmetric: bool = True, a0=None, progress=False) -> ODESolution:
     """Integrate ``dQ/dt, dρ/dt`` from ``(Q0, ρ0)`` with fixed teacher overlap ``T``.
 
     Parameters
@@ -247,6 +247,11 @@ def integrate(model: Model, Q0, rho0, T, t_max, t_eval=None, *, method: str = "a
     a0 : array (p,), optional
         Initial student readout when it is trained (default ``model.readout``,
         which is ``a(0)`` by definition); refused for a fixed readout.
+    progress : bool
+        Progress of the solver's time on stderr (:mod:`symquad.progress`): a
+        tqdm bar on a terminal, plain lines (every 10 % or 10 s, with the time
+        left) otherwise; worth it at large ``p``, where one right-hand side
+        costs seconds.
 
     Returns
     -------
@@ -297,8 +302,12 @@ def integrate(model: Model, Q0, rho0, T, t_max, t_eval=None, *, method: str = "a
     kern = kernels(model, form)
     p, k = model.p, model.p_star
     last = {"t": 0.0, "Q": Q0.copy(), "rho": rho0.copy()}
+    from ..progress import progress as _progress
+    bar = _progress(progress, t_max, f"ODE (p={p}, p*={k}, {kern.form} kernels)", "time",
+                    integer=False)
 
     def fun(t, y):
+        bar.set(t)
         Q, rho, a = _unpack(y, p, k, trained)
         if np.all(np.isfinite(y)):
             last.update(t=t, Q=Q, rho=rho)
@@ -317,6 +326,7 @@ def integrate(model: Model, Q0, rho0, T, t_max, t_eval=None, *, method: str = "a
     blow_up.direction = -1
 
     sol = _solve(fun, t_max, _pack(Q0, rho0, a_start), method, t_eval, rtol, atol, blow_up)
+    bar.close()
     Qs = np.empty((sol.t.size, p, p))
     rhos = np.empty((sol.t.size, p, k))
     readout = np.empty((sol.t.size, p)) if trained else None

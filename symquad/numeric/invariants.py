@@ -288,7 +288,7 @@ def weight_distance(Q0, rho0, O, T=None, p=None):
     p = pp if p is None else p
     T = _teacher(T, k)
     Q0 = _as_matrix(Q0, "Q0", (pp, pp))
-    O = np.asarray(O, dtype=float)
+    O = as_real_array(O, "O")
     d2 = np.trace(Q0) + (p / k) * np.trace(T) \
         - 2 * math.sqrt(p / k) * np.einsum("...ij,ij->...", O, rho0)
     return np.sqrt(np.maximum(d2, 0.0))
@@ -457,7 +457,7 @@ def invariant_set_point(p, p_star, rng, T=None, scale=0.3, q_perp=None, q_par=0.
         if q_perp is None:
             q_perp = 0.3 + rng.random(p - p_star)
         W = random_stiefel(p - p_star, p - p_star, rng)
-        Qperp = (W * np.asarray(q_perp, float)) @ W.T
+        Qperp = (W * as_real_array(q_perp, "q_perp")) @ W.T
     else:
         Qperp = np.zeros((0, 0))
     Q = S @ A @ S.T + Nperp @ Qperp @ Nperp.T

@@ -27,8 +27,11 @@ module is checked against its trailing SHA-256 before it is used, committed
 ones included: a hand edit raises an error that says to run ``symquad
 regenerate``.  Cached modules carry the generator version in their file name
 (:func:`symquad.kernel_files.generator_version`).  A cache folder that cannot be
-written falls back to in-memory kernels with a warning; a cached module that is
-corrupted, fails at import or lacks its functions is regenerated.
+written, or that others could have written (see :mod:`symquad.kernel_files`),
+falls back to in-memory kernels with a warning; a cached module that is corrupted,
+fails at import or lacks its functions is regenerated, and one that is not trusted
+(a link, a FIFO, someone else's, writable by others) is never executed: it is
+regenerated, with a warning.
 """
 
 from __future__ import annotations
@@ -41,9 +44,11 @@ from typing import Callable
 
 import numpy as np
 
-from ..kernel_files import (GENERATED_DIR, KernelFileError, atomic_write, cached_path,
-                            load_module_file, load_module_text)
+from ..kernel_files import (GENERATED_DIR, KernelFileError, UntrustedCacheError, cached_path,
+                            load_module_file, load_module_text, read_cache_file,
+                            write_cache_file)
 from ..spec import Model, check_model
+from .checks import as_real_array, check_float_activation
 
 __all__ = ["Kernels", "kernels", "KERNEL_FORMS", "clear_kernel_memo", "default_form",
            "single_thread_blas", "BLAS_LIMIT_FIELDS"]
@@ -129,7 +134,9 @@ class Kernels:
         return ("Q", "rho", "a") if self.model.readout_trained else ("Q", "rho")
 
     def _arrays(self, Q, rho, T, a):
-        Q, rho, T = (np.asarray(x, dtype=float) for x in (Q, rho, T))
+        # complex input refused (never truncated); non-finite allowed inside solvers
+        Q, rho, T = (as_real_array(x, n, finite=False, copy=False)
+                     for x, n in ((Q, "Q"), (rho, "rho"), (T, "T")))
         p, k = self.model.p, self.model.p_star
         if Q.shape[-2:] != (p, p) or rho.shape[-2:] != (p, k) or T.shape[-2:] != (k, k):
             raise ValueError(
@@ -203,34 +210,54 @@ def _committed(name: str, required=("rhs", "risk")):
 
 
 def _cached(kind: str, key: str, render: Callable[[], str], required=("rhs", "risk")):
-    """A module generated on demand into the cache (see the module docstring)."""
+    """A module generated on demand into the cache (see the module docstring).
+
+    A cache entry is executed only when :func:`symquad.kernel_files.read_cache_file`
+    trusts it (owned by the user, not writable by others, no link, a regular
+    file); an untrusted one is never executed: the module is regenerated into a
+    fresh trusted file, or into memory when the folder itself is untrusted,
+    with a warning that says why.
+    """
     path = cached_path(kind, key)
     memo_key = (kind, key, path.name)
     with _LOCK:
         if memo_key in _MEMO:
             return _MEMO[memo_key]
     name = f"symquad_cached_{path.stem}"
+    distrust = None
     try:
-        result = (load_module_file(path, name, required), str(path))
+        result = (load_module_text(read_cache_file(path), name, str(path), required),
+                  str(path))
+    except UntrustedCacheError as exc:
+        distrust = exc
     except (OSError, KernelFileError):
-        # missing, unreadable, corrupted, broken at import or incomplete: (re)generate
-        text = render()
-        result = _write_and_load(path, name, text, required)
+        pass     # missing, unreadable, corrupted, broken at import or incomplete
+    else:
+        with _LOCK:
+            _MEMO[memo_key] = result
+        return result
+    result = _write_and_load(path, name, render(), required, distrust)
     with _LOCK:
         _MEMO[memo_key] = result
     return result
 
 
-def _write_and_load(path, name, text, required):
+def _write_and_load(path, name, text, required, distrust=None):
+    """Write ``text`` as a trusted cache file and load it (from memory: what was written)."""
     try:
-        atomic_write(path, text)
-    except OSError as exc:
+        write_cache_file(path, text)
+    except (OSError, UntrustedCacheError) as exc:
+        why = exc if isinstance(exc, UntrustedCacheError) else \
+            f"it cannot be written ({type(exc).__name__}: {exc})"
         warnings.warn(
-            f"kernel cache folder {path.parent} cannot be written ({type(exc).__name__}: "
-            f"{exc}); using in-memory kernels for this process. Set SYMQUAD_CACHE_DIR to a "
-            f"writable folder to keep them.", RuntimeWarning, stacklevel=4)
+            f"kernel cache folder {path.parent} is not used: {why}; using in-memory kernels "
+            f"for this process. Set SYMQUAD_CACHE_DIR to a folder of your own that others "
+            f"cannot write to keep them.", RuntimeWarning, stacklevel=5)
         return load_module_text(text, name, "<memory>", required), "<memory>"
-    return load_module_file(path, name, required), str(path)
+    if distrust is not None:
+        warnings.warn(f"{distrust}; it was not executed, the kernel was regenerated into a "
+                      f"fresh file", RuntimeWarning, stacklevel=5)
+    return load_module_text(text, name, str(path), required), str(path)
 
 
 def _assembly():
@@ -345,6 +372,8 @@ def kernels(model: Model, form: str | None = None) -> Kernels:
     1.5
     """
     check_model(model)
+    check_float_activation(model.activation)
+    check_float_activation(model.teacher_activation, "teacher_activation")
     if form is None:
         form = default_form(model)
     if form not in KERNEL_FORMS:

@@ -40,7 +40,8 @@ from scipy import optimize as _opt
 from ..spec import Model, check_model
 from .errors import DivergenceError, describe_state
 from .kernels import kernels
-from .checks import as_real_array, check_int as _check_int, check_positive, check_real, check_seed
+from .checks import (as_real_array, check_float_activation, check_int as _check_int,
+                     check_positive, check_real, check_seed)
 
 __all__ = [
     "POINTS", "PlateauFixedPoint", "EscapePrediction",
@@ -56,7 +57,9 @@ POINTS = ("origin", "plateau", "minimum")
 
 # --------------------------------------------------------------------------- checks
 def _check_model(m) -> Model:
-    return check_model(m, "m")
+    check_model(m, "m")
+    check_float_activation(m.activation, "m.activation")
+    return m
 
 
 def _check_quadratic(m: Model, what: str) -> None:
@@ -89,8 +92,8 @@ def overlaps(W, Wstar):
     W : array (..., p, N)
     Wstar : array (p*, N)
     """
-    W = np.asarray(W, dtype=float)
-    Wstar = np.asarray(Wstar, dtype=float)
+    W = as_real_array(W, "W", copy=False)
+    Wstar = as_real_array(Wstar, "Wstar", copy=False)
     N = W.shape[-1]
     if Wstar.shape[-1] != N:
         raise ValueError(f"W and Wstar must have the same input dimension N, got "
@@ -140,7 +143,7 @@ def weight_hessian(m: Model, W, Wstar, step: float = 0.05, chunk: int = 20000):
     """
     _check_model(m)
     _check_quadratic(m, "weight_hessian (exact Richardson differences)")
-    W = np.asarray(W, dtype=float)
+    W = as_real_array(W, "W")
     if W.shape[0] != m.p:
         raise ValueError(f"W must have p = {m.p} rows, got shape {W.shape}")
     step = check_positive("step", step)
@@ -176,7 +179,7 @@ def weight_hessian(m: Model, W, Wstar, step: float = 0.05, chunk: int = 20000):
 
 def sign_counts(eigenvalues, rtol: float = 1e-7):
     """``(negative, zero, positive)`` counts; ``|λ| <= rtol·max|λ|`` counts as zero."""
-    ev = np.asarray(eigenvalues, dtype=float)
+    ev = as_real_array(eigenvalues, "eigenvalues")
     scale = np.max(np.abs(ev)) if ev.size else 0.0
     tol = rtol * scale
     return int(np.sum(ev < -tol)), int(np.sum(np.abs(ev) <= tol)), int(np.sum(ev > tol))
@@ -268,7 +271,7 @@ def critical_weights(m: Model, point: str, N: int, seed=0):
     if N < need:
         raise ValueError(f"N must be >= {need} for point={point!r} "
                          f"(p={p}, p_star={k}), got {N}")
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(check_seed(seed))
     O, _ = np.linalg.qr(rng.standard_normal((N, N)))
     O = O.T
     Wstar = math.sqrt(N) * O[:k]
@@ -509,8 +512,12 @@ def escape_times(t, risk, threshold):
     -------
     array (...,) of times; NaN where the curve never crosses.
     """
-    t = np.asarray(t, dtype=float)
-    risk = np.asarray(risk, dtype=float)
+    t = as_real_array(t, "t")
+    risk = as_real_array(risk, "risk", finite=False)     # NaN: a diverged curve
+    threshold = check_real("threshold", threshold)
+    if t.ndim != 1 or risk.shape[-1:] != t.shape:
+        raise ValueError(f"t must be 1-d and risk end in len(t) = {t.size} times; got shapes "
+                         f"{t.shape} and {risk.shape}")
     below = risk <= threshold
     # the risk starts above the plateau level; ignore a start already below it
     hit = below & np.cumsum(~below, axis=-1).astype(bool)

@@ -30,7 +30,7 @@ import numpy as np
 from scipy import integrate as _ivp
 
 from ..spec import check_model
-from .checks import check_positive
+from .checks import as_real_array, check_positive
 from .errors import describe_state
 from .integrate import check_sphere, initial_readout
 from .kernels import kernels
@@ -112,9 +112,9 @@ class BatchODESolution:
 def _batch_overlaps(model, Q0, rho0, T, tol=1e-9):
     """Validate a batch of starts; return ``Q0 (B,p,p)``, ``rho0 (B,p,p*)``, ``T (p*,p*)``."""
     p, k = model.p, model.p_star
-    Q0 = np.asarray(Q0, dtype=float)
-    rho0 = np.asarray(rho0, dtype=float)
-    T = np.asarray(T, dtype=float)
+    Q0 = as_real_array(Q0, "Q0", finite=False)
+    rho0 = as_real_array(rho0, "rho0", finite=False)
+    T = as_real_array(T, "T", finite=False)
     if Q0.ndim not in (2, 3) or Q0.shape[-2:] != (p, p):
         raise ValueError(f"Q0 must have shape (B, p, p) or (p, p) with p={p}, got {Q0.shape}")
     if rho0.ndim not in (2, 3) or rho0.shape[-2:] != (p, k):
@@ -153,7 +153,7 @@ def _batch_overlaps(model, Q0, rho0, T, tol=1e-9):
 
 def integrate_batch(model, Q0, rho0, T, t_max, t_eval=None, *, method: str = "RK45",
                     rtol: float = 1e-8, atol: float = 1e-11, max_norm: float | None = None,
-                    form: str | None = None, a0=None) -> BatchODESolution:
+                    form: str | None = None, a0=None, progress=False) -> BatchODESolution:
     """Integrate ``dQ/dt, dρ/dt`` from ``B`` starts at once (one vectorised solve).
 
     Parameters
@@ -183,6 +183,9 @@ def integrate_batch(model, Q0, rho0, T, t_max, t_eval=None, *, method: str = "RK
     a0 : array (B, p) or (p,), optional
         Initial student readouts of the starts when the readout is trained
         (default ``model.readout``); refused for a fixed readout.
+    progress : bool
+        Progress of the solver's time on stderr (:mod:`symquad.progress`): a
+        tqdm bar on a terminal, plain lines otherwise.
 
     Returns
     -------
@@ -202,7 +205,7 @@ def integrate_batch(model, Q0, rho0, T, t_max, t_eval=None, *, method: str = "RK
     t_max = check_positive("t_max", t_max)
     if t_eval is None:
         t_eval = np.linspace(0.0, t_max, 501)
-    t_eval = np.asarray(t_eval, dtype=float)
+    t_eval = as_real_array(t_eval, "t_eval")
     if t_eval.ndim != 1 or t_eval.size == 0 or np.any(np.diff(t_eval) <= 0) \
             or t_eval[0] < 0 or t_eval[-1] > t_max:
         raise ValueError("t_eval must be a non-empty increasing 1-d array within [0, t_max]")
@@ -219,8 +222,12 @@ def integrate_batch(model, Q0, rho0, T, t_max, t_eval=None, *, method: str = "RK
     width = nr + (p if trained else 0)
     t_div = np.full(B, np.nan)
     live = np.ones(B, dtype=bool)
+    from ..progress import progress as _progress
+    bar = _progress(progress, t_max, f"ODE from {B} start{'s' if B > 1 else ''} "
+                                     f"(p={p}, p*={k})", "time", integer=False)
 
     def fun(t, y):
+        bar.set(t)
         Y = y.reshape(B, width)
         Q = Y[:, :nq].reshape(B, p, p)
         Q = 0.5 * (Q + np.swapaxes(Q, -1, -2))
@@ -254,6 +261,7 @@ def integrate_batch(model, Q0, rho0, T, t_max, t_eval=None, *, method: str = "RK
         return True
 
     ys, nfev, message = _solve(fun, y0, t_max, t_eval, method, rtol, atol, live, blame)
+    bar.close()
     sol = _Solved(t_eval, ys.T, nfev, message)
     n = sol.t.size
     Y = sol.y.reshape(B, width, n)

@@ -93,7 +93,8 @@ from pathlib import Path
 import numpy as np
 
 from .errors import DivergenceError, describe_state
-from .checks import as_real_array, check_int as _check_int, check_positive
+from .checks import (as_real_array, check_float_activation, check_int as _check_int,
+                     check_positive)
 
 __all__ = ["simulate", "SimulationRun", "population_risk", "DEFAULT_Q0", "METHODS",
            "SIMULATED_FIELDS"]
@@ -296,17 +297,16 @@ def population_risk(model, Q, rho, T, readout=None) -> np.ndarray:
     ndarray, shape (...)
     """
     if hasattr(model, "teacher_activation"):
-        c_s = np.asarray([float(v) for v in model.activation])
-        c_t = np.asarray([float(v) for v in model.teacher_activation])
+        c_s = np.asarray([float(v) for v in check_float_activation(model.activation)])
+        c_t = np.asarray([float(v) for v in check_float_activation(model.teacher_activation,
+                                                                   "teacher_activation")])
         a = np.array([float(v) for v in model.readout]) if readout is None else \
-            np.asarray(readout, dtype=float)
+            as_real_array(readout, "readout", finite=False)
         b = np.array([float(v) for v in model.teacher_readout])
     else:
-        c_s = c_t = np.asarray([float(v) for v in model])
+        c_s = c_t = np.asarray([float(v) for v in check_float_activation(tuple(model))])
         a = b = None
-    Q = np.asarray(Q, dtype=float)
-    rho = np.asarray(rho, dtype=float)
-    T = np.asarray(T, dtype=float)
+    Q, rho, T = (as_real_array(x, n, finite=False) for x, n in ((Q, "Q"), (rho, "rho"), (T, "T")))
     p, ps = rho.shape[-2:]
     batch = np.broadcast_shapes(Q.shape[:-2], rho.shape[:-2], T.shape[:-2])
     Q = np.broadcast_to(Q, batch + (p, p))
@@ -916,7 +916,8 @@ def simulate(model, N=2000, t_max=20.0, replicas=64, seed=0, method="reduced",
     blowup : float
         Overlap magnitude treated as a blow-up.
     progress : bool
-        Show a tqdm progress bar.
+        Progress on stderr (:mod:`symquad.progress`): a tqdm bar on a terminal,
+        plain lines (every 10 % or 10 s, with the time left) otherwise.
 
     Returns
     -------
@@ -925,6 +926,8 @@ def simulate(model, N=2000, t_max=20.0, replicas=64, seed=0, method="reduced",
     from ..spec import check_model
 
     check_model(model)
+    check_float_activation(model.activation)
+    check_float_activation(model.teacher_activation, "teacher_activation")
     N = _check_int(N, "N", 1)
     replicas = _check_int(replicas, "replicas", 1)
     t_max = check_positive("t_max", t_max)
@@ -977,19 +980,15 @@ def simulate(model, N=2000, t_max=20.0, replicas=64, seed=0, method="reduced",
         # the reduced stepper checks every check_every steps inside its kernel
         checkpoints = np.union1d(checkpoints, np.arange(0, n_steps + 1, check_every))
     rec_index = {int(s): i for i, s in enumerate(rec_steps)}
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-        bar = tqdm(total=n_steps, unit="step", unit_scale=True, leave=False,
-                   desc=f"SGD ({method}, N={N}, {replicas} replicas)")
+    from ..progress import progress as _progress
+    bar = _progress(progress, n_steps, f"SGD ({method}, N={N}, {replicas} replicas)", "steps")
     step = 0
     with np.errstate(over="ignore", invalid="ignore"):
         for target in checkpoints:
             target = int(target)
             if target > step:
                 stepper.advance(target - step)
-                if bar is not None:
-                    bar.update(target - step)
+                bar.update(target - step)
                 step = target
             if method == "reduced":
                 caught, c_step, l_step, l_Q, l_rho, l_a = stepper.pop_caught()
@@ -1031,8 +1030,7 @@ def simulate(model, N=2000, t_max=20.0, replicas=64, seed=0, method="reduced",
                     readouts[alive, i] = a_now[alive]
             if not alive.any():
                 break
-    if bar is not None:
-        bar.close()
+    bar.close()
     risk = population_risk(model, Qs, rhos, T, readouts)
     run = SimulationRun(model=model, N=N, method=method, seed=seed, t=rec_steps / N, Q=Qs,
                         rho=rhos, risk=risk, T=T, status=status.astype(str), t_diverged=t_div,

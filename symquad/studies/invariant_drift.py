@@ -72,7 +72,8 @@ def invariant_drift_study(model, Ns, t_max, replicas, seed, sigma_ref=0.2,
     protocols : tuple of {"random", "informed"}
         Which protocols to run (both by default).
     progress : bool
-        tqdm progress bar over N.
+        Progress on stderr (:mod:`symquad.progress`): a line per ``N`` and the
+        simulations' progress (a bar on a terminal, plain lines otherwise).
 
     Returns
     -------
@@ -117,23 +118,23 @@ def invariant_drift_study(model, Ns, t_max, replicas, seed, sigma_ref=0.2,
         model=repr(model), t_max=t_max, replicas=replicas, seed=seed, sigma_ref=sigma_ref,
         informed_scale=informed_scale, q0=q0, method=method, protocols=protocols)}
     acc = {name: [] for name in protocols}
-    iterator = list(enumerate(Ns))
-    if progress:
-        from tqdm import tqdm
-        iterator = tqdm(iterator, desc="drift study")
-    for idx, N in iterator:
+    from ..progress import note
+    for idx, N in enumerate(Ns):
+        note(progress, f"drift study of S: N = {N} ({idx + 1} of {len(Ns)}), {replicas} "
+                       f"replicas, protocols {', '.join(protocols)}")
         last = idx == len(Ns) - 1
         if "random" in protocols:
             seed_r = int(streams[2 * idx].generate_state(1)[0])
             run = simulate(model, N, t_max, replicas, seed_r, method=method, T=T,
-                           t_eval=t_eval)
+                           t_eval=t_eval, progress=progress)
             acc["random"].append(_drift_random(np.asarray(run.rho), t_eval, sigma_ref))
             if last:
                 out["S_example_random"] = S_or_nan(np.asarray(run.rho)[0])
         if "informed" in protocols:
             seed_i = int(streams[2 * idx + 1].generate_state(1)[0])
             run = simulate(model, N, t_max, replicas, seed_i, method=method,
-                           Q0=q0 * np.eye(p), rho0=informed_scale * S0, T=T, t_eval=t_eval)
+                           Q0=q0 * np.eye(p), rho0=informed_scale * S0, T=T, t_eval=t_eval,
+                           progress=progress)
             rho = np.asarray(run.rho)
             acc["informed"].append(
                 {"drift": np.linalg.norm(invariant_S(rho[:, -1]) - S0, axis=(-2, -1))})

@@ -42,10 +42,10 @@ they are identical whichever executor ran the point.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import os
-import sys
 import time
 import traceback as _traceback
 from dataclasses import dataclass
@@ -53,10 +53,11 @@ from datetime import datetime, timezone
 
 import numpy as np
 
+from ..entry import quiet_close
 from .store import META_COLUMNS, SweepStore, canonical_params, new_token, point_key
 from .tasks import get_task
 
-__all__ = ["sweep", "expand_grid", "run_point", "SweepInfo"]
+__all__ = ["sweep", "expand_grid", "run_point", "SweepInfo", "dask_client"]
 
 
 @dataclass(frozen=True)
@@ -149,19 +150,27 @@ def _split_result(result, params):
     return scalars, arrays
 
 
+def _failure_message(exc: BaseException) -> str:
+    if isinstance(exc, SystemExit):
+        return f"SystemExit: the task called sys.exit({exc.code!r})"
+    return f"{type(exc).__name__}: {exc}"
+
+
 def run_point(func, params):
     """Run ``func(**params)``; return ``(scalars, arrays, status, error, traceback, seconds)``.
 
     Exceptions raised by the task become ``status="error"`` with the message
-    ``"ExceptionType: message"``; they are not re-raised.
+    ``"ExceptionType: message"``; they are not re-raised.  ``sys.exit`` in a
+    task (``SystemExit``) is such an error too, never the exit of the process
+    or the worker; only ``KeyboardInterrupt`` stops the sweep.
     """
     t0 = time.perf_counter()
     try:
         scalars, arrays = _split_result(func(**params), params)
         status, error, tb = "ok", None, None
-    except Exception as exc:     # one bad point never kills the sweep
+    except (Exception, SystemExit) as exc:     # one bad point never kills the sweep
         scalars, arrays = {}, {}
-        status, error = "error", f"{type(exc).__name__}: {exc}"
+        status, error = "error", _failure_message(exc)
         tb = _traceback.format_exc(limit=-8)
     return scalars, arrays, status, error, tb, time.perf_counter() - t0
 
@@ -180,12 +189,8 @@ def _row(task, key, params, outcome):
 # executors
 # ---------------------------------------------------------------------------
 def _progress_bar(progress, total, initial, desc):
-    if progress is None:
-        progress = sys.stderr.isatty()
-    if not progress:
-        return None
-    from tqdm.auto import tqdm
-    return tqdm(total=total, initial=initial, desc=desc, unit="pt")
+    from ..progress import progress as _progress
+    return _progress(progress, total, desc, "points", initial=initial)
 
 
 def _run_serial(task, todo, on_done):
@@ -217,14 +222,62 @@ def _run_dask(task, todo, on_done, client, retries):
             client.cancel(list(futures))
 
 
+@contextlib.contextmanager
+def dask_client(address=None, *, workers=None, timeout="20s"):
+    """A Dask client for several sweeps, closed without shutdown noise.
+
+    ``address`` given: connect to that scheduler (``timeout`` for the
+    connection).  Otherwise start a local cluster like :func:`sweep`'s own:
+    `workers` single-threaded worker processes (default: one per core), which
+    ignore Ctrl-C so that an interrupt stops the driving process and it stops
+    them.  Either way the client (and the cluster) are closed at the end with
+    :func:`symquad.entry.quiet_close`.
+
+    Examples
+    --------
+    >>> with dask_client(workers=2) as client:          # doctest: +SKIP
+    ...     df1 = sweep("plateau", grid1, "runs/a", client=client)
+    ...     df2 = sweep("plateau", grid2, "runs/b", client=client)
+    """
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)
+                                or workers < 1):
+        raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
+    cluster = None
+    if address is not None:
+        from distributed import Client
+        client = Client(address, timeout=timeout)
+    else:
+        client, cluster = _local_client(workers or os.cpu_count() or 1)
+    try:
+        yield client
+    finally:
+        quiet_close(client, cluster)
+
+
 def _local_client(workers):
     import logging
 
     from distributed import Client, LocalCluster
 
-    cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                           dashboard_address=None, silence_logs=logging.ERROR)
-    return Client(cluster), cluster
+    from ..entry import children_ignore_sigint
+
+    # Workers ignore Ctrl-C (it stops the sweep here, which stops them; symquad.entry):
+    # they are started while SIGINT is ignored here, so they inherit that.  A Ctrl-C
+    # during the cluster's start-up (about a second) is therefore ignored; the
+    # constructor itself reports a worker that cannot start.  No dashboard, and the
+    # scheduler's HTTP routes on a free port: 8787 may be taken by another cluster
+    # (distributed would warn "Port 8787 is already in use").
+    with children_ignore_sigint():
+        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                               dashboard_address=None, silence_logs=logging.ERROR,
+                               preload=["symquad._dask_preload"],
+                               scheduler_kwargs={"dashboard_address": ":0"})
+    try:
+        client = Client(cluster)
+    except BaseException:
+        quiet_close(cluster)
+        raise
+    return client, cluster
 
 
 # ---------------------------------------------------------------------------
@@ -260,7 +313,10 @@ def sweep(task, grid, store, *, client=None, workers=None, progress=None, retrie
         processes of a local Dask cluster (default: the number of cores, at
         most the number of points to compute).  Ignored with `client`.
     progress : bool, optional
-        tqdm progress bar (default: when stderr is a terminal).
+        Progress on stderr (:mod:`symquad.progress`): ``True`` a tqdm bar on a
+        terminal and plain lines (every 10 % or 10 s, with the time left)
+        otherwise, as ``symquad sweep`` does; ``None`` (default) a bar on a
+        terminal and nothing otherwise; ``False`` nothing.
     retries : int
         Dask retries of a point whose execution failed outside the task.
     retry_errors : bool
@@ -328,8 +384,7 @@ def sweep(task, grid, store, *, client=None, workers=None, progress=None, retrie
                 try:
                     _run_dask(task, todo, on_done, own_client, retries)
                 finally:
-                    own_client.close()
-                    cluster.close()
+                    quiet_close(own_client, cluster)
     finally:
         if bar is not None:
             bar.close()

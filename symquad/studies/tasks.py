@@ -49,6 +49,7 @@ import inspect
 import math
 import re
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from fractions import Fraction
 
 import numpy as np
@@ -56,8 +57,11 @@ import numpy as np
 __all__ = ["Task", "register_task", "register_model_task", "get_task", "list_tasks", "TASKS",
            "parse_activation", "parse_readout", "task_model", "model_parameters"]
 
-#: registered tasks, name -> Task
-TASKS: dict = {}
+_REGISTRY: dict = {}
+#: registered tasks, name -> Task (read-only: register with :func:`register_task`)
+TASKS = MappingProxyType(_REGISTRY)
+#: names of the built-in tasks (filled below); reserved, never replaced
+BUILTIN_TASKS: frozenset = frozenset()
 
 _SCALARS = (bool, int, float, str)
 _DOTTED = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*([:.][A-Za-z_]\w*)$")
@@ -139,13 +143,39 @@ def _make_task(func, name, version) -> Task:
                 summary=doc.splitlines()[0] if doc else "")
 
 
-def register_task(name, version="1"):
-    """Decorator: register a module-level function as the task `name` (with `version`)."""
+def _origin(func) -> str:
+    return f"{getattr(func, '__module__', '?')}.{getattr(func, '__qualname__', '?')}"
+
+
+def register_task(name, version="1", *, replace=False):
+    """Decorator: register a module-level function as the task `name` (with `version`).
+
+    A name already registered for *another* function is refused (``ValueError``)
+    unless ``replace=True``: a sweep's stored points are keyed by the task's
+    name and version, so a silent replacement would mix the results of two
+    functions in one store (bump `version` when you replace a task on purpose).
+    Registering the same function again (same module and qualified name, as
+    when a module is reloaded) just updates it.  The built-in tasks' names
+    (:data:`BUILTIN_TASKS`) are reserved and never replaced, ``replace=True``
+    included.
+    """
     if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_][\w.-]*", name):
         raise ValueError(f"task name must be an identifier-like string, got {name!r}")
+    if not isinstance(replace, bool):
+        raise TypeError(f"replace must be True or False, got {replace!r}")
 
     def deco(func):
-        TASKS[name] = _make_task(func, name, version)
+        task = _make_task(func, name, version)
+        old = _REGISTRY.get(name)
+        if old is not None and _origin(old.func) != _origin(func):
+            if name in BUILTIN_TASKS:
+                raise ValueError(f"task name {name!r} is a built-in symquad task and cannot be "
+                                 f"replaced; register your function under another name")
+            if not replace:
+                raise ValueError(f"task {name!r} is already registered ({_origin(old.func)}); "
+                                 f"pass replace=True to replace it with {_origin(func)} (and "
+                                 f"bump its version so stored points are recomputed)")
+        _REGISTRY[name] = task
         return func
     return deco
 
@@ -631,3 +661,6 @@ def hessian_task(model, point="plateau", N=12, rtol=1e-7):
     neg, zero, pos = sign_counts(ev, rtol)
     return {"negative": neg, "zero": zero, "positive": pos,
             "min_eigenvalue": float(ev[0]), "max_eigenvalue": float(ev[-1])}
+
+
+BUILTIN_TASKS = frozenset(_REGISTRY)

@@ -163,6 +163,7 @@ import numpy as np
 
 from ..numeric.checks import check_int as _check_int
 from ..numeric.persist import json_default
+from ..progress import note
 from .verdict import ALPHA, ESCAPE_TOL, decide as _decide
 
 __all__ = ["validate", "compare", "ValidationReport", "finite_size_scaling", "informed_start",
@@ -196,7 +197,7 @@ def informed_start(model, overlap=0.5):
     return np.eye(p), overlap * (U @ Vt)
 
 
-def _ode_per_replica(model, Q0, rho0, T, t, a0=None):
+def _ode_per_replica(model, Q0, rho0, T, t, a0=None, progress=False):
     """ODE trajectories from each initial state at times ``t`` (the ODE starts at ``t[0]``).
 
     All distinct starts are integrated in one vectorised solve
@@ -221,7 +222,8 @@ def _ode_per_replica(model, Q0, rho0, T, t, a0=None):
     horizon = float(tau[-1]) if tau[-1] > 0 else 1e-9
     starts = slice(0, 1) if same else slice(None)
     Q, rho, risk, status, a = _integrate_starts(model, Q0[starts], rho0[starts], T, horizon,
-                                                tau, None if a0 is None else a0[starts])
+                                                tau, None if a0 is None else a0[starts],
+                                                progress)
     if same:
         Q, rho = np.repeat(Q, R, axis=0), np.repeat(rho, R, axis=0)
         risk, status = np.repeat(risk, R, axis=0), np.repeat(status, R)
@@ -229,12 +231,12 @@ def _ode_per_replica(model, Q0, rho0, T, t, a0=None):
     return Q, rho, risk, status, same, a
 
 
-def _integrate_starts(model, Q0, rho0, T, horizon, tau, a0=None):
+def _integrate_starts(model, Q0, rho0, T, horizon, tau, a0=None, progress=False):
     """Batched ODE solve of the starts; NaN after a start's divergence."""
     from ..numeric.ode_batch import integrate_batch
 
     sol = integrate_batch(model, Q0, rho0, T, horizon, t_eval=tau, rtol=1e-8, atol=1e-11,
-                          a0=a0)
+                          a0=a0, progress=progress)
     B, n = Q0.shape[0], len(tau)
     Q = np.full((B, n) + Q0.shape[1:], np.nan)
     rho = np.full((B, n) + rho0.shape[1:], np.nan)
@@ -363,6 +365,8 @@ def finite_size_scaling(model, Ns=(100, 300, 1000, 3000, 10000), t_max=10.0, rep
     t = np.linspace(0.0, t_max, n_times)
     dev, se = [], []
     for i, N in enumerate(Ns):
+        note(progress, f"finite-size scaling: N = {N} ({i + 1} of {len(Ns)}), {replicas} "
+                       f"replicas, t <= {t_max:g}")
         run = simulate(model, N=N, t_max=t_max, replicas=replicas, seed=seed + 7919 * (i + 1),
                        method=method, t_eval=t, on_divergence="stop", progress=progress,
                        T=T, **kwargs)
@@ -372,7 +376,8 @@ def finite_size_scaling(model, Ns=(100, 300, 1000, 3000, 10000), t_max=10.0, rep
                              f"({run.n_diverged}/{replicas} replicas); reduce lr")
         sgd_a = None if run.readout is None else run.readout[ok]
         Q, rho, _, _, _, a = _ode_per_replica(model, run.Q[ok, 0], run.rho[ok, 0], run.T,
-                                              run.t, None if sgd_a is None else sgd_a[:, 0])
+                                              run.t, None if sgd_a is None else sgd_a[:, 0],
+                                              progress)
         d = _overlap_deviation(run.Q[ok], run.rho[ok], Q, rho, sgd_a, a)
         per = _rms_over(np.broadcast_to(run.t > 0, d.shape), d)
         dev.append(float(per.mean()))
@@ -432,7 +437,7 @@ def _analyse(model, t, sgd_Q, sgd_rho, sgd_risk, sgd_ok, T, *, band, escape_frac
     tick = time.perf_counter()
     oQ, orho, orisk, ostatus, shared, oa = _ode_per_replica(
         model, sgd_Q[:, 0], sgd_rho[:, 0], T, t,
-        None if sgd_readout is None else sgd_readout[:, 0])
+        None if sgd_readout is None else sgd_readout[:, 0], progress)
     t_ode = time.perf_counter() - tick
     good = sgd_ok & (ostatus == "ok")
     n_good = int(good.sum())
@@ -979,7 +984,10 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start=None, seed=0, *,
         (``benchmarks/bench_validate.py --workers 1``).  Inside a daemonic
         process (e.g. a pool worker) the studies always run serially.
     progress : bool
-        tqdm progress bars (main comparison only when studies run in workers).
+        Progress on stderr (:mod:`symquad.progress`): a line per stage and the
+        progress of the simulations and ODE solves, as tqdm bars on a terminal
+        and plain lines (every 10 % or 10 s, with the time left) otherwise
+        (main comparison only when the side studies run in workers).
 
     Returns
     -------
@@ -1079,6 +1087,8 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start=None, seed=0, *,
         elif given:
             kwargs["Q0"], kwargs["rho0"] = Q0, rho0
         t_eval = np.linspace(0.0, t_max, n_times)
+        note(progress, f"validate: SGD, N = {N}, {replicas} replicas, t <= {t_max:g} ({method} "
+                       f"simulator), then the ODE from each replica's start")
         run = simulate(model, N=N, t_max=t_max, replicas=replicas, seed=seed, method=method,
                        t_eval=t_eval, on_divergence="stop", progress=progress, **kwargs)
         phases["sgd"] = time.perf_counter() - tick
@@ -1133,6 +1143,10 @@ def _resolve_workers(workers, n_jobs):
     return min(workers, n_jobs + 1)
 
 
+_STUDY_LABELS = {"finite_size_scaling": "finite-size scaling",
+                 "invariant_drift": "drift study of the invariant S"}
+
+
 class _StudyRunner:
     """Run the side studies (name -> (function, kwargs)) serially or in worker processes.
 
@@ -1153,23 +1167,36 @@ class _StudyRunner:
             import multiprocessing
             from concurrent.futures import ProcessPoolExecutor
 
-            self.pool = ProcessPoolExecutor(max_workers=min(self.workers - 1, len(self.jobs)),
-                                            mp_context=multiprocessing.get_context("spawn"))
-            self.futures = {name: self.pool.submit(_timed_call, fn, kwargs)
-                            for name, (fn, kwargs) in self.jobs.items()}
+            from ..entry import children_ignore_sigint, ignore_sigint
+
+            # the workers ignore Ctrl-C: it reaches this process, which stops the pool
+            with children_ignore_sigint():
+                self.pool = ProcessPoolExecutor(
+                    max_workers=min(self.workers - 1, len(self.jobs)),
+                    mp_context=multiprocessing.get_context("spawn"), initializer=ignore_sigint)
+                self.futures = {name: self.pool.submit(_timed_call, fn, kwargs)
+                                for name, (fn, kwargs) in self.jobs.items()}
         return self
 
     def results(self):
         out, times = {}, {}
         for name, (fn, kwargs) in self.jobs.items():
             if self.pool is not None:
+                note(self.progress, f"validate: waiting for the {_STUDY_LABELS.get(name, name)} "
+                                    f"(worker process)")
                 out[name], times[name] = self.futures[name].result()
             else:
+                note(self.progress, f"validate: {_STUDY_LABELS.get(name, name)}")
                 out[name], times[name] = _timed_call(fn, dict(kwargs, progress=self.progress))
         return out, times
 
-    def __exit__(self, *exc):
+    def __exit__(self, exc_type, *exc):
         if self.pool is not None:
+            if exc_type is not None:
+                # interrupted or failed: the studies' results are not wanted, stop them now
+                # (they ignore SIGINT, see symquad.entry.ignore_sigint)
+                for proc in list(getattr(self.pool, "_processes", {}).values()):
+                    proc.terminate()
             self.pool.shutdown(wait=True, cancel_futures=True)
         return False
 
@@ -1221,29 +1248,43 @@ def _check_fss_args(Ns, t_max, replicas):
         _check_int(replicas, "fss_replicas", 2)
 
 
+def _check_times(t):
+    """Every recorded time: 1-d, >= 3 of them, finite, >= 0, strictly increasing.
+
+    Each error names the first offending index, so a NaN or a repeated time
+    deep inside a long record is reported, not only a bad first or last time.
+    """
+    if t.ndim != 1 or t.size < 3:
+        raise ValueError(f"t must be a 1-d array of >= 3 times, got shape {t.shape}")
+    bad = np.flatnonzero(~np.isfinite(t))
+    if bad.size:
+        raise ValueError(f"t must be finite: t[{bad[0]}] = {float(t[bad[0]])!r} "
+                         f"({bad.size} non-finite time(s))")
+    if t[0] < 0:
+        raise ValueError(f"t must be >= 0 (times steps/N), got t[0] = {float(t[0])!r}")
+    step = np.diff(t)
+    bad = np.flatnonzero(step <= 0)
+    if bad.size:
+        i = bad[0]
+        raise ValueError(f"t must be strictly increasing: t[{i}] = {float(t[i])!r} is followed by "
+                         f"t[{i + 1}] = {float(t[i + 1])!r} ({bad.size} such step(s))")
+    # times so close that t - t[0] collapses would give the ODE solver repeated times
+    if np.any(np.diff(t - t[0]) <= 0):
+        raise ValueError("t must be strictly increasing after subtracting t[0] (the ODE "
+                         "clock); some times differ by less than the float resolution")
+
+
 def _as_trajectories(model, t, Q, rho, T):
     """Check user trajectories; return float arrays ``t (n,)``, ``Q (R,n,p,p)``,
     ``rho (R,n,p,p*)``, ``T (p*,p*)`` (errors name the parameter)."""
-    from ..numeric.checks import as_overlaps
+    from ..numeric.checks import as_overlaps, as_real_array
 
     p, k = model.p, model.p_star
-    out = []
-    for name, value in (("t", t), ("Q", Q), ("rho", rho)):
-        try:
-            arr = np.asarray(value)
-        except Exception as exc:        # ragged lists and the like
-            raise ValueError(f"{name} must be a numeric array: {exc}") from None
-        if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number)
-                                       or arr.dtype == bool):
-            raise TypeError(f"{name} must be a real numeric array, got dtype {arr.dtype}")
-        if np.iscomplexobj(arr):
-            raise TypeError(f"{name} must be real, got a complex array")
-        out.append(arr.astype(float))
+    # non-finite entries are reported below with the replica and time they occur at
+    out = [as_real_array(value, name, finite=False)
+           for name, value in (("t", t), ("Q", Q), ("rho", rho))]
     t, Q, rho = out
-    if t.ndim != 1 or t.size < 3:
-        raise ValueError(f"t must be a 1-d array of >= 3 times, got shape {t.shape}")
-    if not np.all(np.isfinite(t)) or t[0] < 0 or np.any(np.diff(t) <= 0):
-        raise ValueError("t must be finite, >= 0 and strictly increasing")
+    _check_times(t)
     n = t.size
     if Q.ndim == 3:
         Q = Q[None]
@@ -1360,8 +1401,7 @@ def compare(model, t, Q, rho, T=None, readout=None, *, band=(2.5, 97.5), escape_
     alpha : float
         Family-wise level of the verdict's tests.
     progress : bool
-        Accepted for symmetry with :func:`validate` (the ODE solve of all
-        replicas is one batched call).
+        Progress of the ODE solve on stderr, as in :func:`validate`.
 
     Returns
     -------
