@@ -266,6 +266,29 @@ def _figure_legend(fig, handles, labels, ncol):
         fig.legend(handles, labels, loc="outside lower center", ncol=ncol)
 
 
+def _key_legend(fig, colours, styles, max_columns=5):
+    """A figure legend with the colour key in its first row and the line/marker key below.
+
+    `colours`, `styles`: ``(handles, labels)``.  Matplotlib fills legend columns
+    first, so the two keys are interleaved (with blank cells) into columns.
+    """
+    from matplotlib.patches import Rectangle
+
+    ch, cl = colours
+    sh, sl = styles
+    ncol = min(max(len(ch), len(sh), 1), max_columns)
+    rows_c, rows_s = -(-len(ch) // ncol), -(-len(sh) // ncol)
+
+    def cells(h, lab, rows):
+        padded = list(zip(h, lab)) + [(Rectangle((0, 0), 0, 0, visible=False), "")] * (
+            rows * ncol - len(h))
+        return [[padded[r * ncol + c] for r in range(rows)] for c in range(ncol)]
+
+    c_cols, s_cols = cells(ch, cl, rows_c), cells(sh, sl, rows_s)
+    order = [entry for c in range(ncol) for entry in c_cols[c] + s_cols[c]]
+    _figure_legend(fig, [h for h, _ in order], [lab for _, lab in order], ncol)
+
+
 def _proxy(**kw):
     from matplotlib.lines import Line2D
 
@@ -730,14 +753,13 @@ def escape_rate_prefactor_figure(ode, sgd_fits, lr):
         ax_c.set_xlabel(r"student width $p$")
         ax_c.set_ylabel(r"$c = \kappa\, t_{\mathrm{esc}} - \frac{1}{2}\log N$")
         ax_r.set_xlabel(r"student width $p$")
-    handles, labels = _p_star_handles(ode)
-    handles += [_proxy(ls="", marker="o", ms=3.5), _proxy(ls="-"), _proxy(ls=":")]
-    labels += ["fit to ODE medians vs log N", "plateau rate κ / prediction",
-               "gradient-flow rate 4η/(p p*)"]
+    handles = [_proxy(ls="", marker="o", ms=3.5), _proxy(ls="-"), _proxy(ls=":")]
+    labels = ["fit to ODE medians vs log N", "plateau rate κ / prediction",
+              "gradient-flow rate 4η/(p p*)"]
     if any_sgd:
         handles.append(_proxy(ls="", marker="s", mfc="none", ms=4.5))
         labels.append("fit to SGD medians")
-    _figure_legend(fig, handles, labels, ncol=4)
+    _key_legend(fig, _p_star_handles(ode), (handles, labels), max_columns=4)
     fig.suptitle(r"Escape from the plateau, $t_{\mathrm{esc}} = \log N/(2\kappa) + c/\kappa$: "
                  "which of rate and prefactor depends on p")
     return fig
@@ -769,14 +791,16 @@ def escape_time_vs_N_figure(ode, sgd):
         ax.set_xlabel(r"input dimension $N$")
         ax.set_ylabel(r"median escape time $t_{\mathrm{esc}}$")
         ax.set_title(f"lr scaling '{conv}'")
-    handles, labels = _p_star_handles(ode)
+    ch, cl = _p_star_handles(ode)
     for label, mk in sorted(widths, key=lambda w: w[1]):
-        handles.append(_proxy(ls="", marker=mk, mfc="none"))
-        labels.append(label)
-    handles += [_proxy(ls="", marker="o"), _proxy(ls="", marker="o", mfc="none"),
-                _proxy(ls="-"), _proxy(ls="--")]
-    labels += ["SGD (filled)", "ODE (open)", "ODE prediction", "SGD prediction"]
-    _figure_legend(fig, handles, labels, ncol=5)
+        ch.append(_proxy(ls="", marker=mk, mfc="none"))
+        cl.append(label)
+    handles = [_proxy(ls="", marker="o", mfc="none"), _proxy(ls="-")]
+    labels = ["ODE (open)", "ODE prediction"]
+    if sgd:
+        handles += [_proxy(ls="", marker="o"), _proxy(ls="--")]
+        labels += ["SGD (filled)", "SGD prediction"]
+    _key_legend(fig, (ch, cl), (handles, labels))
     return fig
 
 
@@ -804,11 +828,12 @@ def escape_time_vs_p_figure(ode, sgd, N=1000):
         ax.set_xlabel(r"student width $p$")
         ax.set_ylabel(rf"median escape time, $N = {N}$")
         ax.set_title(f"lr scaling '{conv}'")
-    handles, labels = _p_star_handles(ode)
-    handles += [_proxy(ls="", marker="s"), _proxy(ls="", marker="o", mfc="none"),
-                _proxy(ls="-"), _proxy(ls="--")]
-    labels += ["SGD", "ODE", "ODE prediction", "SGD prediction"]
-    _figure_legend(fig, handles, labels, ncol=4)
+    handles = [_proxy(ls="", marker="o", mfc="none"), _proxy(ls="-")]
+    labels = ["ODE", "ODE prediction"]
+    if any(s["N"] == N for s in sgd):
+        handles += [_proxy(ls="", marker="s"), _proxy(ls="--")]
+        labels += ["SGD", "SGD prediction"]
+    _key_legend(fig, _p_star_handles(ode), (handles, labels))
     return fig
 
 
@@ -841,13 +866,12 @@ def escape_risk_curves_figure(panels, suptitle=None):
         top = max(3.0 * max(cv["plateau_risk"] for cv in curves),
                   max(float(np.nanmax(cv["sgd_median"])) for cv in curves) * 1.3)
         ax.set_ylim(top=top)
-    handles = [_proxy(color=c, lw=2) for _, c in widths]
-    labels = [f"p = {p}" for p, _ in widths]
-    handles += [_proxy(lw=2.4, alpha=0.45), _proxy(lw=1.0), _proxy(ls=":", lw=0.8),
-                _proxy(ls="", marker=r"$\downarrow$", ms=7)]
-    labels += ["SGD, median over replicas", "ODE from replica 0's start", "plateau risk",
-               "predicted median escape"]
-    _figure_legend(fig, handles, labels, ncol=4)
+    colours = ([_proxy(color=c, lw=2) for _, c in widths], [f"p = {p}" for p, _ in widths])
+    handles = [_proxy(lw=2.4, alpha=0.45), _proxy(lw=1.0), _proxy(ls=":", lw=0.8),
+               _proxy(ls="", marker=r"$\downarrow$", ms=7)]
+    labels = ["SGD, median over replicas", "ODE from replica 0's start", "plateau risk",
+              "predicted median escape"]
+    _key_legend(fig, colours, (handles, labels))
     if suptitle:
         fig.suptitle(suptitle)
     return fig
@@ -944,8 +968,8 @@ def hessian_spectra_figure(rows, N):
                 ax.set_ylabel("multiplicity")
     _figure_legend(fig, [_proxy(color=COLORS[0], lw=3, alpha=0.6),
                          _proxy(ls="", marker="x", color=COLORS[3])],
-                   ["exact (symbolic)", f"numeric Hessian of the risk in the {N}-dimensional "
-                                         "weights"], 2)
+                   ["exact (symbolic)", f"numeric Hessian of the risk (weights in N = {N} "
+                                         "dimensions)"], 2)
     fig.suptitle(f"Weight-space Hessian of the population risk ($T = I$, $N = {N}$); "
                  "zero modes: tangent + extra")
     return fig
@@ -1139,7 +1163,8 @@ def sweep_errorbar_figure(df, x, y, yerr=None, group=None, *, logx=None, logy=Fa
         if logy:
             a.set_yscale("log")
         a.set_xlabel(_COLUMN_SYMBOLS.get(x, x))
-        a.set_ylabel(y)
+        if a.get_subplotspec() is None or a.get_subplotspec().is_first_col():
+            a.set_ylabel(y)
         if panel:
             a.set_title(panel)
     if title and ax is None:
@@ -1198,15 +1223,16 @@ def sweep_escape_figure(df, x, group=None, title=None, facet=None, max_facets=MA
         if _log_x(data[x].to_numpy()):
             a.set_xscale("log")
         a.set_xlabel(_COLUMN_SYMBOLS.get(x, x))
-        a.set_ylabel(r"median escape time $t_{\mathrm{esc}}$")
+        if a.get_subplotspec().is_first_col():
+            a.set_ylabel(r"median escape time $t_{\mathrm{esc}}$")
         if panel:
             a.set_title(panel)
-    handles = [_proxy(color=f"C{i % len(COLORS)}", lw=2) for i, n in enumerate(names) if n]
-    labels = [n for n in names if n]
-    handles += [_proxy(ls="", marker="o"), _proxy(ls="", marker="s", mfc="none"),
-                _proxy(ls="-", lw=1), _proxy(ls=":", lw=1)]
-    labels += ["SGD median ± s.e.", "ODE median ± s.e.", "SGD prediction", "ODE prediction"]
-    _figure_legend(fig, handles, labels, ncol=4)
+    colours = ([_proxy(color=f"C{i % len(COLORS)}", lw=2) for i, n in enumerate(names) if n],
+               [n for n in names if n])
+    handles = [_proxy(ls="", marker="o"), _proxy(ls="", marker="s", mfc="none"),
+               _proxy(ls="-", lw=1), _proxy(ls=":", lw=1)]
+    labels = ["SGD median ± s.e.", "ODE median ± s.e.", "SGD prediction", "ODE prediction"]
+    _key_legend(fig, colours, (handles, labels), max_columns=4)
     fig.suptitle(title or "escape from the plateau: markers measured, lines predicted")
     return fig
 
@@ -1269,7 +1295,7 @@ def _annotate_cells(fig, ax, im, Z):
     if not finite.size:
         return
     tiny = 1e-9 * float(finite.max())      # round-off around 0 prints as 0
-    labels = {(i, j): ("0" if abs(v) <= tiny else f"{v:.2g}")
+    labels = {(i, j): ("0" if abs(v) <= tiny else f"{v:.3g}")
               for (i, j), v in np.ndenumerate(Z) if np.isfinite(v)}
     fig.canvas.draw()          # the cell size is known once the layout is done
     box = ax.get_window_extent()
