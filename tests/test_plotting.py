@@ -269,3 +269,15 @@ def test_model_description_is_built_from_the_fields():
     text = describe_model(Extended(**base, weight_decay=0.01, momentum=0.9))
     assert text == "p = 4, p* = 2, η = 0.1, σ = z², λ = 0.01, momentum = 0.9"
     assert describe_model(Extended(**base)) == "p = 4, p* = 2, η = 0.1, σ = z²"
+
+
+def test_report_title_without_a_stored_description():
+    """Reports written before the description was stored get the same title from their keys."""
+    from symquad._describe import describe_config
+    from symquad.studies.validation import _model_config
+
+    m = sq.Model(p=5, p_star=3, lr=0.2, activation="z**2/2 + 1", noise=0.25)
+    config = _model_config(m)
+    old = {k: v for k, v in config.items() if k != "description"}
+    assert describe_config(config) == describe_config(old) == describe_model(m)
+    assert describe_model(m) == "p = 5, p* = 3, η = 0.2, σ = (1/2)z² + 1, Δ = 0.25"
