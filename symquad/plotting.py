@@ -230,7 +230,13 @@ def save_figure(fig, path, dpi=None, format=None):
     root, suffix = os.path.splitext(text)
     if suffix.lstrip(".").lower() != fmt:
         text = f"{root if suffix.lstrip('.').lower() in FORMATS else text}.{fmt}"
-    with style(), atomic_file(text) as fh:
+    import matplotlib
+
+    # only what the writers read (fonts embedded as TrueType or paths, fixed SVG ids):
+    # a figure that was not built here keeps its own look
+    writer = {k: PUBLICATION_STYLE[k] for k in ("pdf.fonttype", "ps.fonttype", "svg.fonttype",
+                                                 "svg.hashsalt")}
+    with matplotlib.rc_context(writer), atomic_file(text) as fh:
         fig.savefig(fh, format=fmt, dpi=dpi or PUBLICATION_STYLE["savefig.dpi"],
                     metadata=_METADATA[fmt])
     return type(path)(text) if isinstance(path, os.PathLike) else text
@@ -396,12 +402,13 @@ def validation_figures(report) -> dict:
     values), so it stays readable at any width.
     """
     figs = {"risk": _risk_figure(report), "overlaps": _overlaps_figure(report)}
+    title = _report_title(report.config)
     f = report.numbers.get("finite_size_scaling")
     if f:
-        figs["fss"] = _fss_figure(f)
+        figs["fss"] = _fss_figure(f, title)
     e = report.numbers["escape"]
     if e.get("defined") and e["sgd"]["n"]:
-        figs["escape"] = _escape_times_figure(e)
+        figs["escape"] = _escape_times_figure(e, title)
     return figs
 
 
@@ -537,7 +544,7 @@ def _overlaps_figure(report):
     return fig
 
 
-def _fss_figure(f):
+def _fss_figure(f, model_title=""):
     fig, ax = new_figure((FULL_WIDTH * 0.75, 3.0))
     Ns, D, S = np.array(f["N"]), np.array(f["deviation"]), np.array(f["deviation_se"])
     ax.errorbar(Ns, D, yerr=S, fmt="o", label="SGD − ODE deviation")
@@ -549,12 +556,13 @@ def _fss_figure(f):
     ax.set_yscale("log")
     ax.set_xlabel(r"$N$")
     ax.set_ylabel("RMS overlap deviation")
-    ax.set_title(f"finite-size scaling ({f['start']} start, $t \\leq {f['t_max']:g}$)")
+    ax.set_title(f"{model_title}\nfinite-size scaling ({f['start']} start, "
+                 f"$t \\leq {f['t_max']:g}$)".lstrip())
     _outside_legend(ax)
     return fig
 
 
-def _escape_times_figure(e):
+def _escape_times_figure(e, model_title=""):
     from matplotlib.ticker import MaxNLocator
 
     fig, (ax, ax2) = new_figure((FULL_WIDTH, 3.0), 1, 2)
@@ -585,6 +593,8 @@ def _escape_times_figure(e):
     ax2.set_ylabel(r"$t_{\mathrm{esc}}$, SGD")
     ax2.set_title("SGD against the ODE, replica by replica")
     _outside_legend(ax2, "below", ncol=2)
+    if model_title:
+        fig.suptitle(f"{model_title}: escape from the plateau")
     return fig
 
 
@@ -592,7 +602,7 @@ def _escape_times_figure(e):
 # implicit bias
 # ---------------------------------------------------------------------------
 @_styled
-def _invariant_drift_figure(study):
+def _invariant_drift_figure(study, model_title=""):
     import matplotlib.ticker
 
     N = np.asarray(study["Ns"], float)
@@ -619,19 +629,21 @@ def _invariant_drift_figure(study):
     ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.set_xlabel(r"$N$")
     ax.set_ylabel(r"$\|S(t_{\max}) - S(t_{\mathrm{ref}})\|_F$")
-    ax.set_title(r"drift of the polar factor $S = \rho(\rho^\top\rho)^{-1/2}$ under SGD")
+    ax.set_title((f"{model_title}\n" if model_title else "")
+                 + r"drift of the polar factor $S = \rho(\rho^\top\rho)^{-1/2}$ under SGD")
     _outside_legend(ax)
     return fig
 
 
-def plot_invariant_drift(study, path):
+def plot_invariant_drift(study, path, model_title=""):
     """Write the drift-vs-N figure of :func:`symquad.studies.invariant_drift.invariant_drift_study`.
 
     Mean drift ``‖S(t_max) − S(t_ref)‖_F`` per protocol with standard errors,
     the fitted power law and a ``N^{-1/2}`` guide; the format follows the
-    suffix of `path` (``.png``, ``.pdf``, ``.svg``); returns `path`.
+    suffix of `path` (``.png``, ``.pdf``, ``.svg``); `model_title` (e.g.
+    ``describe_model(model)``) heads the title; returns `path`.
     """
-    return save_figure(_invariant_drift_figure(study), path)
+    return save_figure(_invariant_drift_figure(study, model_title), path)
 
 
 def _S_panel(ax, t_ode, S_ode, t_sgd, S_sgd, title):

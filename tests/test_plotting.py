@@ -115,7 +115,7 @@ def _all_figures(reports):
     small, wide = reports
     figs = {f"p4-{k}": f for k, f in small.figures().items()}
     figs.update({f"p16-{k}": f for k, f in wide.figures().items()})
-    figs["drift"] = plotting._invariant_drift_figure(small.invariant_study)
+    figs["drift"] = plotting._invariant_drift_figure(small.invariant_study, "p = 4, p* = 2")
     ode, sgd = _escape_records()
     figs["rate"] = plotting.escape_rate_prefactor_figure(ode, {}, {"width": 0.1, "fixed": 0.1})
     figs["vsN"] = plotting.escape_time_vs_N_figure(ode, sgd)

@@ -691,6 +691,7 @@ class ValidationReport:
         return {key: os.path.join(dest, name) for key, name in names.items()}
 
     def _write_files(self, folder, figures, format="png") -> dict:
+        from .._describe import describe_config
         from ..plotting import plot_invariant_drift, save_figure
         from .report_io import split_arrays
 
@@ -716,7 +717,8 @@ class ValidationReport:
             if self.invariant_study is not None:
                 names["invariant_drift"] = f"invariant_drift.{format}"
                 plot_invariant_drift(self.invariant_study,
-                                     os.path.join(folder, names["invariant_drift"]))
+                                     os.path.join(folder, names["invariant_drift"]),
+                                     model_title=describe_config(self.config))
         return names
 
     @classmethod
