@@ -72,11 +72,11 @@ def test_invariants_latex_uses_no_tau(capsys):
 def _tex_to_sympy(tex, symbols):
     r"""SymPy expression of the restricted LaTeX the printer writes for polynomials.
 
-    Handles ``\frac{a}{b}``, ``x^{n}``, juxtaposition as multiplication, ``\big(``,
-    ``\Big(``, and the names in `symbols` (LaTeX name -> Symbol).  Independent of
+    Handles ``\frac{a}{b}``, ``x^{n}``, juxtaposition as multiplication, ``\bigl(``,
+    ``\Bigr)``, and the names in `symbols` (LaTeX name -> Symbol).  Independent of
     the printer: it only rewrites text.
     """
-    text = tex.replace(r"\Big", "").replace(r"\big", "").replace(r"\left", "")
+    text = re.sub(r"\\[Bb]ig[lr]?(?=[()])", "", tex).replace(r"\left", "")
     text = text.replace(r"\right", "").replace(r"\quad", " ").replace("&", " ")
     text = text.replace(r"\\", " ").replace(r"\,", " ")
     table = {}

@@ -483,8 +483,10 @@ def conservation_latex(proof: ConservationProof, standalone: bool = False) -> st
     L.append("% symquad: conservation of S = rho (rho^T rho)^(-1/2); model "
              f"{describe_model(m, exclude=('lr', 'noise'))}\n")
     L.append(
-        r"\paragraph{Theorem.} For $" + describe_model(m, tex=True, exclude=("lr", "noise"))
-        + "$, any $\\eta>0$ and $\\Delta\\ge 0$, let $\\rho=SP$ with "
+        r"\paragraph{Theorem.} For " + ", ".join(
+            f"${part}$" for part in
+            describe_model(m, tex=True, exclude=("lr", "noise")).split(",\\ "))
+        + ", any $\\eta>0$ and $\\Delta\\ge 0$, let $\\rho=SP$ with "
         r"$S^\top S=I$, $P=(\rho^\top\rho)^{1/2}\succ0$, $\Pi=SS^\top$, $Q_\parallel=S^\top QS$. "
         r"Along the ODE $\dot Q,\dot\rho$ of \texttt{symquad.derive}, $S(t)=S(0)$ for all $t$ in the "
         r"existence interval of the solution whenever the start lies in"

@@ -517,11 +517,13 @@ def _wrap(factor, inner, names, first):
         joined = head if b == "1" else f"{head} {b}"
         return [_signed(s, joined, first)]
     # \big or \Big: unpaired sizes, so that a line may break inside the brackets
+    # \bigl( ... \bigr): unpaired sizes (a line may break inside the brackets) that are
+    # opening/closing atoms, so a leading minus stays unary
     size = r"\Big" if any(tall in b for _, b in inner for tall in (r"\frac", r"\sum")) \
         else r"\big"
-    out = [GROUP_START + _signed(sign, f"{head} {size}(" + _signed(*inner[0], True), first)]
+    out = [GROUP_START + _signed(sign, f"{head} {size}l(" + _signed(*inner[0], True), first)]
     out += [_signed(s, b, False) for s, b in inner[1:]]
-    out[-1] += f" {size})"
+    out[-1] += f" {size}r)"
     return out
 
 
@@ -676,9 +678,10 @@ def _model_line(model) -> str:
 
     eta = (r"\eta = \mathrm{lr}" if model.lr_scaling == "fixed"
            else r"\eta = \mathrm{lr}\cdot p")
-    fields = describe_model(model, tex=True, exclude=("lr", "noise"))
+    fields = ", ".join(f"${part}$" for part in
+                       describe_model(model, tex=True, exclude=("lr", "noise")).split(",\\ "))
     return (f"% model: {describe_model(model, exclude=('lr', 'noise'))}\n"
-            f"\\noindent Model: ${fields}$; step size ${eta}$ and label-noise variance "
+            f"\\noindent Model: {fields}; step size ${eta}$ and label-noise variance "
             "$\\Delta$ are symbols. Time $t$ = steps$/N$.\n")
 
 
