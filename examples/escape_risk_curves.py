@@ -8,8 +8,10 @@ point (``sq.plateau``) and the arrows the predicted median escape time
 threshold ``sq.escape_threshold`` (``sq.escape_times``).
 
     python examples/escape_risk_curves.py [--p-star 2 --N 2000 --replicas 32] [--out DIR]
+                                          [--format png|pdf|svg]
 
-Writes ``DIR/escape_risk_curves.png`` (default ``./symquad_examples/escape_risk_curves``)
+Writes ``DIR/escape_risk_curves.png`` (or ``.pdf``/``.svg``; default ``DIR``
+``./symquad_examples/escape_risk_curves``)
 and prints the measured runtime.
 """
 
@@ -17,25 +19,23 @@ import argparse
 import time
 from pathlib import Path
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-import symquad as sq  # noqa: E402
+import symquad as sq
 
 LR = {"width": 0.1, "fixed": 0.15}
 DEFAULT_OUT = Path("symquad_examples") / "escape_risk_curves"
+FORMATS = ("png", "pdf", "svg")
 
 
-def main(p_star=2, N=2000, replicas=32, ps=(2, 4, 8), out=DEFAULT_OUT):
+def main(p_star=2, N=2000, replicas=32, ps=(2, 4, 8), out=DEFAULT_OUT, fmt="png"):
     start = time.perf_counter()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    for ax, conv in zip(axes, ("width", "fixed")):
-        for p, color in zip([p for p in ps if p >= 1], ("C0", "C1", "C2", "C3")):
+    panels = []
+    for conv in ("width", "fixed"):
+        curves = []
+        for p in [p for p in ps if p >= 1]:
             m = sq.Model(p=p, p_star=p_star, lr=LR[conv], lr_scaling=conv)
             print(f"{conv:5s} p*={p_star} p={p}: escape prediction, SGD ({replicas} "
                   f"replicas, N={N}) and ODE ...", flush=True)
@@ -47,27 +47,20 @@ def main(p_star=2, N=2000, replicas=32, ps=(2, 4, 8), out=DEFAULT_OUT):
             run = sq.simulate(m, N=N, t_max=t_max, replicas=replicas, seed=p,
                               method="reduced", t_eval=t_eval)
             ode = sq.integrate(m, run.Q[0, 0], run.rho[0, 0], run.T, t_max, t_eval=t_eval)
-            ax.semilogy(run.t, np.median(run.risk, axis=0), color=color, lw=2, alpha=0.5,
-                        label=f"p={p}: SGD median ({replicas} replicas)")
-            ax.semilogy(ode.t, ode.risk, color=color, lw=1, ls="-",
-                        label=f"p={p}: ODE (replica 0 start)")
-            ax.axhline(fp.risk, color=color, ls=":", lw=0.8)
-            ax.annotate("", xy=(t_pred, fp.risk), xytext=(t_pred, 3 * fp.risk),
-                        arrowprops=dict(arrowstyle="->", color=color))
+            curves.append({"p": p, "t": run.t, "sgd_median": np.median(run.risk, axis=0),
+                           "ode_t": ode.t, "ode_risk": ode.risk, "plateau_risk": fp.risk,
+                           "t_pred": t_pred})
             t_sgd = np.median(sq.escape_times(run.t, run.risk, pred.threshold))
             print(f"  eta={m.eta:.3g}: plateau q={fp.q:.4f} risk={fp.risk:.4f} "
                   f"rate={fp.rate:.4f}; escape predicted {t_pred:.2f} (quartiles "
                   f"{pred.quartiles[0]:.2f}-{pred.quartiles[2]:.2f}), SGD median {t_sgd:.2f}",
                   flush=True)
-        ax.set_xlabel("t = steps / N")
-        ax.set_ylabel("population risk")
-        ax.set_title(f"p* = {p_star}, N = {N}, lr_scaling={conv!r} "
-                     f"({'η = 0.1 p' if conv == 'width' else 'η = 0.15'})", fontsize=9)
-        ax.legend(fontsize=6)
-    fig.tight_layout()
-    path = out / "escape_risk_curves.png"
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+        title = (f"η = {LR[conv]:g}·p (lr scaling 'width')" if conv == "width"
+                 else f"η = {LR[conv]:g} (lr scaling 'fixed')")
+        panels.append((title, curves))
+    fig = sq.escape_risk_curves_figure(
+        panels, suptitle=f"p* = {p_star}, σ = z², N = {N}, {replicas} SGD replicas")
+    path = sq.save_figure(fig, out / f"escape_risk_curves.{fmt}")
     print(f"wrote {path}; runtime {time.perf_counter() - start:.1f} s")
 
 
@@ -78,5 +71,7 @@ if __name__ == "__main__":
     ap.add_argument("--replicas", type=int, default=32)
     ap.add_argument("--out", default=str(DEFAULT_OUT),
                     help=f"output folder (default ./{DEFAULT_OUT})")
+    ap.add_argument("--format", choices=FORMATS, default="png",
+                    help="figure file format (pdf, svg: vector; default png)")
     a = ap.parse_args()
-    raise SystemExit(sq.run_main(main, a.p_star, a.N, a.replicas, out=a.out))
+    raise SystemExit(sq.run_main(main, a.p_star, a.N, a.replicas, out=a.out, fmt=a.format))

@@ -22,7 +22,8 @@ Usage::
     python examples/escape_sweep.py --plot                  # figures from what is stored
     python examples/escape_sweep.py --part sgd --scheduler tcp://host:8786   # on a cluster
 
-Options ``--out DIR`` (default ``./symquad_examples/escape_sweep``), ``--workers N``
+Options ``--out DIR`` (default ``./symquad_examples/escape_sweep``), ``--format
+png|pdf|svg`` (figures; default png), ``--workers N``
 (1: serial; default: a local Dask cluster with one process per core).  Measured with
 ``--part all --quick --workers 2`` on 2 cores shared with other jobs: 12 min (56 points).
 """
@@ -75,12 +76,12 @@ def run(grids, store, executor):
             print(f"  error at p={row['p']}, p*={row['p_star']}, N={row['N']}: {row['error']}")
 
 
-def plot(store, fig_dir):
+def plot(store, fig_dir, fmt="png"):
     df = sq.load_sweep(store)
     print(sq.escape_sweep_summary(df))
     fig_dir.mkdir(parents=True, exist_ok=True)
     for name, fig in sq.escape_sweep_figures(df, lr=LR).items():
-        sq.save_figure(fig, fig_dir / f"{name}.png")
+        sq.save_figure(fig, fig_dir / f"{name}.{fmt}")
     print("figures in", fig_dir.resolve())
 
 
@@ -89,6 +90,8 @@ def main():
     ap.add_argument("--part", choices=("ode", "sgd", "all"))
     ap.add_argument("--quick", action="store_true", help="fewer configurations and replicas")
     ap.add_argument("--plot", action="store_true", help="figures from the stored results")
+    ap.add_argument("--format", choices=("png", "pdf", "svg"), default="png",
+                    help="figure file format (pdf, svg: vector; default png)")
     ap.add_argument("--out", default=str(DEFAULT_OUT),
                     help=f"output folder: store/ and figures/ (default ./{DEFAULT_OUT})")
     where = ap.add_mutually_exclusive_group()
@@ -114,7 +117,7 @@ def compute(args, store, out, start):
         if args.part in ("sgd", "all"):
             run(sgd_grids(args.quick), store, executor)
     if args.plot or args.part is not None:
-        plot(store, out / ("figures_quick" if args.quick else "figures"))
+        plot(store, out / ("figures_quick" if args.quick else "figures"), args.format)
     print(f"runtime {time.perf_counter() - start:.1f} s")
 
 

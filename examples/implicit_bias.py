@@ -15,7 +15,7 @@ Writes three figures and prints the numbers behind them:
 3. ``implicit_bias_drift.png`` — drift of S along SGD vs N
    (``sq.invariant_drift_study``, drawn by ``sq.plot_invariant_drift``).
 
-    python examples/implicit_bias.py [--quick] [--out DIR]
+    python examples/implicit_bias.py [--quick] [--out DIR] [--format png|pdf|svg]
 
 Default output folder ``./symquad_examples/implicit_bias``. The full run's drift
 study is the expensive part (reduced simulator, cost ∝ N·t_max·replicas); the
@@ -26,15 +26,12 @@ import argparse
 import time
 from pathlib import Path
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-import symquad as sq  # noqa: E402
+import symquad as sq
 
 DEFAULT_OUT = Path("symquad_examples") / "implicit_bias"
+FORMATS = ("png", "pdf", "svg")
 
 
 def overlap_distance(Q1, rho1, Q2, rho2):
@@ -53,8 +50,7 @@ def figure_S(m, N, t_max, seed, out):
     p, k = m.p, m.p_star
     S0 = random_orthonormal(p, k, rng)
     t_eval = np.linspace(0, t_max, 201)
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4), constrained_layout=True)
-    numbers = {}
+    panels, numbers = [], {}
     # informed start
     Q0, rho0 = np.eye(p), 0.3 * S0
     ode = sq.integrate(m, Q0, rho0, np.eye(k), t_max, t_eval=t_eval, rtol=1e-10, atol=1e-13)
@@ -63,7 +59,7 @@ def figure_S(m, N, t_max, seed, out):
     S_sgd = sq.invariant_S(run.rho[0])
     numbers["informed: ODE max|S(t)-S0|"] = float(np.abs(S_ode - S0).max())
     numbers["informed: SGD |S(t_max)-S0|_F"] = float(np.linalg.norm(S_sgd[-1] - S0))
-    _plot_S(axes[0], ode.t, S_ode, run.t, S_sgd, f"informed start, N={N}")
+    panels.append((ode.t, S_ode, run.t, S_sgd, f"informed start, N = {N}"))
     # random start: ODE from the realised overlaps of the SGD run
     run = sq.simulate(m, N, t_max, 1, seed + 1, t_eval=t_eval)
     Q0r, rho0r = run.Q[0, 0], run.rho[0, 0]
@@ -73,22 +69,12 @@ def figure_S(m, N, t_max, seed, out):
     numbers["random: ODE from realised start, max|S(t)-S(0)|"] = float(
         np.abs(S_ode - S_ode[0]).max())
     numbers["random: SGD |S(t_max)-S(0)|_F"] = float(np.linalg.norm(S_sgd[-1] - S_sgd[0]))
-    _plot_S(axes[1], ode.t, S_ode, run.t, S_sgd, f"random start, N={N}")
-    fig.suptitle(r"$S=\rho(\rho^T\rho)^{-1/2}$: ODE (lines) vs one SGD run (dots); "
-                 f"p={p}, p*={k}, lr={m.lr}")
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
+    panels.append((ode.t, S_ode, run.t, S_sgd, f"random start, N = {N}"))
+    fig = sq.S_trajectories_figure(
+        panels, title=r"$S = \rho(\rho^\top\rho)^{-1/2}$ along the ODE and one SGD run; "
+                      f"p = {p}, p* = {k}, η = {m.eta:g}, σ = z²")
+    sq.save_figure(fig, out)
     return numbers
-
-
-def _plot_S(ax, t_ode, S_ode, t_sgd, S_sgd, title):
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    p, k = S_ode.shape[-2:]
-    for n, (i, a) in enumerate((i, a) for i in range(p) for a in range(k)):
-        c = colors[n % len(colors)]
-        ax.plot(t_ode, S_ode[:, i, a], "-", color=c, lw=1.2)
-        ax.plot(t_sgd, S_sgd[:, i, a], ".", color=c, ms=2.5)
-    ax.set(xlabel="t = steps / N", ylabel=r"$S_{ia}(t)$", title=title)
 
 
 def figure_distances(m, n_starts, n_random, N, replicas, t_max, seed, out):
@@ -118,20 +104,14 @@ def figure_distances(m, n_starts, n_random, N, replicas, t_max, seed, out):
     others = sq.random_manifold_points(p, k, n_random, rng, T)
     d_sgd_rand = overlap_distance(reached.Q[:, None], reached.rho[:, None],
                                   others.Q[None], others.rho[None])
-    fig, ax = plt.subplots(figsize=(7.5, 3.6), constrained_layout=True)
     groups = [("ODE end → Procrustes point", np.maximum(d_proc, 1e-16)),
               ("ODE end → random manifold points", np.asarray(d_rand)),
-              (f"SGD (N={N}) point reached → Procrustes", d_sgd),
+              (f"SGD (N = {N}) point reached → Procrustes", d_sgd),
               (f"SGD point reached → nearest of {n_random} random", d_sgd_rand.min(1))]
-    for y, (label, vals) in enumerate(groups):
-        jitter = 0.15 * (rng.random(len(vals)) - 0.5)
-        ax.scatter(vals, y + jitter, s=6, alpha=0.6)
-    ax.set_yticks(range(len(groups)), [g[0] for g in groups], fontsize=8)
-    ax.set_xscale("log")
-    ax.set(xlabel="distance in overlap space (Q, ρ)",
-           title="end point vs the closest (Procrustes) zero-risk solution")
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
+    fig = sq.distance_strip_figure(groups, rng=rng, xlabel="distance in overlap space (Q, ρ)",
+                                   title="end point vs the closest (Procrustes) zero-risk "
+                                         "solution")
+    sq.save_figure(fig, out)
     return {"ODE: max distance to Procrustes": float(np.max(d_proc)),
             f"ODE: min distance to {n_random} random manifold points": float(np.min(d_rand_min)),
             "SGD informed: risk at the end (mean)": float(np.mean(run.risk[:, -1])),
@@ -140,7 +120,7 @@ def figure_distances(m, n_starts, n_random, N, replicas, t_max, seed, out):
                 d_sgd_rand.min(1).mean())}
 
 
-def main(quick=False, out=DEFAULT_OUT, seed=0):
+def main(quick=False, out=DEFAULT_OUT, seed=0, fmt="png"):
     start = time.perf_counter()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -150,13 +130,13 @@ def main(quick=False, out=DEFAULT_OUT, seed=0):
     else:
         N_fig, Ns, reps, t_max = 8000, [500, 1000, 2000, 4000, 8000], 32, 250.0
     print(f"[1/3] S(t) along the ODE and one SGD run (N={N_fig}) ...", flush=True)
-    numbers = figure_S(m, N_fig, t_max, seed, out / "implicit_bias_S.png")
+    numbers = figure_S(m, N_fig, t_max, seed, out / f"implicit_bias_S.{fmt}")
     print("[2/3] end points vs the closest solution ...", flush=True)
     numbers.update(figure_distances(m, 20, 2000, N_fig, 8 if quick else 16, t_max / 3,
-                                    seed + 10, out / "implicit_bias_distances.png"))
+                                    seed + 10, out / f"implicit_bias_distances.{fmt}"))
     print(f"[3/3] drift of S along SGD for N = {Ns} ({reps} replicas each) ...", flush=True)
     study = sq.invariant_drift_study(m, Ns, t_max, reps, seed + 20, progress=not quick)
-    sq.plot_invariant_drift(study, out / "implicit_bias_drift.png")
+    sq.plot_invariant_drift(study, out / f"implicit_bias_drift.{fmt}")
     for key, val in numbers.items():
         print(f"{key}: {val:.3g}")
     for key in ("random", "informed"):
@@ -177,7 +157,9 @@ if __name__ == "__main__":
     parser.add_argument("--out", default=str(DEFAULT_OUT),
                         help=f"output folder (default ./{DEFAULT_OUT})")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--format", choices=FORMATS, default="png",
+                        help="figure file format (pdf, svg: vector; default png)")
     args = parser.parse_args()
     if args.seed < 0:
         parser.error(f"--seed must be >= 0, got {args.seed}")
-    raise SystemExit(sq.run_main(main, args.quick, args.out, args.seed))
+    raise SystemExit(sq.run_main(main, args.quick, args.out, args.seed, args.format))

@@ -9,27 +9,24 @@ gradient-flow value), during which ``ρ`` grows like ``e^{κt}``, (iii) the esca
 the convergence. The predicted escape time (``sq.escape_time`` for the ODE from a
 random start at this ``N``) is marked.
 
-    python examples/phases.py [--N 1e6] [--t-max 600] [--out DIR]
+    python examples/phases.py [--N 1e6] [--t-max 600] [--out DIR] [--format png|pdf|svg]
 
-Writes ``DIR/phases.png`` (default ``./symquad_examples/phases``).
+Writes ``DIR/phases.png`` (or ``.pdf``/``.svg``; default ``DIR`` ``./symquad_examples/phases``).
 """
 
 import argparse
 import time
 from pathlib import Path
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-import symquad as sq  # noqa: E402
+import symquad as sq
 
 DEFAULT_OUT = Path("symquad_examples") / "phases"
+FORMATS = ("png", "pdf", "svg")
 
 
-def main(N=1e6, t_max=600.0, out=DEFAULT_OUT, seed=0):
+def main(N=1e6, t_max=600.0, out=DEFAULT_OUT, seed=0, fmt="png"):
     start = time.perf_counter()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -43,26 +40,8 @@ def main(N=1e6, t_max=600.0, out=DEFAULT_OUT, seed=0):
     print(f"plateau: q = {fp.q:.4f}, risk = {fp.risk:.4f}, growth rate of rho kappa = "
           f"{fp.rate:.4f}; predicting the escape time ...", flush=True)
     pred = sq.escape_time(m, int(N), sgd_noise=False, n_samples=64, seed=seed)
-    fig, axes = plt.subplots(1, 3, figsize=(14, 4), constrained_layout=True)
-    axes[0].semilogy(sol.t, sol.risk, label="ODE")
-    axes[0].axhline(fp.risk, ls=":", color="k", lw=0.8, label="plateau fixed point")
-    axes[0].axvline(float(pred), ls="--", color="C3", lw=0.8,
-                    label=f"predicted escape (median) {float(pred):.0f}")
-    axes[0].set(xlabel="t = steps / N", ylabel="risk ε",
-                title=f"p={m.p}, p*={m.p_star}, lr={m.lr}")
-    axes[0].legend(fontsize=7)
-    for i in range(m.p):
-        axes[1].plot(sol.t, sol.Q[:, i, i], label=f"$Q_{{{i + 1}{i + 1}}}$")
-    axes[1].set(xlabel="t", ylabel="student norms", title="norm learning")
-    axes[1].legend(fontsize=7)
-    for i in range(m.p):
-        for k in range(m.p_star):
-            axes[2].semilogy(sol.t, np.abs(sol.rho[:, i, k]) + 1e-16)
-    axes[2].set(xlabel="t", ylabel=r"$|\rho_{ik}|$", title="teacher overlaps: plateau, escape")
-    fig.suptitle(f"ODE from Q0 = I, ρ0 ~ N^(-1/2) with N = {N:.0e}")
-    path = out / "phases.png"
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    fig = sq.phases_figure(m, sol, fp.risk, float(pred), N)
+    path = sq.save_figure(fig, out / f"phases.{fmt}")
     print(f"final risk {sol.risk[-1]:.3g}; predicted escape (ODE, random start) "
           f"{float(pred):.1f} (quartiles {pred.quartiles[0]:.1f}-{pred.quartiles[2]:.1f})")
     print(f"wrote {path}; runtime {time.perf_counter() - start:.1f} s")
@@ -76,6 +55,8 @@ if __name__ == "__main__":
     parser.add_argument("--out", default=str(DEFAULT_OUT),
                         help=f"output folder (default ./{DEFAULT_OUT})")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--format", choices=FORMATS, default="png",
+                        help="figure file format (pdf, svg: vector; default png)")
     args = parser.parse_args()
     if not 1 <= args.N < float("inf"):
         parser.error(f"--N must be a finite number >= 1, got {args.N}")
@@ -84,4 +65,4 @@ if __name__ == "__main__":
     if args.seed < 0:
         parser.error(f"--seed must be >= 0, got {args.seed}")
     # errors (e.g. an unwritable --out) end as one line and exit status 2, no traceback
-    raise SystemExit(sq.run_main(main, args.N, args.t_max, args.out, args.seed))
+    raise SystemExit(sq.run_main(main, args.N, args.t_max, args.out, args.seed, args.format))

@@ -8,6 +8,7 @@ escape time ≈ log N/(2κ)) and of the plateau risk.  Points where the plateau
 does not exist (the step is too large) are error rows and blank cells.
 
     python examples/sweep_phase_diagram.py [--out DIR] [--p 4 --p-star 2] [--workers N]
+                                           [--format png|pdf|svg]
 
 Default ``--out``: ``./symquad_examples/sweep_phase_diagram``.  Measured: 96 points in
 7.5 s serially on 2 cores shared with other jobs.
@@ -31,6 +32,8 @@ def main():
     ap.add_argument("--p", type=int, default=4, help="student width (default 4)")
     ap.add_argument("--p-star", type=int, default=2, help="teacher width (default 2)")
     ap.add_argument("--workers", type=int, default=1, help="1: serial (default); N: Dask")
+    ap.add_argument("--format", choices=("png", "pdf", "svg"), default="png",
+                    help="figure file format (pdf, svg: vector; default png)")
     args = ap.parse_args()
     for name in ("p", "p_star", "workers"):
         if getattr(args, name) < 1:
@@ -53,12 +56,13 @@ def run(args):
         print(f"{len(bad)} points without a plateau, e.g. lr={bad['lr'].iloc[0]}, "
               f"noise={bad['noise'].iloc[0]}: {bad['error'].iloc[0]}")
     (out / "figures").mkdir(parents=True, exist_ok=True)
-    title = f"plateau growth rate κ of ρ, p={args.p}, p*={args.p_star} (lr_scaling='fixed')"
+    title = (f"plateau growth rate κ of ρ; p = {args.p}, p* = {args.p_star}, σ = z², "
+             "η = lr (lr scaling 'fixed')")
     sq.save_figure(sq.sweep_heatmap_figure(df, "lr", "noise", "rate", center=0.0, title=title),
-                  out / "figures" / "plateau_rate_lr_noise.png")
+                   out / "figures" / f"plateau_rate_lr_noise.{args.format}")
     sq.save_figure(sq.sweep_heatmap_figure(df, "lr", "noise", "risk", log=True,
-                                         title="plateau risk (log10)"),
-                  out / "figures" / "plateau_risk_lr_noise.png")
+                                           title="plateau risk (log10)"),
+                   out / "figures" / f"plateau_risk_lr_noise.{args.format}")
     print("figures in", (out / "figures").resolve())
     print(f"runtime {time.perf_counter() - start:.1f} s")
 

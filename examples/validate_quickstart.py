@@ -1,6 +1,6 @@
 """Validate the ODE theory against SGD simulations (plateau, escape, N^-1/2 scaling).
 
-    python examples/validate_quickstart.py [--quick] [--out DIR]
+    python examples/validate_quickstart.py [--quick] [--out DIR] [--format png|pdf|svg]
 
 It (1) simulates SGD with both simulators (``method="full"`` and ``"reduced"``) for
 a short time and shows that they give the same overlap statistics, (2) runs
@@ -21,7 +21,7 @@ import symquad as sq
 DEFAULT_OUT = Path("symquad_examples") / "validate_quickstart"
 
 
-def main(quick=False, out=DEFAULT_OUT):
+def main(quick=False, out=DEFAULT_OUT, fmt="png"):
     start = time.perf_counter()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)       # an unusable --out fails now, not after the runs
@@ -44,14 +44,14 @@ def main(quick=False, out=DEFAULT_OUT):
           flush=True)
     report = sq.validate(m, start="random", seed=0, **kw)
     print(report)
-    report.save(out / "random")
+    report.save(out / "random", format=fmt)
 
     # 3. informed start (ρ(0) of order one): no plateau; the ODE stays in the SGD band
     print("[3/3] validate from an informed start ...", flush=True)
     report = sq.validate(m, start="informed", seed=0, t_max=15.0, fss=False,
                          **{k: v for k, v in kw.items() if not k.startswith("fss")})
     print(report)
-    report.save(out / "informed")
+    report.save(out / "informed", format=fmt)
     print(f"reports written to {out.resolve()}; runtime {time.perf_counter() - start:.1f} s")
 
 
@@ -60,5 +60,7 @@ if __name__ == "__main__":
     parser.add_argument("--quick", action="store_true", help="small N and few replicas")
     parser.add_argument("--out", default=str(DEFAULT_OUT),
                         help=f"output folder (default ./{DEFAULT_OUT})")
+    parser.add_argument("--format", choices=("png", "pdf", "svg"), default="png",
+                        help="figure file format (pdf, svg: vector; default png)")
     args = parser.parse_args()
-    raise SystemExit(sq.run_main(main, args.quick, args.out))
+    raise SystemExit(sq.run_main(main, args.quick, args.out, args.format))

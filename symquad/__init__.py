@@ -70,6 +70,11 @@ _LAZY = {
     "sweep_escape_figure": "symquad.plotting",
     "sweep_heatmap_figure": "symquad.plotting",
     "escape_sweep_figures": "symquad.plotting",
+    "escape_risk_curves_figure": "symquad.plotting",
+    "phases_figure": "symquad.plotting",
+    "hessian_spectra_figure": "symquad.plotting",
+    "S_trajectories_figure": "symquad.plotting",
+    "distance_strip_figure": "symquad.plotting",
 }
 
 __all__ = ["Model", "DEFAULT_MODEL", "LR_SCALINGS", *_LAZY]

@@ -618,14 +618,13 @@ class Model:
         return Model(**values)
 
     def describe(self) -> str:
-        """Short human-readable description, e.g. ``p = 4, p* = 2, η = 0.1, σ = z**2``."""
-        parts = [f"p = {self.p}", f"p* = {self.p_star}", f"η = {self.eta:g}"]
-        if self.noise:
-            parts.append(f"Δ = {self.noise:g}")
-        parts.append(f"σ = {self.activation_str}")
-        for name in self.changed_fields():
-            parts.append(f"{_SHORT.get(name, name)} = {self._field_text(name)}")
-        return ", ".join(parts)
+        """Short human-readable description, e.g. ``p = 4, p* = 2, η = 0.1, σ = z²``.
+
+        Built from the fields (:func:`symquad._describe.describe_model`): fields at
+        their defaults are left out; figure titles and report headers use it.
+        """
+        from ._describe import describe_model
+        return describe_model(self)
 
     def _field_text(self, name: str) -> str:
         value = getattr(self, name)
@@ -656,11 +655,6 @@ class Model:
 #: symbol, :data:`symquad.symbolic.symbols.PARAMS`) with no other edit.
 KERNEL_PARAMS = ("eta",) + tuple(f.metadata["param"] for f in fields(Model)
                                  if "param" in f.metadata)
-
-#: Short names of the specification fields in :meth:`Model.describe`.
-_SHORT = {"teacher_activation": "σ*", "readout": "a", "teacher_readout": "b",
-          "lr_readout": "η_a", "weight_decay": "λ", "batch_size": "batch",
-          "constraint": "constraint"}
 
 #: ``name -> dataclasses.Field`` of every Model field, in order.
 _FIELDS = {f.name: f for f in fields(Model)}

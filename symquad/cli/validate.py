@@ -130,6 +130,9 @@ def register(subparsers) -> None:
     ps.add_argument("--no-progress", action="store_true",
                     help="no progress on stderr (default: bars on a terminal, plain lines with "
                          "the time left in a log)")
+    ps.add_argument("--format", choices=("png", "pdf", "svg"), default="png",
+                    help="file format of the report's figures (pdf, svg: vector, for a "
+                         "paper; default png)")
     ps.add_argument("--quick", action="store_true",
                     help="short version (N=400, 32 replicas, small FSS and drift "
                          "study) for smoke tests; explicit --N/--replicas win")
@@ -286,7 +289,7 @@ def run(args) -> int:
         return 3
     print(report.summary())
     try:
-        paths = report.save(args.out)
+        paths = report.save(args.out, format=args.format)
     except (ValueError, OSError) as exc:
         # the destination changed during the computation (checked before it)
         return _fail(f"could not write the report to {args.out!r}: {exc}")

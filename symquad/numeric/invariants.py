@@ -435,17 +435,17 @@ def invariant_set_point(p, p_star, rng, T=None, scale=0.3, q_perp=None, q_par=0.
     of ``span S`` is a random positive definite (anisotropic) matrix unless
     `q_perp` gives its eigenvalues.  ``α_i = π_i² + q_par`` keeps the Gram
     matrix positive definite (``Q − ρT⁻¹ρᵀ ⪰ 0`` for ``T = I``; for general
-    ``T`` ``α_i = π_i²/τ_i + q_par``).
+    ``T`` with eigenvalues ``θ_i``, ``α_i = π_i²/θ_i + q_par``).
 
     Returns ``(Q, rho, T)``.
     """
     T = _teacher(T, p_star)
-    tau, V = np.linalg.eigh(T)
+    theta, V = np.linalg.eigh(T)
     if np.allclose(T, T[0, 0] * np.eye(p_star)):
         V = random_stiefel(p_star, p_star, rng)
     S = random_stiefel(p, p_star, rng)
     pi = scale * (0.5 + rng.random(p_star))
-    alpha = pi**2 / tau + q_par
+    alpha = pi**2 / theta + q_par
     P = (V * pi) @ V.T
     A = (V * alpha) @ V.T
     full = random_stiefel(p, p, rng)

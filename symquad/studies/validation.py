@@ -766,12 +766,13 @@ class ValidationReport:
 
         return validation_figures(self)
 
-    def save(self, folder="symquad_report", figures=True) -> dict:
+    def save(self, folder="symquad_report", figures=True, format="png") -> dict:
         """Write the report folder atomically; return ``{name: path}`` of the files written.
 
         Files: ``report.json`` (configuration, numbers, verdict), ``summary.txt``,
         ``trajectories.npz`` (all arrays), ``invariant_study.npz`` when the drift
-        study ran, and PNG figures (``figures=False`` skips them).  Everything
+        study ran, and the figures (``figures=False`` skips them) as ``format``:
+        ``"png"`` (300 dpi), ``"pdf"`` or ``"svg"`` (vector, for a paper).  Everything
         is written into a temporary folder beside `folder`, which then replaces
         `folder` whole (one rename; see "Report folders" in the README): an interrupted save
         leaves the previous folder untouched, and no figure of an older run
@@ -779,17 +780,21 @@ class ValidationReport:
         file, a non-empty folder that is not a symquad report, or an unwritable
         location raise ValueError.
         """
+        from ..plotting import FORMATS
         from .report_io import write_folder_atomically
 
+        if not isinstance(format, str) or format not in FORMATS:
+            raise ValueError(f"format must be one of {FORMATS}, got {format!r}")
         names = {}
 
         def write(tmp):
-            names.update(self._write_files(tmp, figures))
+            names.update(self._write_files(tmp, figures, format))
 
         dest = write_folder_atomically(folder, write, name="folder")
         return {key: os.path.join(dest, name) for key, name in names.items()}
 
-    def _write_files(self, folder, figures) -> dict:
+    def _write_files(self, folder, figures, format="png") -> dict:
+        from .._describe import describe_config
         from ..plotting import plot_invariant_drift, save_figure
         from .report_io import split_arrays
 
@@ -811,12 +816,13 @@ class ValidationReport:
             np.savez_compressed(os.path.join(folder, names["invariant_study"]), **study_arrays)
         if figures:
             for name, fig in self.figures().items():
-                names[name] = f"{name}.png"
+                names[name] = f"{name}.{format}"
                 save_figure(fig, os.path.join(folder, names[name]))
             if self.invariant_study is not None:
-                names["invariant_drift"] = "invariant_drift.png"
+                names["invariant_drift"] = f"invariant_drift.{format}"
                 plot_invariant_drift(self.invariant_study,
-                                     os.path.join(folder, names["invariant_drift"]))
+                                     os.path.join(folder, names["invariant_drift"]),
+                                     model_title=describe_config(self.config))
         return names
 
     @classmethod
@@ -884,15 +890,18 @@ def _check_common(band, escape_fraction, alpha):
 
 
 def _model_config(model):
-    """The model in a report's configuration: its repr, the classic fields and every field.
+    """The model in a report's configuration: its repr, a description, the classic fields
+    and every field.
 
     ``model_spec`` holds every field as :func:`symquad.numeric.persist.model_to_dict`
     writes it (``ValidationReport.model`` reads it back); ``changed_fields``
     names the specification fields that differ from their defaults.
     """
+    from .._describe import describe_model
     from ..numeric.persist import model_to_dict
 
-    return {"model": repr(model), "p": model.p, "p_star": model.p_star, "lr": model.lr,
+    return {"model": repr(model), "description": describe_model(model), "p": model.p,
+            "p_star": model.p_star, "lr": model.lr,
             "eta": model.eta, "noise": model.noise, "activation": model.activation_str,
             "lr_scaling": model.lr_scaling, "model_spec": model_to_dict(model),
             "changed_fields": list(model.changed_fields())}

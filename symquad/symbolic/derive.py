@@ -109,6 +109,7 @@ class Equations:
         """
         values = {**readout_values(self.model), **switched_off(self.model)}
         if self.form == "matrix":
+            _check_explicit_matrix_size(self.model)
             out = matrix_form.explicit(self.model, self._matrix)
         else:
             risk, dQ, drho, da = (entries.derive_entries(self.model) if self.form == "tensor"
@@ -141,6 +142,25 @@ class Equations:
 def default_form(model: Model) -> str:
     """``"matrix"`` for quadratic ``σ``, ``σ*`` without a constraint, else ``"tensor"``."""
     return "matrix" if model.is_quadratic and model.constraint == "none" else "tensor"
+
+
+def _check_explicit_matrix_size(model: Model) -> None:
+    """Refuse or warn before evaluating the matrix form on explicit p×p symbol matrices.
+
+    That costs about ``59 s · (p/16)^3.7`` (measured on 2 shared cores at
+    ``p* = 2``: 4.6 s at p = 8, 20 s at 12, 59 s at 16); the limits are the
+    entry route's (:data:`~symquad.symbolic.entries.ENTRY_WARN_SECONDS`, ``..._REFUSE_...``).
+    """
+    import warnings
+    estimate = 59.0 * (model.p / 16) ** 3.7
+    if estimate > entries.ENTRY_REFUSE_SECONDS:
+        raise ValueError(
+            f"explicit() at p={model.p} would take about {estimate:.3g} s (> "
+            f"{entries.ENTRY_REFUSE_SECONDS:.0f} s allowed; it grows like p^3.7); the "
+            f"matrix form itself (eq.risk, eq.dQ, eq.drho) is width independent")
+    if estimate > entries.ENTRY_WARN_SECONDS:
+        warnings.warn(f"explicit() at p={model.p} will take about {estimate:.3g} s",
+                      RuntimeWarning, stacklevel=3)
 
 
 def derive(model: Model, form: str | None = None) -> Equations:

@@ -440,8 +440,35 @@ def prove_conservation(m: Model, check_equivariance: bool = True) -> Conservatio
     return ConservationProof(m, inst, inv, eqv, ces, pos)
 
 
-def _tex(expr) -> str:
-    return sp.latex(expr, mat_delim="(", mul_symbol=None)
+def _names(*exprs) -> dict:
+    """LaTeX names of the proof's symbols; ``T``'s eigenvalues print as ``θ_j`` (τ is the clock)."""
+    from .latex import latex_names_for
+
+    symbols = set()
+    for e in exprs:
+        symbols |= getattr(e, "free_symbols", set())
+    names = latex_names_for(symbols)
+    for sym in symbols:
+        head, _, index = getattr(sym, "name", "").partition("_")
+        if head == "tau" and index.isdigit():
+            names[sym] = rf"\theta_{{{index}}}"
+    return names
+
+
+def _tex(expr, names=None) -> str:
+    from .latex import to_latex
+
+    return to_latex(expr, _names(expr) if names is None else names)
+
+
+def _matrices_tex(pairs) -> str:
+    r"""``Q = (...),\ ρ = (...)`` on one displayed line, or one per line when too wide."""
+    from .latex import LINE_WIDTH_PT, tex_width
+
+    parts = [f"{name}={_tex(M)}" for name, M in pairs]
+    if sum(tex_width(x) for x in parts) + 20.0 * len(parts) <= LINE_WIDTH_PT:
+        return r",\quad ".join(parts)
+    return r", \\ ".join(parts)
 
 
 def conservation_latex(proof: ConservationProof, standalone: bool = False) -> str:
@@ -450,10 +477,16 @@ def conservation_latex(proof: ConservationProof, standalone: bool = False) -> st
     p, k = m.p, m.p_star
     inst, inv = proof.instant, proof.invariance
     L = []
-    L.append(f"% symquad: conservation of S = rho (rho^T rho)^(-1/2); model {m!r}\n")
+    from .._describe import describe_model
+    from .latex import align_rows, display_rhs
+
+    L.append("% symquad: conservation of S = rho (rho^T rho)^(-1/2); model "
+             f"{describe_model(m, exclude=('lr', 'noise'))}\n")
     L.append(
-        r"\paragraph{Theorem.} For $\sigma(z)=" + sp.latex(sp.sympify(m.activation_str))
-        + f"$, $p={p}$, $p^*={k}$, any $\\eta>0$ and $\\Delta\\ge 0$, let $\\rho=SP$ with "
+        r"\paragraph{Theorem.} For " + ", ".join(
+            f"${part}$" for part in
+            describe_model(m, tex=True, exclude=("lr", "noise")).split(",\\ "))
+        + ", any $\\eta>0$ and $\\Delta\\ge 0$, let $\\rho=SP$ with "
         r"$S^\top S=I$, $P=(\rho^\top\rho)^{1/2}\succ0$, $\Pi=SS^\top$, $Q_\parallel=S^\top QS$. "
         r"Along the ODE $\dot Q,\dot\rho$ of \texttt{symquad.derive}, $S(t)=S(0)$ for all $t$ in the "
         r"existence interval of the solution whenever the start lies in"
@@ -497,18 +530,23 @@ def conservation_latex(proof: ConservationProof, standalone: bool = False) -> st
              "generators, identically in all entries, and one reflection per factor). "
              r"On $\mathcal I_T$, $Q_\parallel,P,T$ commute and $Q$ is block diagonal, so some $(U,V)$ maps "
              r"the point into $D=\{Q=\operatorname{diag}(\alpha,\beta),\ \rho=\binom{\operatorname"
-             r"{diag}(\pi)}{0},\ T=\operatorname{diag}(\tau)\}$, $\pi_i>0$. On $D$ every "
+             r"{diag}(\pi)}{0},\ T=\operatorname{diag}(\theta)\}$, $\pi_i>0$. On $D$ every "
              r"off-diagonal entry of $\dot Q$ and $\dot\rho$ vanishes identically, so $D$ is "
              r"invariant; the reduced ODE is")
+    names = _names(*inv["growth"], *inv["dalpha"], *inv["dbeta"])
     rows = []
     for a in range(k):
-        rows.append(r"\frac{d" + sp.latex(pi[a]) + r"}{dt}&=" + sp.latex(pi[a]) + r"\Big("
-                    + _tex(inv["growth"][a]) + r"\Big)")
+        pi_tex = _tex(pi[a], names)
+        rows.append((rf"\frac{{d{pi_tex}}}{{dt}}", f"g_{{{a + 1}}}\\,{pi_tex}"))
     for a in range(k):
-        rows.append(r"\frac{d" + sp.latex(al[a]) + r"}{dt}&=" + _tex(inv["dalpha"][a]))
+        rows.append((f"g_{{{a + 1}}}", display_rhs(inv["growth"][a], names)))
+    for a in range(k):
+        rows.append((rf"\frac{{d{_tex(al[a], names)}}}{{dt}}",
+                     display_rhs(inv["dalpha"][a], names)))
     for j in range(len(be)):
-        rows.append(r"\frac{d" + sp.latex(be[j]) + r"}{dt}&=" + _tex(inv["dbeta"][j]))
-    L.append("\n\\begin{align*}\n" + " \\\\\n".join(rows) + "\n\\end{align*}\n")
+        rows.append((rf"\frac{{d{_tex(be[j], names)}}}{{dt}}",
+                     display_rhs(inv["dbeta"][j], names)))
+    L.append("\n" + align_rows(rows))
     L.append(r"Each $\pi_i(t)=\pi_i(0)\exp\int_0^t g_i$ keeps its sign, so $S(t)=E$ on $D$, and "
              r"$S(t)=U^\top E V^\top=S(0)$ for the original trajectory (uniqueness of ODE "
              r"solutions). $\square$")
@@ -519,9 +557,10 @@ def conservation_latex(proof: ConservationProof, standalone: bool = False) -> st
     if proof.counterexamples:
         L.append("\n\\begin{itemize}")
     for ce in proof.counterexamples:
-        L.append("\n\\item " + ce["tex"] + r":\[Q=" + _tex(ce["Q"]) + r",\ \rho="
-                 + _tex(ce["rho"]) + r",\ T=" + _tex(ce["T"]) + r",\quad \dot S="
-                 + _tex(ce["dS"]) + r"\neq0.\]")
+        L.append("\n\\item " + ce["tex"] + ":\n\\begin{gather*}\n"
+                 + _matrices_tex((("Q", ce["Q"]), (r"\rho", ce["rho"]), ("T", ce["T"])))
+                 + r", \\" + "\n" + r"\dot S=" + _tex(ce["dS"]) + r"\neq0."
+                 + "\n\\end{gather*}")
     if proof.counterexamples:
         L.append("\n\\end{itemize}")
     pos = proof.positive
