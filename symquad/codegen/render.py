@@ -366,6 +366,8 @@ def render_all() -> dict:
     from .tensor_render import TENSOR_BUILTINS, render_tensor_module
     for coeffs, name in TENSOR_BUILTINS.items():
         files[name + ".py"] = render_tensor_module(tuple(Fraction(c) for c in coeffs))
+    from .special_render import render_special_files
+    files.update(render_special_files())
     registry = [BANNER, '"""Registry of committed generated kernels."""\n', "",
                 "#: (p, p_star) of committed entry-kernel modules for σ(z) = z²",
                 "ENTRY_MODULES = {"]
