@@ -86,13 +86,15 @@ def I4_ss(C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb):
     x5 = C_la*C_lb
     x6 = C_ka*C_kl
     x7 = C_kb*C_kl
-    x8 = (C_ka*C_ka)
-    x9 = (C_la*C_la)
-    x10 = C_aa*C_kk + C_aa*C_ll + C_aa*x0 - C_aa*x1 + C_aa - C_kk*x9 + 2*C_la*x6 - C_ll*x8 - x8 - x9
-    x11 = (C_kb*C_kb)
-    x12 = (C_lb*C_lb)
-    x13 = C_bb*C_kk + C_bb*C_ll + C_bb*x0 - C_bb*x1 + C_bb - C_kk*x12 + 2*C_lb*x7 - C_ll*x11 - x11 - x12
-    return _shaped(4*_asin(x3*(C_ab*C_kk + C_ab*C_ll + C_ab*x0 - C_ab*x1 + C_ab - C_kk*x5 + C_la*x7 + C_lb*x6 - C_ll*x4 - x4 - x5)/_sqrt(x10*x13/(x2*x2) + x10*x3 + x13*x3 + 1))/((numpy.pi*numpy.pi)*_sqrt(x2)), C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb)
+    x8 = C_ab*C_kk + C_ab*C_ll + C_ab*x0 - C_ab*x1 + C_ab - C_kk*x5 + C_la*x7 + C_lb*x6 - C_ll*x4 - x4 - x5
+    x9 = (C_ka*C_ka)
+    x10 = (C_la*C_la)
+    x11 = C_aa*C_kk + C_aa*C_ll + C_aa*x0 - C_aa*x1 + C_aa - C_kk*x10 + 2*C_la*x6 - C_ll*x9 - x10 - x9
+    x12 = (C_kb*C_kb)
+    x13 = (C_lb*C_lb)
+    x14 = C_bb*C_kk + C_bb*C_ll + C_bb*x0 - C_bb*x1 + C_bb - C_kk*x13 + 2*C_lb*x7 - C_ll*x12 - x12 - x13
+    x15 = 1/(x2*x2)
+    return _shaped(4*numpy.arctan2(x3*x8, _sqrt(x11*x14*x15 + x11*x3 + x14*x3 - x15*(x8*x8) + 1))/((numpy.pi*numpy.pi)*_sqrt(x2)), C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb)
 
 
 def I4_st(C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb):
@@ -106,13 +108,15 @@ def I4_st(C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb):
     x5 = C_la*C_lb
     x6 = C_ka*C_kl
     x7 = C_kb*C_kl
-    x8 = (C_ka*C_ka)
-    x9 = (C_la*C_la)
-    x10 = C_aa*C_kk + C_aa*C_ll + C_aa*x0 - C_aa*x1 + C_aa - C_kk*x9 + 2*C_la*x6 - C_ll*x8 - x8 - x9
-    x11 = (C_kb*C_kb)
-    x12 = (C_lb*C_lb)
-    x13 = C_bb*C_kk + C_bb*C_ll + C_bb*x0 - C_bb*x1 + C_bb - C_kk*x12 + 2*C_lb*x7 - C_ll*x11 - x11 - x12
-    return _shaped(4*_asin(x3*(C_ab*C_kk + C_ab*C_ll + C_ab*x0 - C_ab*x1 + C_ab - C_kk*x5 + C_la*x7 + C_lb*x6 - C_ll*x4 - x4 - x5)/_sqrt(x10*x13/(x2*x2) + x10*x3 + x13*x3 + 1))/((numpy.pi*numpy.pi)*_sqrt(x2)), C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb)
+    x8 = C_ab*C_kk + C_ab*C_ll + C_ab*x0 - C_ab*x1 + C_ab - C_kk*x5 + C_la*x7 + C_lb*x6 - C_ll*x4 - x4 - x5
+    x9 = (C_ka*C_ka)
+    x10 = (C_la*C_la)
+    x11 = C_aa*C_kk + C_aa*C_ll + C_aa*x0 - C_aa*x1 + C_aa - C_kk*x10 + 2*C_la*x6 - C_ll*x9 - x10 - x9
+    x12 = (C_kb*C_kb)
+    x13 = (C_lb*C_lb)
+    x14 = C_bb*C_kk + C_bb*C_ll + C_bb*x0 - C_bb*x1 + C_bb - C_kk*x13 + 2*C_lb*x7 - C_ll*x12 - x12 - x13
+    x15 = 1/(x2*x2)
+    return _shaped(4*numpy.arctan2(x3*x8, _sqrt(x11*x14*x15 + x11*x3 + x14*x3 - x15*(x8*x8) + 1))/((numpy.pi*numpy.pi)*_sqrt(x2)), C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb)
 
 
 def I4_tt(C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb):
@@ -126,11 +130,13 @@ def I4_tt(C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb):
     x5 = C_la*C_lb
     x6 = C_ka*C_kl
     x7 = C_kb*C_kl
-    x8 = (C_ka*C_ka)
-    x9 = (C_la*C_la)
-    x10 = C_aa*C_kk + C_aa*C_ll + C_aa*x0 - C_aa*x1 + C_aa - C_kk*x9 + 2*C_la*x6 - C_ll*x8 - x8 - x9
-    x11 = (C_kb*C_kb)
-    x12 = (C_lb*C_lb)
-    x13 = C_bb*C_kk + C_bb*C_ll + C_bb*x0 - C_bb*x1 + C_bb - C_kk*x12 + 2*C_lb*x7 - C_ll*x11 - x11 - x12
-    return _shaped(4*_asin(x3*(C_ab*C_kk + C_ab*C_ll + C_ab*x0 - C_ab*x1 + C_ab - C_kk*x5 + C_la*x7 + C_lb*x6 - C_ll*x4 - x4 - x5)/_sqrt(x10*x13/(x2*x2) + x10*x3 + x13*x3 + 1))/((numpy.pi*numpy.pi)*_sqrt(x2)), C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb)
-# sha256: 7aa85ddea665caeded56910862e5b6521817e7faa203d4857898cdd0e11112af
+    x8 = C_ab*C_kk + C_ab*C_ll + C_ab*x0 - C_ab*x1 + C_ab - C_kk*x5 + C_la*x7 + C_lb*x6 - C_ll*x4 - x4 - x5
+    x9 = (C_ka*C_ka)
+    x10 = (C_la*C_la)
+    x11 = C_aa*C_kk + C_aa*C_ll + C_aa*x0 - C_aa*x1 + C_aa - C_kk*x10 + 2*C_la*x6 - C_ll*x9 - x10 - x9
+    x12 = (C_kb*C_kb)
+    x13 = (C_lb*C_lb)
+    x14 = C_bb*C_kk + C_bb*C_ll + C_bb*x0 - C_bb*x1 + C_bb - C_kk*x13 + 2*C_lb*x7 - C_ll*x12 - x12 - x13
+    x15 = 1/(x2*x2)
+    return _shaped(4*numpy.arctan2(x3*x8, _sqrt(x11*x14*x15 + x11*x3 + x14*x3 - x15*(x8*x8) + 1))/((numpy.pi*numpy.pi)*_sqrt(x2)), C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb)
+# sha256: 9f42170663c1f7fca91276d425999cdba8a8e8defccdf8c2e1af876df389dac4

@@ -52,7 +52,8 @@ def I2_st(C_aa, C_ab, C_bb):
 def I2_tt(C_aa, C_ab, C_bb):
     """E[σ*(u_a) σ*(u_b)], σ* = relu(z)"""
     C_aa, C_ab, C_bb = _floats(C_aa, C_ab, C_bb)
-    return _shaped((1/4)*(2*C_ab*_asin(C_ab/(_sqrt(C_aa)*_sqrt(C_bb))) + numpy.pi*C_ab + 2*_sqrt(C_aa*C_bb - (C_ab*C_ab)))/numpy.pi, C_aa, C_ab, C_bb)
+    x0 = _sqrt(C_aa*C_bb - (C_ab*C_ab))
+    return _shaped((1/4)*(2*C_ab*numpy.arctan2(C_ab, x0) + numpy.pi*C_ab + 2*x0)/numpy.pi, C_aa, C_ab, C_bb)
 
 
 def J2(C_kk, C_kl, C_ll):
@@ -86,13 +87,15 @@ def I4_ss(C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb):
     x5 = C_la*C_lb
     x6 = C_ka*C_kl
     x7 = C_kb*C_kl
-    x8 = (C_ka*C_ka)
-    x9 = (C_la*C_la)
-    x10 = C_aa*C_kk + C_aa*C_ll + C_aa*x0 - C_aa*x1 + C_aa - C_kk*x9 + 2*C_la*x6 - C_ll*x8 - x8 - x9
-    x11 = (C_kb*C_kb)
-    x12 = (C_lb*C_lb)
-    x13 = C_bb*C_kk + C_bb*C_ll + C_bb*x0 - C_bb*x1 + C_bb - C_kk*x12 + 2*C_lb*x7 - C_ll*x11 - x11 - x12
-    return _shaped(4*_asin(x3*(C_ab*C_kk + C_ab*C_ll + C_ab*x0 - C_ab*x1 + C_ab - C_kk*x5 + C_la*x7 + C_lb*x6 - C_ll*x4 - x4 - x5)/_sqrt(x10*x13/(x2*x2) + x10*x3 + x13*x3 + 1))/((numpy.pi*numpy.pi)*_sqrt(x2)), C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb)
+    x8 = C_ab*C_kk + C_ab*C_ll + C_ab*x0 - C_ab*x1 + C_ab - C_kk*x5 + C_la*x7 + C_lb*x6 - C_ll*x4 - x4 - x5
+    x9 = (C_ka*C_ka)
+    x10 = (C_la*C_la)
+    x11 = C_aa*C_kk + C_aa*C_ll + C_aa*x0 - C_aa*x1 + C_aa - C_kk*x10 + 2*C_la*x6 - C_ll*x9 - x10 - x9
+    x12 = (C_kb*C_kb)
+    x13 = (C_lb*C_lb)
+    x14 = C_bb*C_kk + C_bb*C_ll + C_bb*x0 - C_bb*x1 + C_bb - C_kk*x13 + 2*C_lb*x7 - C_ll*x12 - x12 - x13
+    x15 = 1/(x2*x2)
+    return _shaped(4*numpy.arctan2(x3*x8, _sqrt(x11*x14*x15 + x11*x3 + x14*x3 - x15*(x8*x8) + 1))/((numpy.pi*numpy.pi)*_sqrt(x2)), C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb)
 
 
 def I4_st(C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb):
@@ -115,19 +118,17 @@ def I4_tt(C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb):
     x0 = C_kk*C_ll
     x1 = (C_kl*C_kl)
     x2 = C_kk + C_ll + x0 - x1 + 1
-    x3 = 1/(x2)
-    x4 = C_ka*C_kb
-    x5 = C_la*C_lb
-    x6 = C_ka*C_kl
-    x7 = C_kb*C_kl
-    x8 = C_ab*C_kk + C_ab*C_ll + C_ab*x0 - C_ab*x1 + C_ab - C_kk*x5 + C_la*x7 + C_lb*x6 - C_ll*x4 - x4 - x5
-    x9 = x3*x8
-    x10 = 1/(x2*x2)
-    x11 = (C_ka*C_ka)
-    x12 = (C_la*C_la)
-    x13 = C_aa*C_kk + C_aa*C_ll + C_aa*x0 - C_aa*x1 + C_aa - C_kk*x12 + 2*C_la*x6 - C_ll*x11 - x11 - x12
-    x14 = (C_kb*C_kb)
-    x15 = (C_lb*C_lb)
-    x16 = C_bb*C_kk + C_bb*C_ll + C_bb*x0 - C_bb*x1 + C_bb - C_kk*x15 + 2*C_lb*x7 - C_ll*x14 - x14 - x15
-    return _shaped((1/2)*(2*x9*_asin(x9/(_sqrt(x13*x3)*_sqrt(x16*x3))) + numpy.pi*x9 + 2*_sqrt(x10*x13*x16 - x10*(x8*x8)))/((numpy.pi*numpy.pi)*_sqrt(x2)), C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb)
-# sha256: cae1b7e1ea35a9edcc18a67bf1588fd4d9e75fe8e112bd61a7d3aaf5eef07ea2
+    x3 = C_ka*C_kb
+    x4 = C_la*C_lb
+    x5 = C_ka*C_kl
+    x6 = C_kb*C_kl
+    x7 = C_ab*C_kk + C_ab*C_ll + C_ab*x0 - C_ab*x1 + C_ab - C_kk*x4 + C_la*x6 + C_lb*x5 - C_ll*x3 - x3 - x4
+    x8 = x7/x2
+    x9 = 1/(x2*x2)
+    x10 = (C_ka*C_ka)
+    x11 = (C_la*C_la)
+    x12 = (C_kb*C_kb)
+    x13 = (C_lb*C_lb)
+    x14 = _sqrt(-(x7*x7)*x9 + x9*(C_aa*C_kk + C_aa*C_ll + C_aa*x0 - C_aa*x1 + C_aa - C_kk*x11 + 2*C_la*x5 - C_ll*x10 - x10 - x11)*(C_bb*C_kk + C_bb*C_ll + C_bb*x0 - C_bb*x1 + C_bb - C_kk*x13 + 2*C_lb*x6 - C_ll*x12 - x12 - x13))
+    return _shaped((1/2)*(2*x14 + 2*x8*numpy.arctan2(x8, x14) + numpy.pi*x8)/((numpy.pi*numpy.pi)*_sqrt(x2)), C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb)
+# sha256: 5b0f222df569630cd8709a3a29d7cfda0e9851749e6e3e80c6fe85562d032ecd

@@ -42,7 +42,8 @@ def _shaped(value, *args):
 def I2_ss(C_aa, C_ab, C_bb):
     """E[σ(u_a) σ(u_b)], σ = relu(z)"""
     C_aa, C_ab, C_bb = _floats(C_aa, C_ab, C_bb)
-    return _shaped((1/4)*(2*C_ab*_asin(C_ab/(_sqrt(C_aa)*_sqrt(C_bb))) + numpy.pi*C_ab + 2*_sqrt(C_aa*C_bb - (C_ab*C_ab)))/numpy.pi, C_aa, C_ab, C_bb)
+    x0 = _sqrt(C_aa*C_bb - (C_ab*C_ab))
+    return _shaped((1/4)*(2*C_ab*numpy.arctan2(C_ab, x0) + numpy.pi*C_ab + 2*x0)/numpy.pi, C_aa, C_ab, C_bb)
 
 
 def I2_st(C_aa, C_ab, C_bb):
@@ -60,14 +61,15 @@ def I2_tt(C_aa, C_ab, C_bb):
 def J2(C_kk, C_kl, C_ll):
     """E[σ'(u_k) σ'(u_l)], σ = relu(z)"""
     C_kk, C_kl, C_ll = _floats(C_kk, C_kl, C_ll)
-    return _shaped((1/4)*(2*_asin(C_kl/(_sqrt(C_kk)*_sqrt(C_ll))) + numpy.pi)/numpy.pi, C_kk, C_kl, C_ll)
+    return _shaped((1/4)*(2*numpy.arctan2(C_kl, _sqrt(C_kk*C_ll - (C_kl*C_kl))) + numpy.pi)/numpy.pi, C_kk, C_kl, C_ll)
 
 
 def I3_s(C_kk, C_kj, C_ka, C_ja, C_aa):
     """E[σ'(u_k) u_j σ(u_a)], σ = relu(z)"""
     C_kk, C_kj, C_ka, C_ja, C_aa = _floats(C_kk, C_kj, C_ka, C_ja, C_aa)
-    x0 = (1/2)/numpy.pi
-    return _shaped(C_ja*x0*_asin(C_ka/(_sqrt(C_aa)*_sqrt(C_kk))) + (1/4)*C_ja + C_kj*x0*_sqrt(C_aa*C_kk - (C_ka*C_ka))/C_kk, C_kk, C_kj, C_ka, C_ja, C_aa)
+    x0 = _sqrt(C_aa*C_kk - (C_ka*C_ka))
+    x1 = (1/2)/numpy.pi
+    return _shaped(C_ja*x1*numpy.arctan2(C_ka, x0) + (1/4)*C_ja + C_kj*x0*x1/C_kk, C_kk, C_kj, C_ka, C_ja, C_aa)
 
 
 def I3_t(C_kk, C_kj, C_ka, C_ja, C_aa):
@@ -89,4 +91,4 @@ def I4_st(C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb):
 def I4_tt(C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb):
     """E[σ'(u_k) σ'(u_l) σ*(u_a) σ*(u_b)], σ = relu(z), σ* = erf(z/√2) (no closed form: polar quadrature)"""
     return relu_four_point(C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb, sigma_a='erf', sigma_b='erf')
-# sha256: 18c41547ea184633ad5406c7ab1edc45ed5d67b2f9703651734468644077ba42
+# sha256: 4413d5ec04d2f347ba507e0bdf95791b6d90dd4e5b699c39fbf0b857b616ee12

@@ -42,39 +42,44 @@ def _shaped(value, *args):
 def I2_ss(C_aa, C_ab, C_bb):
     """E[σ(u_a) σ(u_b)], σ = relu(z)"""
     C_aa, C_ab, C_bb = _floats(C_aa, C_ab, C_bb)
-    return _shaped((1/4)*(2*C_ab*_asin(C_ab/(_sqrt(C_aa)*_sqrt(C_bb))) + numpy.pi*C_ab + 2*_sqrt(C_aa*C_bb - (C_ab*C_ab)))/numpy.pi, C_aa, C_ab, C_bb)
+    x0 = _sqrt(C_aa*C_bb - (C_ab*C_ab))
+    return _shaped((1/4)*(2*C_ab*numpy.arctan2(C_ab, x0) + numpy.pi*C_ab + 2*x0)/numpy.pi, C_aa, C_ab, C_bb)
 
 
 def I2_st(C_aa, C_ab, C_bb):
     """E[σ(u_a) σ*(u_b)], σ = relu(z), σ* = relu(z)"""
     C_aa, C_ab, C_bb = _floats(C_aa, C_ab, C_bb)
-    return _shaped((1/4)*(2*C_ab*_asin(C_ab/(_sqrt(C_aa)*_sqrt(C_bb))) + numpy.pi*C_ab + 2*_sqrt(C_aa*C_bb - (C_ab*C_ab)))/numpy.pi, C_aa, C_ab, C_bb)
+    x0 = _sqrt(C_aa*C_bb - (C_ab*C_ab))
+    return _shaped((1/4)*(2*C_ab*numpy.arctan2(C_ab, x0) + numpy.pi*C_ab + 2*x0)/numpy.pi, C_aa, C_ab, C_bb)
 
 
 def I2_tt(C_aa, C_ab, C_bb):
     """E[σ*(u_a) σ*(u_b)], σ* = relu(z)"""
     C_aa, C_ab, C_bb = _floats(C_aa, C_ab, C_bb)
-    return _shaped((1/4)*(2*C_ab*_asin(C_ab/(_sqrt(C_aa)*_sqrt(C_bb))) + numpy.pi*C_ab + 2*_sqrt(C_aa*C_bb - (C_ab*C_ab)))/numpy.pi, C_aa, C_ab, C_bb)
+    x0 = _sqrt(C_aa*C_bb - (C_ab*C_ab))
+    return _shaped((1/4)*(2*C_ab*numpy.arctan2(C_ab, x0) + numpy.pi*C_ab + 2*x0)/numpy.pi, C_aa, C_ab, C_bb)
 
 
 def J2(C_kk, C_kl, C_ll):
     """E[σ'(u_k) σ'(u_l)], σ = relu(z)"""
     C_kk, C_kl, C_ll = _floats(C_kk, C_kl, C_ll)
-    return _shaped((1/4)*(2*_asin(C_kl/(_sqrt(C_kk)*_sqrt(C_ll))) + numpy.pi)/numpy.pi, C_kk, C_kl, C_ll)
+    return _shaped((1/4)*(2*numpy.arctan2(C_kl, _sqrt(C_kk*C_ll - (C_kl*C_kl))) + numpy.pi)/numpy.pi, C_kk, C_kl, C_ll)
 
 
 def I3_s(C_kk, C_kj, C_ka, C_ja, C_aa):
     """E[σ'(u_k) u_j σ(u_a)], σ = relu(z)"""
     C_kk, C_kj, C_ka, C_ja, C_aa = _floats(C_kk, C_kj, C_ka, C_ja, C_aa)
-    x0 = (1/2)/numpy.pi
-    return _shaped(C_ja*x0*_asin(C_ka/(_sqrt(C_aa)*_sqrt(C_kk))) + (1/4)*C_ja + C_kj*x0*_sqrt(C_aa*C_kk - (C_ka*C_ka))/C_kk, C_kk, C_kj, C_ka, C_ja, C_aa)
+    x0 = _sqrt(C_aa*C_kk - (C_ka*C_ka))
+    x1 = (1/2)/numpy.pi
+    return _shaped(C_ja*x1*numpy.arctan2(C_ka, x0) + (1/4)*C_ja + C_kj*x0*x1/C_kk, C_kk, C_kj, C_ka, C_ja, C_aa)
 
 
 def I3_t(C_kk, C_kj, C_ka, C_ja, C_aa):
     """E[σ'(u_k) u_j σ*(u_a)], σ = relu(z), σ* = relu(z)"""
     C_kk, C_kj, C_ka, C_ja, C_aa = _floats(C_kk, C_kj, C_ka, C_ja, C_aa)
-    x0 = (1/2)/numpy.pi
-    return _shaped(C_ja*x0*_asin(C_ka/(_sqrt(C_aa)*_sqrt(C_kk))) + (1/4)*C_ja + C_kj*x0*_sqrt(C_aa*C_kk - (C_ka*C_ka))/C_kk, C_kk, C_kj, C_ka, C_ja, C_aa)
+    x0 = _sqrt(C_aa*C_kk - (C_ka*C_ka))
+    x1 = (1/2)/numpy.pi
+    return _shaped(C_ja*x1*numpy.arctan2(C_ka, x0) + (1/4)*C_ja + C_kj*x0*x1/C_kk, C_kk, C_kj, C_ka, C_ja, C_aa)
 
 
 def I4_ss(C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb):
@@ -95,44 +100,35 @@ def I4_tt(C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb):
 def I4_relu_kl(C_kk, C_ka, C_kb, C_aa, C_ab, C_bb):
     """I4 of a relu student, relu sigma_a, sigma_b, at k=l: E[1{u_k>0} relu(u_a) relu(u_b)] (closed; needs the three distinct fields non-singular)"""
     C_kk, C_ka, C_kb, C_aa, C_ab, C_bb = _floats(C_kk, C_ka, C_kb, C_aa, C_ab, C_bb)
-    x0 = _sqrt(C_aa)
-    x1 = 1/(C_aa)
+    x0 = 1/(C_aa)
+    x1 = (C_ab*C_ab)
     x2 = (C_ka*C_ka)
     x3 = (1/4)/numpy.pi
-    x4 = 1/(C_kk)
-    x5 = 1/_sqrt(C_kk)
-    x6 = C_ka*x5
-    x7 = 1/(x0)
-    x8 = 1/_sqrt(C_bb)
-    return _shaped(C_ab*(x3*_asin(x6*x7) + x3*_asin(C_ab*x7*x8) + x3*_asin(C_kb*x5*x8) + 1/8) + x0*x3*(_sqrt(-(C_ab*C_ab)*x1 + C_bb) + (-C_ab*C_ka*x1 + C_kb)/_sqrt(C_kk - x1*x2)) + x3*x6*(_sqrt(C_bb - (C_kb*C_kb)*x4) + (C_ab - C_ka*C_kb*x4)/_sqrt(C_aa - x2*x4)), C_kk, C_ka, C_kb, C_aa, C_ab, C_bb)
+    x4 = (C_kb*C_kb)
+    x5 = 1/(C_kk)
+    return _shaped(_sqrt(C_aa)*x3*(_sqrt(C_bb - x0*x1) + (-C_ab*C_ka*x0 + C_kb)/_sqrt(C_kk - x0*x2)) + C_ab*(x3*numpy.arctan2(C_ab, _sqrt(C_aa*C_bb - x1)) + x3*numpy.arctan2(C_ka, _sqrt(C_aa*C_kk - x2)) + x3*numpy.arctan2(C_kb, _sqrt(C_bb*C_kk - x4)) + 1/8) + C_ka*x3*(_sqrt(C_bb - x4*x5) + (C_ab - C_ka*C_kb*x5)/_sqrt(C_aa - x2*x5))/_sqrt(C_kk), C_kk, C_ka, C_kb, C_aa, C_ab, C_bb)
 
 
-def I4_relu_ak(C_kk, C_kl, C_kb, C_ll, C_lb, C_bb):
+def I4_relu_ak(C_kk, C_kl, C_ll, C_kb, C_lb, C_bb):
     """I4 of a relu student, relu sigma_a, sigma_b, at a=k: E[1{u_l>0} relu(u_k) relu(u_b)] (closed; needs the three distinct fields non-singular)"""
-    C_kk, C_kl, C_kb, C_ll, C_lb, C_bb = _floats(C_kk, C_kl, C_kb, C_ll, C_lb, C_bb)
-    x0 = _sqrt(C_kk)
+    C_kk, C_kl, C_ll, C_kb, C_lb, C_bb = _floats(C_kk, C_kl, C_ll, C_kb, C_lb, C_bb)
+    x0 = (C_kb*C_kb)
     x1 = 1/(C_kk)
     x2 = (C_kl*C_kl)
     x3 = (1/4)/numpy.pi
-    x4 = 1/(C_ll)
-    x5 = 1/_sqrt(C_ll)
-    x6 = C_kl*x5
-    x7 = 1/_sqrt(C_bb)
-    x8 = 1/(x0)
-    return _shaped(C_kb*(x3*_asin(x6*x8) + x3*_asin(C_kb*x7*x8) + x3*_asin(C_lb*x5*x7) + 1/8) + x0*x3*(_sqrt(C_bb - (C_kb*C_kb)*x1) + (-C_kb*C_kl*x1 + C_lb)/_sqrt(C_ll - x1*x2)) + x3*x6*(_sqrt(C_bb - (C_lb*C_lb)*x4) + (C_kb - C_kl*C_lb*x4)/_sqrt(C_kk - x2*x4)), C_kk, C_kl, C_kb, C_ll, C_lb, C_bb)
-
-
-def I4_relu_ab(C_kk, C_kl, C_ka, C_ll, C_la, C_aa):
-    """I4 of a relu student, relu sigma_a, sigma_b, at a=b: E[1{u_k>0} 1{u_l>0} relu(u_a)^2] (closed; needs the three distinct fields non-singular)"""
-    C_kk, C_kl, C_ka, C_ll, C_la, C_aa = _floats(C_kk, C_kl, C_ka, C_ll, C_la, C_aa)
-    x0 = 1/(C_kk)
-    x1 = (C_kl*C_kl)
-    x2 = 1/_sqrt(C_kk)
-    x3 = C_ka*x2
-    x4 = (1/4)/numpy.pi
+    x4 = (C_lb*C_lb)
     x5 = 1/(C_ll)
-    x6 = 1/_sqrt(C_ll)
-    x7 = C_la*x6
-    x8 = 1/_sqrt(C_aa)
-    return _shaped(C_aa*(x4*_asin(x3*x8) + x4*_asin(x7*x8) + x4*_asin(C_kl*x2*x6) + 1/8) + x3*x4*(_sqrt(C_aa - (C_ka*C_ka)*x0) + (-C_ka*C_kl*x0 + C_la)/_sqrt(C_ll - x0*x1)) + x4*x7*(_sqrt(C_aa - (C_la*C_la)*x5) + (C_ka - C_kl*C_la*x5)/_sqrt(C_kk - x1*x5)), C_kk, C_kl, C_ka, C_ll, C_la, C_aa)
-# sha256: 8748ad1f006e6dfae060276ff221d595dcb5baae79bb8fe5828d67daa95ec3b0
+    return _shaped(C_kb*(x3*numpy.arctan2(C_kb, _sqrt(C_bb*C_kk - x0)) + x3*numpy.arctan2(C_kl, _sqrt(C_kk*C_ll - x2)) + x3*numpy.arctan2(C_lb, _sqrt(C_bb*C_ll - x4)) + 1/8) + _sqrt(C_kk)*x3*(_sqrt(C_bb - x0*x1) + (-C_kb*C_kl*x1 + C_lb)/_sqrt(C_ll - x1*x2)) + C_kl*x3*(_sqrt(C_bb - x4*x5) + (C_kb - C_kl*C_lb*x5)/_sqrt(C_kk - x2*x5))/_sqrt(C_ll), C_kk, C_kl, C_ll, C_kb, C_lb, C_bb)
+
+
+def I4_relu_ab(C_kk, C_kl, C_ll, C_ka, C_la, C_aa):
+    """I4 of a relu student, relu sigma_a, sigma_b, at a=b: E[1{u_k>0} 1{u_l>0} relu(u_a)^2] (closed; needs the three distinct fields non-singular)"""
+    C_kk, C_kl, C_ll, C_ka, C_la, C_aa = _floats(C_kk, C_kl, C_ll, C_ka, C_la, C_aa)
+    x0 = (C_ka*C_ka)
+    x1 = 1/(C_kk)
+    x2 = (C_kl*C_kl)
+    x3 = (1/4)/numpy.pi
+    x4 = (C_la*C_la)
+    x5 = 1/(C_ll)
+    return _shaped(C_aa*(x3*numpy.arctan2(C_ka, _sqrt(C_aa*C_kk - x0)) + x3*numpy.arctan2(C_kl, _sqrt(C_kk*C_ll - x2)) + x3*numpy.arctan2(C_la, _sqrt(C_aa*C_ll - x4)) + 1/8) + C_ka*x3*(_sqrt(C_aa - x0*x1) + (-C_ka*C_kl*x1 + C_la)/_sqrt(C_ll - x1*x2))/_sqrt(C_kk) + C_la*x3*(_sqrt(C_aa - x4*x5) + (C_ka - C_kl*C_la*x5)/_sqrt(C_kk - x2*x5))/_sqrt(C_ll), C_kk, C_kl, C_ll, C_ka, C_la, C_aa)
+# sha256: e360a0146a2bbc50b84b3e7d43c7066eb1ca0fb607c2cef2a7744a787180dc64

@@ -54,6 +54,10 @@ _SIGNATURES = {
     "J2": ("C_kk", "C_kl", "C_ll"),
     "I3": ("C_kk", "C_kj", "C_ka", "C_ja", "C_aa"),
     "I4": _FOUR_ARGS,
+    # merged / coincident forms: the distinct fields (k, a, b), (k, l, a), (k, l, b)
+    "kab": ("C_kk", "C_ka", "C_kb", "C_aa", "C_ab", "C_bb"),
+    "kla": ("C_kk", "C_kl", "C_ll", "C_ka", "C_la", "C_aa"),
+    "klb": ("C_kk", "C_kl", "C_ll", "C_kb", "C_lb", "C_bb"),
 }
 
 _HELPERS = '''
@@ -120,15 +124,22 @@ def special_module_name(student, teacher) -> str:
 
 
 def _closed(kind, f, g=None, h=None):
-    """The closed form of one function, renamed to the argument names, or None."""
+    """The closed form of one function, or None.
+
+    With a ReLU among the activations, ``asin`` is printed in
+    :func:`~symquad.symbolic.special.atan2_form` (consistent with the
+    companion square roots at coincident indices); erf keeps ``asin``, whose
+    arguments stay away from ±1 (the fold adds 1 to every variance).
+    """
+    form = sym.atan2_form if "relu" in (f, g, h) else (lambda e: e)
     if kind == "I2":
-        return sym.two_point(f, g)
+        return form(sym.two_point(f, g))
     if kind == "J2":
-        return sym.noise_two_point(f)
+        return form(sym.noise_two_point(f))
     if kind == "I3":
-        return sym.three_point(f, g)
+        return form(sym.three_point(f, g))
     try:
-        return sym.four_point(f, g, h)
+        return form(sym.four_point(f, g, h))
     except sym.NotClosedError:
         return None
 
@@ -191,11 +202,23 @@ def render_special_module(student, teacher) -> str:
                             f"sigma_b={sym.activation_label(h)} is not implemented")
         body += ["", ""] + _function_lines(name, _SIGNATURES[kind], doc, expr, quadrature,
                                            not_impl)
+    merged = []
+    if f == "relu" and isinstance(t, tuple):
+        merged.append(("I4_tt_kk", "kab", sym.four_point_merged_student(f, t, t),
+                       f"I4_tt at k = l: E[1{{u_k>0}} σ*(u_a) σ*(u_b)], σ* = {lt} (the k ≠ l form "
+                       "contains det(C_kl)^(-1/2))"))
+    if isinstance(f, tuple) and t == "relu":
+        merged.append(("I4_tt_aa", "kla", sym.four_point_merged_teacher(f, t),
+                       f"I4_tt at a = b: E[σ'(u_k) σ'(u_l) relu(u_a)²], σ = {lf} (the a ≠ b form "
+                       "contains E[δ(u_a) δ(u_b)])"))
+    for fname, sig, expr, doc in merged:
+        expr = sym.atan2_form(expr)
+        body += ["", ""] + _function_lines(fname, _SIGNATURES[sig], doc, expr)
     if f == t == "relu":
-        for pattern, fname in (("k=l", "I4_relu_kl"), ("a=k", "I4_relu_ak"),
-                               ("a=b", "I4_relu_ab")):
-            expr = sym.relu_four_point_coincident(pattern)
-            names = sym.canonical_arguments(expr)
+        for pattern, fname, sig in (("k=l", "I4_relu_kl", "kab"), ("a=k", "I4_relu_ak", "klb"),
+                                    ("a=b", "I4_relu_ab", "kla")):
+            expr = sym.atan2_form(sym.relu_four_point_coincident(pattern))
+            names = _SIGNATURES[sig]
             doc = (f"I4 of a relu student, relu sigma_a, sigma_b, at {pattern}: "
                    f"{sym.RELU_COINCIDENT_PATTERNS[pattern]} (closed; needs the three distinct "
                    "fields non-singular)")

@@ -64,7 +64,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 __all__ = ["relu_four_point", "inner_relu_relu", "inner_relu_erf", "inner_erf_erf",
            "PLAIN_NODES", "SINH_NODES", "D_FLOOR", "RHO_SPLIT", "PLAIN_TOL", "PLAIN_MARGIN",
@@ -300,41 +300,32 @@ def _one(kind, Ckk, Ckl, Cll, Cka, Ckb, Cla, Clb, Caa, Cab, Cbb, xp, wp, plain_r
     r2, i2 = _zero_of_field(cb1, cb2, Tb)
     r3, i3 = _zero_of_pair(ca1, ca2, cb1, cb2, Ta, Tb, Sab)
     # keep the zeros near the arc (Bernstein parameter < rho_split), each moved to its
-    # image (mod pi) nearest the arc; those inside split it
+    # image (mod pi) nearest the arc; those inside split it.  A zero at imaginary
+    # distance d has ρ ≥ y + √(1 + y²), y = d/half-arc (equality above the midpoint),
+    # so the exact parameter is needed only when that bound is below rho_split.
     centre = 0.5 * (lo + hi)
+    halfarc = 0.5 * (hi - lo)
     rho_min = inf
     near = 0
     s1 = s2 = s3 = hi
+    r1, i1, rho = _classify(r1, i1, lo, hi, centre, halfarc, rho_split)
+    rho_min = min(rho_min, rho)
     if i1 < inf:
-        r1 -= math.pi * math.floor((r1 - centre) / math.pi + 0.5)
-        rho = _bernstein(r1, i1, lo, hi)
-        rho_min = min(rho_min, rho)
-        if rho < rho_split:
-            near += 1
-            if lo < r1 < hi:
-                s1 = r1
-        else:
-            i1 = inf
+        near += 1
+        if lo < r1 < hi:
+            s1 = r1
+    r2, i2, rho = _classify(r2, i2, lo, hi, centre, halfarc, rho_split)
+    rho_min = min(rho_min, rho)
     if i2 < inf:
-        r2 -= math.pi * math.floor((r2 - centre) / math.pi + 0.5)
-        rho = _bernstein(r2, i2, lo, hi)
-        rho_min = min(rho_min, rho)
-        if rho < rho_split:
-            near += 1
-            if lo < r2 < hi:
-                s2 = r2
-        else:
-            i2 = inf
+        near += 1
+        if lo < r2 < hi:
+            s2 = r2
+    r3, i3, rho = _classify(r3, i3, lo, hi, centre, halfarc, rho_split)
+    rho_min = min(rho_min, rho)
     if i3 < inf:
-        r3 -= math.pi * math.floor((r3 - centre) / math.pi + 0.5)
-        rho = _bernstein(r3, i3, lo, hi)
-        rho_min = min(rho_min, rho)
-        if rho < rho_split:
-            near += 1
-            if lo < r3 < hi:
-                s3 = r3
-        else:
-            i3 = inf
+        near += 1
+        if lo < r3 < hi:
+            s3 = r3
     if near == 0:
         # one panel; the nodes of the plain rule adapt to the nearest zero
         j = _plain_rule_index(rho_min, plain_rho)
@@ -403,6 +394,22 @@ def _zero_of_pair(ca1, ca2, cb1, cb2, Ta, Tb, Sab):
 
 
 @njit(cache=True)
+def _classify(r, i, lo, hi, centre, halfarc, rho_split):
+    """(real part moved next to the arc, imaginary part or inf if far, Bernstein parameter)."""
+    if i == np.inf:
+        return r, np.inf, np.inf
+    y = i / halfarc if halfarc > 0.0 else np.inf
+    bound = y + math.sqrt(1.0 + y * y)
+    if bound >= rho_split:
+        return r, np.inf, bound
+    r -= math.pi * math.floor((r - centre) / math.pi + 0.5)
+    rho = _bernstein(r, i, lo, hi)
+    if rho >= rho_split:
+        return r, np.inf, rho
+    return r, i, rho
+
+
+@njit(cache=True)
 def _dist(e, r, i):
     """Distance from the real point e to the nearest of r + kπ ± i·i (inf if i is inf)."""
     if i == np.inf:
@@ -420,9 +427,11 @@ def _plain_rule_index(rho, plain_rho):
     return plain_rho.shape[0] - 1
 
 
-@njit(cache=True)
+@njit(cache=True, parallel=True)
 def _many(kind, E, xp, wp, plain_rho, xs, ws, rho_split, d_floor, out):
-    for i in range(out.shape[0]):
+    # every element is computed by the same scalar code, so the result does not depend
+    # on the number of threads
+    for i in prange(out.shape[0]):
         out[i] = _one(kind, E[0, i], E[1, i], E[2, i], E[3, i], E[4, i], E[5, i], E[6, i],
                       E[7, i], E[8, i], E[9, i], xp, wp, plain_rho, xs, ws, rho_split, d_floor)
 

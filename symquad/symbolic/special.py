@@ -119,8 +119,9 @@ import sympy as sp
 __all__ = [
     "NAMED_ACTIVATIONS", "activation_key", "activation_label", "MU", "VARIANCE",
     "cov_symbols", "canonical_arguments", "INDEX_ORDER", "mean_shift", "vertex_function", "orthant_2", "orthant_3",
-    "gaussian_fold", "two_point", "two_point_odd", "two_point_derivative",
+    "gaussian_fold", "atan2_form", "two_point", "two_point_odd", "two_point_derivative",
     "noise_two_point", "three_point", "four_point", "four_point_merged_teacher",
+    "four_point_merged_student",
     "relu_four_point_coincident", "closure_table", "NotClosedError",
     "RELU_COINCIDENT_PATTERNS",
 ]
@@ -280,6 +281,34 @@ def _vertex(act, order, D):
     if isinstance(act, tuple) and order >= len(act):
         return sp.Integer(0)
     return sp.simplify(sp.diff(_mean_shift(act, D), MU, order).subs(MU, 0))
+
+
+def _manifestly_positive(d) -> bool:
+    """True for products of positive numbers, positive symbols and square roots."""
+    if d.is_positive:
+        return True
+    if isinstance(d, sp.Mul):
+        return all(_manifestly_positive(f) for f in d.args)
+    if isinstance(d, sp.Pow) and d.exp == sp.Rational(1, 2):
+        return True
+    return False
+
+
+def atan2_form(expr):
+    r"""Rewrite ``asin(n/d)`` (``d > 0`` manifestly) as ``atan2(n, √(d² − n²))``.
+
+    Equal on the positive semi-definite cone.  At a singular covariance (e.g.
+    ``a = b``: ``C_aaC_bb − C_ab² = 0``) the float value of ``asin`` of a rounded
+    ratio is off by ``√ε`` (its slope is infinite at 1) while the companion
+    ``√(C_aaC_bb − C_ab²)`` of the arc-cosine kernels is exactly 0; with
+    ``atan2`` both use the same square root and stay consistent to rounding.
+    """
+    def rewrite(a):
+        n, d = sp.fraction(sp.together(a.args[0]))
+        if not _manifestly_positive(d):
+            return a
+        return sp.atan2(n, sp.sqrt(sp.expand(d**2 - n**2)))
+    return expr.replace(lambda e: isinstance(e, sp.asin), rewrite)
 
 
 # ---- orthants (Sheppard) -------------------------------------------------------------
@@ -541,7 +570,8 @@ def four_point(f, g, h) -> sp.Expr:
     if f == "erf":
         pref, Cp = gaussian_fold(C, [0, 1])
         A, c, B = _pair_symbols()
-        inner = two_point(g, h).subs({A: Cp[0, 0], c: Cp[0, 1], B: Cp[1, 1]}, simultaneous=True)
+        inner = atan2_form(two_point(g, h)).subs({A: Cp[0, 0], c: Cp[0, 1], B: Cp[1, 1]},
+                                                 simultaneous=True)
         return (2 / sp.pi) * pref * inner
     if _is_poly(f):
         fp = _derivative_poly(f)
@@ -613,6 +643,25 @@ def four_point_merged_teacher(f, g) -> sp.Expr:
                            .subs(MU, 0))
 
     return sp.expand(_edge_expansion(acts, ["k", "l"], ["a"], core, s))
+
+
+@lru_cache(maxsize=None)
+def four_point_merged_student(f, g, h) -> sp.Expr:
+    r"""``I_4(k, k, a, b) = E[1{u_k>0} g(u_a) h(u_b)]`` for a ReLU student and polynomial ``g, h``.
+
+    In ``C_kk, C_ka, C_kb, C_aa, C_ab, C_bb``.  ``1{u>0}² = 1{u>0}``: one core
+    vertex with ``E[(1{x>0})^{(d)}] = φ^{relu}_{d+1}(C_kk)``.  Needed because the
+    two-vertex core of :func:`four_point` contains ``det(C_kl)^{-1/2}``.
+    """
+    f, g, h = (activation_key(x) for x in (f, g, h))
+    if f != "relu" or not (_is_poly(g) and _is_poly(h)):
+        raise ValueError("four_point_merged_student is for a relu student and polynomial "
+                         "sigma_a, sigma_b")
+    s = cov_symbols("k", "a", "b")
+    acts = {"k": "step", "a": g, "b": h}
+    return sp.expand(_edge_expansion(
+        acts, ["a", "b"], ["k"],
+        lambda degrees: _vertex("relu", degrees[0] + 1, s[("k", "k")]), s))
 
 
 # ---- ReLU student: coincident indices ------------------------------------------------
