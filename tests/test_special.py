@@ -17,7 +17,6 @@ symquad/_generated/special_*.py) is checked by a second route:
 
 from __future__ import annotations
 
-import importlib
 import math
 
 import mpmath as mp
@@ -29,10 +28,10 @@ from scipy import integrate, special as sps
 from symquad.symbolic import special as S
 from symquad.numeric import special as NS
 
-ERF = importlib.import_module("symquad._generated.special_erf_erf")
-RELU = importlib.import_module("symquad._generated.special_relu_relu")
-ERF_RELU = importlib.import_module("symquad._generated.special_erf_relu")
-RELU_ERF = importlib.import_module("symquad._generated.special_relu_erf")
+ERF = NS.special_kernels("erf", "erf")
+RELU = NS.special_kernels("relu", "relu")
+ERF_RELU = NS.special_kernels("erf", "relu")
+RELU_ERF = NS.special_kernels("relu", "erf")
 
 SQ2PI = math.sqrt(2 * math.pi)
 
@@ -777,9 +776,21 @@ def test_kernels_broadcast_and_reject_bad_input():
 
 
 def test_generated_modules_are_what_the_renderer_writes():
-    from symquad.codegen.special_render import SPECIAL_BUILTINS, render_special_module, \
-        special_module_name
+    from symquad.codegen.special_render import SPECIAL_BUILTINS, render_special_module
     from symquad.kernel_files import GENERATED_DIR
     for f, t in SPECIAL_BUILTINS:
-        text = (GENERATED_DIR / (special_module_name(f, t) + ".py")).read_text(encoding="utf-8")
+        text = (GENERATED_DIR / (NS.special_module_name(f, t) + ".py")).read_text(encoding="utf-8")
         assert text == render_special_module(f, t)
+    assert RELU.quadrature == ("I4_ss", "I4_st", "I4_tt") and ERF.quadrature == ()
+    assert RELU_ERF.quadrature == ("I4_ss", "I4_st", "I4_tt")
+
+
+def test_polynomial_pairs_are_rendered_into_the_cache(isolated_cache):
+    kern = NS.special_kernels("relu", (0, 1, 0, 1))
+    assert isolated_cache.exists() and len(list(isolated_cache.glob("special_*.py"))) == 1
+    C = random_cov(4, np.random.default_rng(2))
+    assert np.isfinite(kern.I4_ss(*entries4(C))) and np.isfinite(kern.I4_tt(*entries4(C)))
+    with pytest.raises(NotImplementedError, match="not implemented"):
+        kern.I4_st(*entries4(C))
+    again = NS.special_kernels("relu", (0, 1, 0, 1))        # from the cache
+    assert again.I2_tt(1.0, 0.3, 2.0) == kern.I2_tt(1.0, 0.3, 2.0)

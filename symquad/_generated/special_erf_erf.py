@@ -7,9 +7,11 @@ erf means erf(z/√2) (Saad & Solla 1995).  Derived by
 symquad.symbolic.special and rendered by symquad.codegen.special_render;
 every function takes arrays of covariance entries of the fields it names
 (k, l: student fields; j, a, b: any field) and broadcasts them.
-Coincident indices (a = k, ...) are evaluated on the same formulas: the
-closed forms are continuous on the whole positive semi-definite cone
-(asin/sqrt arguments are clipped against rounding).
+Coincident indices (a = k, ...) are evaluated on the same formulas (the
+closed forms are continuous on the positive semi-definite cone; asin/sqrt
+arguments are clipped against rounding), except where a merged form
+(I4_tt_kk, I4_tt_aa) is defined below.  I4 functions in QUADRATURE are
+bound to the ReLU quadrature by symquad.numeric.special.special_kernels.
 """
 
 import numpy
@@ -17,6 +19,11 @@ import numpy
 
 STUDENT = 'erf'
 TEACHER = 'erf'
+#: I4 functions without a closed form: (sigma_a, sigma_b) of the ReLU quadrature
+#: (symquad.numeric.special.relu_four_point, bound by special_kernels)
+QUADRATURE = {}
+NOT_IMPLEMENTED = {}
+
 
 def _asin(x):
     """arcsin with the argument clipped to [-1, 1] (rounding at singular covariances)."""
@@ -139,4 +146,4 @@ def I4_tt(C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb):
     x14 = C_bb*C_kk + C_bb*C_ll + C_bb*x0 - C_bb*x1 + C_bb - C_kk*x13 + 2*C_lb*x7 - C_ll*x12 - x12 - x13
     x15 = 1/(x2*x2)
     return _shaped(4*numpy.arctan2(x3*x8, _sqrt(x11*x14*x15 + x11*x3 + x14*x3 - x15*(x8*x8) + 1))/((numpy.pi*numpy.pi)*_sqrt(x2)), C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb)
-# sha256: 9f42170663c1f7fca91276d425999cdba8a8e8defccdf8c2e1af876df389dac4
+# sha256: e47aa94cbb4ec524c02372bbb44f0be030cfce14773b84a088b49be751f09e64

@@ -7,9 +7,11 @@ erf means erf(z/√2) (Saad & Solla 1995).  Derived by
 symquad.symbolic.special and rendered by symquad.codegen.special_render;
 every function takes arrays of covariance entries of the fields it names
 (k, l: student fields; j, a, b: any field) and broadcasts them.
-Coincident indices (a = k, ...) are evaluated on the same formulas: the
-closed forms are continuous on the whole positive semi-definite cone
-(asin/sqrt arguments are clipped against rounding).
+Coincident indices (a = k, ...) are evaluated on the same formulas (the
+closed forms are continuous on the positive semi-definite cone; asin/sqrt
+arguments are clipped against rounding), except where a merged form
+(I4_tt_kk, I4_tt_aa) is defined below.  I4 functions in QUADRATURE are
+bound to the ReLU quadrature by symquad.numeric.special.special_kernels.
 """
 
 import numpy
@@ -17,6 +19,11 @@ import numpy
 
 STUDENT = 'erf'
 TEACHER = 'relu'
+#: I4 functions without a closed form: (sigma_a, sigma_b) of the ReLU quadrature
+#: (symquad.numeric.special.relu_four_point, bound by special_kernels)
+QUADRATURE = {}
+NOT_IMPLEMENTED = {}
+
 
 def _asin(x):
     """arcsin with the argument clipped to [-1, 1] (rounding at singular covariances)."""
@@ -131,4 +138,4 @@ def I4_tt(C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb):
     x13 = (C_lb*C_lb)
     x14 = _sqrt(-(x7*x7)*x9 + x9*(C_aa*C_kk + C_aa*C_ll + C_aa*x0 - C_aa*x1 + C_aa - C_kk*x11 + 2*C_la*x5 - C_ll*x10 - x10 - x11)*(C_bb*C_kk + C_bb*C_ll + C_bb*x0 - C_bb*x1 + C_bb - C_kk*x13 + 2*C_lb*x6 - C_ll*x12 - x12 - x13))
     return _shaped((1/2)*(2*x14 + 2*x8*numpy.arctan2(x8, x14) + numpy.pi*x8)/((numpy.pi*numpy.pi)*_sqrt(x2)), C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb)
-# sha256: 5b0f222df569630cd8709a3a29d7cfda0e9851749e6e3e80c6fe85562d032ecd
+# sha256: acb72fecb0fe0a193fe26b18997620867745b955e1582769c4ec78de4aaf231b

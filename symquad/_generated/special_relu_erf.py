@@ -7,18 +7,23 @@ erf means erf(z/√2) (Saad & Solla 1995).  Derived by
 symquad.symbolic.special and rendered by symquad.codegen.special_render;
 every function takes arrays of covariance entries of the fields it names
 (k, l: student fields; j, a, b: any field) and broadcasts them.
-Coincident indices (a = k, ...) are evaluated on the same formulas: the
-closed forms are continuous on the whole positive semi-definite cone
-(asin/sqrt arguments are clipped against rounding).
+Coincident indices (a = k, ...) are evaluated on the same formulas (the
+closed forms are continuous on the positive semi-definite cone; asin/sqrt
+arguments are clipped against rounding), except where a merged form
+(I4_tt_kk, I4_tt_aa) is defined below.  I4 functions in QUADRATURE are
+bound to the ReLU quadrature by symquad.numeric.special.special_kernels.
 """
 
 import numpy
 
-from symquad.numeric.special import relu_four_point
-
 
 STUDENT = 'relu'
 TEACHER = 'erf'
+#: I4 functions without a closed form: (sigma_a, sigma_b) of the ReLU quadrature
+#: (symquad.numeric.special.relu_four_point, bound by special_kernels)
+QUADRATURE = {'I4_ss': ('relu', 'relu'), 'I4_st': ('relu', 'erf'), 'I4_tt': ('erf', 'erf')}
+NOT_IMPLEMENTED = {}
+
 
 def _asin(x):
     """arcsin with the argument clipped to [-1, 1] (rounding at singular covariances)."""
@@ -76,19 +81,4 @@ def I3_t(C_kk, C_kj, C_ka, C_ja, C_aa):
     """E[σ'(u_k) u_j σ*(u_a)], σ = relu(z), σ* = erf(z/√2)"""
     C_kk, C_kj, C_ka, C_ja, C_aa = _floats(C_kk, C_kj, C_ka, C_ja, C_aa)
     return _shaped((1/2)*_sqrt(2)*C_ja/(_sqrt(numpy.pi)*_sqrt(C_aa + 1)), C_kk, C_kj, C_ka, C_ja, C_aa)
-
-
-def I4_ss(C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb):
-    """E[σ'(u_k) σ'(u_l) σ(u_a) σ(u_b)], σ = relu(z) (no closed form: polar quadrature)"""
-    return relu_four_point(C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb, sigma_a='relu', sigma_b='relu')
-
-
-def I4_st(C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb):
-    """E[σ'(u_k) σ'(u_l) σ(u_a) σ*(u_b)], σ = relu(z), σ* = erf(z/√2) (no closed form: polar quadrature)"""
-    return relu_four_point(C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb, sigma_a='relu', sigma_b='erf')
-
-
-def I4_tt(C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb):
-    """E[σ'(u_k) σ'(u_l) σ*(u_a) σ*(u_b)], σ = relu(z), σ* = erf(z/√2) (no closed form: polar quadrature)"""
-    return relu_four_point(C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb, sigma_a='erf', sigma_b='erf')
-# sha256: 4413d5ec04d2f347ba507e0bdf95791b6d90dd4e5b699c39fbf0b857b616ee12
+# sha256: d88322a5ec487feffd928bfb48276b315e139849651379675105a2df1c7324c8

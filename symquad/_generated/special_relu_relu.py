@@ -7,18 +7,23 @@ erf means erf(z/√2) (Saad & Solla 1995).  Derived by
 symquad.symbolic.special and rendered by symquad.codegen.special_render;
 every function takes arrays of covariance entries of the fields it names
 (k, l: student fields; j, a, b: any field) and broadcasts them.
-Coincident indices (a = k, ...) are evaluated on the same formulas: the
-closed forms are continuous on the whole positive semi-definite cone
-(asin/sqrt arguments are clipped against rounding).
+Coincident indices (a = k, ...) are evaluated on the same formulas (the
+closed forms are continuous on the positive semi-definite cone; asin/sqrt
+arguments are clipped against rounding), except where a merged form
+(I4_tt_kk, I4_tt_aa) is defined below.  I4 functions in QUADRATURE are
+bound to the ReLU quadrature by symquad.numeric.special.special_kernels.
 """
 
 import numpy
 
-from symquad.numeric.special import relu_four_point
-
 
 STUDENT = 'relu'
 TEACHER = 'relu'
+#: I4 functions without a closed form: (sigma_a, sigma_b) of the ReLU quadrature
+#: (symquad.numeric.special.relu_four_point, bound by special_kernels)
+QUADRATURE = {'I4_ss': ('relu', 'relu'), 'I4_st': ('relu', 'relu'), 'I4_tt': ('relu', 'relu')}
+NOT_IMPLEMENTED = {}
+
 
 def _asin(x):
     """arcsin with the argument clipped to [-1, 1] (rounding at singular covariances)."""
@@ -82,21 +87,6 @@ def I3_t(C_kk, C_kj, C_ka, C_ja, C_aa):
     return _shaped(C_ja*x1*numpy.arctan2(C_ka, x0) + (1/4)*C_ja + C_kj*x0*x1/C_kk, C_kk, C_kj, C_ka, C_ja, C_aa)
 
 
-def I4_ss(C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb):
-    """E[σ'(u_k) σ'(u_l) σ(u_a) σ(u_b)], σ = relu(z) (no closed form: polar quadrature)"""
-    return relu_four_point(C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb, sigma_a='relu', sigma_b='relu')
-
-
-def I4_st(C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb):
-    """E[σ'(u_k) σ'(u_l) σ(u_a) σ*(u_b)], σ = relu(z), σ* = relu(z) (no closed form: polar quadrature)"""
-    return relu_four_point(C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb, sigma_a='relu', sigma_b='relu')
-
-
-def I4_tt(C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb):
-    """E[σ'(u_k) σ'(u_l) σ*(u_a) σ*(u_b)], σ = relu(z), σ* = relu(z) (no closed form: polar quadrature)"""
-    return relu_four_point(C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb, sigma_a='relu', sigma_b='relu')
-
-
 def I4_relu_kl(C_kk, C_ka, C_kb, C_aa, C_ab, C_bb):
     """I4 of a relu student, relu sigma_a, sigma_b, at k=l: E[1{u_k>0} relu(u_a) relu(u_b)] (closed; needs the three distinct fields non-singular)"""
     C_kk, C_ka, C_kb, C_aa, C_ab, C_bb = _floats(C_kk, C_ka, C_kb, C_aa, C_ab, C_bb)
@@ -131,4 +121,4 @@ def I4_relu_ab(C_kk, C_kl, C_ll, C_ka, C_la, C_aa):
     x4 = (C_la*C_la)
     x5 = 1/(C_ll)
     return _shaped(C_aa*(x3*numpy.arctan2(C_ka, _sqrt(C_aa*C_kk - x0)) + x3*numpy.arctan2(C_kl, _sqrt(C_kk*C_ll - x2)) + x3*numpy.arctan2(C_la, _sqrt(C_aa*C_ll - x4)) + 1/8) + C_ka*x3*(_sqrt(C_aa - x0*x1) + (-C_ka*C_kl*x1 + C_la)/_sqrt(C_ll - x1*x2))/_sqrt(C_kk) + C_la*x3*(_sqrt(C_aa - x4*x5) + (C_ka - C_kl*C_la*x5)/_sqrt(C_kk - x2*x5))/_sqrt(C_ll), C_kk, C_kl, C_ll, C_ka, C_la, C_aa)
-# sha256: e360a0146a2bbc50b84b3e7d43c7066eb1ca0fb607c2cef2a7744a787180dc64
+# sha256: cbe55681f3838508acf15ceeb81dc975b5416adee4d46f41ba2adb7f64970c83

@@ -20,11 +20,19 @@ function       value                                       arguments
 Closed forms are printed from :mod:`symquad.symbolic.special` (canonical CSE,
 ``asin`` arguments clipped to ``[−1, 1]`` and ``sqrt`` arguments to ``≥ 0``, so
 that rounding at singular covariances — coincident indices — cannot produce a
-NaN).  A ReLU student's ``I4`` with non-polynomial ``σ_a, σ_b`` has no
-elementary form and calls :func:`symquad.numeric.special.relu_four_point`.
-Modules for the pairs in :data:`SPECIAL_BUILTINS` are committed under
+NaN; with a ReLU, ``asin`` is printed as ``atan2`` of the same square root that
+appears next to it).  A ReLU student's ``I4`` with non-polynomial ``σ_a, σ_b``
+has no elementary form: the module lists it in ``QUADRATURE`` and
+:func:`symquad.numeric.special.special_kernels` binds it to
+:func:`~symquad.numeric.special.relu_four_point` (generated modules import
+numpy only).  ``NOT_IMPLEMENTED`` lists the cases that close but are not
+implemented.  Merged forms where the general one is singular: ``I4_tt_kk``
+(ReLU student, polynomial teacher, ``k = l``), ``I4_tt_aa`` (polynomial student,
+ReLU teacher, ``a = b``), and for ReLU–ReLU the closed coincident cases
+``I4_relu_kl``, ``I4_relu_ak``, ``I4_relu_ab``.  Modules for the pairs in
+:data:`SPECIAL_BUILTINS` are committed under
 ``symquad/_generated/special_<student>_<teacher>.py``; any other pair
-(polynomials included) can be rendered with :func:`render_special_module`.
+(polynomials included) is rendered on demand into the kernel cache.
 """
 
 from __future__ import annotations
@@ -35,10 +43,11 @@ import sympy as sp
 from sympy.printing.numpy import NumPyPrinter
 
 from ..kernel_files import checksum_line
+from ..numeric.special import _name, special_module_name
 from ..symbolic import special as sym
 
 __all__ = ["SPECIAL_BUILTINS", "render_special_module", "render_special_files",
-           "special_module_name", "SpecialPrinter"]
+           "SpecialPrinter"]
 
 #: (student, teacher) pairs whose modules are committed.
 SPECIAL_BUILTINS = (("erf", "erf"), ("relu", "relu"), ("erf", "relu"), ("relu", "erf"))
@@ -111,18 +120,6 @@ class SpecialPrinter(NumPyPrinter):
         return f"{expr.p}/{expr.q}"
 
 
-def _name(act) -> str:
-    act = sym.activation_key(act)
-    if isinstance(act, str):
-        return act
-    return "poly_" + "_".join(str(c).replace("/", "o").replace("-", "m") for c in act)
-
-
-def special_module_name(student, teacher) -> str:
-    """``special_<student>_<teacher>`` (polynomials by their coefficients)."""
-    return f"special_{_name(student)}_{_name(teacher)}"
-
-
 def _closed(kind, f, g=None, h=None):
     """The closed form of one function, or None.
 
@@ -144,16 +141,8 @@ def _closed(kind, f, g=None, h=None):
         return None
 
 
-def _function_lines(name, args, doc, expr, quadrature=None, not_implemented=None):
+def _function_lines(name, args, doc, expr):
     lines = [f"def {name}({', '.join(args)}):", f'    """{doc}"""']
-    if not_implemented:
-        lines.append(f"    raise NotImplementedError({not_implemented!r})")
-        return lines
-    if quadrature:
-        sa, sb = quadrature
-        lines.append(f"    return relu_four_point({', '.join(args)}, sigma_a={sa!r}, "
-                     f"sigma_b={sb!r})")
-        return lines
     used = sorted(expr.free_symbols, key=lambda s: s.name)
     unknown = [s.name for s in used if s.name not in args]
     if unknown:  # pragma: no cover - the derivations only use their own entries
@@ -175,7 +164,7 @@ def render_special_module(student, teacher) -> str:
     """Kernel module text for the pair (``student``, ``teacher``); see the module docstring."""
     f, t = sym.activation_key(student), sym.activation_key(teacher)
     lf, lt = sym.activation_label(f), sym.activation_label(t)
-    uses_quadrature = False
+    quadrature, not_implemented = {}, {}
     body = []
     specs = [
         ("I2_ss", "I2", (f, f), f"E[σ(u_a) σ(u_b)], σ = {lf}"),
@@ -190,18 +179,16 @@ def render_special_module(student, teacher) -> str:
     ]
     for name, kind, acts, doc in specs:
         expr = _closed(kind, *acts)
-        quadrature = not_impl = None
         if expr is None:
             _, g, h = acts
             if all(isinstance(x, str) for x in (g, h)):
-                quadrature = (g, h)
-                uses_quadrature = True
-                doc += " (no closed form: polar quadrature)"
+                quadrature[name] = (g, h)
             else:
-                not_impl = (f"{name}: I4 of a relu student with sigma_a={sym.activation_label(g)}, "
-                            f"sigma_b={sym.activation_label(h)} is not implemented")
-        body += ["", ""] + _function_lines(name, _SIGNATURES[kind], doc, expr, quadrature,
-                                           not_impl)
+                not_implemented[name] = (
+                    f"{name}: I4 of a relu student with sigma_a={sym.activation_label(g)}, "
+                    f"sigma_b={sym.activation_label(h)} is not implemented")
+            continue
+        body += ["", ""] + _function_lines(name, _SIGNATURES[kind], doc, expr)
     merged = []
     if f == "relu" and isinstance(t, tuple):
         merged.append(("I4_tt_kk", "kab", sym.four_point_merged_student(f, t, t),
@@ -230,15 +217,19 @@ def render_special_module(student, teacher) -> str:
         symquad.symbolic.special and rendered by symquad.codegen.special_render;
         every function takes arrays of covariance entries of the fields it names
         (k, l: student fields; j, a, b: any field) and broadcasts them.
-        Coincident indices (a = k, ...) are evaluated on the same formulas: the
-        closed forms are continuous on the whole positive semi-definite cone
-        (asin/sqrt arguments are clipped against rounding).
+        Coincident indices (a = k, ...) are evaluated on the same formulas (the
+        closed forms are continuous on the positive semi-definite cone; asin/sqrt
+        arguments are clipped against rounding), except where a merged form
+        (I4_tt_kk, I4_tt_aa) is defined below.  I4 functions in QUADRATURE are
+        bound to the ReLU quadrature by symquad.numeric.special.special_kernels.
         """
         ''')
-    out = [_BANNER, doc, "import numpy\n"]
-    if uses_quadrature:
-        out.append("from symquad.numeric.special import relu_four_point\n")
-    out += ["", f"STUDENT = {_name(f)!r}", f"TEACHER = {_name(t)!r}", "", _HELPERS.strip("\n")]
+    out = [_BANNER, doc, "import numpy\n", "", f"STUDENT = {_name(f)!r}", f"TEACHER = {_name(t)!r}",
+           "#: I4 functions without a closed form: (sigma_a, sigma_b) of the ReLU quadrature",
+           "#: (symquad.numeric.special.relu_four_point, bound by special_kernels)",
+           f"QUADRATURE = {dict(sorted(quadrature.items()))!r}",
+           f"NOT_IMPLEMENTED = {dict(sorted(not_implemented.items()))!r}", "", "",
+           _HELPERS.strip("\n")]
     text = "\n".join(out) + "\n" + "\n".join(body) + "\n"
     return text + checksum_line(text)
 

@@ -61,12 +61,18 @@ rank-2, rank-3, nearly collinear and exactly coincident covariances.
 
 from __future__ import annotations
 
+import hashlib
 import math
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
 
 import numpy as np
 from numba import njit, prange
 
 __all__ = ["relu_four_point", "inner_relu_relu", "inner_relu_erf", "inner_erf_erf",
+           "NAMED_ACTIVATIONS", "activation_key", "special_module_name", "SpecialKernels",
+           "special_kernels", "FUNCTIONS",
            "PLAIN_NODES", "SINH_NODES", "D_FLOOR", "RHO_SPLIT", "PLAIN_TOL", "PLAIN_MARGIN",
            "ACTIVATION_PAIRS"]
 
@@ -499,3 +505,139 @@ def relu_four_point(C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb,
     xs, ws = _rule(SINH_NODES)
     _many(kind, E, xp, wp, plain_rho, xs, ws, float(RHO_SPLIT), float(D_FLOOR), out)
     return out.reshape(shape)
+
+
+# ---- activation names and the kernel modules -----------------------------------------
+
+#: Names of the non-polynomial activations (restricted names, never code).
+NAMED_ACTIVATIONS = ("erf", "relu")
+
+#: The functions every kernel module provides (see :mod:`symquad.codegen.special_render`).
+FUNCTIONS = ("I2_ss", "I2_st", "I2_tt", "J2", "I3_s", "I3_t", "I4_ss", "I4_st", "I4_tt")
+
+
+def activation_key(act):
+    """Canonical hashable form: ``"erf"``, ``"relu"`` or a tuple of Fractions.
+
+    Raises
+    ------
+    ValueError
+        For an unknown name, an empty tuple or a polynomial of degree 0.
+    """
+    if isinstance(act, str):
+        if act not in NAMED_ACTIVATIONS:
+            raise ValueError(f"activation must be one of {NAMED_ACTIVATIONS} or a coefficient "
+                             f"tuple, got {act!r}")
+        return act
+    coeffs = tuple(Fraction(c) for c in act)
+    while len(coeffs) > 1 and coeffs[-1] == 0:
+        coeffs = coeffs[:-1]
+    if len(coeffs) < 2:
+        raise ValueError(f"a polynomial activation must have degree >= 1, got {act!r}")
+    return coeffs
+
+
+def _name(act) -> str:
+    act = activation_key(act)
+    if isinstance(act, str):
+        return act
+    return "poly_" + "_".join(str(c).replace("/", "o").replace("-", "m") for c in act)
+
+
+def special_module_name(student, teacher) -> str:
+    """``special_<student>_<teacher>`` (polynomials by their coefficients)."""
+    return f"special_{_name(student)}_{_name(teacher)}"
+
+
+@dataclass(frozen=True)
+class SpecialKernels:
+    """The 2-, 3- and 4-point kernels of one (student, teacher) activation pair.
+
+    Attributes ``I2_ss … I4_tt`` (see :data:`FUNCTIONS` and
+    :mod:`symquad.codegen.special_render` for the arguments) are numpy
+    functions of covariance-entry arrays; closed forms come from the generated
+    module, the ReLU-student ``I4`` without a closed form from
+    :func:`relu_four_point`.  ``extras`` holds the merged / coincident forms
+    the module defines (``I4_tt_kk``, ``I4_tt_aa``, ``I4_relu_kl``, …) and
+    ``quadrature`` names the functions evaluated by quadrature.
+    """
+
+    student: object
+    teacher: object
+    module: object = field(repr=False)
+    quadrature: tuple = ()
+
+    def __getattr__(self, name):
+        if name in FUNCTIONS:
+            return _bound(self.module, name)
+        if name.startswith("I4_"):
+            return getattr(self.module, name)
+        raise AttributeError(name)
+
+    @property
+    def extras(self) -> dict:
+        return {n: getattr(self.module, n) for n in dir(self.module)
+                if n.startswith("I4_") and n not in FUNCTIONS}
+
+    def __repr__(self):
+        return (f"SpecialKernels(student={_name(self.student)!r}, teacher={_name(self.teacher)!r}"
+                f", quadrature={self.quadrature})")
+
+
+def _bound(module, name):
+    fn = getattr(module, name, None)
+    if fn is not None:
+        return fn
+    spec = module.QUADRATURE.get(name)
+    if spec is not None:
+        sa, sb = spec
+
+        def quadrature(C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb):
+            return relu_four_point(C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb,
+                                   sigma_a=sa, sigma_b=sb)
+        quadrature.__name__ = name
+        quadrature.__doc__ = f"{name} by the polar quadrature (sigma_a={sa}, sigma_b={sb})"
+        return quadrature
+    reason = module.NOT_IMPLEMENTED[name]
+
+    def not_implemented(*args):
+        raise NotImplementedError(reason)
+    return not_implemented
+
+
+_SOURCES = ("symbolic/special.py", "codegen/special_render.py", "numeric/special.py")
+
+
+def _version() -> str:
+    root = Path(__file__).resolve().parent.parent
+    digest = hashlib.sha256()
+    for rel in _SOURCES:
+        digest.update(rel.encode() + b"\0" + (root / rel).read_bytes() + b"\0")
+    return digest.hexdigest()[:12]
+
+
+def special_kernels(student, teacher) -> SpecialKernels:
+    """Kernels of the pair (``student``, ``teacher``): each ``"erf"``, ``"relu"`` or coefficients.
+
+    The committed modules (``symquad/_generated/special_*.py``) are loaded
+    with their checksum verified; any other pair is rendered once (SymPy) into
+    the kernel cache (``$SYMQUAD_CACHE_DIR``), keyed by the pair and the
+    sources of this stage, and written atomically.
+    """
+    from ..kernel_files import (GENERATED_DIR, KernelFileError, atomic_write, cache_dir,
+                                load_module_file)
+    student, teacher = activation_key(student), activation_key(teacher)
+    name = special_module_name(student, teacher)
+    required = ("I2_ss", "J2")
+    committed = GENERATED_DIR / f"{name}.py"
+    if committed.exists():
+        module = load_module_file(committed, f"symquad._generated.{name}", required)
+    else:
+        path = cache_dir() / f"{name}_{_version()}.py"
+        try:
+            module = load_module_file(path, f"symquad_cached_{name}", required)
+        except (OSError, KernelFileError):
+            from ..codegen.special_render import render_special_module
+            atomic_write(path, render_special_module(student, teacher))
+            module = load_module_file(path, f"symquad_cached_{name}", required)
+    return SpecialKernels(student, teacher, module, tuple(sorted(module.QUADRATURE)))

@@ -116,6 +116,8 @@ from math import comb, factorial
 
 import sympy as sp
 
+from ..numeric.special import NAMED_ACTIVATIONS, activation_key
+
 __all__ = [
     "NAMED_ACTIVATIONS", "activation_key", "activation_label", "MU", "VARIANCE",
     "cov_symbols", "canonical_arguments", "INDEX_ORDER", "mean_shift", "vertex_function", "orthant_2", "orthant_3",
@@ -125,9 +127,6 @@ __all__ = [
     "relu_four_point_coincident", "closure_table", "NotClosedError",
     "RELU_COINCIDENT_PATTERNS",
 ]
-
-#: Names of the non-polynomial activations (restricted names, never code).
-NAMED_ACTIVATIONS = ("erf", "relu")
 
 #: Mean shift ``μ`` and variance ``D`` of a single vertex field.
 MU = sp.Symbol("mu", real=True)
@@ -139,27 +138,6 @@ class NotClosedError(ValueError):
 
 
 # ---- activations ---------------------------------------------------------------------
-
-def activation_key(act):
-    """Canonical hashable form: ``"erf"``, ``"relu"`` or a tuple of Fractions.
-
-    Raises
-    ------
-    ValueError
-        For an unknown name, an empty tuple or a polynomial of degree 0.
-    """
-    if isinstance(act, str):
-        if act not in NAMED_ACTIVATIONS:
-            raise ValueError(f"activation must be one of {NAMED_ACTIVATIONS} or a coefficient "
-                             f"tuple, got {act!r}")
-        return act
-    coeffs = tuple(Fraction(c) for c in act)
-    while len(coeffs) > 1 and coeffs[-1] == 0:
-        coeffs = coeffs[:-1]
-    if len(coeffs) < 2:
-        raise ValueError(f"a polynomial activation must have degree >= 1, got {act!r}")
-    return coeffs
-
 
 def activation_label(act) -> str:
     """Readable name: ``"erf(z/√2)"``, ``"relu(z)"`` or the polynomial."""
