@@ -2,7 +2,7 @@
 
 * **closed forms** (generated, numpy): erf I4, ReLU I2/J2/I3, erf-student I4 with
   ReLU teachers, per element on arrays of 10^6 entries;
-* **ReLU four-point quadrature** (numba, serial), per evaluation, on the index
+* **ReLU four-point quadrature** (numba, threads over elements: NUMBA_NUM_THREADS), per evaluation, on the index
   quadruples ``(k, l, a, b)`` (``k ≤ l``, ``a ≤ b``: the symmetries of I4) of
   three states of ``p + p*`` fields, ``p = 64, p* = 4``:
   ``start``  — Q ≈ I, ρ ≈ 0 (random init at large N: weak correlations),
@@ -11,7 +11,7 @@
                state: many fields close to the plane of two students),
   and the implied time of one full ``O(p² (p+p*)²)`` sum (unique quadruples only).
 
-    OMP_NUM_THREADS=1 python benchmarks/bench_special.py [--p 64] [--p-star 4] [--sample 200000]
+    OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1 python benchmarks/bench_special.py [--p 64] [--p-star 4] [--sample 200000]
 """
 
 import argparse
@@ -70,6 +70,9 @@ def main():
     args = ap.parse_args()
     rng = np.random.default_rng(0)
     p, pk = args.p, args.p_star
+    import os
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; numba threads "
+          f"{os.environ.get('NUMBA_NUM_THREADS', 'default')}")
     n = p + pk
 
     m = 1_000_000
@@ -88,7 +91,7 @@ def main():
 
     NS.relu_four_point(1.0, 0.1, 1.0, 0.2, 0.3, 0.1, 0.0, 1.0, 0.2, 1.0)    # compile / load cache
     unique = (p * (p + 1) // 2) * (n * (n + 1) // 2)
-    print(f"\nrelu four-point quadrature (numba, serial), p = {p}, p* = {pk}: "
+    print(f"\nrelu four-point quadrature (numba), p = {p}, p* = {pk}: "
           f"{unique} unique quadruples per RHS; sample of {args.sample}")
     for state, Cs in states(p, pk, rng).items():
         k, l, a, b = quadruples(p, n, args.sample, rng)

@@ -88,20 +88,15 @@ def I4_ss(C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb):
     x0 = C_kk*C_ll
     x1 = (C_kl*C_kl)
     x2 = C_kk + C_ll + x0 - x1 + 1
-    x3 = 1/(x2)
-    x4 = C_ka*C_kb
-    x5 = C_la*C_lb
-    x6 = C_ka*C_kl
-    x7 = C_kb*C_kl
-    x8 = C_ab*C_kk + C_ab*C_ll + C_ab*x0 - C_ab*x1 + C_ab - C_kk*x5 + C_la*x7 + C_lb*x6 - C_ll*x4 - x4 - x5
-    x9 = (C_ka*C_ka)
-    x10 = (C_la*C_la)
-    x11 = C_aa*C_kk + C_aa*C_ll + C_aa*x0 - C_aa*x1 + C_aa - C_kk*x10 + 2*C_la*x6 - C_ll*x9 - x10 - x9
-    x12 = (C_kb*C_kb)
-    x13 = (C_lb*C_lb)
-    x14 = C_bb*C_kk + C_bb*C_ll + C_bb*x0 - C_bb*x1 + C_bb - C_kk*x13 + 2*C_lb*x7 - C_ll*x12 - x12 - x13
-    x15 = 1/(x2*x2)
-    return _shaped(4*numpy.arctan2(x3*x8, _sqrt(x11*x14*x15 + x11*x3 + x14*x3 - x15*(x8*x8) + 1))/((numpy.pi*numpy.pi)*_sqrt(x2)), C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb)
+    x3 = C_ka*C_kb
+    x4 = C_la*C_lb
+    x5 = C_ka*C_kl
+    x6 = C_kb*C_kl
+    x7 = (C_ka*C_ka)
+    x8 = (C_la*C_la)
+    x9 = (C_kb*C_kb)
+    x10 = (C_lb*C_lb)
+    return _shaped(4*_asin((C_ab*C_kk + C_ab*C_ll + C_ab*x0 - C_ab*x1 + C_ab - C_kk*x4 + C_la*x6 + C_lb*x5 - C_ll*x3 - x3 - x4)/(_sqrt(C_aa*C_kk + C_aa*C_ll + C_aa*x0 - C_aa*x1 + C_aa - C_kk*x8 + 2*C_la*x5 - C_ll*x7 + x2 - x7 - x8)*_sqrt(C_bb*C_kk + C_bb*C_ll + C_bb*x0 - C_bb*x1 + C_bb - C_kk*x10 + 2*C_lb*x6 - C_ll*x9 - x10 + x2 - x9)))/((numpy.pi*numpy.pi)*_sqrt(x2)), C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb)
 
 
 def I4_st(C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb):
@@ -110,20 +105,15 @@ def I4_st(C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb):
     x0 = C_kk*C_ll
     x1 = (C_kl*C_kl)
     x2 = C_kk + C_ll + x0 - x1 + 1
-    x3 = 1/(x2)
-    x4 = C_ka*C_kb
-    x5 = C_la*C_lb
-    x6 = C_ka*C_kl
-    x7 = C_kb*C_kl
-    x8 = C_ab*C_kk + C_ab*C_ll + C_ab*x0 - C_ab*x1 + C_ab - C_kk*x5 + C_la*x7 + C_lb*x6 - C_ll*x4 - x4 - x5
-    x9 = (C_ka*C_ka)
-    x10 = (C_la*C_la)
-    x11 = C_aa*C_kk + C_aa*C_ll + C_aa*x0 - C_aa*x1 + C_aa - C_kk*x10 + 2*C_la*x6 - C_ll*x9 - x10 - x9
-    x12 = (C_kb*C_kb)
-    x13 = (C_lb*C_lb)
-    x14 = C_bb*C_kk + C_bb*C_ll + C_bb*x0 - C_bb*x1 + C_bb - C_kk*x13 + 2*C_lb*x7 - C_ll*x12 - x12 - x13
-    x15 = 1/(x2*x2)
-    return _shaped(4*numpy.arctan2(x3*x8, _sqrt(x11*x14*x15 + x11*x3 + x14*x3 - x15*(x8*x8) + 1))/((numpy.pi*numpy.pi)*_sqrt(x2)), C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb)
+    x3 = C_ka*C_kb
+    x4 = C_la*C_lb
+    x5 = C_ka*C_kl
+    x6 = C_kb*C_kl
+    x7 = (C_ka*C_ka)
+    x8 = (C_la*C_la)
+    x9 = (C_kb*C_kb)
+    x10 = (C_lb*C_lb)
+    return _shaped(4*_asin((C_ab*C_kk + C_ab*C_ll + C_ab*x0 - C_ab*x1 + C_ab - C_kk*x4 + C_la*x6 + C_lb*x5 - C_ll*x3 - x3 - x4)/(_sqrt(C_aa*C_kk + C_aa*C_ll + C_aa*x0 - C_aa*x1 + C_aa - C_kk*x8 + 2*C_la*x5 - C_ll*x7 + x2 - x7 - x8)*_sqrt(C_bb*C_kk + C_bb*C_ll + C_bb*x0 - C_bb*x1 + C_bb - C_kk*x10 + 2*C_lb*x6 - C_ll*x9 - x10 + x2 - x9)))/((numpy.pi*numpy.pi)*_sqrt(x2)), C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb)
 
 
 def I4_tt(C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb):
@@ -132,18 +122,13 @@ def I4_tt(C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb):
     x0 = C_kk*C_ll
     x1 = (C_kl*C_kl)
     x2 = C_kk + C_ll + x0 - x1 + 1
-    x3 = 1/(x2)
-    x4 = C_ka*C_kb
-    x5 = C_la*C_lb
-    x6 = C_ka*C_kl
-    x7 = C_kb*C_kl
-    x8 = C_ab*C_kk + C_ab*C_ll + C_ab*x0 - C_ab*x1 + C_ab - C_kk*x5 + C_la*x7 + C_lb*x6 - C_ll*x4 - x4 - x5
-    x9 = (C_ka*C_ka)
-    x10 = (C_la*C_la)
-    x11 = C_aa*C_kk + C_aa*C_ll + C_aa*x0 - C_aa*x1 + C_aa - C_kk*x10 + 2*C_la*x6 - C_ll*x9 - x10 - x9
-    x12 = (C_kb*C_kb)
-    x13 = (C_lb*C_lb)
-    x14 = C_bb*C_kk + C_bb*C_ll + C_bb*x0 - C_bb*x1 + C_bb - C_kk*x13 + 2*C_lb*x7 - C_ll*x12 - x12 - x13
-    x15 = 1/(x2*x2)
-    return _shaped(4*numpy.arctan2(x3*x8, _sqrt(x11*x14*x15 + x11*x3 + x14*x3 - x15*(x8*x8) + 1))/((numpy.pi*numpy.pi)*_sqrt(x2)), C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb)
-# sha256: e47aa94cbb4ec524c02372bbb44f0be030cfce14773b84a088b49be751f09e64
+    x3 = C_ka*C_kb
+    x4 = C_la*C_lb
+    x5 = C_ka*C_kl
+    x6 = C_kb*C_kl
+    x7 = (C_ka*C_ka)
+    x8 = (C_la*C_la)
+    x9 = (C_kb*C_kb)
+    x10 = (C_lb*C_lb)
+    return _shaped(4*_asin((C_ab*C_kk + C_ab*C_ll + C_ab*x0 - C_ab*x1 + C_ab - C_kk*x4 + C_la*x6 + C_lb*x5 - C_ll*x3 - x3 - x4)/(_sqrt(C_aa*C_kk + C_aa*C_ll + C_aa*x0 - C_aa*x1 + C_aa - C_kk*x8 + 2*C_la*x5 - C_ll*x7 + x2 - x7 - x8)*_sqrt(C_bb*C_kk + C_bb*C_ll + C_bb*x0 - C_bb*x1 + C_bb - C_kk*x10 + 2*C_lb*x6 - C_ll*x9 - x10 + x2 - x9)))/((numpy.pi*numpy.pi)*_sqrt(x2)), C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb)
+# sha256: b9b427a0cd167d2854f2d6ab58f8ca7666b1731a5f9a4669c2df0b8b085d2e20

@@ -89,20 +89,15 @@ def I4_ss(C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb):
     x0 = C_kk*C_ll
     x1 = (C_kl*C_kl)
     x2 = C_kk + C_ll + x0 - x1 + 1
-    x3 = 1/(x2)
-    x4 = C_ka*C_kb
-    x5 = C_la*C_lb
-    x6 = C_ka*C_kl
-    x7 = C_kb*C_kl
-    x8 = C_ab*C_kk + C_ab*C_ll + C_ab*x0 - C_ab*x1 + C_ab - C_kk*x5 + C_la*x7 + C_lb*x6 - C_ll*x4 - x4 - x5
-    x9 = (C_ka*C_ka)
-    x10 = (C_la*C_la)
-    x11 = C_aa*C_kk + C_aa*C_ll + C_aa*x0 - C_aa*x1 + C_aa - C_kk*x10 + 2*C_la*x6 - C_ll*x9 - x10 - x9
-    x12 = (C_kb*C_kb)
-    x13 = (C_lb*C_lb)
-    x14 = C_bb*C_kk + C_bb*C_ll + C_bb*x0 - C_bb*x1 + C_bb - C_kk*x13 + 2*C_lb*x7 - C_ll*x12 - x12 - x13
-    x15 = 1/(x2*x2)
-    return _shaped(4*numpy.arctan2(x3*x8, _sqrt(x11*x14*x15 + x11*x3 + x14*x3 - x15*(x8*x8) + 1))/((numpy.pi*numpy.pi)*_sqrt(x2)), C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb)
+    x3 = C_ka*C_kb
+    x4 = C_la*C_lb
+    x5 = C_ka*C_kl
+    x6 = C_kb*C_kl
+    x7 = (C_ka*C_ka)
+    x8 = (C_la*C_la)
+    x9 = (C_kb*C_kb)
+    x10 = (C_lb*C_lb)
+    return _shaped(4*_asin((C_ab*C_kk + C_ab*C_ll + C_ab*x0 - C_ab*x1 + C_ab - C_kk*x4 + C_la*x6 + C_lb*x5 - C_ll*x3 - x3 - x4)/(_sqrt(C_aa*C_kk + C_aa*C_ll + C_aa*x0 - C_aa*x1 + C_aa - C_kk*x8 + 2*C_la*x5 - C_ll*x7 + x2 - x7 - x8)*_sqrt(C_bb*C_kk + C_bb*C_ll + C_bb*x0 - C_bb*x1 + C_bb - C_kk*x10 + 2*C_lb*x6 - C_ll*x9 - x10 + x2 - x9)))/((numpy.pi*numpy.pi)*_sqrt(x2)), C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb)
 
 
 def I4_st(C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb):
@@ -124,18 +119,15 @@ def I4_tt(C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb):
     C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb = _floats(C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb)
     x0 = C_kk*C_ll
     x1 = (C_kl*C_kl)
-    x2 = C_kk + C_ll + x0 - x1 + 1
-    x3 = C_ka*C_kb
-    x4 = C_la*C_lb
-    x5 = C_ka*C_kl
-    x6 = C_kb*C_kl
-    x7 = C_ab*C_kk + C_ab*C_ll + C_ab*x0 - C_ab*x1 + C_ab - C_kk*x4 + C_la*x6 + C_lb*x5 - C_ll*x3 - x3 - x4
-    x8 = x7/x2
-    x9 = 1/(x2*x2)
-    x10 = (C_ka*C_ka)
-    x11 = (C_la*C_la)
-    x12 = (C_kb*C_kb)
-    x13 = (C_lb*C_lb)
-    x14 = _sqrt(-(x7*x7)*x9 + x9*(C_aa*C_kk + C_aa*C_ll + C_aa*x0 - C_aa*x1 + C_aa - C_kk*x11 + 2*C_la*x5 - C_ll*x10 - x10 - x11)*(C_bb*C_kk + C_bb*C_ll + C_bb*x0 - C_bb*x1 + C_bb - C_kk*x13 + 2*C_lb*x6 - C_ll*x12 - x12 - x13))
-    return _shaped((1/2)*(2*x14 + 2*x8*numpy.arctan2(x8, x14) + numpy.pi*x8)/((numpy.pi*numpy.pi)*_sqrt(x2)), C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb)
-# sha256: acb72fecb0fe0a193fe26b18997620867745b955e1582769c4ec78de4aaf231b
+    x2 = C_ka*C_kb
+    x3 = C_la*C_lb
+    x4 = C_ka*C_kl
+    x5 = C_kb*C_kl
+    x6 = C_ab*C_kk + C_ab*C_ll + C_ab*x0 - C_ab*x1 + C_ab - C_kk*x3 + C_la*x5 + C_lb*x4 - C_ll*x2 - x2 - x3
+    x7 = (C_ka*C_ka)
+    x8 = (C_la*C_la)
+    x9 = (C_kb*C_kb)
+    x10 = (C_lb*C_lb)
+    x11 = _sqrt(-(x6*x6) + (C_aa*C_kk + C_aa*C_ll + C_aa*x0 - C_aa*x1 + C_aa - C_kk*x8 + 2*C_la*x4 - C_ll*x7 - x7 - x8)*(C_bb*C_kk + C_bb*C_ll + C_bb*x0 - C_bb*x1 + C_bb - C_kk*x10 + 2*C_lb*x5 - C_ll*x9 - x10 - x9))
+    return _shaped((1/2)*(2*x11 + 2*x6*numpy.arctan2(x6, x11) + numpy.pi*x6)/((numpy.pi*numpy.pi)*_sqrt(C_kk + C_ll + x0 - x1 + 1)**3), C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb)
+# sha256: 55fed5f2ac3aa1f42b1fe5a276ced5d5430e71d3e18f519851a32d10b363f461

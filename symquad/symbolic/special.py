@@ -518,6 +518,14 @@ def _edge_expansion(vertex_acts, poly_vertices, core_vertices, core_function, s)
     return sp.Add(*out)
 
 
+def _cancel_atan2_scale(expr, scale):
+    """``atan2(y, x) → atan2(y·scale, x·scale)`` simplified (``scale > 0``: same angle)."""
+    def rewrite(a):
+        y, x = a.args
+        return sp.atan2(sp.simplify(y * scale), sp.simplify(x * scale))
+    return expr.replace(lambda e: isinstance(e, sp.atan2) and e.has(scale), rewrite)
+
+
 def _derivative_poly(act):
     """Coefficients of ``σ'`` for a polynomial ``σ``."""
     return tuple(Fraction(i) * act[i] for i in range(1, len(act))) or (Fraction(0),)
@@ -546,11 +554,29 @@ def four_point(f, g, h) -> sp.Expr:
     f, g, h = (activation_key(x) for x in (f, g, h))
     s, C = _four_cov()
     if f == "erf":
-        pref, Cp = gaussian_fold(C, [0, 1])
+        # C' = N/Λ with Λ = det(I + C_kl) and polynomial N (adjugate): derive the inner
+        # I2 in the symbols N, Λ (compact, e.g. asin(N_ab/√((Λ+N_aa)(Λ+N_bb))) for
+        # erf-erf), then substitute their definitions
+        M = sp.eye(2) + C.extract([0, 1], [0, 1])
+        CRF = C.extract([2, 3], [0, 1])
+        N = (C.extract([2, 3], [2, 3]) * M.det() - CRF * M.adjugate() * CRF.T).applyfunc(sp.expand)
+        Lam = sp.Symbol("Lambda", positive=True)
+        Naa, Nbb = sp.Symbol("N_aa", positive=True), sp.Symbol("N_bb", positive=True)
+        Nab = sp.Symbol("N_ab", real=True)
         A, c, B = _pair_symbols()
-        inner = atan2_form(two_point(g, h)).subs({A: Cp[0, 0], c: Cp[0, 1], B: Cp[1, 1]},
-                                                 simultaneous=True)
-        return (2 / sp.pi) * pref * inner
+        inner = two_point(g, h)
+        if "relu" in (g, h):
+            inner = atan2_form(inner)
+        inner = inner.subs({A: Naa / Lam, c: Nab / Lam, B: Nbb / Lam}, simultaneous=True)
+        if inner.has(sp.atan2, sp.asin):
+            inner = _cancel_atan2_scale(sp.simplify(inner), Lam)
+            inner = inner.replace(lambda e: isinstance(e, sp.asin),
+                                  lambda e: sp.asin(sp.simplify(e.args[0])))
+            inner = inner.replace(
+                lambda e: isinstance(e, sp.Pow) and e.exp in (sp.Rational(1, 2), -sp.Rational(1, 2)),
+                lambda e: sp.Pow(sp.factor(e.base), e.exp))
+        expr = (2 / sp.pi) * inner / sp.sqrt(Lam)
+        return expr.xreplace({Naa: N[0, 0], Nab: N[0, 1], Nbb: N[1, 1], Lam: sp.expand(M.det())})
     if _is_poly(f):
         fp = _derivative_poly(f)
         acts = {"k": fp, "l": fp, "a": g, "b": h}
