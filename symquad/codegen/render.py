@@ -345,6 +345,8 @@ def render_all() -> dict:
     for (student, teacher), name in TENSOR_BUILTINS.items():
         files[name + ".py"] = render_tensor_module(tuple(Fraction(c) for c in student),
                                                    tuple(Fraction(c) for c in teacher))
+    from .special_render import render_special_files
+    files.update(render_special_files())
     registry = [BANNER, '"""Registry of committed generated kernels."""\n', "",
                 "#: (p, p_star) of committed entry-kernel modules for σ = σ* = z², no constraint,",
                 "#: fixed readout (the readout values and the learning parameters are arguments)",

@@ -1,0 +1,643 @@
+r"""Quadrature kernel for the four-point function of a ReLU student.
+
+``I_4(k,l,a,b) = E[1{u_k>0} 1{u_l>0} σ_a(u_a) σ_b(u_b)]`` with ``σ_a, σ_b`` ReLU or
+``erf(z/√2)`` has no elementary closed form (it contains a four-variate
+Gaussian orthant probability, see :mod:`symquad.symbolic.special`).  This
+module evaluates it as a one-dimensional integral with fixed Gauss–Legendre
+nodes: arrays of covariance entries in, an array out, deterministic, and
+numerically stable on the whole positive semi-definite cone (coincident and
+nearly collinear fields included).  The loops are compiled with numba
+(``cache=True``; the first call in a fresh checkout compiles them).
+
+**The polar reduction.**  Whiten the student pair, ``(u_k, u_l) = L x`` with
+``L`` the Cholesky factor of their 2×2 covariance and ``x ~ N(0, I_2)``, and
+regress the other two fields on ``x``: ``u_a = c_a·x + s_a``, ``u_b = c_b·x +
+s_b`` with ``(s_a, s_b) ~ N(0, S)`` independent of ``x`` (``S`` the
+conditional covariance of ``(u_a, u_b)`` given ``(u_k, u_l)``).  In polar
+coordinates ``x = r(cos φ, sin φ)`` the two indicators select the arc
+``φ ∈ (ψ − π/2, π/2)``, ``ψ = arccos ρ_kl``, and since
+``∫_0^∞ r e^{−r²/2} h(r) dr = √(2π) E[relu(X) h(X)]`` for ``X ~ N(0,1)``,
+
+.. math::
+
+   I_4 = \frac{1}{\sqrt{2π}} \int_{ψ-π/2}^{π/2} K(φ)\, dφ, \qquad
+   K(φ) = E[\mathrm{relu}(X)\, σ_a(α X + s_a)\, σ_b(β X + s_b)],
+
+with ``α = c_a·e_φ``, ``β = c_b·e_φ``.  ``K`` is a trivariate expectation and
+closes (:func:`inner_relu_relu`, :func:`inner_relu_erf`,
+:func:`inner_erf_erf`; erf enters through ``erf(A/√2) = E[sgn(A − Z)]``,
+``Z ~ N(0,1)`` independent, which adds 1 to the variance of ``s``).
+
+**Stability.**  The textbook (Tallis) form of ``K`` for three ReLUs contains
+partial correlations that become ``0/0`` when ``s_a`` or ``s_b`` is small (a
+field close to the student plane: at convergence every teacher is, and at
+``a = k`` it lies in it), with O(1) coefficients that cancel.
+:func:`inner_relu_relu` instead writes ``K`` through the sides of the
+spherical orthant triangle, each side the half-sum of two solid angles of the
+signed face normals, each solid angle by the Van Oosterom–Strackee formula
+``Ω = 2 atan2(√det R, 1 ± ρ_12 ± ρ_13 ± ρ_23)`` (pairwise correlations only),
+and uses the identity ``Ω_0 + Ω_X + Ω_A + Ω_B = 2π`` to drop the worst
+conditioned one.  Exactly singular ``S`` (coincident indices, rank-2 or rank-3
+covariances) is evaluated to rounding.
+
+**Quadrature.**  ``K`` is analytic on the arc except near the complex zeros of
+``α² + S_aa``, ``β² + S_bb`` (ReLU fields) and ``C_AAC_BB − C_AB²`` (both
+ReLU); each is ``n_0 + R cos 2(φ − φ_0)``, with zeros at real part
+``φ_0 + π/2`` (mod π) and imaginary part ``asinh(√((n_0 − R)/2R))``.  A zero
+whose Bernstein ellipse parameter with respect to the arc is below
+:data:`RHO_SPLIT` splits the arc at its real part (the singular limit has a
+kink there).  A panel whose ends are farther than its length from every such
+zero gets :data:`PLAIN_NODES` Gauss–Legendre nodes; otherwise each half panel
+is mapped by ``φ = e ± d sinh(t)`` (Elliott & Johnston's sinh
+transformation), ``d`` the distance from the end ``e`` to the nearest zero
+(floored at :data:`D_FLOOR` × the half panel: a closer layer is below the
+stated accuracy), with :data:`SINH_NODES` nodes.
+
+**Accuracy and cost** (tests/test_special.py, benchmarks/bench_special.py):
+absolute error ≤ 1e-10 (in units of ``√(C_aa C_bb)`` for ReLU, 1 for erf)
+against a 30-digit adaptive evaluation of the same integral, over random,
+rank-2, rank-3, nearly collinear and exactly coincident covariances.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+from numba import njit, prange
+
+__all__ = ["relu_four_point", "inner_relu_relu", "inner_relu_erf", "inner_erf_erf",
+           "NAMED_ACTIVATIONS", "activation_key", "special_module_name", "SpecialKernels",
+           "special_kernels", "FUNCTIONS",
+           "PLAIN_NODES", "SINH_NODES", "D_FLOOR", "RHO_SPLIT", "PLAIN_TOL", "PLAIN_MARGIN",
+           "ACTIVATION_PAIRS"]
+
+#: Gauss–Legendre nodes of a panel far from every near-real singularity.
+PLAIN_NODES = 14
+#: Gauss–Legendre nodes of each sinh-mapped half panel.
+SINH_NODES = 20
+#: Smallest sinh-map scale, relative to the half panel.
+D_FLOOR = 1e-4
+#: Zeros with a Bernstein ellipse parameter (w.r.t. the arc) below this split the arc.
+RHO_SPLIT = 3.0
+#: Target of the plain rules' error bound ρ^{−2m}, and the safety factor on ρ.
+PLAIN_TOL = 1e-13
+PLAIN_MARGIN = 1.5
+
+#: (sigma_a, sigma_b) pairs the kernel evaluates, and their integer codes.
+ACTIVATION_PAIRS = {("relu", "relu"): 0, ("relu", "erf"): 1, ("erf", "relu"): 2,
+                    ("erf", "erf"): 3}
+
+_TWO_PI = 2.0 * math.pi
+_INV_SQRT_2PI = 1.0 / math.sqrt(_TWO_PI)
+
+
+@njit(cache=True)
+def _div(num, den):
+    return num / den if den > 0.0 else 0.0
+
+
+@njit(cache=True)
+def inner_relu_relu(al, be, Saa, Sbb, Sab, sdet):
+    r"""``E[relu(X) relu(αX + s_a) relu(βX + s_b)]``, ``(s_a, s_b) ~ N(0, S)`` ⊥ ``X ~ N(0, 1)``.
+
+    ``sdet = √det S``.  With ``C`` the covariance of ``(X, A, B)`` (``det C =
+    det S``), Stein's lemma three times gives
+
+    .. math:: 2π\sqrt{2π}\, K = \sqrt{\det S} + \sum_i γ_i\, s_i,\qquad
+              γ_i = (C_{ii}C_{jk} + C_{ij}C_{ik})/\sqrt{C_{ii}},
+
+    ``s_i = π/2 + asin ρ_{jk·i}`` the side of the spherical triangle ``{X, A,
+    B > 0}`` on the face ``v_i = 0``.  Flipping the sign of one field gives the
+    neighbouring triangles, whence ``s_X = (Ω_A + Ω_B)/2``, ``s_A = (Ω_B +
+    Ω_X)/2``, ``s_B = (Ω_A + Ω_X)/2`` with ``Ω_v`` the solid angle of the face
+    normals after flipping ``v``, ``Ω = 2 atan2(√det S, t_0 ± t_XA ± t_XB ±
+    C_AB)`` (both arguments scaled by ``√(C_AA C_BB)``).
+    """
+    CAA = al * al + Saa
+    CBB = be * be + Sbb
+    CAB = al * be + Sab
+    rA = math.sqrt(CAA)
+    rB = math.sqrt(CBB)
+    gX = CAB + al * be
+    gA = _div(CAA * be + al * CAB, rA)
+    gB = _div(CBB * al + be * CAB, rB)
+    t0 = rA * rB
+    tXA = al * rB
+    tXB = be * rA
+    d0 = t0 + tXA + tXB + CAB
+    dX = t0 - tXA - tXB + CAB
+    dA = t0 - tXA + tXB - CAB
+    dB = t0 + tXA - tXB - CAB
+    cX = 0.5 * (gA + gB)
+    cA = 0.5 * (gX + gB)
+    cB = 0.5 * (gX + gA)
+    # Σ = cX ΩX + cA ΩA + cB ΩB + λ(Ω0 + ΩX + ΩA + ΩB − 2π): λ removes the worst
+    # conditioned solid angle (smallest |(√det S, d)|)
+    s2 = sdet * sdet
+    h0, hX, hA, hB = s2 + d0 * d0, s2 + dX * dX, s2 + dA * dA, s2 + dB * dB
+    lam = 0.0
+    hmin = h0
+    if hX < hmin:
+        lam, hmin = -cX, hX
+    if hA < hmin:
+        lam, hmin = -cA, hA
+    if hB < hmin:
+        lam, hmin = -cB, hB
+    total = sdet - _TWO_PI * lam
+    if lam != 0.0:
+        total += 2.0 * lam * math.atan2(sdet, d0)
+    if cX + lam != 0.0:
+        total += 2.0 * (cX + lam) * math.atan2(sdet, dX)
+    if cA + lam != 0.0:
+        total += 2.0 * (cA + lam) * math.atan2(sdet, dA)
+    if cB + lam != 0.0:
+        total += 2.0 * (cB + lam) * math.atan2(sdet, dB)
+    return total * (_INV_SQRT_2PI / _TWO_PI)
+
+
+@njit(cache=True)
+def _orthant2(v1, c, v2):
+    """P(y1 > 0, y2 > 0) for a centred pair with variances v1, v2 and covariance c."""
+    den = math.sqrt(v1 * v2)
+    r = c / den if den > 0.0 else 0.0
+    r = min(1.0, max(-1.0, r))
+    return 0.25 + math.asin(r) / _TWO_PI
+
+
+@njit(cache=True)
+def inner_erf_erf(al, be, Saa, Sbb, Sab):
+    r"""``E[relu(X) erf(A/√2) erf(B/√2)]`` with ``A = αX + s_a``, ``B = βX + s_b``.
+
+    ``erf(A/√2) = E[sgn(A')]``, ``A' = A − Z_1``: ``K = 4M_2 − 2M_A − 2M_B +
+    E[relu X]`` with ``M_2 = E[X1{X,A',B'>0}]``, ``M_A = E[X1{X,A'>0}]``; Stein
+    on ``X``: ``M_2 = φ(0)P_2(A',B'|X) + α φ_{A'}(0) P_2(X,B'|A') + β
+    φ_{B'}(0) P_2(X,A'|B')``, ``M_A = (1 + α/√C_{A'A'})/(2√(2π))``.  Every
+    conditional variance is bounded below (the noise of ``A'`` has variance
+    ``S_aa + 1``): well conditioned.
+    """
+    Va = Saa + 1.0
+    Vb = Sbb + 1.0
+    CAA = al * al + Va
+    CBB = be * be + Vb
+    CAB = al * be + Sab
+    qq = max(CAA * CBB - CAB * CAB, 0.0)
+    M2 = _INV_SQRT_2PI * _orthant2(Va, Sab, Vb)
+    M2 += al / math.sqrt(_TWO_PI * CAA) * _orthant2(Va, be * Va - al * Sab, qq)
+    M2 += be / math.sqrt(_TWO_PI * CBB) * _orthant2(Vb, al * Vb - be * Sab, qq)
+    MA = (1.0 + al / math.sqrt(CAA)) * (0.5 * _INV_SQRT_2PI)
+    MB = (1.0 + be / math.sqrt(CBB)) * (0.5 * _INV_SQRT_2PI)
+    return 4.0 * M2 - 2.0 * MA - 2.0 * MB + _INV_SQRT_2PI
+
+
+@njit(cache=True)
+def inner_relu_erf(al, be, Saa, Sbb, Sab):
+    r"""``E[relu(X) relu(A) erf(B/√2)]`` with ``A = αX + s_a``, ``B = βX + s_b``.
+
+    ``= 2E[XA 1{X,A,B'>0}] − E[relu(X) relu(A)]`` with ``B' = B − Z``; Stein on
+    ``X``: ``E[XA1{X,A,B'>0}] = φ(0)E[s_a 1{s_a, B'>0}|X=0] + α P_3(X,A,B') +
+    β φ_{B'}(0) E[A 1{X,A>0} | B'=0]``.  Only pairwise correlations and
+    conditional laws given ``X`` or ``B'`` appear (stable as ``S_aa → 0``).
+    """
+    Vb = Sbb + 1.0
+    CAA = al * al + Saa
+    CBB = be * be + Vb
+    CAB = al * be + Sab
+    sa = math.sqrt(Saa)
+    asin_xa = math.atan2(al, sa)                       # asin corr(X, A)
+    rr = (sa + al * (0.5 * math.pi + asin_xa)) / _TWO_PI  # E[relu X relu A]
+    t1 = _INV_SQRT_2PI * (sa + Sab / math.sqrt(Vb)) * (0.5 * _INV_SQRT_2PI)
+    asin_xb = math.asin(min(1.0, max(-1.0, be / math.sqrt(CBB))))
+    rab = _div(CAB, math.sqrt(CAA * CBB))
+    asin_ab = math.asin(min(1.0, max(-1.0, rab)))
+    P3 = 0.125 + (asin_xa + asin_xb + asin_ab) / (2.0 * _TWO_PI)
+    # the pair (X, A) given B' = 0
+    vX = Vb / CBB
+    vA = max(CAA - CAB * CAB / CBB, 0.0)
+    cXA = al - be * CAB / CBB
+    first = (math.sqrt(vA) + cXA / math.sqrt(vX)) * (0.5 * _INV_SQRT_2PI)
+    t3 = be / math.sqrt(_TWO_PI * CBB) * first
+    return 2.0 * (t1 + al * P3 + t3) - rr
+
+
+@njit(cache=True)
+def _inner(kind, al, be, Saa, Sbb, Sab, sdet):
+    if kind == 0:
+        return inner_relu_relu(al, be, Saa, Sbb, Sab, sdet)
+    if kind == 1:
+        return inner_relu_erf(al, be, Saa, Sbb, Sab)
+    if kind == 2:
+        return inner_relu_erf(be, al, Sbb, Saa, Sab)
+    return inner_erf_erf(al, be, Saa, Sbb, Sab)
+
+
+@njit(cache=True)
+def _panel(kind, a, b, ca1, ca2, cb1, cb2, Saa, Sbb, Sab, sdet, x, w):
+    """Gauss–Legendre sum of K over [a, b] (nodes x, weights w on [0, 1]; zero weights end)."""
+    total = 0.0
+    h = b - a
+    for i in range(x.shape[0]):
+        if w[i] == 0.0:
+            break
+        phi = a + h * x[i]
+        c = math.cos(phi)
+        s = math.sin(phi)
+        total += w[i] * _inner(kind, ca1 * c + ca2 * s, cb1 * c + cb2 * s, Saa, Sbb, Sab, sdet)
+    return total * h
+
+
+@njit(cache=True)
+def _sinh_half(kind, e, sign, half, d, ca1, ca2, cb1, cb2, Saa, Sbb, Sab, sdet, x, w):
+    """∫ K over [e, e + sign·half] with φ = e + sign·d·sinh(t), t ∈ [0, asinh(half/d)]."""
+    U = math.asinh(half / d)
+    total = 0.0
+    for i in range(x.shape[0]):
+        t = U * x[i]
+        phi = e + sign * d * math.sinh(t)
+        c = math.cos(phi)
+        s = math.sin(phi)
+        total += w[i] * math.cosh(t) * _inner(kind, ca1 * c + ca2 * s, cb1 * c + cb2 * s,
+                                              Saa, Sbb, Sab, sdet)
+    return total * U * d
+
+
+@njit(cache=True)
+def _bernstein(zr, zi, lo, hi):
+    """Bernstein ellipse parameter of the point zr + i zi for the interval [lo, hi]."""
+    mid = 0.5 * (lo + hi)
+    rad = 0.5 * (hi - lo)
+    if rad <= 0.0:
+        return np.inf
+    z = complex((zr - mid) / rad, zi / rad)
+    root = (z * z - 1.0) ** 0.5
+    return max(abs(z + root), abs(z - root))
+
+
+@njit(cache=True)
+def _one(kind, Ckk, Ckl, Cll, Cka, Ckb, Cla, Clb, Caa, Cab, Cbb, xp, wp, plain_rho, xs, ws,
+         rho_split, d_floor):
+    # Cholesky of the student pair, written with products of the entries so that
+    # identical fields (k = l: C_kk = C_kl = C_ll) give L22 = 0 and c_2 = 0 exactly
+    L11 = math.sqrt(Ckk)
+    L21 = Ckl / L11
+    det2 = max(Ckk * Cll - Ckl * Ckl, 0.0)
+    root = math.sqrt(Ckk * det2)
+    ca1 = Cka / L11
+    cb1 = Ckb / L11
+    ca2 = _div(Cla * Ckk - Ckl * Cka, root)
+    cb2 = _div(Clb * Ckk - Ckl * Ckb, root)
+    Saa = max(Caa - ca1 * ca1 - ca2 * ca2, 0.0)
+    Sbb = max(Cbb - cb1 * cb1 - cb2 * cb2, 0.0)
+    lim = math.sqrt(Saa * Sbb)
+    Sab = min(lim, max(-lim, Cab - ca1 * cb1 - ca2 * cb2))
+    sdet = math.sqrt(max(Saa * Sbb - Sab * Sab, 0.0))
+    lo = math.atan2(math.sqrt(det2 / Ckk), L21) - 0.5 * math.pi
+    hi = 0.5 * math.pi
+    # near-real complex zeros of C_AA, C_BB and C_AA C_BB − C_AB² (with the unit noise
+    # variance that an erf field adds): real part (mod pi) and imaginary distance
+    Ta = Saa + (0.0 if kind == 0 or kind == 1 else 1.0)
+    Tb = Sbb + (0.0 if kind == 0 or kind == 2 else 1.0)
+    inf = np.inf
+    r1, i1 = _zero_of_field(ca1, ca2, Ta)
+    r2, i2 = _zero_of_field(cb1, cb2, Tb)
+    r3, i3 = _zero_of_pair(ca1, ca2, cb1, cb2, Ta, Tb, Sab)
+    # keep the zeros near the arc (Bernstein parameter < rho_split), each moved to its
+    # image (mod pi) nearest the arc; those inside split it.  A zero at imaginary
+    # distance d has ρ ≥ y + √(1 + y²), y = d/half-arc (equality above the midpoint),
+    # so the exact parameter is needed only when that bound is below rho_split.
+    centre = 0.5 * (lo + hi)
+    halfarc = 0.5 * (hi - lo)
+    rho_min = inf
+    near = 0
+    s1 = s2 = s3 = hi
+    r1, i1, rho = _classify(r1, i1, lo, hi, centre, halfarc, rho_split)
+    rho_min = min(rho_min, rho)
+    if i1 < inf:
+        near += 1
+        if lo < r1 < hi:
+            s1 = r1
+    r2, i2, rho = _classify(r2, i2, lo, hi, centre, halfarc, rho_split)
+    rho_min = min(rho_min, rho)
+    if i2 < inf:
+        near += 1
+        if lo < r2 < hi:
+            s2 = r2
+    r3, i3, rho = _classify(r3, i3, lo, hi, centre, halfarc, rho_split)
+    rho_min = min(rho_min, rho)
+    if i3 < inf:
+        near += 1
+        if lo < r3 < hi:
+            s3 = r3
+    if near == 0:
+        # one panel; the nodes of the plain rule adapt to the nearest zero
+        j = _plain_rule_index(rho_min, plain_rho)
+        return _panel(kind, lo, hi, ca1, ca2, cb1, cb2, Saa, Sbb, Sab, sdet,
+                      xp[j], wp[j]) * _INV_SQRT_2PI
+    # sort the breakpoints lo <= s_1 <= s_2 <= s_3 <= hi (those not inside sit at hi)
+    if s1 > s2:
+        s1, s2 = s2, s1
+    if s2 > s3:
+        s2, s3 = s3, s2
+    if s1 > s2:
+        s1, s2 = s2, s1
+    total = 0.0
+    last = xp.shape[0] - 1
+    for p in range(4):
+        if p == 0:
+            a, b = lo, s1
+        elif p == 1:
+            a, b = s1, s2
+        elif p == 2:
+            a, b = s2, s3
+        else:
+            a, b = s3, hi
+        if b <= a:
+            continue
+        half = 0.5 * (b - a)
+        da = min(_dist(a, r1, i1), _dist(a, r2, i2), _dist(a, r3, i3))
+        db = min(_dist(b, r1, i1), _dist(b, r2, i2), _dist(b, r3, i3))
+        if min(da, db) >= b - a:
+            total += _panel(kind, a, b, ca1, ca2, cb1, cb2, Saa, Sbb, Sab, sdet,
+                            xp[last], wp[last])
+        else:
+            da = min(max(da, d_floor * half), 100.0 * half)
+            db = min(max(db, d_floor * half), 100.0 * half)
+            total += _sinh_half(kind, a, 1.0, half, da, ca1, ca2, cb1, cb2, Saa, Sbb, Sab,
+                                sdet, xs, ws)
+            total += _sinh_half(kind, b, -1.0, half, db, ca1, ca2, cb1, cb2, Saa, Sbb, Sab,
+                                sdet, xs, ws)
+    return total * _INV_SQRT_2PI
+
+
+@njit(cache=True)
+def _zero_of_field(c1, c2, T):
+    """Zero of α(φ)² + T, α = c·e_φ: real part and imaginary distance (inf if none)."""
+    nrm = math.hypot(c1, c2)
+    if nrm > 0.0:
+        return math.atan2(c2, c1) + 0.5 * math.pi, math.asinh(math.sqrt(T) / nrm)
+    return 0.0, np.inf
+
+
+@njit(cache=True)
+def _zero_of_pair(ca1, ca2, cb1, cb2, Ta, Tb, Sab):
+    """Zero of C_AA C_BB − C_AB² = eᵀ N e + det T, N = Mᵀ adj(T) M (M: rows c_a, c_b)."""
+    N11 = Tb * ca1 * ca1 - 2.0 * Sab * ca1 * cb1 + Ta * cb1 * cb1
+    N22 = Tb * ca2 * ca2 - 2.0 * Sab * ca2 * cb2 + Ta * cb2 * cb2
+    N12 = Tb * ca1 * ca2 - Sab * (ca1 * cb2 + ca2 * cb1) + Ta * cb1 * cb2
+    n0 = 0.5 * (N11 + N22)
+    hx = 0.5 * (N11 - N22)
+    R = math.hypot(hx, N12)
+    if R > 0.0:
+        lam_min = _div(max(N11 * N22 - N12 * N12, 0.0), n0 + R)
+        detT = max(Ta * Tb - Sab * Sab, 0.0)
+        return (0.5 * math.atan2(N12, hx) + 0.5 * math.pi,
+                math.asinh(math.sqrt(0.5 * (lam_min + detT) / R)))
+    return 0.0, np.inf
+
+
+@njit(cache=True)
+def _classify(r, i, lo, hi, centre, halfarc, rho_split):
+    """(real part moved next to the arc, imaginary part or inf if far, Bernstein parameter)."""
+    if i == np.inf:
+        return r, np.inf, np.inf
+    y = i / halfarc if halfarc > 0.0 else np.inf
+    bound = y + math.sqrt(1.0 + y * y)
+    if bound >= rho_split:
+        return r, np.inf, bound
+    r -= math.pi * math.floor((r - centre) / math.pi + 0.5)
+    rho = _bernstein(r, i, lo, hi)
+    if rho >= rho_split:
+        return r, np.inf, rho
+    return r, i, rho
+
+
+@njit(cache=True)
+def _dist(e, r, i):
+    """Distance from the real point e to the nearest of r + kπ ± i·i (inf if i is inf)."""
+    if i == np.inf:
+        return np.inf
+    delta = abs((e - r) - math.pi * math.floor((e - r) / math.pi + 0.5))
+    return math.hypot(delta, i)
+
+
+@njit(cache=True)
+def _plain_rule_index(rho, plain_rho):
+    """Smallest plain rule whose Bernstein threshold the nearest zero exceeds."""
+    for j in range(plain_rho.shape[0]):
+        if rho >= plain_rho[j]:
+            return j
+    return plain_rho.shape[0] - 1
+
+
+@njit(cache=True, parallel=True)
+def _many(kind, E, xp, wp, plain_rho, xs, ws, rho_split, d_floor, out):
+    # every element is computed by the same scalar code, so the result does not depend
+    # on the number of threads
+    for i in prange(out.shape[0]):
+        out[i] = _one(kind, E[0, i], E[1, i], E[2, i], E[3, i], E[4, i], E[5, i], E[6, i],
+                      E[7, i], E[8, i], E[9, i], xp, wp, plain_rho, xs, ws, rho_split, d_floor)
+
+
+def _rule(n):
+    x, w = np.polynomial.legendre.leggauss(n)
+    return 0.5 * (x + 1.0), 0.5 * w
+
+
+def _plain_rules():
+    """Plain Gauss–Legendre rules with m = 4, 6, …, PLAIN_NODES nodes (zero padded) and
+    the Bernstein parameter each needs: ρ^{−2m} ≤ PLAIN_TOL with ρ taken PLAIN_MARGIN
+    times smaller than the nearest zero's (the integrand stays bounded there)."""
+    sizes = list(range(4, PLAIN_NODES, 2)) + [PLAIN_NODES]
+    xp = np.zeros((len(sizes), PLAIN_NODES))
+    wp = np.zeros((len(sizes), PLAIN_NODES))
+    need = np.empty(len(sizes))
+    for j, m in enumerate(sizes):
+        x, w = _rule(m)
+        xp[j, :m], wp[j, :m] = x, w
+        need[j] = PLAIN_MARGIN * PLAIN_TOL ** (-1.0 / (2 * m))
+    need[-1] = 0.0     # the largest rule is the fallback
+    return xp, wp, need
+
+
+def relu_four_point(C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb,
+                    sigma_a: str = "relu", sigma_b: str = "relu"):
+    r"""``I_4 = E[1{u_k>0} 1{u_l>0} σ_a(u_a) σ_b(u_b)]`` by the polar quadrature.
+
+    Parameters
+    ----------
+    C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb : array_like
+        The ten covariance entries of ``(u_k, u_l, u_a, u_b)``; broadcast
+        against each other.  ``k, l`` are ReLU student fields (``C_kk, C_ll >
+        0``); any pattern of coincident or collinear fields is allowed (e.g.
+        ``a = k``: ``C_ka = C_kk = C_aa``, ``C_la = C_kl``, ``C_ab = C_kb``).
+    sigma_a, sigma_b : {"relu", "erf"}
+        Activations of ``u_a`` and ``u_b`` (erf means ``erf(z/√2)``).
+
+    Returns
+    -------
+    ndarray
+        The broadcast shape of the inputs.
+
+    Raises
+    ------
+    ValueError
+        For an unknown activation, non-finite entries or a student variance
+        that is not positive (``1{u > 0}`` of a zero field is undefined).
+    """
+    kind = ACTIVATION_PAIRS.get((sigma_a, sigma_b))
+    if kind is None:
+        raise ValueError(f"sigma_a and sigma_b must be 'relu' or 'erf', got {sigma_a!r}, "
+                         f"{sigma_b!r}")
+    arrays = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in
+                                   (C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb)))
+    shape = arrays[0].shape
+    E = np.stack([a.reshape(-1) for a in arrays])
+    if not np.isfinite(E).all():
+        raise ValueError("covariance entries must be finite")
+    if (E[0] <= 0).any() or (E[2] <= 0).any():
+        raise ValueError("student variances C_kk and C_ll must be > 0 for a relu student")
+    out = np.empty(E.shape[1])
+    xp, wp, plain_rho = _plain_rules()
+    xs, ws = _rule(SINH_NODES)
+    _many(kind, E, xp, wp, plain_rho, xs, ws, float(RHO_SPLIT), float(D_FLOOR), out)
+    return out.reshape(shape)
+
+
+# ---- activation names and the kernel modules -----------------------------------------
+
+#: Names of the non-polynomial activations (restricted names, never code).
+NAMED_ACTIVATIONS = ("erf", "relu")
+
+#: The functions every kernel module provides (see :mod:`symquad.codegen.special_render`).
+FUNCTIONS = ("I2_ss", "I2_st", "I2_tt", "J2", "I3_s", "I3_t", "I4_ss", "I4_st", "I4_tt")
+
+
+def activation_key(act):
+    """Canonical hashable form: ``"erf"``, ``"relu"`` or a tuple of Fractions.
+
+    Raises
+    ------
+    ValueError
+        For an unknown name, an empty tuple or a polynomial of degree 0.
+    """
+    if isinstance(act, str):
+        if act not in NAMED_ACTIVATIONS:
+            raise ValueError(f"activation must be one of {NAMED_ACTIVATIONS} or a coefficient "
+                             f"tuple, got {act!r}")
+        return act
+    coeffs = tuple(Fraction(c) for c in act)
+    while len(coeffs) > 1 and coeffs[-1] == 0:
+        coeffs = coeffs[:-1]
+    if len(coeffs) < 2:
+        raise ValueError(f"a polynomial activation must have degree >= 1, got {act!r}")
+    return coeffs
+
+
+def _name(act) -> str:
+    act = activation_key(act)
+    if isinstance(act, str):
+        return act
+    return "poly_" + "_".join(str(c).replace("/", "o").replace("-", "m") for c in act)
+
+
+def special_module_name(student, teacher) -> str:
+    """``special_<student>_<teacher>`` (polynomials by their coefficients)."""
+    return f"special_{_name(student)}_{_name(teacher)}"
+
+
+@dataclass(frozen=True)
+class SpecialKernels:
+    """The 2-, 3- and 4-point kernels of one (student, teacher) activation pair.
+
+    Attributes ``I2_ss … I4_tt`` (see :data:`FUNCTIONS` and
+    :mod:`symquad.codegen.special_render` for the arguments) are numpy
+    functions of covariance-entry arrays; closed forms come from the generated
+    module, the ReLU-student ``I4`` without a closed form from
+    :func:`relu_four_point`.  ``extras`` holds the merged / coincident forms
+    the module defines (``I4_tt_kk``, ``I4_tt_aa``, ``I4_relu_kl``, …) and
+    ``quadrature`` names the functions evaluated by quadrature.
+    """
+
+    student: object
+    teacher: object
+    module: object = field(repr=False)
+    quadrature: tuple = ()
+
+    def __getattr__(self, name):
+        if name in FUNCTIONS:
+            return _bound(self.module, name)
+        if name.startswith("I4_"):
+            return getattr(self.module, name)
+        raise AttributeError(name)
+
+    @property
+    def extras(self) -> dict:
+        return {n: getattr(self.module, n) for n in dir(self.module)
+                if n.startswith("I4_") and n not in FUNCTIONS}
+
+    def __repr__(self):
+        return (f"SpecialKernels(student={_name(self.student)!r}, teacher={_name(self.teacher)!r}"
+                f", quadrature={self.quadrature})")
+
+
+def _bound(module, name):
+    fn = getattr(module, name, None)
+    if fn is not None:
+        return fn
+    spec = module.QUADRATURE.get(name)
+    if spec is not None:
+        sa, sb = spec
+
+        def quadrature(C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb):
+            return relu_four_point(C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb,
+                                   sigma_a=sa, sigma_b=sb)
+        quadrature.__name__ = name
+        quadrature.__doc__ = f"{name} by the polar quadrature (sigma_a={sa}, sigma_b={sb})"
+        return quadrature
+    reason = module.NOT_IMPLEMENTED[name]
+
+    def not_implemented(*args):
+        raise NotImplementedError(reason)
+    return not_implemented
+
+
+_SOURCES = ("symbolic/special.py", "codegen/special_render.py", "numeric/special.py")
+
+
+def _version() -> str:
+    root = Path(__file__).resolve().parent.parent
+    digest = hashlib.sha256()
+    for rel in _SOURCES:
+        digest.update(rel.encode() + b"\0" + (root / rel).read_bytes() + b"\0")
+    return digest.hexdigest()[:12]
+
+
+def special_kernels(student, teacher) -> SpecialKernels:
+    """Kernels of the pair (``student``, ``teacher``): each ``"erf"``, ``"relu"`` or coefficients.
+
+    The committed modules (``symquad/_generated/special_*.py``) are loaded
+    with their checksum verified; any other pair is rendered once (SymPy) into
+    the kernel cache (``$SYMQUAD_CACHE_DIR``), keyed by the pair and the
+    sources of this stage, and written atomically.
+    """
+    from ..kernel_files import (GENERATED_DIR, KernelFileError, atomic_write, cache_dir,
+                                load_module_file)
+    student, teacher = activation_key(student), activation_key(teacher)
+    name = special_module_name(student, teacher)
+    required = ("I2_ss", "J2")
+    committed = GENERATED_DIR / f"{name}.py"
+    if committed.exists():
+        module = load_module_file(committed, f"symquad._generated.{name}", required)
+    else:
+        path = cache_dir() / f"{name}_{_version()}.py"
+        try:
+            module = load_module_file(path, f"symquad_cached_{name}", required)
+        except (OSError, KernelFileError):
+            from ..codegen.special_render import render_special_module
+            atomic_write(path, render_special_module(student, teacher))
+            module = load_module_file(path, f"symquad_cached_{name}", required)
+    return SpecialKernels(student, teacher, module, tuple(sorted(module.QUADRATURE)))
