@@ -176,7 +176,9 @@ RULES = {
     # numeric plateau fixed point: rho = 0, Q = q I (or Q = I on the sphere); rate from
     # the generated kernels' Jacobian
     "plateau": {
-        "teacher_activation": _quadratic_teacher,
+        # any sigma*: with sigma = c z^2 + c0, E[sigma'] = 0 keeps rho = 0 fixed, and the
+        # reflections lambda_k -> -lambda_k keep Q = q I (the kernels are the tensor ones)
+        "teacher_activation": None,
         "readout": _PLATEAU_READOUT,
         "teacher_readout": None,          # Q = qI still; rho's rates differ per teacher unit
         "lr_readout": _TRAINED_PLATEAU,

@@ -131,7 +131,7 @@ def _readout_factors(model, p=None, p_star=None):
 # ----------------------------------------------------------------------------
 # the manifold
 # ----------------------------------------------------------------------------
-def manifold_dimension(p, p_star=None, model: Model | None = None) -> int:
+def manifold_dimension(p=None, p_star=None, model: Model | None = None) -> int:
     r"""Dimension of the zero-risk manifold, ``p·p* − p*(p*+1)/2``.
 
     It is the dimension of the set of zero-risk overlaps ``(Q, ρ)`` at fixed
@@ -166,7 +166,7 @@ def manifold_dimension(p, p_star=None, model: Model | None = None) -> int:
         model, p, p_star = p, p.p, p.p_star
     if model is not None:
         _manifold_model(model, "manifold_dimension")
-        if p_star is None:
+        if p is None and p_star is None:
             p, p_star = model.p, model.p_star
         if (p, p_star) != (model.p, model.p_star):
             raise ValueError(f"p, p_star = ({p}, {p_star}) differ from the model's "

@@ -71,6 +71,14 @@ def _check_quadratic(m: Model, what: str) -> None:
                f" and teacher_activation {m.teacher_activation_str!r}"))
 
 
+def _check_quadratic_student(m: Model, what: str) -> None:
+    """The student's σ = c z² + c0 (the teacher's σ* may be any polynomial)."""
+    if not (len(m.activation) == 3 and m.activation[1] == 0):
+        raise ValueError(
+            f"{what} is derived for the quadratic student activation σ(z) = c z² (+ c0); "
+            f"the model has activation {m.activation_str!r}")
+
+
 def _check_point(point: str) -> str:
     if point not in POINTS:
         raise ValueError(f"point must be one of {POINTS}, got {point!r}")
@@ -240,12 +248,18 @@ def gradient_flow_plateau_q(m: Model) -> float:
     """
     _check_model(m)
     _check_analysis(m, "the plateau", "plateau")
-    _check_quadratic(m, "the plateau")
+    _check_quadratic_student(m, "the plateau")
     if m.constraint == "sphere":
         return 1.0
     eye = np.eye(m.p)
     zero = np.zeros((m.p, m.p_star))
-    return _stationary(lambda q: _objective_scalar(m, q * eye, zero))
+    try:
+        return _stationary(lambda q: _objective_scalar(m, q * eye, zero))
+    except RuntimeError:
+        raise ValueError(
+            f"the plateau: the objective along Q = q I, rho = 0 has no stationary point "
+            f"q in (0.01, 1000) for {m!r} (with nothing to fit at rho = 0 the norm decays: "
+            f"no plateau)") from None
 
 
 def minimum_overlaps(m: Model):
@@ -571,8 +585,10 @@ def plateau(m: Model) -> PlateauFixedPoint:
     ``rate``.
 
     Model changes (docs/model.md §8.1): weight decay, mini-batches, a uniform
-    student readout ``α``, any teacher readout, ``σ* = c* z² + c0*`` keep the
-    isotropic plateau (the kernels carry the change; weight decay adds
+    student readout ``α``, any teacher readout and any teacher activation σ*
+    keep the isotropic plateau: with ``σ = c z² + c0`` the mean of
+    ``σ'(λ_k) = 2cλ_k`` vanishes, so ``dρ = 0`` at ``ρ = 0`` whatever σ*, and the
+    reflections ``λ_k → −λ_k`` keep ``Q = qI`` (the kernels carry the change; weight decay adds
     ``−2ηλq`` to ``dQ`` and ``−ηλρ`` to ``dρ``, the batch divides the η² term by
     ``b``).  On the sphere ``Q = I, ρ = 0`` is the fixed point and the rate is the
     ρ block of the projected drift, ``κ(1) − ½ dQ_kk(I, 0)``.  A non-uniform
@@ -588,7 +604,7 @@ def plateau(m: Model) -> PlateauFixedPoint:
     """
     _check_model(m)
     _check_analysis(m, "plateau")
-    _check_quadratic(m, "plateau")
+    _check_quadratic_student(m, "plateau")
     _check_jacobian_size(m)
     q_gf = gradient_flow_plateau_q(m)
     q = q_gf if m.constraint == "sphere" else _plateau_norm(m, _q_equation(m), q_gf)
