@@ -288,20 +288,21 @@ class SurvivalTable:
     def markdown(self, notes: bool = True) -> str:
         head = "| model | " + " | ".join(RESULTS.values()) + " |"
         lines = [head, "|" + "---|" * (len(RESULTS) + 1)]
-        footnotes = []
+        footnotes = []            # one number per distinct note
         for label, _, cells in self.rows:
             parts = []
             for key in RESULTS:
                 cell = cells[key]
                 text = str(cell)
                 if cell.note and notes:
-                    footnotes.append(cell.note)
-                    text += f" [{len(footnotes)}]"
+                    if cell.note not in footnotes:
+                        footnotes.append(cell.note)
+                    text += f" [{footnotes.index(cell.note) + 1}]"
                 parts.append(text.replace("|", "/"))
             lines.append(f"| {label} | " + " | ".join(parts) + " |")
         out = "\n".join(lines)
         if notes and footnotes:
-            out += "\n\n" + "\n".join(f"[{i}] {note}" for i, note in enumerate(footnotes, 1))
+            out += "\n\n" + "\n".join(f"- [{i}] {note}" for i, note in enumerate(footnotes, 1))
         return out + "\n"
 
     def __str__(self) -> str:

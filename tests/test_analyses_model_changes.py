@@ -489,12 +489,13 @@ def test_survival_rows_are_computed():
 
 
 @pytest.mark.slow
-def test_survival_command_output_is_in_the_readme(capsys):
-    """The README's table is what `symquad survival --no-notes` prints (regenerated here)."""
+def test_survival_command_output_is_in_the_readme_and_model_md(capsys):
+    """The README's and docs/model.md's tables are what `symquad survival` prints."""
     from pathlib import Path
 
     from symquad.cli import main
-    assert main(["survival", "--no-notes"]) == 0
+    assert main(["survival"]) == 0
     out = capsys.readouterr().out
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    assert out.strip() in readme
+    root = Path(__file__).resolve().parents[1]
+    for name in ("README.md", "docs/model.md"):
+        assert out.strip() in (root / name).read_text(encoding="utf-8"), name

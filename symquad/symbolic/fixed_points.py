@@ -29,6 +29,16 @@ At ``Q = ρρᵀ``, ``ρᵀρ = (p/p*) I`` (``p >= p*``) the risk vanishes and, 
 ``Δ > 0`` the η² term contributes ``(4η²Δ/p²) Q ≠ 0``: the solutions are no
 longer fixed points, and the ODE settles at a nearby point with risk ``O(ηΔ)``
 (measured by :func:`symquad.numeric.landscape.noisy_floor`).
+
+Model changes (docs/model.md §8.6)
+----------------------------------
+The reduction is built from the model's own matrix form: weight decay adds
+``−2ηλq`` to ``S`` and ``−ηλ`` to ``κ``, a mini-batch divides the η² part of
+``S`` by ``b``, uniform readouts ``α, β`` and ``σ* = c* z² + c0*`` change the
+coefficients (``λ`` and ``b`` stay symbols until the model's values are
+substituted).  On the sphere ``q = 1`` and the projection of the drift gives
+rate ``κ(1) − ½S(1)`` and ``S_tl(1) − S(1)`` on off-diagonal ``δQ``.  Other
+changes are refused by name (:data:`symquad.applicability.RULES`).
 """
 
 from __future__ import annotations
