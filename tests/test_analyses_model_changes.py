@@ -110,6 +110,45 @@ REFUSALS = [
      changed(readout=NON_UNIFORM_A), "readout"),
     ("manifold_latex", lambda m: smf.manifold_latex(3, 2, model=m),
      changed(constraint="sphere"), "constraint"),
+    ("escape_prediction", lambda m: L.escape_prediction(m, 1000, n_samples=2),
+     changed(readout=NON_UNIFORM_A), "readout"),
+    ("ode_escape_times", lambda m: L.ode_escape_times(m, np.eye(3)[None], np.zeros((1, 3, 2)),
+                                                      1.0), changed(lr_readout=0.1),
+     "lr_readout"),
+    ("escape_threshold", L.escape_threshold, changed(readout=NON_UNIFORM_A), "readout"),
+    ("gradient_flow_plateau_q", L.gradient_flow_plateau_q, changed(lr_readout=0.1),
+     "lr_readout"),
+    ("check_symmetric_ansatz", F.check_symmetric_ansatz, changed(readout=NON_UNIFORM_A),
+     "readout"),
+    ("isotropic_reduction", lambda m: F.isotropic_reduction(model=m),
+     changed(teacher_readout=NON_UNIFORM_B), "teacher_readout"),
+    ("solution_zero_modes", lambda m: F.solution_zero_modes(3, 2, model=m),
+     changed(lr_readout=0.1), "lr_readout"),
+    ("weight_distance", lambda m: ninv.weight_distance(np.eye(3), 0.1 * np.eye(3, 2),
+                                                       np.eye(3, 2), model=m),
+     changed(readout=NON_UNIFORM_A), "readout"),
+    ("random_manifold_points",
+     lambda m: sq.random_manifold_points(3, 2, 2, np.random.default_rng(0), model=m),
+     changed(constraint="sphere"), "constraint"),
+    ("is_zero_risk_point", lambda m: ninv.is_zero_risk_point(np.eye(3), np.eye(3, 2), model=m),
+     changed(constraint="sphere"), "constraint"),
+    ("manifold_rank_deficiency", lambda m: ninv.manifold_rank_deficiency(3, 2, model=m),
+     changed(readout=(1, -1, 1)), "readout"),
+    ("zero_risk_points_check", smf.zero_risk_points_check, changed(constraint="sphere"),
+     "constraint"),
+    ("underparameterised_minimum", smf.underparameterised_minimum,
+     sq.Model(p=1, p_star=2, lr=0.1, constraint="sphere"), "constraint"),
+    ("hessian_blocks", lambda m: H.hessian_blocks(m, "origin"), changed(lr_readout=0.1),
+     "lr_readout"),
+    ("effective_point", lambda m: H.effective_point(m, "plateau"),
+     changed(readout=NON_UNIFORM_A), "readout"),
+    ("formula_spectrum", lambda m: H.formula_spectrum(m, "origin", 6),
+     changed(weight_decay=0.1), "weight_decay"),
+    ("instantaneous_condition", sinv.instantaneous_condition, changed(constraint="sphere"),
+     "constraint"),
+    ("exact_dS_dt", lambda m: sinv.exact_dS_dt(m, sp.eye(3), sp.eye(3, 2), sp.eye(2) / 2,
+                                               sp.eye(2)),
+     changed(lr_readout=0.1), "lr_readout"),
 ]
 
 
@@ -235,6 +274,68 @@ def test_trained_readout_has_no_plateau_fixed_point():
     for a0 in (R(1, 3), R(1, 5), R(1, 2)):
         q, dq = _trained_plateau_drift(changed(lr_readout=0.1, readout=a0))
         assert q > 0 and dq > 1e-4
+
+
+@pytest.mark.parametrize("m", [changed(weight_decay=0.1), changed(readout=R(1, 2)),
+                               changed(teacher_activation="2*z**2", batch_size=4)],
+                         ids=lambda m: m.describe())
+def test_axis_aligned_minimum_of_the_changed_risk(m):
+    """The derived scale s² = c*β/(cα): the kernels' risk vanishes there, not at √(p/p*)."""
+    Q, rho = L.minimum_overlaps(m)
+    T = np.eye(2)
+    assert abs(sq.kernels(m).risk(Q, rho, T)) < 1e-14
+    if not (m.is_default("readout") and m.is_default("teacher_activation")):
+        Qc, rc = L.minimum_overlaps(BASE)
+        assert sq.kernels(m).risk(Qc, rc, T) > 1e-3
+    assert L.minimum_risk(m) == pytest.approx(0.0, abs=1e-14)
+
+
+def test_sphere_minimum_risk_is_zero_on_a_parseval_frame():
+    """The reason given for minimum_risk on the sphere: an equal-norm Parseval frame."""
+    m = changed(constraint="sphere")
+    ang = 2 * np.pi * np.arange(3) / 3
+    O = np.sqrt(2 / 3) * np.stack([np.cos(ang), np.sin(ang)], axis=1)   # rows of norm² 2/3
+    assert np.allclose(O.T @ O, np.eye(2))
+    rho = np.sqrt(3 / 2) * O
+    Q = rho @ rho.T
+    assert np.allclose(np.diag(Q), 1.0)
+    assert abs(sq.kernels(m).risk(Q, rho, np.eye(2))) < 1e-14
+    assert L.minimum_risk(m) == 0.0
+
+
+def test_random_start_on_the_sphere_is_the_law_of_renormalised_rows():
+    """Two-sample test against actual Gaussian rows renormalised to |w|² = N."""
+    from scipy.stats import ks_2samp
+    m, N, n = changed(constraint="sphere"), 12, 4000
+    Q0, rho0 = L.random_start(m, N, n, seed=1)
+    assert np.all(np.diagonal(Q0, axis1=1, axis2=2) == 1.0)
+    rng = np.random.default_rng(2)
+    W = rng.standard_normal((n, 3, N))
+    W *= np.sqrt(N) / np.linalg.norm(W, axis=-1, keepdims=True)
+    Q_mc, rho_mc = W @ np.swapaxes(W, 1, 2) / N, W[..., :2] / np.sqrt(N)   # W* = √N e_l
+    for a, b in ((Q0[:, 0, 1], Q_mc[:, 0, 1]), (rho0[:, 1, 0], rho_mc[:, 1, 0])):
+        assert ks_2samp(a, b).pvalue > 1e-3
+    # and not the unnormalised law (its Q_kk fluctuate)
+    Q_free, _ = L.random_start(BASE, N, n, seed=1)
+    assert ks_2samp(Q_free[:, 0, 1] / np.sqrt(Q_free[:, 0, 0] * Q_free[:, 1, 1]),
+                    Q_mc[:, 0, 1]).pvalue > 1e-3
+
+
+def test_zero_risk_fixed_points_of_a_changed_model():
+    """solution_jacobian at s² = c*β/(cα): a fixed point with the predicted zero modes, and
+    with label noise the η² term (4c²α²η²Δ/b) Q (derived by hand in noisy_floor's docstring)."""
+    m = sq.Model(p=2, p_star=1, lr=0.1, readout=R(1, 4), batch_size=2,
+                 teacher_activation="2*z**2")
+    _, ev, rhs = F.solution_jacobian(m)
+    assert all(v == 0 for v in rhs)
+    assert ev.get(0, 0) == F.solution_zero_modes(2, 1, model=m)
+    assert all(v < 0 for v in ev if v != 0)
+    _, _, noisy = F.solution_jacobian(m, noise=sp.Rational(1, 4))
+    s2 = sp.Rational(2 * 1, 1) / sp.Rational(1, 4)            # c* β / (c α) = 2·1/(1/4)
+    Q0 = s2 * sp.eye(2, 1) * sp.eye(1, 2)
+    coef = 4 * sp.Rational(1, 16) * sp.Rational(1, 100) * sp.Rational(1, 4) / 2
+    expect = [coef * Q0[i, j] for i in range(2) for j in range(i, 2)] + [0, 0]
+    assert [sp.simplify(a - b) for a, b in zip(noisy, expect)] == [0] * len(expect)
 
 
 # --------------------------------------------------------------------------- escape law
@@ -409,14 +510,25 @@ def test_ode_reaches_the_changed_closest_solution(m):
 
 
 # --------------------------------------------------------------------------- conservation of S
-def test_conservation_proved_for_the_changes_that_keep_it():
-    m = sq.Model(p=3, p_star=2, lr=0.1, weight_decay=0.1, batch_size=4, readout=R(1, 2),
+@pytest.mark.parametrize("change", [dict(weight_decay=0.2), dict(batch_size=3),
+                                    dict(readout=R(1, 3)), dict(teacher_activation="3*z**2"),
+                                    dict(teacher_readout=R(1, 5))], ids=str)
+def test_conservation_proved_per_change(change):
+    m = sq.Model(p=2, p_star=2, lr=0.1, **change)
+    verdict = sinv.conservation_verdict(m)
+    assert verdict.conserved is True
+    assert verdict.summary() == "conserved on I_T (proof)"
+
+
+@pytest.mark.parametrize("p,k", [(2, 2), pytest.param(3, 2, marks=pytest.mark.slow)])
+def test_conservation_proved_for_the_changes_that_keep_it(p, k):
+    m = sq.Model(p=p, p_star=k, lr=0.1, weight_decay=0.1, batch_size=4, readout=R(1, 3),
                  teacher_readout=R(1, 4), teacher_activation="2*z**2", noise=0.1)
     verdict = sinv.conservation_verdict(m)
     assert verdict.conserved is True
     assert r"\paragraph{Theorem.}" in verdict.latex() and "weight" in verdict.latex()
     # the changed ODE, not the classic one: the growth rates differ
-    classic = sinv.conservation_verdict(BASE.replace(noise=0.1)).proof
+    classic = sinv.conservation_verdict(sq.Model(p=p, p_star=k, lr=0.1, noise=0.1)).proof
     assert verdict.proof.invariance["growth"] != classic.invariance["growth"]
 
 

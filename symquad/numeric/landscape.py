@@ -896,7 +896,11 @@ def random_start(m: Model, N: int, n: int, seed=0, q0: float = 1.0):
 
     With the teacher rows ``√N e_l`` (any orthonormal frame gives the same law),
     ``ρ_kl = w_kl/√N`` and ``Q = (G₁G₁ᵀ + S)/N·q0`` where ``G₁`` holds the first
-    ``p*`` coordinates and ``S ~ Wishart(N − p*, I_p)`` the rest.
+    ``p*`` coordinates and ``S ~ Wishart(N − p*, I_p)`` the rest.  On the sphere
+    (``constraint="sphere"``) every row is then renormalised to ``|w_k|² = N``,
+    as the simulators do: ``Q ← D^{-1/2} Q D^{-1/2}``, ``ρ ← D^{-1/2} ρ`` with
+    ``D = diag(Q)`` (``q0`` cancels).  The other model fields do not enter the
+    law of the weights.
 
     Returns ``(Q0, rho0)`` of shapes ``(n, p, p)``, ``(n, p, p*)``.
     """
@@ -915,6 +919,12 @@ def random_start(m: Model, N: int, n: int, seed=0, q0: float = 1.0):
         S = G2 @ np.swapaxes(G2, -1, -2)
     Q0 = q0 * (G1 @ np.swapaxes(G1, -1, -2) + S) / N
     rho0 = math.sqrt(q0 / N) * G1
+    if m.constraint == "sphere":
+        scale = 1.0 / np.sqrt(np.diagonal(Q0, axis1=-2, axis2=-1))
+        Q0 = scale[..., :, None] * Q0 * scale[..., None, :]
+        idx = np.arange(p)
+        Q0[..., idx, idx] = 1.0          # exactly, not to rounding
+        rho0 = scale[..., :, None] * rho0
     return Q0, rho0
 
 

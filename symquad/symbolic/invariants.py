@@ -65,8 +65,13 @@ class ProofError(AssertionError):
 # ----------------------------------------------------------------------------
 @lru_cache(maxsize=None)
 def ode_explicit(m: Model):
-    """``(dQ, drho, (Q, rho, T), eta, noise)`` from ``symquad.derive(m).explicit()``."""
+    """``(dQ, drho, (Q, rho, T), eta, noise)`` from ``symquad.derive(m).explicit()``.
+
+    The ODE of the proof steps: the model's changes must be those the theorem is
+    derived for (:data:`symquad.applicability.RULES` ``["conservation"]``).
+    """
     check_model(m, "m")
+    check(m, "the conservation proof", "conservation")
     if not m.is_quadratic:
         raise ValueError(
             f"the conservation of S is derived for sigma(z) = c z**2 (+ c0); the model has "
