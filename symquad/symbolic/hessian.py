@@ -447,7 +447,7 @@ class HessianSpectrum:
             for v, n in sorted(self.exact.items(), key=lambda kv: float(kv[0])))
         formulas = (f"negative = {f['negative']}, zero = {f['zero']}, "
                     f"positive = {f['positive']}" if f else
-                    "not derived for this model (weight decay moves the spectrum)")
+                    "not derived for this model (weight decay, or no zero-risk minimum)")
         return (f"{self.point}: (negative, zero, positive) = {self.counts} of p·N = "
                 f"{len(self.eigenvalues)}\n"
                 f"  formulas: {formulas}\n"
