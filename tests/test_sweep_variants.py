@@ -73,8 +73,10 @@ def test_ode_task_follows_each_field_like_a_direct_integrate(tmp_path):
         np.testing.assert_array_equal(arrays["risk"], sol.risk)
         if m.readout_trained:
             np.testing.assert_array_equal(arrays["readout_trajectory"], sol.readout)
-        # the escape threshold is the classic model's: not used for a variant
-        assert np.isnan(row.escape_time) == bool(v), (v, row.escape_time)
+        # the escape time needs the escape law's plateau: NaN where it was not derived
+        from symquad.studies.applicability import refusal
+        undefined = not m.is_quadratic or refusal(m, "escape") is not None
+        assert np.isnan(row.escape_time) == undefined, (v, row.escape_time)
         finals.append(row.final_risk)
     # each field changes the trajectory (the task did not run the classic model)
     assert all(abs(f / finals[0] - 1) > 1e-3 for f in finals[1:]), finals
@@ -99,15 +101,15 @@ def test_one_grid_over_batch_size_and_readouts(tmp_path):
 
 def test_validate_task_runs_the_variant(tmp_path):
     kw = dict(N=300, t_max=6.0, replicas=4, seed=5)
-    df = sq.sweep("validate", {"p": [3], "p_star": [2], "lr": [0.3], "weight_decay": [0.1],
+    df = sq.sweep("validate", {"p": [3], "p_star": [2], "lr": [0.3], "lr_readout": [0.2],
                                **{k: [v] for k, v in kw.items()}}, tmp_path, workers=1)
     row = df.iloc[0]
     assert row.status == "ok", row.error
-    rep = sq.validate(sq.Model(p=3, p_star=2, lr=0.3, weight_decay=0.1), fss=False,
+    rep = sq.validate(sq.Model(p=3, p_star=2, lr=0.3, lr_readout=0.2), fss=False,
                       invariant=False, **kw)
     assert row.band_inside_fraction == rep.numbers["band"]["ode_inside_fraction"]
     assert row.risk_rms_whole_run == rep.numbers["deviation"]["whole_run"]["risk_rms"]["mean"]
-    assert row.start_used == "informed" and "weight_decay=0.1" in row.escape_reason
+    assert row.start_used == "informed" and "lr_readout=0.2" in row.escape_reason
 
 
 @pytest.mark.parametrize("task, grid", [
@@ -116,12 +118,16 @@ def test_validate_task_runs_the_variant(tmp_path):
     ("hessian", {"p": [2], "p_star": [1], "N": [6]}),
 ])
 def test_tasks_refuse_fields_they_were_not_derived_for(task, grid, tmp_path):
-    df = sq.sweep(task, {**grid, "batch_size": [1, 4], "constraint": ["none", "sphere"]},
-                  tmp_path, workers=1)
-    by = {(r.batch_size, r.constraint): r for r in df.itertuples()}
-    assert by[1, "none"].status == "ok", by[1, "none"].error
-    for key, named in (((4, "none"), ["batch_size=4"]), ((1, "sphere"), ["constraint=sphere"]),
-                       ((4, "sphere"), ["batch_size=4", "constraint=sphere"])):
+    """A trained or non-uniform readout is refused by name (error rows); a mini-batch, which
+    the analyses were re-derived for (symquad survival), is computed."""
+    df = sq.sweep(task, {**grid, "lr_readout": [0.0, 0.2], "readout": ["1/2", "1/3:2/3"],
+                         "batch_size": [1, 4]}, tmp_path, workers=1)
+    by = {(r.lr_readout, r.readout, r.batch_size): r for r in df.itertuples()}
+    assert by[0.0, "1/2", 1].status == "ok", by[0.0, "1/2", 1].error
+    assert by[0.0, "1/2", 4].status == "ok", by[0.0, "1/2", 4].error
+    for key, named in (((0.2, "1/2", 1), ["lr_readout=0.2"]),
+                       ((0.0, "1/3:2/3", 1), ["readout=(1/3, 2/3)"]),
+                       ((0.2, "1/3:2/3", 4), ["lr_readout=0.2", "readout=(1/3, 2/3)"])):
         assert by[key].status == "error"
         assert by[key].error.startswith("ValueError:") and "does not support" in by[key].error
         for text in named:
@@ -129,10 +135,10 @@ def test_tasks_refuse_fields_they_were_not_derived_for(task, grid, tmp_path):
 
 
 def test_a_default_valued_field_given_explicitly_is_not_refused(tmp_path):
-    df = sq.sweep("plateau", {"p": [2], "p_star": [1], "readout": [0.5, 0.25]}, tmp_path,
-                  workers=1)
+    df = sq.sweep("plateau", {"p": [2], "p_star": [1], "readout": [0.5, "1/4:3/4"]},
+                  tmp_path, workers=1)
     assert list(df["status"]) == ["ok", "error"]        # 1/2 is the default for p = 2
-    assert "readout=1/4" in df.iloc[1].error
+    assert "readout=(1/4, 3/4)" in df.iloc[1].error
     fp = sq.plateau(sq.Model(p=2, p_star=1, lr=0.1))
     assert df.iloc[0].q == fp.q
 
@@ -190,9 +196,8 @@ def test_sweep_help_lists_the_model_fields(capsys):
     (["validate", "--teacher-activation", "exp(z)"], "teacher_activation"),
     (["validate", "--lr-readout", "-0.5"], "lr_readout"),
     (["landscape", "--teacher-readout", "1,2,3"], "teacher_readout"),
-    (["landscape", "--weight-decay", "0.1"], "weight_decay"),
-    (["invariants", "--constraint", "sphere"], "constraint"),
-    (["invariants", "--lr-readout", "0.1"], "lr_readout"),
+    (["landscape", "--lr-readout", "0.1"], "lr_readout"),
+    (["landscape", "--readout", "1,2,3,4"], "readout"),
     (["equations", "--batch-size", "-3"], "batch_size"),
 ])
 def test_bad_or_unsupported_model_values_exit_2_naming_the_field(argv, named, tmp_path,
@@ -247,7 +252,10 @@ def test_cli_validate_runs_a_variant_and_reports_its_fields(tmp_path, capsys):
     assert spec["weight_decay"] == 0.1 and spec["batch_size"] == 2
     assert data["config"]["changed_fields"] == ["weight_decay", "batch_size"]
     assert "weight_decay=0.1, batch_size=2" in text.splitlines()[0]
-    assert "batch_size=2" in data["numbers"]["escape"]["reason"]
+    # the escape law was re-derived for weight decay and mini-batches (symquad survival):
+    # no field is refused, and the run was too short for an escape
+    assert data["numbers"]["escape"]["reason"] == "" or "weight_decay" not in \
+        data["numbers"]["escape"]["reason"]
 
 
 def test_cli_validate_data_with_a_trained_readout(tmp_path, capsys):
@@ -272,3 +280,11 @@ def test_cli_validate_data_with_a_trained_readout(tmp_path, capsys):
     assert main(["validate", "--data", str(path), "--p", "2", "--p-star", "1", "--lr", "0.3",
                  "--out", str(tmp_path / "r2")]) == 2
     assert "readout is accepted only" in capsys.readouterr().err
+
+
+def test_invariants_prints_the_verdict_of_a_change_that_breaks_conservation(capsys):
+    """For the sphere and a trained readout S is not conserved: an exact counterexample."""
+    for flag in (["--constraint", "sphere"], ["--lr-readout", "0.1"]):
+        assert main(["invariants", "--only", "conservation", *flag]) == 0
+        text = capsys.readouterr().out
+        assert "\\neq0" in text.replace(" ", ""), text[-500:]

@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 import symquad as sq
+from symquad.studies.applicability import refusal
 from symquad.studies.validation import ValidationReport
 
 BASE = dict(p=3, p_star=2, lr=0.3)
@@ -48,8 +49,9 @@ def _model(name):
 @functools.lru_cache(maxsize=None)
 def _report(name):
     """validate's report of one variant (computed once per test session)."""
-    kw = dict(RUN, start="informed") if name == "classic" else RUN
-    return sq.validate(_model(name), **kw)
+    # informed: no plateau within t_max (the escape analysis, where it applies to a
+    # variant, is tested from a random start in test_escape_analysis_of_variants_it_applies_to)
+    return sq.validate(_model(name), **dict(RUN, start="informed"))
 
 
 def _status(report):
@@ -74,19 +76,22 @@ def test_validate_passes_the_variants_true_model(name):
     assert set(status) == {"divergence", "mean_deviation", "band"}
     assert "not tested" not in status.values(), rep.reasons
     assert rep.passed and rep.verdict == "PASS", rep.reasons
-    # the classic analyses are skipped with a reason naming every changed field,
-    # and the default start is then the informed one
+    # the classic analyses refuse every changed field they were not derived for, by name
+    # (symquad.applicability); the others (weight decay, mini-batches, ...) they handle
     changed = m.changed_fields()
     assert changed and rep.config["changed_fields"] == list(changed)
-    assert not rep.numbers["escape"]["defined"]
+    escape_refusal = refusal(m, "escape")
+    drift_refusal = refusal(m, "invariant_drift")
     for field in changed:
-        assert field in rep.numbers["escape"]["reason"]
-        assert field in rep.numbers["invariant_drift_skipped"]
-        assert field in rep.config["start_reason"]
+        if escape_refusal is not None and f"{field}=" in escape_refusal:
+            assert field in rep.numbers["escape"]["reason"]
+        if drift_refusal is not None and f"{field}=" in drift_refusal:
+            assert field in rep.numbers["invariant_drift_skipped"]
+    if escape_refusal is not None:
+        assert not rep.numbers["escape"]["defined"]
+        assert "escape: not analysed (the plateau/escape analysis does not support" in \
+            rep.summary()
     assert rep.config["start"] == "informed"
-    text = rep.summary()
-    assert "escape: not analysed (the plateau/escape analysis does not support" in text
-    assert "start: informed by default, since" in text
     # the ODE starts from each replica's realised start (readout included), and the
     # two risk routes (Isserlis from the overlaps; the generated kernel) agree there
     np.testing.assert_allclose(rep.ode_Q[:, 0], rep.sgd_Q[:, 0], atol=1e-12)
@@ -99,7 +104,7 @@ def test_validate_passes_the_variants_true_model(name):
         assert np.ptp(rep.ode_readout[0], axis=0).max() > 0.05
         d = rep.numbers["deviation"]["whole_run"]["readout_rms"]
         assert d["mean"] < 3 / math.sqrt(RUN["N"])
-        assert "|a SGD-ODE|" in text
+        assert "|a SGD-ODE|" in rep.summary()
     else:
         assert rep.sgd_readout is None and rep.ode_readout is None
     if m.constraint == "sphere":
@@ -155,10 +160,12 @@ def test_compare_reproduces_validate_for_a_trained_readout():
 
 
 def test_forced_escape_analysis_is_a_stated_skip_for_a_variant():
-    rep = _report("weight_decay")
-    out = sq.compare(_model("weight_decay"), rep.t, rep.sgd_Q, rep.sgd_rho, escape=True)
+    """A variant the escape law was not derived for (a non-uniform readout) is a stated skip."""
+    rep = _report("readout")
+    assert refusal(_model("readout"), "escape") is not None
+    out = sq.compare(_model("readout"), rep.t, rep.sgd_Q, rep.sgd_rho, escape=True)
     assert not out.numbers["escape"]["defined"]
-    assert "weight_decay=0.1" in out.numbers["escape"]["reason"]
+    assert "readout=(7/10, 1/5, 2/5)" in out.numbers["escape"]["reason"]
 
 
 # ---------------------------------------------------------------------------
@@ -226,8 +233,9 @@ def test_sphere_data_must_start_on_the_sphere(no_ode):
 
 
 def test_drift_study_refuses_a_field_by_name():
-    with pytest.raises(ValueError, match="batch_size=4"):
-        sq.invariant_drift_study(_model("batch_size"), Ns=[100, 200], t_max=1.0, replicas=2,
+    """S is not conserved with a trained readout (symquad survival): the study refuses it."""
+    with pytest.raises(ValueError, match="lr_readout=0.3"):
+        sq.invariant_drift_study(_model("lr_readout"), Ns=[100, 200], t_max=1.0, replicas=2,
                                  seed=0)
 
 
@@ -285,3 +293,17 @@ def test_validate_with_finite_size_scaling_passes_every_variant(name):
     assert set(status) == {"divergence", "mean_deviation", "band", "finite_size_exponent"}
     assert "not tested" not in status.values(), rep.reasons
     assert rep.passed, rep.reasons
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["weight_decay", "batch_size"])
+def test_escape_analysis_of_variants_it_applies_to(name):
+    """Weight decay and mini-batches keep the isotropic plateau and its escape law
+    (symquad survival): from a random start validate tests the escape-time shift too."""
+    m = _model(name)
+    assert refusal(m, "escape") is None
+    rep = sq.validate(m, N=2000, replicas=32, seed=1, fss=False, invariant=False)
+    status = _status(rep)
+    assert rep.config["start"] == "random" and rep.numbers["escape"]["defined"]
+    assert status["escape_time"] != "not tested", rep.reasons
+    assert rep.passed and rep.verdict == "PASS", rep.reasons

@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "regenerate",
     "invariants",
     "landscape",
+    "survival",
     "sweep",
 )
 

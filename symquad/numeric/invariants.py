@@ -44,7 +44,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..spec import check_model
+from ..applicability import check as _check_analysis
+from ..applicability import quadratic_coefficients, zero_risk_reason, zero_risk_scale
+from ..spec import Model, check_model
 from .checks import as_overlaps, as_real_array
 
 __all__ = [
@@ -94,10 +96,42 @@ def _sym(X):
     return 0.5 * (X + np.swapaxes(X, -1, -2))
 
 
+def _manifold_model(model, routine):
+    """Check a model for the zero-risk manifold (its changes, quadratic σ, σ*)."""
+    check_model(model, "model")
+    _check_analysis(model, routine, "manifold")
+    if not model.is_quadratic:
+        raise ValueError(
+            f"{routine}: the zero-risk manifold is derived for quadratic activations "
+            f"c z^2 + c0; the model has activation {model.activation_str!r}"
+            + ("" if model.is_default("teacher_activation")
+               else f", teacher_activation {model.teacher_activation_str!r}"))
+    reason = zero_risk_reason(model)
+    if reason:
+        raise ValueError(f"{routine}: {reason} (model {model!r})")
+    return model
+
+
+def _readout_factors(model, p=None, p_star=None):
+    r"""``(|cD_a|^{-1/2}, |c*D_b|^{1/2}, sign)`` as diagonals: ``W = diag(l) O diag(r) W*``.
+
+    The zero-risk weights of a sign-compatible quadratic model are
+    ``R = |cD_a|^{-1/2} O |c*D_b|^{1/2}`` (``c RᵀD_aR = c* D_b``); for the classic
+    model ``√(p/p*) O``.  Without a model, the classic factors of widths ``p, p*``.
+    """
+    if model is None:
+        return np.full(p, math.sqrt(p)), np.full(p_star, 1 / math.sqrt(p_star)), 1.0
+    c, _ = quadratic_coefficients(model.activation)
+    cs, _ = quadratic_coefficients(model.teacher_activation)
+    left = np.array([1 / math.sqrt(abs(float(c * a))) for a in model.readout])
+    right = np.array([math.sqrt(abs(float(cs * b))) for b in model.teacher_readout])
+    return left, right, float(np.sign(float(c * model.readout[0])))
+
+
 # ----------------------------------------------------------------------------
 # the manifold
 # ----------------------------------------------------------------------------
-def manifold_dimension(p, p_star) -> int:
+def manifold_dimension(p=None, p_star=None, model: Model | None = None) -> int:
     r"""Dimension of the zero-risk manifold, ``p·p* − p*(p*+1)/2``.
 
     It is the dimension of the set of zero-risk overlaps ``(Q, ρ)`` at fixed
@@ -110,7 +144,17 @@ def manifold_dimension(p, p_star) -> int:
     Parameters
     ----------
     p, p_star : int
-        Student and teacher widths, ``p >= p_star >= 1``.
+        Student and teacher widths, ``p >= p_star >= 1`` (or pass a Model as `p`).
+    model : Model, optional
+        The model whose zero-risk set is meant.  Its changes are handled as
+        derived in docs/model.md §8.3: ``σ* = c* z²``, uniform or non-uniform
+        readouts whose ``c a_k`` and ``c* b_m`` share one sign (the zero-risk
+        weights are ``W = |cD_a|^{-1/2} O |c*D_b|^{1/2} W*``, still a Stiefel orbit
+        of the same dimension), weight decay and batch size (they do not enter
+        the risk), and a trained readout, whose ``p`` weights are coordinates
+        too: the dimension is ``p·p* − p*(p*+1)/2 + p``.  Mixed-sign readouts, a
+        constant offset ``κ ≠ 0``, a non-quadratic σ* and the sphere are refused
+        by name.
 
     Raises
     ------
@@ -118,13 +162,23 @@ def manifold_dimension(p, p_star) -> int:
         For ``p < p_star``: no zero-risk point exists (``WᵀW`` has rank at most
         ``p`` but must equal ``(p/p*) W*ᵀW*`` of rank ``p*``), so the set is empty.
     """
+    if isinstance(p, Model):
+        model, p, p_star = p, p.p, p.p_star
+    if model is not None:
+        _manifold_model(model, "manifold_dimension")
+        if p is None and p_star is None:
+            p, p_star = model.p, model.p_star
+        if (p, p_star) != (model.p, model.p_star):
+            raise ValueError(f"p, p_star = ({p}, {p_star}) differ from the model's "
+                             f"({model.p}, {model.p_star})")
     p = _check_width(p, "p")
     p_star = _check_width(p_star, "p_star")
     if p < p_star:
         raise ValueError(
             f"p={p} < p_star={p_star}: the zero-risk set is empty (W^T W has rank <= p "
             f"< p_star = rank W*^T W*), so it has no dimension; need p >= p_star")
-    return p * p_star - p_star * (p_star + 1) // 2
+    extra = p if model is not None and model.readout_trained else 0
+    return p * p_star - p_star * (p_star + 1) // 2 + extra
 
 
 def random_stiefel(p, p_star, rng, size=None):
@@ -147,10 +201,14 @@ class ZeroRiskPoint(NamedTuple):
                 f"tr Q = {np.trace(self.Q, axis1=-2, axis2=-1)!s})")
 
 
-def zero_risk_point(O, T=None, p=None):
+def zero_risk_point(O, T=None, p=None, model: Model | None = None):
     r"""Overlaps of the zero-risk weights ``W = √(p/p*) O W*``.
 
-    ``ρ = √(p/p*) O T`` and ``Q = (p/p*) O T Oᵀ``.
+    ``ρ = √(p/p*) O T`` and ``Q = (p/p*) O T Oᵀ``.  With `model`: the weights
+    ``W = R W*``, ``R = |cD_a|^{-1/2} O |c*D_b|^{1/2}`` (``c RᵀD_aR = c* D_b``), so
+    ``ρ = R T``, ``Q = R T Rᵀ`` (``R = s O``, ``s² = c*β/(cα)``, for uniform
+    readouts); a trained readout is taken at ``a(0)``.  Changes:
+    :func:`manifold_dimension`.
 
     Parameters
     ----------
@@ -159,36 +217,68 @@ def zero_risk_point(O, T=None, p=None):
     T : array (p*, p*), optional
         Teacher overlap (identity by default).
     p : int, optional
-        Student width used in ``p/p*`` (default ``O.shape[-2]``).
+        Student width used in ``p/p*`` (default ``O.shape[-2]``); not with `model`.
+    model : Model, optional
+
+    Returns
+    -------
+    ZeroRiskPoint
+        ``S`` is the polar factor of ``ρ`` (``= O`` for uniform readouts).
     """
     O = _as_matrix(O, "O", batch=True)
     pp, k = O.shape[-2:]
+    if model is not None:
+        _manifold_model(model, "zero_risk_point")
+        if (pp, k) != (model.p, model.p_star) or p not in (None, model.p):
+            raise ValueError(f"O must have shape ({model.p}, {model.p_star}) for the model, got "
+                             f"{O.shape[-2:]}")
     p = pp if p is None else _check_width(p, "p")
     T = _teacher(T, k)
     gram = np.swapaxes(O, -1, -2) @ O
     if np.max(np.abs(gram - np.eye(k))) > 1e-10:
         raise ValueError("O must have orthonormal columns (O^T O = I)")
-    scale = p / k
-    rho = math.sqrt(scale) * O @ T
-    Q = scale * O @ T @ np.swapaxes(O, -1, -2)
-    return ZeroRiskPoint(_sym(Q), rho, O)
+    if model is None:
+        scale = p / k
+        rho = math.sqrt(scale) * O @ T
+        Q = scale * O @ T @ np.swapaxes(O, -1, -2)
+        return ZeroRiskPoint(_sym(Q), rho, O)
+    left, right, _ = _readout_factors(model)
+    R = left[:, None] * O * right[None, :]
+    rho = R @ T
+    Q = R @ T @ np.swapaxes(R, -1, -2)
+    uniform = len(set(model.readout)) == 1 and len(set(model.teacher_readout)) == 1
+    return ZeroRiskPoint(_sym(Q), rho, O if uniform else invariant_S(rho))
 
 
-def random_manifold_points(p, p_star, n, rng, T=None):
-    """``n`` Haar-random points of the zero-risk manifold (stacked ``ZeroRiskPoint``)."""
-    return zero_risk_point(random_stiefel(p, p_star, rng, size=n), T, p)
+def random_manifold_points(p, p_star, n, rng, T=None, model: Model | None = None):
+    """``n`` Haar-random points of the zero-risk manifold (stacked ``ZeroRiskPoint``).
+
+    With `model`, of that model's manifold (:func:`zero_risk_point`).
+    """
+    O = random_stiefel(p, p_star, rng, size=n)
+    return zero_risk_point(O, T, p) if model is None else zero_risk_point(O, T, model=model)
 
 
-def is_zero_risk_point(Q, rho, T=None, p=None, tol=1e-9):
-    """Whether ``Φ_T(Q, ρ) = (Q − ρT⁻¹ρᵀ, ρᵀρ − (p/p*)T²)`` vanishes to ``tol`` (relative)."""
+def is_zero_risk_point(Q, rho, T=None, p=None, tol=1e-9, model: Model | None = None):
+    """Whether ``Φ_T(Q, ρ) = (Q − ρT⁻¹ρᵀ, ρᵀρ − (p/p*)T²)`` vanishes to ``tol`` (relative).
+
+    With `model`: ``Φ_T = (Q − ρT⁻¹ρᵀ, c ρᵀD_aρ − c* T D_b T)`` (docs/model.md §8.3).
+    """
     rho = _as_matrix(rho, "rho")
     pp, k = rho.shape
     p = pp if p is None else p
     T = _teacher(T, k)
     Q = _as_matrix(Q, "Q", (pp, pp))
     r1 = Q - rho @ np.linalg.solve(T, rho.T)
-    r2 = rho.T @ rho - (p / k) * T @ T
-    scale = max(1.0, np.abs(T).max()) * p / k
+    if model is None:
+        r2 = rho.T @ rho - (p / k) * T @ T
+        scale = max(1.0, np.abs(T).max()) * p / k
+    else:
+        _manifold_model(model, "is_zero_risk_point")
+        left, right, sign = _readout_factors(model)
+        # c ρᵀD_aρ = c* T D_b T  ⟺  ρᵀ diag(1/left²) ρ = T diag(right²) T (common sign)
+        r2 = rho.T @ (rho / left[:, None] ** 2) - (T * right ** 2) @ T
+        scale = max(1.0, np.abs(T).max() ** 2 * np.max(right ** 2))
     return bool(max(np.abs(r1).max(), np.abs(r2).max()) <= tol * scale)
 
 
@@ -235,6 +325,13 @@ def invariant_S(rho):
 def closest_solution(m, Q0, rho0, T=None) -> ZeroRiskPoint:
     r"""Overlaps of the zero-risk solution closest to the start (orthogonal Procrustes).
 
+    Model changes (docs/model.md §8.4): uniform readouts ``α``, ``β`` and
+    ``σ* = c* z²`` replace ``√(p/p*)`` by ``s = √(c*β/(cα))`` (the zero-risk
+    weights are ``s O W*``, and ``S`` is still conserved); the batch size does
+    not change the result (zero-risk points stay fixed points).  Non-uniform or
+    trained readouts and the sphere break the conservation of ``S``, and with
+    weight decay the ODE does not reach zero risk: those are refused by name.
+
     Over the zero-risk weights ``W = √(p/p*) O W*`` (``OᵀO = I``),
 
     .. math:: \frac{\|W − W_0\|^2}{N} = \operatorname{tr} Q_0 + \frac{p}{p^*}\operatorname{tr} T
@@ -264,6 +361,7 @@ def closest_solution(m, Q0, rho0, T=None) -> ZeroRiskPoint:
         ``(Q, rho, S)`` of the closest zero-risk solution.
     """
     check_model(m, "m")
+    _check_analysis(m, "closest_solution")
     if not m.is_quadratic:
         # for other activations the zero-risk set is not {W = sqrt(p/p*) O W*}
         raise ValueError(
@@ -275,13 +373,16 @@ def closest_solution(m, Q0, rho0, T=None) -> ZeroRiskPoint:
         raise ValueError(
             f"model has p={p} < p_star={k}: no zero-risk solution exists (need p >= p_star)")
     Q0, rho0, T = as_overlaps(m, Q0, rho0, _teacher(T, k))
-    return zero_risk_point(invariant_S(rho0), T, p)
+    if not m.changed_fields():
+        return zero_risk_point(invariant_S(rho0), T, p)
+    return zero_risk_point(invariant_S(rho0), T, model=m)
 
 
-def weight_distance(Q0, rho0, O, T=None, p=None):
+def weight_distance(Q0, rho0, O, T=None, p=None, model: Model | None = None):
     r"""``‖W_0 − √(p/p*) O W*‖ / √N`` from overlaps only (any ``O`` with ``OᵀO = I``).
 
     ``d² = tr Q_0 + (p/p*) tr T − 2√(p/p*) tr(Oᵀρ_0)``; ``O`` may be stacked (..., p, p*).
+    With `model` (uniform readouts): ``p/p*`` becomes ``s² = c*β/(cα)``.
     """
     rho0 = _as_matrix(rho0, "rho0")
     pp, k = rho0.shape
@@ -289,12 +390,21 @@ def weight_distance(Q0, rho0, O, T=None, p=None):
     T = _teacher(T, k)
     Q0 = _as_matrix(Q0, "Q0", (pp, pp))
     O = as_real_array(O, "O")
-    d2 = np.trace(Q0) + (p / k) * np.trace(T) \
-        - 2 * math.sqrt(p / k) * np.einsum("...ij,ij->...", O, rho0)
+    if model is None:
+        s2 = p / k
+    else:
+        _manifold_model(model, "weight_distance")
+        if len(set(model.readout)) > 1 or len(set(model.teacher_readout)) > 1:
+            raise ValueError("weight_distance does not support the model field(s) readout/"
+                             "teacher_readout when non-uniform (the distance is then not a "
+                             "function of tr(O^T rho0) alone)")
+        s2 = float(zero_risk_scale(model))
+    d2 = np.trace(Q0) + s2 * np.trace(T) \
+        - 2 * math.sqrt(s2) * np.einsum("...ij,ij->...", O, rho0)
     return np.sqrt(np.maximum(d2, 0.0))
 
 
-def manifold_rank_deficiency(p, p_star, T=None, seed=0) -> dict:
+def manifold_rank_deficiency(p, p_star, T=None, seed=0, model: Model | None = None) -> dict:
     r"""Measure the manifold dimension at a random zero-risk point, three ways.
 
     * ``"constraint"``: ``dim ker dΦ_T`` where
@@ -306,41 +416,65 @@ def manifold_rank_deficiency(p, p_star, T=None, seed=0) -> dict:
     * ``"weights"``: ``dim ker`` of ``R ↦ RᵀR`` at ``R = √(p/p*) O``
       (weights ``W = R W*`` in the teacher span).
 
+    With `model` (changes of :func:`manifold_dimension`): the second block of
+    ``Φ_T`` is ``ρᵀDρ − T E T`` with ``D = |cD_a|``, ``E = |c*D_b|`` (the common
+    sign divided out), the orbit is that of the group keeping ``RᵀDR``
+    (``Ω → D^{-1/2}ΩD^{1/2}``), the weight map ``R ↦ RᵀDR``; a trained readout
+    adds the ``p`` readout weights as coordinates of ``Φ_T`` and of the weight
+    map (the orbit then spans the fixed-readout slice only, so ``"orbit"`` is
+    that slice's dimension).
+
     Ranks use an SVD with relative threshold ``1e-9``; the smallest retained
     and largest discarded singular values are returned as ``"gap"`` (a clean
     rank has a gap of many orders of magnitude).
     """
+    if model is not None:
+        _manifold_model(model, "manifold_rank_deficiency")
+        p, p_star = model.p, model.p_star
     p = _check_width(p, "p")
     p_star = _check_width(p_star, "p_star")
     if p < p_star:
         raise ValueError(f"p={p} < p_star={p_star}: the zero-risk set is empty")
     rng = np.random.default_rng(seed)
     T = _teacher(T, p_star)
-    pt = random_manifold_points(p, p_star, None, rng, T)
+    pt = random_manifold_points(p, p_star, None, rng, T, model=model)
     Q, rho = pt.Q, pt.rho
     k = p_star
+    if model is None:
+        d, e, trained = np.full(p, 1.0 / p), np.full(k, 1.0 / k), False
+    else:
+        left, right, _ = _readout_factors(model)
+        d, e, trained = 1.0 / left ** 2, right ** 2, model.readout_trained
     Ip, Ik = np.eye(p), np.eye(k)
     iu_p, iu_k = np.triu_indices(p), np.triu_indices(k)
     # dΦ_T on δρ = E_ia, as tensors [output row, output col, i, a]
     B = np.linalg.solve(T, rho.T)                                   # T⁻¹ρᵀ (k×p)
+    Drho = d[:, None] * rho                                         # Dρ
     X1 = -(np.einsum("ri,as->rsia", Ip, B) + np.einsum("ar,si->rsia", B, Ip))
-    X2 = np.einsum("ab,ic->bcia", Ik, rho) + np.einsum("ib,ac->bcia", rho, Ik)
-    n_q = iu_p[0].size
-    J = np.zeros((n_q + iu_k[0].size, n_q + p * k))
+    X2 = np.einsum("ab,ic->bcia", Ik, Drho) + np.einsum("ib,ac->bcia", Drho, Ik)
+    n_q, n_a = iu_p[0].size, (p if trained else 0)
+    J = np.zeros((n_q + iu_k[0].size, n_q + p * k + n_a))
     J[:n_q, :n_q] = np.eye(n_q)                                     # δQ enters as itself
-    J[:n_q, n_q:] = X1[iu_p].reshape(n_q, p * k)
-    J[n_q:, n_q:] = X2[iu_k].reshape(iu_k[0].size, p * k)
-    # orbit map Ω = E_ij − E_ji (i < j) ↦ (ΩQ − QΩ, Ωρ)
+    J[:n_q, n_q:n_q + p * k] = X1[iu_p].reshape(n_q, p * k)
+    J[n_q:, n_q:n_q + p * k] = X2[iu_k].reshape(iu_k[0].size, p * k)
+    if trained:
+        # δd_i (the readout weight of unit i) moves ρᵀDρ by ρ_iᵀρ_i
+        J[n_q:, n_q + p * k:] = np.einsum("ib,ic->bci", rho, rho)[iu_k]
+    # orbit map Ω' = D^{-1/2} Ω D^{1/2} (Ω = E_ij − E_ji, i < j) ↦ (Ω'Q + QΩ'ᵀ, Ω'ρ)
     iu_s = np.triu_indices(p, 1)
     Om = np.zeros((iu_s[0].size, p, p))
     Om[np.arange(iu_s[0].size), iu_s[0], iu_s[1]] = 1.0
     Om[np.arange(iu_s[0].size), iu_s[1], iu_s[0]] = -1.0
-    dQo = Om @ Q - Q @ Om
+    Om = Om / np.sqrt(d)[None, :, None] * np.sqrt(d)[None, None, :]
+    dQo = Om @ Q + Q @ np.swapaxes(Om, -1, -2)
     orbit = np.concatenate([dQo[:, iu_p[0], iu_p[1]], (Om @ rho).reshape(len(Om), p * k)], 1)
-    # weight map R ↦ RᵀR at R = √(p/p*) S on δR = E_ia
-    R = math.sqrt(p / k) * pt.S
-    Y = np.einsum("ab,ic->bcia", Ik, R) + np.einsum("ib,ac->bcia", R, Ik)
+    # weight map (R, d) ↦ RᵀDR at R = D^{-1/2} O E^{1/2} on δR = E_ia (and δd_i)
+    R = np.linalg.solve(T.T, rho.T).T                               # ρ T⁻¹
+    DR = d[:, None] * R
+    Y = np.einsum("ab,ic->bcia", Ik, DR) + np.einsum("ib,ac->bcia", DR, Ik)
     wmat = Y[iu_k].reshape(iu_k[0].size, p * k)
+    if trained:
+        wmat = np.concatenate([wmat, np.einsum("ib,ic->bci", R, R)[iu_k]], axis=1)
 
     def rank(A):
         if A.size == 0:
@@ -353,12 +487,12 @@ def manifold_rank_deficiency(p, p_star, T=None, seed=0) -> dict:
     r_o, gap_o = rank(orbit.T)
     r_w, gap_w = rank(wmat)
     return {
-        "formula": manifold_dimension(p, p_star),
+        "formula": manifold_dimension(p, p_star, model=model),
         "constraint": J.shape[1] - r_c,
         "constraint_rank": r_c,
         "constraint_codomain": J.shape[0],
         "orbit": r_o,
-        "weights": p * p_star - r_w,
+        "weights": wmat.shape[1] - r_w,
         "gap": {"constraint": gap_c, "orbit": gap_o, "weights": gap_w},
     }
 
@@ -389,13 +523,16 @@ def polar_velocity(rho, drho):
     return (drho - S @ (S.T @ drho)) @ Pinv + S @ Om
 
 
-def dS_dt(m, Q, rho, T=None):
-    """``dS/dt`` along the model's ODE (kernels of :func:`symquad.kernels`)."""
+def dS_dt(m, Q, rho, T=None, a=None):
+    """``dS/dt`` along the model's ODE (kernels of :func:`symquad.kernels`; any model).
+
+    `a` is the current readout of a trained one (default ``a(0)``).
+    """
     from .kernels import kernels
     T = _teacher(T, m.p_star)
     Q = _as_matrix(Q, "Q", (m.p, m.p))
     rho = _as_matrix(rho, "rho", (m.p, m.p_star))
-    _, drho = kernels(m).rhs(Q, rho, T)
+    drho = kernels(m).rhs(Q, rho, T, a)[1]
     return polar_velocity(rho, np.asarray(drho))
 
 
@@ -426,8 +563,14 @@ def invariant_set_defect(Q, rho, T=None) -> dict:
     }
 
 
-def invariant_set_point(p, p_star, rng, T=None, scale=0.3, q_perp=None, q_par=0.5):
+def invariant_set_point(p, p_star, rng, T=None, scale=0.3, q_perp=None, q_par=0.5,
+                        model: Model | None = None):
     r"""A random point of the invariant set ``I_T`` in general position.
+
+    ``I_T`` is where ``S`` is conserved for the classic model and for the changes
+    that keep the proof (weight decay, mini-batches, uniform readouts,
+    ``σ* = c* z²``; docs/model.md §8.4); with `model`, the others are refused by
+    name (``symquad invariants`` gives their exact counterexamples).
 
     ``S`` Haar-random; ``P = V diag(π) Vᵀ`` and ``A = SᵀQS = V diag(α) Vᵀ`` share
     the eigenbasis ``V`` (the eigenbasis of ``T``, which must then be used when
@@ -439,6 +582,12 @@ def invariant_set_point(p, p_star, rng, T=None, scale=0.3, q_perp=None, q_par=0.
 
     Returns ``(Q, rho, T)``.
     """
+    if model is not None:
+        check_model(model, "model")
+        _check_analysis(model, "invariant_set_point", "conservation")
+        if (p, p_star) != (model.p, model.p_star):
+            raise ValueError(f"p, p_star = ({p}, {p_star}) differ from the model's "
+                             f"({model.p}, {model.p_star})")
     T = _teacher(T, p_star)
     theta, V = np.linalg.eigh(T)
     if np.allclose(T, T[0, 0] * np.eye(p_star)):

@@ -32,11 +32,14 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 import numpy as np
 from scipy import integrate as _spint
 from scipy import optimize as _opt
 
+from ..applicability import check as _check_analysis
+from ..applicability import zero_risk_reason, zero_risk_scale
 from ..spec import Model, check_model
 from .errors import DivergenceError, describe_state
 from .kernels import kernels
@@ -66,6 +69,16 @@ def _check_quadratic(m: Model, what: str) -> None:
     if not m.is_quadratic:
         raise ValueError(
             f"{what} is derived for the quadratic activation σ(z) = c z² (+ c0); "
+            f"the model has activation {m.activation_str!r}"
+            + ("" if m.is_default("teacher_activation") else
+               f" and teacher_activation {m.teacher_activation_str!r}"))
+
+
+def _check_quadratic_student(m: Model, what: str) -> None:
+    """The student's σ = c z² + c0 (the teacher's σ* may be any polynomial)."""
+    if not (len(m.activation) == 3 and m.activation[1] == 0):
+        raise ValueError(
+            f"{what} is derived for the quadratic student activation σ(z) = c z² (+ c0); "
             f"the model has activation {m.activation_str!r}")
 
 
@@ -114,8 +127,22 @@ def weight_risk(m: Model, W, Wstar):
     return kernels(m).risk(Q, rho, T)
 
 
+def weight_objective(m: Model, W, Wstar):
+    r"""The objective ``L(W) = ε(W) + (λ/2N)‖W‖²_F`` that the model's gradient flow descends.
+
+    With weight decay ``λ`` (docs/model.md §2) the O(η) part of the dynamics is
+    ``dW/dt = −ηN ∇_W L``; ``L = ε`` when ``λ = 0``.  ``‖W‖²/N = tr Q``.
+    """
+    _check_model(m)
+    Q, rho, T = overlaps(W, Wstar)
+    return kernels(m).risk(Q, rho, T) + 0.5 * m.weight_decay * np.trace(Q, axis1=-2, axis2=-1)
+
+
 def weight_hessian(m: Model, W, Wstar, step: float = 0.05, chunk: int = 20000):
-    r"""Hessian ``∂²ε/∂W_{ka}∂W_{lb}`` of the population risk in the ``p·N`` weights.
+    r"""Hessian ``∂²L/∂W_{ka}∂W_{lb}`` of the objective (:func:`weight_objective`) in the ``p·N`` weights.
+
+    ``L`` is the population risk ``ε`` plus the weight-decay term
+    ``(λ/2N)‖W‖²`` (just ``ε`` without weight decay).
 
     Central mixed differences
 
@@ -124,12 +151,15 @@ def weight_hessian(m: Model, W, Wstar, step: float = 0.05, chunk: int = 20000):
 
     equal ``H_ij + h² c_ij`` exactly for a quartic polynomial (the 6th
     derivatives vanish), so the Richardson combination ``(4D(h) − D(2h))/3`` is
-    exact up to rounding.  ``ε`` is a quartic polynomial of ``W`` for σ(z)=z².
+    exact up to rounding.  ``L`` is a quartic polynomial of ``W`` for σ(z)=z².
 
     Parameters
     ----------
     m : Model
-        Quadratic activation (the exactness argument above needs it).
+        Quadratic activations (the exactness argument above needs them); the
+        changes of :data:`symquad.applicability.RULES` ``["hessian"]`` are
+        handled (uniform readouts, ``σ* = c* z²``, weight decay, batch size),
+        the others refused by name.
     W : array (p, N)
     Wstar : array (p*, N)
     step : float
@@ -142,6 +172,7 @@ def weight_hessian(m: Model, W, Wstar, step: float = 0.05, chunk: int = 20000):
     H : array (p·N, p·N), symmetric, rows ordered as ``W.ravel()``.
     """
     _check_model(m)
+    _check_analysis(m, "weight_hessian", "hessian")
     _check_quadratic(m, "weight_hessian (exact Richardson differences)")
     W = as_real_array(W, "W")
     if W.shape[0] != m.p:
@@ -166,7 +197,8 @@ def weight_hessian(m: Model, W, Wstar, step: float = 0.05, chunk: int = 20000):
                 X[rows, j] += sj * h
                 Wb = X.reshape(i.size, *W.shape)
                 Q, rho, _ = overlaps(Wb, Wstar)
-                vals.append(risk(Q, rho, T))
+                vals.append(risk(Q, rho, T)
+                            + 0.5 * m.weight_decay * np.trace(Q, axis1=-2, axis2=-1))
             out[start:start + i.size] = (vals[0] - vals[1] - vals[2] + vals[3]) / (4 * h * h)
         return out
 
@@ -190,6 +222,11 @@ def _risk_scalar(m, Q, rho):
     return float(kernels(m).risk(Q, rho, _identity_teacher(m)))
 
 
+def _objective_scalar(m, Q, rho):
+    """``L = ε + (λ/2) tr Q`` at ``T = I`` (the risk without weight decay)."""
+    return _risk_scalar(m, Q, rho) + 0.5 * m.weight_decay * float(np.trace(Q))
+
+
 def _stationary(f, lo=1e-2, hi=1e3, h=1e-3):
     """Positive stationary point of a function that is quadratic in its argument.
 
@@ -204,34 +241,53 @@ def _stationary(f, lo=1e-2, hi=1e3, h=1e-3):
 
 
 def gradient_flow_plateau_q(m: Model) -> float:
-    r"""Norm ``q`` of the plateau critical point of the risk (gradient flow, η→0).
+    r"""Norm ``q`` of the plateau critical point of the objective (gradient flow, η→0).
 
     With ``ρ = 0`` the gradient is ``∝ (a I + 2Q/p) W``, so at a full-rank
     critical point ``Q = q I`` and ``q`` is the stationary point of
-    ``q ↦ ε(qI, 0, I)`` (found numerically from the kernel's risk; the symbolic
-    layer gives ``p/(p+2)`` for σ(z)=z²).
+    ``q ↦ L(qI, 0, I)``, ``L = ε + (λ/2) tr Q`` (the risk without weight decay;
+    found numerically from the kernel's risk; the symbolic layer gives
+    ``p/(p+2)`` for σ(z)=z²).  On the sphere the norm is fixed: ``q = 1``.
     """
     _check_model(m)
-    _check_quadratic(m, "the plateau")
+    _check_analysis(m, "the plateau", "plateau")
+    _check_quadratic_student(m, "the plateau")
+    if m.constraint == "sphere":
+        return 1.0
     eye = np.eye(m.p)
     zero = np.zeros((m.p, m.p_star))
-    return _stationary(lambda q: _risk_scalar(m, q * eye, zero))
+    try:
+        return _stationary(lambda q: _objective_scalar(m, q * eye, zero))
+    except RuntimeError:
+        raise ValueError(
+            f"the plateau: the objective along Q = q I, rho = 0 has no stationary point "
+            f"q in (0.01, 1000) for {m!r} (with nothing to fit at rho = 0 the norm decays: "
+            f"no plateau)") from None
 
 
 def minimum_overlaps(m: Model):
     r"""Overlaps ``(Q, ρ)`` of a global minimum of the risk (T = I), axis-aligned.
 
-    * ``p >= p*``: ``ρ = √(p/p*) S`` with ``S = [I_{p*}; 0]`` and ``Q = ρρᵀ``, so
-      ``WᵀW/p = W*ᵀW*/p*`` and the risk vanishes (docs/model.md §8.3).
+    * ``p >= p*``: ``ρ = s S`` with ``S = [I_{p*}; 0]``, ``Q = ρρᵀ`` and
+      ``s² = c*β/(cα)`` for uniform readouts ``α``, ``β`` (``p/p*`` for the
+      classic model), so ``c α WᵀW = c* β W*ᵀW*`` and the risk vanishes
+      (docs/model.md §8.3);
     * ``p < p*``: the best rank-``p`` fit, ``Q = c I_p``, ``ρ = √c [I_p, 0]``
       with ``c`` minimising ``ε(cI, √c[I,0], I)`` (numerically, from the kernel).
+
+    The weight decay and the batch size do not enter the risk; with a trained
+    readout this is the minimum over ``W`` at the readout ``a(0)``.
     """
     _check_model(m)
+    _check_analysis(m, "the minimum", "minimum")
     _check_quadratic(m, "the minimum")
     p, k = m.p, m.p_star
     if p >= k:
+        reason = zero_risk_reason(m)
+        if reason:
+            raise ValueError(f"the minimum: {reason} (model {m!r})")
         S = np.eye(p, k)
-        rho = math.sqrt(p / k) * S
+        rho = math.sqrt(float(zero_risk_scale(m))) * S
         return rho @ rho.T, rho
     R = np.eye(p, k)
     c = _stationary(lambda c: _risk_scalar(m, c * np.eye(p), math.sqrt(c) * R))
@@ -239,31 +295,68 @@ def minimum_overlaps(m: Model):
 
 
 def minimum_risk(m: Model) -> float:
-    """Risk at :func:`minimum_overlaps` (0 for ``p >= p*``)."""
+    """Risk at :func:`minimum_overlaps` (0 for ``p >= p*``).
+
+    On the sphere (classic readouts, ``p >= p*``) the minimum is 0 too: the
+    zero-risk points with ``Q_kk = 1`` are ``ρ = √(p/p*) O`` with ``O`` an
+    equal-norm Parseval frame (orthonormal columns, row norms ``p*/p``), which
+    exist for every ``p >= p*`` (Benedetto & Fickus, Adv. Comput. Math. 18, 2003).
+    """
+    _check_model(m)
+    if m.constraint == "sphere":
+        _check_analysis(m.replace(constraint="none"), "minimum_risk", "minimum")
+        reason = zero_risk_reason(m) if m.is_quadratic else "the activations are not quadratic"
+        if m.p < m.p_star or reason or zero_risk_scale(m) != Fraction(m.p, m.p_star):
+            raise ValueError(
+                "minimum_risk does not support the model field(s) constraint=sphere here: the "
+                "minimum on the sphere is derived only for p >= p_star with zero-risk weights "
+                f"of norm 1 (scale s^2 = p/p*); model {m!r}")
+        return 0.0
     Q, rho = minimum_overlaps(m)
     return _risk_scalar(m, Q, rho)
 
 
-def critical_weights(m: Model, point: str, N: int, seed=0):
-    r"""Randomly oriented weights ``(W, W*)`` at a critical point of the risk.
+def _objective_minimum_overlaps(m: Model):
+    """Critical point of ``L = ε + (λ/2) tr Q`` on the axis-aligned ray (the minimum if λ = 0).
 
-    ``W* = √N O_{1:p*}`` for a random orthonormal frame ``O`` of ``R^N`` (so
-    ``T = I``).  The points:
+    With weight decay the minimum of the risk is no longer critical: the
+    critical point on the ray ``ρ = √s [I; 0]`` (``p >= p*``) or ``√s [I_p, 0]``
+    shrinks.  It is a critical point of ``L`` by symmetric criticality (the ray
+    is the fixed set of the rotations that keep it).
+    """
+    if m.weight_decay == 0:
+        return minimum_overlaps(m)
+    minimum_overlaps(m)            # same checks
+    p, k = m.p, m.p_star
+    R = np.eye(p, k)
+    c = _stationary(lambda c: _objective_scalar(m, c * R @ R.T, math.sqrt(c) * R))
+    return c * R @ R.T, math.sqrt(c) * R
+
+
+def critical_weights(m: Model, point: str, N: int, seed=0):
+    r"""Randomly oriented weights ``(W, W*)`` at a critical point of the objective.
+
+    The objective is the risk, plus ``(λ/2N)‖W‖²`` with weight decay
+    (:func:`weight_objective`).  ``W* = √N O_{1:p*}`` for a random orthonormal
+    frame ``O`` of ``R^N`` (so ``T = I``).  The points:
 
     * ``"origin"``: ``W = 0``;
-    * ``"plateau"``: ``W = √(N q) R O_{p*+1:p*+p}`` with ``q = argmin ε(qI, 0, I)``
+    * ``"plateau"``: ``W = √(N q) R O_{p*+1:p*+p}`` with ``q = argmin L(qI, 0, I)``
       (the gradient-flow plateau, ``p/(p+2)`` for σ = z²) and a random
       ``R ∈ O(p)`` (rows orthogonal to the teacher; needs ``N >= p + p*``);
     * ``"minimum"``: ``W = √N X O_{1:p*}`` with ``X = U ρ_min V``, ``ρ_min`` the
-      overlap of a global minimum (``√(p/p*)`` times the first ``p*`` unit
-      vectors for ``p >= p*``, the best rank-``p`` fit otherwise) and
-      ``U ∈ O(p)``, ``V ∈ O(p*)`` random.
+      overlap of a global minimum (``s`` times the first ``p*`` unit vectors for
+      ``p >= p*``, the best rank-``p`` fit otherwise; with weight decay the
+      critical point of ``L`` on the same ray) and ``U ∈ O(p)``, ``V ∈ O(p*)``
+      random.
 
     Returns ``(W, W*)`` of shapes ``(p, N)``, ``(p*, N)``; with
     :func:`weight_hessian` this gives the numeric Hessian that
-    :func:`symquad.hessian_spectrum` predicts exactly.
+    :func:`symquad.hessian_spectrum` predicts exactly.  Model changes: those of
+    :data:`symquad.applicability.RULES` ``["hessian"]``.
     """
     _check_model(m)
+    _check_analysis(m, "critical_weights", "hessian")
     _check_point(point)
     N = _check_int(N, "N", 1)
     p, k = m.p, m.p_star
@@ -282,39 +375,46 @@ def critical_weights(m: Model, point: str, N: int, seed=0):
         q = gradient_flow_plateau_q(m)
         return math.sqrt(N * q) * U @ O[k:k + p], Wstar
     V, _ = np.linalg.qr(rng.standard_normal((k, k)))
-    _, rho = minimum_overlaps(m)
+    _, rho = _objective_minimum_overlaps(m)
     X = U @ rho @ V
     return math.sqrt(N) * X @ O[:k], Wstar
 
 
 # --------------------------------------------------------------------------- ODE plateau
-def _vech_basis(p):
-    """Symmetric basis matrices ``B_c`` (``E_ii`` and ``E_ij + E_ji``) and their (i, j)."""
-    idx = list(zip(*np.triu_indices(p)))
+def _vech_basis(p, diagonal=True):
+    """Symmetric basis matrices ``B_c`` (``E_ii`` and ``E_ij + E_ji``) and their (i, j).
+
+    Without `diagonal` only the off-diagonal ``E_ij + E_ji`` (the tangent space of
+    the sphere constraint ``Q_ii = 1``).
+    """
+    idx = [(i, j) for i, j in zip(*np.triu_indices(p)) if diagonal or i != j]
     basis = []
     for i, j in idx:
         B = np.zeros((p, p))
         B[i, j] = B[j, i] = 1.0
         basis.append(B)
-    return np.array(basis), idx
+    return np.array(basis).reshape(len(idx), p, p), idx
 
 
 def _jacobian(m: Model, Q, rho, T, step=1e-4):
     r"""Jacobian of ``(Q, ρ) ↦ (dQ, dρ)`` in the coordinates ``(Q_ij (i<=j), ρ_im)``.
 
+    On the sphere the coordinates are ``(Q_ij (i<j), ρ_im)``: ``Q_ii = 1`` is fixed.
     Richardson-extrapolated central differences: the right-hand side is a cubic
-    polynomial for σ(z)=z², so ``(4D(h) − D(2h))/3`` is exact up to rounding.
+    polynomial for σ(z)=z² (a rational function on the sphere, where the
+    differences are accurate to ``O(h⁴)``), so ``(4D(h) − D(2h))/3`` is exact up
+    to rounding.
     """
     k = kernels(m)
     p, ps = m.p, m.p_star
-    basis, idx = _vech_basis(p)
+    basis, idx = _vech_basis(p, diagonal=m.constraint != "sphere")
     nq = len(idx)
     dirs_Q = np.concatenate([basis, np.zeros((p * ps, p, p))])
     dirs_r = np.concatenate([np.zeros((nq, p, ps)),
                              np.eye(p * ps).reshape(p * ps, p, ps)])
-    rows = np.array(idx)
+    rows = np.array(idx, dtype=int).reshape(nq, 2)
 
-    def flat(dQ, dr):
+    def flat(dQ, dr, *_):
         return np.concatenate([dQ[..., rows[:, 0], rows[:, 1]],
                                dr.reshape(dr.shape[:-2] + (p * ps,))], axis=-1)
 
@@ -334,19 +434,26 @@ class PlateauFixedPoint:
     ----------
     model : Model
     q : float
-        Norm at the fixed point of the full ODE (η² term and noise included).
+        Norm at the fixed point of the full ODE (η² term, noise, weight decay and
+        the batch size included; ``1`` on the sphere).
     Q, rho, T : arrays
         ``q I_p``, ``0`` and ``I_{p*}``.
     risk : float
         Population risk there.
     rate : float
         Growth rate ``κ`` of ρ: the largest eigenvalue of the ρ block of the
-        Jacobian (ρ grows like ``e^{κ t}``); ``κ <= 0`` means no escape.
+        Jacobian (ρ grows like ``e^{κ t}``); ``κ <= 0`` means no escape.  The ρ
+        block is ``κ I`` when the teacher readout is uniform; a non-uniform one
+        gives each teacher direction its own rate (``rho_rates``).
     jacobian_eigenvalues : array
-        All eigenvalues of the Jacobian of the ODE in ``(Q_ij (i<=j), ρ)``.
+        All eigenvalues of the Jacobian of the ODE in ``(Q_ij (i<=j), ρ)``
+        (``i < j`` on the sphere).
     q_gradient_flow, risk_gradient_flow, rate_gradient_flow : float
-        The same for the critical point of the risk (gradient flow, η → 0:
-        ``q = argmin ε(qI, 0, I)``, rate = O(η) part of the ρ growth).
+        The same for the critical point of the objective ``L = ε + (λ/2) tr Q``
+        (gradient flow, η → 0: ``q = argmin L(qI, 0, I)``; rate = O(η) part of
+        the ρ growth).  On the sphere ``q_gradient_flow = 1``.
+    rho_rates : array
+        The distinct eigenvalues of the ρ block (growth rates of ρ's directions).
     """
 
     model: Model
@@ -360,6 +467,7 @@ class PlateauFixedPoint:
     q_gradient_flow: float
     risk_gradient_flow: float
     rate_gradient_flow: float
+    rho_rates: np.ndarray = field(default=None, repr=False)
 
 
 def _q_equation(m: Model):
@@ -374,10 +482,24 @@ def _q_equation(m: Model):
     return g
 
 
+def _rho_block(m: Model, q: float):
+    """The ρ block of the Jacobian at ``Q = qI, ρ = 0`` (``T = I``)."""
+    J, nq = _jacobian(m, q * np.eye(m.p), np.zeros((m.p, m.p_star)), _identity_teacher(m))
+    return J[nq:, nq:]
+
+
 def _rho_rate(m: Model, q: float) -> float:
     """Largest eigenvalue of the linear map ``ρ ↦ dρ(qI, ρ, I)`` (ρ block of the Jacobian)."""
-    J, nq = _jacobian(m, q * np.eye(m.p), np.zeros((m.p, m.p_star)), _identity_teacher(m))
-    return float(np.max(np.linalg.eigvals(J[nq:, nq:]).real))
+    return float(np.max(np.linalg.eigvals(_rho_block(m, q)).real))
+
+
+def _distinct(values, rtol=1e-9):
+    values = np.sort(np.asarray(values, dtype=float))
+    out = []
+    for v in values:
+        if not out or abs(v - out[-1]) > rtol * max(1.0, abs(v)):
+            out.append(v)
+    return np.array(out)
 
 
 #: Largest ODE dimension ``n = p(p+1)/2 + p·p*`` whose full Jacobian plateau()
@@ -400,6 +522,56 @@ def _check_jacobian_size(m: Model) -> None:
                       RuntimeWarning, stacklevel=3)
 
 
+def _no_plateau(m: Model, what: str) -> ValueError:
+    return ValueError(
+        f"plateau: no isotropic fixed point with rho = 0 for eta = {m.eta} (lr={m.lr}, "
+        f"lr_scaling={m.lr_scaling!r}, noise={m.noise}, weight_decay={m.weight_decay}, "
+        f"batch_size={m.batch_size}): {what}")
+
+
+def _plateau_norm(m: Model, g, q_gf: float) -> float:
+    r"""The plateau root of ``g(q) = dQ_11(qI, 0, I)/q``.
+
+    ``g`` is quadratic in ``q`` with a positive ``q²`` coefficient (the η² term);
+    the plateau is its smaller positive root, where ``g`` falls through zero (the
+    isotropic direction is stable there; the larger root is the divergence
+    threshold).  Found by bracketing from the gradient-flow value ``q_gf``: above
+    it when ``g(q_gf) > 0`` (the classic model, where the η² term makes ``g`` positive
+    there), below it when weight decay makes ``g(q_gf) < 0``.
+    """
+    vals = g(np.array([q_gf]))
+    if not np.isfinite(vals).all():
+        raise ValueError("plateau: the kernel returned non-finite values")
+    if vals[0] == 0:
+        return q_gf
+    direction = 1.0 if vals[0] > 0 else -1.0
+    grid = q_gf * np.geomspace(1.0, 1e6 if direction > 0 else 1e-9, 2000)
+    vals = g(grid)
+    if not np.isfinite(vals).all():
+        raise ValueError("plateau: the kernel returned non-finite values")
+    flips = np.nonzero(np.sign(vals) != np.sign(vals[0]))[0]
+    if flips.size == 0:
+        if direction > 0:
+            raise _no_plateau(m, "the η² term makes Q grow without bound; reduce lr")
+        raise _no_plateau(m, "dQ < 0 for every q > 0, the weights decay to W = 0 "
+                             "(weight decay too strong)")
+    i = int(flips[0])
+    lo, hi = sorted((grid[i - 1], grid[i]))
+    return float(_opt.brentq(lambda x: float(g(x)[0]), lo, hi, xtol=1e-15, rtol=1e-14))
+
+
+def _gradient_flow_jacobian(m: Model, Q, rho, T):
+    r"""The O(η) part of the Jacobian: ``4 J(η/2) − J(η)``.
+
+    Every term of the drift is ``η·(…)`` or ``(η²/b)·(…)`` (weight decay and the
+    sphere's projection are linear in the drift), so ``J(η) = η J₁ + η² J₂``
+    exactly and the combination removes ``J₂``.
+    """
+    J, nq = _jacobian(m, Q, rho, T)
+    J_half, _ = _jacobian(m.replace(lr=m.lr / 2), Q, rho, T)
+    return 4 * J_half - J, nq
+
+
 def plateau(m: Model) -> PlateauFixedPoint:
     r"""Plateau fixed point of the full ODE, its Jacobian and the growth rate of ρ.
 
@@ -408,49 +580,54 @@ def plateau(m: Model) -> PlateauFixedPoint:
     in ``q`` once the η² term is included.  The plateau is the smaller positive
     root of ``g`` (the larger one, ``q = O(p/η)``, is the divergence threshold);
     it is found by bracketing from the gradient-flow value
-    ``q_gf = argmin_q ε(qI, 0, I)``, where the η² term makes ``g > 0``.
+    ``q_gf = argmin_q L(qI, 0, I)`` (:func:`_plateau_norm`).
 
     The Jacobian at ``ρ = 0`` is block triangular (``dρ`` is linear in ρ and
     ``dQ`` depends on ρ only through ``ρρᵀ``), so the ρ block's eigenvalues are
-    growth rates of ρ; by isotropy they are all equal to ``rate``.
+    growth rates of ρ; with a uniform teacher readout they are all equal to
+    ``rate``.
+
+    Model changes (docs/model.md §8.1): weight decay, mini-batches, a uniform
+    student readout ``α``, any teacher readout and any teacher activation σ*
+    keep the isotropic plateau: with ``σ = c z² + c0`` the mean of
+    ``σ'(λ_k) = 2cλ_k`` vanishes, so ``dρ = 0`` at ``ρ = 0`` whatever σ*, and the
+    reflections ``λ_k → −λ_k`` keep ``Q = qI`` (the kernels carry the change; weight decay adds
+    ``−2ηλq`` to ``dQ`` and ``−ηλρ`` to ``dρ``, the batch divides the η² term by
+    ``b``).  On the sphere ``Q = I, ρ = 0`` is the fixed point and the rate is the
+    ρ block of the projected drift, ``κ(1) − ½ dQ_kk(I, 0)``.  A non-uniform
+    student readout (diagonal plateau), a trained readout and a non-quadratic σ*
+    are refused by name (:data:`symquad.applicability.RULES`).
 
     Raises
     ------
     ValueError
-        If no plateau exists (η too large: Q grows without bound) or the
-        activation is not quadratic.
+        If no plateau exists (η too large: Q grows without bound; weight decay
+        too strong: the weights decay to 0), the activation is not quadratic or
+        the model has a change the plateau is not derived for.
     """
     _check_model(m)
-    _check_quadratic(m, "plateau")
+    _check_analysis(m, "plateau")
+    _check_quadratic_student(m, "plateau")
     _check_jacobian_size(m)
     q_gf = gradient_flow_plateau_q(m)
-    g = _q_equation(m)
-    # scan upward from q_gf on a geometric grid for the first sign change
-    grid = q_gf * np.geomspace(1.0, 1e6, 2000)
-    vals = g(grid)
-    if not np.isfinite(vals).all():
-        raise ValueError("plateau: the kernel returned non-finite values")
-    if vals[0] <= 0:
-        q = q_gf  # η² term and noise vanish at q_gf (cannot happen for η > 0), q_gf is the root
-    else:
-        neg = np.nonzero(vals <= 0)[0]
-        if neg.size == 0:
-            raise ValueError(
-                f"plateau: no isotropic fixed point with rho = 0 for eta = {m.eta} "
-                f"(lr={m.lr}, lr_scaling={m.lr_scaling!r}, noise={m.noise}): the η² term "
-                f"makes Q grow without bound; reduce lr")
-        i = int(neg[0])
-        q = _opt.brentq(lambda x: float(g(x)[0]), grid[i - 1], grid[i], xtol=1e-15, rtol=1e-14)
+    q = q_gf if m.constraint == "sphere" else _plateau_norm(m, _q_equation(m), q_gf)
     eye, zero, T = np.eye(m.p), np.zeros((m.p, m.p_star)), _identity_teacher(m)
     J, nq = _jacobian(m, q * eye, zero, T)
+    rho_eigs = np.linalg.eigvals(J[nq:, nq:]).real
+    if m.constraint == "sphere":
+        J_gf, _ = _gradient_flow_jacobian(m, eye, zero, T)
+        rate_gf = float(np.max(np.linalg.eigvals(J_gf[nq:, nq:]).real))
+    else:
+        rate_gf = _rho_rate(m, q_gf)
     return PlateauFixedPoint(
         model=m, q=float(q), Q=q * eye, rho=zero, T=T,
         risk=_risk_scalar(m, q * eye, zero),
-        rate=float(np.max(np.linalg.eigvals(J[nq:, nq:]).real)),
+        rate=float(np.max(rho_eigs)),
         jacobian_eigenvalues=np.sort_complex(np.linalg.eigvals(J)),
         q_gradient_flow=q_gf,
         risk_gradient_flow=_risk_scalar(m, q_gf * eye, zero),
-        rate_gradient_flow=_rho_rate(m, q_gf),
+        rate_gradient_flow=rate_gf,
+        rho_rates=_distinct(rho_eigs),
     )
 
 
@@ -458,31 +635,42 @@ def plateau(m: Model) -> PlateauFixedPoint:
 def rho_diffusion(m: Model, q):
     r"""Diffusion constant ``D`` of ρ under SGD at ``ρ = 0``, ``Q = q I``, ``T = I``.
 
-    One SGD step changes ``ρ_kl`` by ``−(η/N)(ŷ − y) σ'(λ_k) ν_l / p``, so per unit
-    time (N steps) the entries of ρ pick up independent variance ``D/N`` with
-    ``D = η² E[(ŷ − y)² σ'(λ_k)² ν_l²] / p²``.  At ``ρ = 0`` the fields λ
-    (iid ``N(0, q)``) and ν (iid ``N(0, 1)``) are independent, and for
-    ``σ = c z² + c0``, with ``A = Σλ_j²/p``, ``B = Σν_m²/p*``, Gaussian moments give
+    One SGD step changes ``ρ_kl`` by ``−(η/N) a_k (ŷ − y) σ'(λ_k) ν_l`` (averaged
+    over the ``b`` samples of a mini-batch), so per unit time (N steps) the
+    entries of ρ pick up independent variance ``D/N`` with
+    ``D = η² α² E[(ŷ − y)² σ'(λ_k)² ν_l²] / b`` (weight decay is deterministic and
+    adds nothing).  At ``ρ = 0`` the fields λ (iid ``N(0, q)``) and ν (iid
+    ``N(0, 1)``) are independent.  For ``σ = c z² + c0``, ``σ* = c* z² + c0*`` and
+    uniform readouts ``α``, ``β``, write ``ŷ − y = U − V + κ − √Δ ξ`` with
+    ``U = αc Σλ_j²``, ``V = βc* Σν_m²`` and ``κ = c0 pα − c0* p*β``; Gaussian moments
+    give
 
     .. math::
-        E[(ŷ−y)² σ'(λ_k)² ν_l²] = 4c² \{ c²[E(A²λ_k²) − 2E(Aλ_k²)E(Bν_l²)
-        + q E(B²ν_l²)] + Δ q \},
+        E[(ŷ−y)² σ'(λ_k)² ν_l²] = 4c² \{ E(U²λ_k²) − 2E(Uλ_k²)E(Vν_l²)
+        + q E(V²ν_l²) + 2κ[E(Uλ_k²) − q E(Vν_l²)] + q(κ² + Δ) \},
 
-    ``E(Aλ_k²) = q²(p+2)/p``, ``E(A²λ_k²) = q³(p+2)(p+4)/p²`` and the same with
-    ``q → 1, p → p*`` for ν.  (The symbolic layer derives this expectation with the
-    Wick engine and the tests compare; a Monte Carlo test checks it too.)
+    ``E(Uλ_k²) = αc q²(p+2)``, ``E(U²λ_k²) = α²c² q³(p+2)(p+4)``,
+    ``E(Vν_l²) = βc*(p*+2)``, ``E(V²ν_l²) = β²c*²(p*+2)(p*+4)`` (classic: α = 1/p,
+    β = 1/p*, c* = c, κ = 0).  The symbolic layer derives the expectation from
+    the model's network with the Wick engine and the tests compare; a Monte
+    Carlo test of one SGD step checks it too.  The sphere, non-uniform and
+    trained readouts are refused (issue 16 generalises the diffusion).
     """
     _check_model(m)
+    _check_analysis(m, "rho_diffusion")
     _check_quadratic(m, "rho_diffusion")
     q = np.asarray(q, dtype=float)
-    c = float(m.activation[2])
+    c, cs = float(m.activation[2]), float(m.teacher_activation[2])
+    alpha, beta = float(m.readout[0]), float(m.teacher_readout[0])
+    kappa = float(m.activation[0]) * m.p * alpha - float(m.teacher_activation[0]) * m.p_star * beta
     p, k, eta = m.p, m.p_star, m.eta
-    e_al = q ** 2 * (p + 2) / p
-    e_aal = q ** 3 * (p + 2) * (p + 4) / p ** 2
-    e_bn = (k + 2) / k
-    e_bbn = (k + 2) * (k + 4) / k ** 2
-    moment = 4 * c ** 2 * (c ** 2 * (e_aal - 2 * e_al * e_bn + q * e_bbn) + m.noise * q)
-    return eta ** 2 * moment / p ** 2
+    e_ul = alpha * c * q ** 2 * (p + 2)
+    e_uul = (alpha * c) ** 2 * q ** 3 * (p + 2) * (p + 4)
+    e_vn = beta * cs * (k + 2)
+    e_vvn = (beta * cs) ** 2 * (k + 2) * (k + 4)
+    moment = 4 * c ** 2 * (e_uul - 2 * e_ul * e_vn + q * e_vvn
+                           + 2 * kappa * (e_ul - q * e_vn) + q * (kappa ** 2 + m.noise))
+    return eta ** 2 * alpha ** 2 * moment / m.batch_size
 
 
 # --------------------------------------------------------------------------- escape times
@@ -631,19 +819,30 @@ class EscapePrediction:
 MAX_ESCAPE_SAMPLES = 100_000
 
 
+def _check_escape_model(m: Model, sgd_noise) -> None:
+    """The model changes the linearised escape law covers (before any work)."""
+    _check_model(m)
+    if not isinstance(sgd_noise, (bool, np.bool_)):
+        raise TypeError(f"sgd_noise must be True or False, got {sgd_noise!r}")
+    _check_analysis(m, "escape_time")
+    if sgd_noise:
+        _check_analysis(m, "escape_time (sgd_noise=True: the SGD-noise seed)", "rho_diffusion")
+    _check_quadratic(m, "escape_time")
+
+
 def escape_prediction(m: Model, N: int, q0: float = 1.0, sgd_noise: bool = True,
                       n_samples: int = 256, seed: int = 0, fraction: float = 0.5,
                       delta: float = 1e-4, n_eval: int = 6000, Z=None) -> EscapePrediction:
     """Implementation of :func:`escape_time` (same arguments and result)."""
-    _check_model(m)
-    _check_quadratic(m, "escape_time")
+    _check_escape_model(m, sgd_noise)
     # the random start w_k ~ N(0, q0 I_N) has a full-rank Gram matrix only for N >= p + p*
     # (the sizes the CLI accepts); below that the law's s = sqrt(q0/N) is O(1) and the
     # prediction is meaningless (N = 1 gave a negative time)
     N = _check_int(N, "N", m.p + m.p_star)
     q0 = check_positive("q0", q0)
-    if not isinstance(sgd_noise, (bool, np.bool_)):
-        raise TypeError(f"sgd_noise must be True or False, got {sgd_noise!r}")
+    if m.constraint == "sphere" and q0 != 1.0:
+        raise ValueError(f"q0 must be 1 for constraint='sphere' (every row has |w_k|^2 = N), "
+                         f"got {q0}")
     n_samples = _check_int(n_samples, "n_samples", 1, MAX_ESCAPE_SAMPLES)
     check_seed(seed)
     fraction = check_real("fraction", fraction, low=0.0, high=1.0, low_open=True, high_open=True)
@@ -704,7 +903,11 @@ def random_start(m: Model, N: int, n: int, seed=0, q0: float = 1.0):
 
     With the teacher rows ``√N e_l`` (any orthonormal frame gives the same law),
     ``ρ_kl = w_kl/√N`` and ``Q = (G₁G₁ᵀ + S)/N·q0`` where ``G₁`` holds the first
-    ``p*`` coordinates and ``S ~ Wishart(N − p*, I_p)`` the rest.
+    ``p*`` coordinates and ``S ~ Wishart(N − p*, I_p)`` the rest.  On the sphere
+    (``constraint="sphere"``) every row is then renormalised to ``|w_k|² = N``,
+    as the simulators do: ``Q ← D^{-1/2} Q D^{-1/2}``, ``ρ ← D^{-1/2} ρ`` with
+    ``D = diag(Q)`` (``q0`` cancels).  The other model fields do not enter the
+    law of the weights.
 
     Returns ``(Q0, rho0)`` of shapes ``(n, p, p)``, ``(n, p, p*)``.
     """
@@ -723,6 +926,12 @@ def random_start(m: Model, N: int, n: int, seed=0, q0: float = 1.0):
         S = G2 @ np.swapaxes(G2, -1, -2)
     Q0 = q0 * (G1 @ np.swapaxes(G1, -1, -2) + S) / N
     rho0 = math.sqrt(q0 / N) * G1
+    if m.constraint == "sphere":
+        scale = 1.0 / np.sqrt(np.diagonal(Q0, axis1=-2, axis2=-1))
+        Q0 = scale[..., :, None] * Q0 * scale[..., None, :]
+        idx = np.arange(p)
+        Q0[..., idx, idx] = 1.0          # exactly, not to rounding
+        rho0 = scale[..., :, None] * rho0
     return Q0, rho0
 
 
@@ -777,6 +986,15 @@ def escape_time(m: Model, N: int, q0: float = 1.0, sgd_noise: bool = True,
     multiplies ``log N``; ``p`` enters the bracket (the prefactor) through the
     law of ``Z`` (p·p* entries), the relaxation and the nonlinear escape.
 
+    Model changes (docs/model.md §8.2): those that keep the isotropic plateau
+    (weight decay, mini-batches, uniform readouts, ``σ* = c* z² + c0*``, the
+    sphere with ``q0 = 1``) are covered, because the law is built from the
+    plateau's rate and a batched ODE solve of the model's own kernels; the
+    SGD-noise seed ``J`` needs :func:`rho_diffusion`, which does not cover the
+    sphere (``sgd_noise=True`` is refused there).  Non-uniform readouts (ρ's
+    directions grow at different rates), a trained readout (no plateau fixed
+    point) and non-quadratic activations are refused by name.
+
     Parameters
     ----------
     m : Model (quadratic activation)
@@ -784,7 +1002,7 @@ def escape_time(m: Model, N: int, q0: float = 1.0, sgd_noise: bool = True,
         The law is asymptotic in ``N``; it warns when ``N`` is too small for it
         (``s² = (q0 + J)/N`` not small).  Smaller ``N`` is refused (N = 1
         returned a negative time).
-    q0 : float, initial weight variance (> 0)
+    q0 : float, initial weight variance (> 0; 1 on the sphere)
     sgd_noise : bool
         True: prediction for SGD (noise seeding included); False: for the ODE
         integrated from the realised random start.
@@ -807,7 +1025,7 @@ def escape_time(m: Model, N: int, q0: float = 1.0, sgd_noise: bool = True,
         random starts; ``result.rate`` is ``κ`` and ``result.log_prefactor``
         is ``c``.
     """
-    _check_model(m)
+    _check_escape_model(m, sgd_noise)
     _check_int(N, "N", m.p + m.p_star)
     return escape_prediction(m, N, q0=q0, sgd_noise=sgd_noise, n_samples=n_samples, seed=seed,
                              fraction=fraction, delta=delta, n_eval=n_eval, Z=Z)
@@ -818,14 +1036,18 @@ def noisy_floor(m: Model, t_max: float = 400.0, n_eval: int = 401):
     r"""Where the ODE goes from a zero-risk point when the labels are noisy (``p >= p*``).
 
     At a solution ``Q = ρρᵀ``, ``ρᵀρ = (p/p*) I`` the η² term of ``dQ`` reduces to
-    ``(4η²Δ/p²) Q`` (the risk and the other η² terms vanish there), so with
-    ``Δ > 0`` the solution is no longer a fixed point.  This integrates the ODE
+    ``(4η²Δ/p²) Q`` (the risk and the other η² terms vanish there; in general
+    ``(4c²α²η²Δ/b) Q``), so with ``Δ > 0`` the solution is no longer a fixed point.
+    Uniform readouts, ``σ* = c* z²`` and mini-batches are covered (the start is
+    the axis-aligned zero-risk point of :func:`minimum_overlaps`); weight
+    decay, a trained readout and the sphere are refused by name.  This integrates the ODE
     (:func:`symquad.integrate`) from the axis-aligned solution and returns the
     :class:`~symquad.numeric.integrate.ODESolution`; its final risk is the noise
     floor (``O(ηΔ)``).
     """
     from .integrate import integrate
     _check_model(m)
+    _check_analysis(m, "noisy_floor")
     _check_quadratic(m, "noisy_floor")
     t_max = check_positive("t_max", t_max)
     n_eval = _check_int(n_eval, "n_eval", 2, 10 ** 6)

@@ -15,6 +15,7 @@ layer opts a field in once an analysis has been extended to it.
 
 from __future__ import annotations
 
+from ..applicability import check
 from ..spec import require
 
 __all__ = ["ANALYSES", "refusal", "require_analysis"]
@@ -27,34 +28,32 @@ __all__ = ["ANALYSES", "refusal", "require_analysis"]
 _GENERIC = ("teacher_activation", "readout", "teacher_readout", "lr_readout", "weight_decay",
             "batch_size", "constraint")
 
-#: analysis -> (routine name used in messages, fields it handles, what it rests on)
+#: analysis -> (routine name used in messages, the rules of :data:`symquad.applicability.RULES`
+#: that decide it, or the fields it handles when it rests on no derived result)
 ANALYSES = {
-    "plateau": (
-        "the plateau fixed point", (),
-        "rho = 0, Q = q I and its growth rate are derived for the classic model"),
-    "escape": (
-        "the plateau/escape analysis", (),
-        "the plateau rho = 0, Q = q I, its growth rate and the SGD-noise seeding of rho are "
-        "derived for the classic model"),
-    "invariant_drift": (
-        "the drift study of S", (),
-        "the conservation of S = rho (rho^T rho)^(-1/2) is proved for the classic model"),
-    "hessian": (
-        "the Hessian-spectrum analysis", (), "the critical points and spectra are derived for the "
-        "classic model"),
-    "manifold": (
-        "the zero-risk manifold", (), "derived for the classic readouts and sigma* = sigma"),
-    "conservation": (
-        "the conservation proof of S", (), "proved for the classic model"),
-    "finite_size_scaling": ("the finite-size scaling", _GENERIC, ""),
-    "informed_start": ("the informed start", _GENERIC, ""),
+    "plateau": ("the plateau fixed point", "plateau"),
+    "escape": ("the plateau/escape analysis", "escape_time"),
+    "invariant_drift": ("the drift study of S", "conservation"),
+    "hessian": ("the Hessian-spectrum analysis", "hessian"),
+    "manifold": ("the zero-risk manifold", "manifold"),
+    "conservation": ("the conservation proof of S", "conservation"),
+    "finite_size_scaling": ("the finite-size scaling", _GENERIC),
+    "informed_start": ("the informed start", _GENERIC),
 }
 
 
 def require_analysis(model, analysis: str):
-    """Raise ValueError naming every changed field of `model` that `analysis` does not handle."""
-    routine, supports, why = ANALYSES[analysis]
-    return require(model, routine, supports, why)
+    """Raise ValueError naming every changed field of `model` that `analysis` does not handle.
+
+    The analyses derived for the classic model are decided by their own rules
+    (:data:`symquad.applicability.RULES`, the same the analyses' functions
+    apply), so a field an analysis has been extended to is run, and every other
+    changed field is refused by name.
+    """
+    routine, rules = ANALYSES[analysis]
+    if isinstance(rules, str):
+        return check(model, routine, rules)
+    return require(model, routine, rules)
 
 
 def refusal(model, analysis: str):

@@ -53,6 +53,7 @@ import numpy as np
 import sympy as sp
 from sympy.polys.matrices import DomainMatrix
 
+from ..applicability import check, zero_risk_reason
 from ..spec import Model, check_model
 
 __all__ = [
@@ -80,10 +81,14 @@ def _check(m, point):
     check_model(m, "m")
     if not isinstance(point, str) or point not in POINTS:
         raise ValueError(f"point must be one of {POINTS}, got {point!r}")
+    check(m, "hessian_spectrum", "hessian")
     if not m.is_quadratic:
         raise ValueError(
             "the weight-space Hessian reduction is derived for σ(z) = c z² (+ c0); "
             f"the model has activation {m.activation_str!r}")
+    if point == "minimum" and m.p >= m.p_star and zero_risk_reason(m):
+        raise ValueError(f"hessian_spectrum at the minimum: {zero_risk_reason(m)} "
+                         f"(model {m!r})")
     if max(m.p, m.p_star) > MAX_HESSIAN_WIDTH:
         raise ValueError(
             f"the exact Hessian reduction needs p and p_star in [1, {MAX_HESSIAN_WIDTH}] "
@@ -91,13 +96,32 @@ def _check(m, point):
             f"minutes); got p={m.p}, p_star={m.p_star}")
 
 
+def _risk_key(m: Model) -> tuple:
+    """What the risk depends on: widths, activations and readouts."""
+    return (m.p, m.p_star, m.activation, m.teacher_activation, m.readout, m.teacher_readout)
+
+
 @lru_cache(maxsize=None)
-def _risk_function(p: int, p_star: int, activation: tuple):
-    """The derived risk ``ε(Q, ρ, T)`` (explicit, entry symbols) and its symbols."""
+def _derived_risk(p, p_star, activation, teacher_activation, readout, teacher_readout):
     from .derive import derive
-    eq = derive(Model(p=p, p_star=p_star, lr=1, activation=activation))
+    eq = derive(Model(p=p, p_star=p_star, lr=1, activation=activation,
+                      teacher_activation=teacher_activation, readout=readout,
+                      teacher_readout=teacher_readout))
     risk = eq.explicit()[0]
     Q, rho, T = eq.entry_symbols
+    return risk, Q, rho, T
+
+
+def _risk_function(m: Model):
+    r"""The objective ``L = ε + (λ/2) tr Q`` (explicit, entry symbols) and its symbols.
+
+    ``ε`` is the risk that :func:`symquad.derive` derives for the model's
+    activations and readouts; ``(λ/2) tr Q = (λ/2N)‖W‖²`` is the weight decay,
+    whose gradient flow is the O(η) part of the dynamics (docs/model.md §8.5).
+    """
+    risk, Q, rho, T = _derived_risk(*_risk_key(m))
+    if m.weight_decay:
+        risk = risk + sp.nsimplify(m.weight_decay) / 2 * sum(Q[i, i] for i in range(m.p))
     return risk, Q, rho, T
 
 
@@ -123,12 +147,15 @@ def effective_point(m: Model, point: str):
     r"""Exact effective coordinates ``(X, Y, r)`` of a critical point (T = I).
 
     ``X`` is p×r and ``Y = [I_{p*}, 0]`` is p*×r; the scale of the plateau and of
-    the ``p < p*`` minimum is the stationary point of the derived risk along the
-    corresponding ray.
+    the minimum is the stationary point of the derived objective
+    (:func:`_risk_function`) along the corresponding ray: ``s² = c*β/(cα)``
+    (``p/p*``) for a zero-risk minimum.  The rays are the fixed sets of the
+    rotations that keep them, so a stationary point along a ray is a critical
+    point (symmetric criticality).
     """
     _check(m, point)
     p, k = m.p, m.p_star
-    risk, *syms = _risk_function(p, k, m.activation)
+    risk, *syms = _risk_function(m)
     s = sp.Symbol("s", positive=True)
     if point == "origin":
         r = k
@@ -140,13 +167,10 @@ def effective_point(m: Model, point: str):
         X = sp.zeros(p, k).row_join(sp.sqrt(q) * sp.eye(p))
     else:
         r = k
-        if p >= k:
-            X = sp.sqrt(sp.Rational(p, k)) * sp.eye(p, k)
-        else:
-            R = sp.eye(p, k)
-            c = _stationary_scale(_substitute(risk, syms, (s * sp.eye(p), sp.sqrt(s) * R,
-                                                           sp.eye(k))), s)
-            X = sp.sqrt(c) * R
+        R = sp.eye(p, k)
+        c = _stationary_scale(_substitute(risk, syms, (s * R * R.T, sp.sqrt(s) * R,
+                                                       sp.eye(k))), s)
+        X = sp.sqrt(c) * R
     Y = sp.eye(k, r)
     return sp.ImmutableMatrix(X), sp.ImmutableMatrix(Y), r
 
@@ -252,7 +276,7 @@ def _hessian_reduced(m: Model, X0, Y):
     """
     p, k = m.p, m.p_star
     r = X0.cols
-    risk, Qs, rhos, Ts = _risk_function(p, k, m.activation)
+    risk, Qs, rhos, Ts = _risk_function(m)
     xs = sp.Matrix(p, r + 1, lambda i, j: sp.Symbol(f"x_{i}_{j}", real=True))
     Yx = Y.row_join(sp.zeros(k, 1))
     Qx, rhox = xs * xs.T, xs * Yx.T
@@ -314,7 +338,8 @@ def hessian_blocks(m: Model, point: str) -> HessianBlocks:
     Parameters
     ----------
     m : Model
-        Quadratic activation; ``lr``/``noise`` do not enter (the risk is clean).
+        Quadratic activations; ``lr``/``noise`` and the batch size do not enter
+        (the risk is clean); the weight decay adds ``(λ/2) tr Q``.
     point : {"origin", "plateau", "minimum"}
     """
     _check(m, point)
@@ -363,7 +388,8 @@ class HessianSpectrum:
         which the risk grows quartically).
     count_formulas : dict
         ``{"negative", "zero", "positive"}``: the counts as formulas in
-        ``p, p_star, N`` (strings), from the closed-form spectra (module docstring).
+        ``p, p_star, N`` (strings), from the closed-form spectra (module docstring);
+        empty where the closed forms do not apply (weight decay).
     r : int
         Dimension of the span of student and teacher rows at the point.
 
@@ -419,10 +445,12 @@ class HessianSpectrum:
         distinct = ", ".join(
             f"{sp.nsimplify(v * self.N)}" + (f" (x{n})" if n > 1 else "")
             for v, n in sorted(self.exact.items(), key=lambda kv: float(kv[0])))
+        formulas = (f"negative = {f['negative']}, zero = {f['zero']}, "
+                    f"positive = {f['positive']}" if f else
+                    "not derived for this model (weight decay, or no zero-risk minimum)")
         return (f"{self.point}: (negative, zero, positive) = {self.counts} of p·N = "
                 f"{len(self.eigenvalues)}\n"
-                f"  formulas: negative = {f['negative']}, zero = {f['zero']}, "
-                f"positive = {f['positive']}\n"
+                f"  formulas: {formulas}\n"
                 f"  N*eigenvalues: {distinct}\n"
                 f"  zero modes: {self.tangent_zero_modes} tangent to the critical manifold, "
                 f"{self.extra_zero_modes} extra")
@@ -469,7 +497,8 @@ def hessian_spectrum(m: Model, point: str = "plateau", N: int = 12) -> HessianSp
     neg, zero, pos = blocks.counts(N)
     zm = blocks.zero_modes(N)
     regime = None if point != "minimum" else ("over" if m.p >= m.p_star else "under")
-    formulas = {key: str(value) for key, value in count_formulas(point, regime).items()}
+    formulas = ({key: str(value) for key, value in count_formulas(point, regime).items()}
+                if _counts_apply(m) is None else {})
     return HessianSpectrum(model=m, point=point, N=N, eigenvalues=values, exact=spec,
                            negative=neg, zero=zero, positive=pos,
                            tangent_zero_modes=zm["tangent"], extra_zero_modes=zm["extra"],
@@ -477,7 +506,22 @@ def hessian_spectrum(m: Model, point: str = "plateau", N: int = 12) -> HessianSp
 
 
 # --------------------------------------------------------------------------- closed forms
-def spectrum_formulas(point: str, regime: str | None = None) -> list:
+def _counts_apply(m: Model) -> str | None:
+    r"""Why the closed-form counts do not hold for `m` (None when they do).
+
+    With ``cα > 0`` and ``c*β > 0`` (uniform readouts, ``κ = 0``) the rescaling
+    ``W → √(cαp) W`` maps the risk onto the classic one with teacher overlap
+    ``c*βp* T``, a positive multiple of the classic risk at rescaled weights:
+    critical points correspond and the Hessians differ by positive factors, so
+    the counts are the classic ones (the values are not).  Weight decay adds
+    ``λ/N`` to every eigenvalue and moves the critical points.
+    """
+    if m.weight_decay:
+        return "weight decay moves the spectrum"
+    return zero_risk_reason(m)
+
+
+def spectrum_formulas(point: str, regime: str | None = None, model: Model | None = None) -> list:
     r"""Closed-form spectrum ``[(N·eigenvalue, multiplicity, meaning), ...]`` in ``p, p*, N``.
 
     From the quadratic form in the module docstring, on the invariant subspaces
@@ -500,7 +544,14 @@ def spectrum_formulas(point: str, regime: str | None = None) -> list:
     * minimum, ``p < p*`` (regime ``"under"``): ``4(p*+2)/(p p*)`` (×1),
       ``8(p*+2)/(p p*(p+2))`` (``p(p+1)/2 − 1``), ``4/(p p*)`` (``p(N−p*)``),
       ``0`` on ``p p* − p(p+1)/2`` tangent directions.
+
+    These are the classic model's values; with `model`, its changes are checked
+    (only the batch size, which does not enter the risk, keeps them).
     """
+    if model is not None:
+        from ..spec import require
+        require(model, "spectrum_formulas", supports=("batch_size",),
+                why="the closed-form eigenvalues are the classic model's")
     p, k, N = P_SYM, P_STAR_SYM, N_SYM
     if point not in POINTS:
         raise ValueError(f"point must be one of {POINTS}, got {point!r}")
@@ -526,8 +577,18 @@ def spectrum_formulas(point: str, regime: str | None = None) -> list:
             (sp.S.Zero, p * k - p * (p + 1) / 2, "tangent to the manifold of minima")]
 
 
-def count_formulas(point: str, regime: str | None = None) -> dict:
-    """``{"negative", "zero", "positive"}`` counts as expressions in ``p, p*, N``."""
+def count_formulas(point: str, regime: str | None = None, model: Model | None = None) -> dict:
+    """``{"negative", "zero", "positive"}`` counts as expressions in ``p, p*, N``.
+
+    With `model`: ValueError when the counts do not hold for it (weight decay,
+    non-uniform or sign-incompatible readouts, a constant offset; see
+    :func:`_counts_apply`).
+    """
+    if model is not None:
+        check(model, "count_formulas", "hessian")
+        reason = _counts_apply(model)
+        if reason:
+            raise ValueError(f"count_formulas does not hold for {model!r}: {reason}")
     out = {"negative": sp.S.Zero, "zero": sp.S.Zero, "positive": sp.S.Zero}
     for value, mult, _ in spectrum_formulas(point, regime):
         sign = "zero" if value == 0 else ("negative" if value.is_negative else "positive")
@@ -540,7 +601,7 @@ def formula_spectrum(m: Model, point: str, N: int) -> dict:
     regime = None if point != "minimum" else ("over" if m.p >= m.p_star else "under")
     sub = {P_SYM: m.p, P_STAR_SYM: m.p_star, N_SYM: N}
     out: dict = {}
-    for value, mult, _ in spectrum_formulas(point, regime):
+    for value, mult, _ in spectrum_formulas(point, regime, model=m):
         v = sp.nsimplify(value.subs(sub)) / N
         n = int(mult.subs(sub))
         if n:

@@ -40,13 +40,19 @@ from functools import lru_cache
 
 import sympy as sp
 
+from ..applicability import check
 from ..spec import Model, check_model
+from .symbols import BATCH
+
+#: ``1/b`` of a mini-batch as one symbol (the proof's polynomial arithmetic needs it).
+INVERSE_BATCH = sp.Symbol("inverse_batch_size", positive=True)
 
 __all__ = [
     "ProofError", "ConservationProof", "prove_conservation", "ode_explicit",
     "instantaneous_condition", "diagonal_gauge_invariance", "equivariance",
     "exact_dS_dt", "counterexamples", "positive_control", "cayley_orthogonal",
-    "conservation_latex",
+    "conservation_latex", "typical_start", "start_counterexample", "ConservationVerdict",
+    "conservation_verdict",
 ]
 
 
@@ -59,8 +65,13 @@ class ProofError(AssertionError):
 # ----------------------------------------------------------------------------
 @lru_cache(maxsize=None)
 def ode_explicit(m: Model):
-    """``(dQ, drho, (Q, rho, T), eta, noise)`` from ``symquad.derive(m).explicit()``."""
+    """``(dQ, drho, (Q, rho, T), eta, noise)`` from ``symquad.derive(m).explicit()``.
+
+    The ODE of the proof steps: the model's changes must be those the theorem is
+    derived for (:data:`symquad.applicability.RULES` ``["conservation"]``).
+    """
     check_model(m, "m")
+    check(m, "the conservation proof", "conservation")
     if not m.is_quadratic:
         raise ValueError(
             f"the conservation of S is derived for sigma(z) = c z**2 (+ c0); the model has "
@@ -71,7 +82,10 @@ def ode_explicit(m: Model):
             f"p_star={m.p_star}")
     from .derive import derive
     eq = derive(m)
-    _, dQ, drho = eq.explicit()
+    _, dQ, drho = eq.explicit()[:3]
+    # the batch size enters as 1/b: a symbol for 1/b keeps the drift polynomial
+    inv = {BATCH: 1 / INVERSE_BATCH}
+    dQ, drho = (sp.Matrix(X).xreplace(inv).applyfunc(sp.expand) for X in (dQ, drho))
     return sp.ImmutableMatrix(dQ), sp.ImmutableMatrix(drho), eq.entry_symbols, eq.eta, eq.noise
 
 
@@ -225,8 +239,9 @@ def equivariance(m: Model) -> dict:
     """
     dQ, drho, (Qs, rs, Ts), eta, noise = ode_explicit(m)
     p, k = m.p, m.p_star
+    # every parameter that stays a symbol (η, Δ, and λ, b when switched on)
     syms = sorted(set(Qs.free_symbols) | set(rs.free_symbols) | set(Ts.free_symbols)
-                  | {eta, noise}, key=lambda s: s.name)
+                  | {eta, noise} | dQ.free_symbols | drho.free_symbols, key=lambda s: s.name)
     R, *_ = sp.ring(syms, sp.QQ)
     conv = {s: R(s) for s in syms}
 
@@ -424,7 +439,17 @@ class ConservationProof:
 
 
 def prove_conservation(m: Model, check_equivariance: bool = True) -> ConservationProof:
-    """Run steps 1–3 for ``m`` with SymPy; raises :class:`ProofError` on any failure."""
+    """Run steps 1–3 for ``m`` with SymPy; raises :class:`ProofError` on any failure.
+
+    Model changes that keep the theorem (docs/model.md §8.4) are handled: weight
+    decay (``−ηλρ`` is ``ρB`` with ``B`` symmetric), mini-batches (only the η²
+    term of ``dQ`` changes), uniform readouts and ``σ* = c* z² + c0*`` (the
+    ``O(p) × O(p*)`` symmetry stays); the proof then runs on the changed ODE,
+    with ``λ`` and ``b`` symbolic.  The others (non-uniform or trained readouts,
+    the sphere) are refused by name: :func:`conservation_verdict` gives their
+    exact counterexamples.
+    """
+    check(m, "prove_conservation", "conservation")
     inst = instantaneous_condition(m)
     inv = diagonal_gauge_invariance(m)
     eqv = equivariance(m) if check_equivariance else {"skipped": True}
@@ -458,6 +483,8 @@ def _names(*exprs) -> dict:
 def _tex(expr, names=None) -> str:
     from .latex import to_latex
 
+    # the proof works with 1/b as a symbol: print it as 1/B
+    expr = expr.xreplace({INVERSE_BATCH: 1 / BATCH}) if hasattr(expr, "xreplace") else expr
     return to_latex(expr, _names(expr) if names is None else names)
 
 
@@ -469,6 +496,12 @@ def _matrices_tex(pairs) -> str:
     if sum(tex_width(x) for x in parts) + 20.0 * len(parts) <= LINE_WIDTH_PT:
         return r",\quad ".join(parts)
     return r", \\ ".join(parts)
+
+
+def _tex_field(m: Model, name: str) -> str:
+    """A changed field as LaTeX text, e.g. ``\texttt{readout}$=1/2$``."""
+    return r"\texttt{" + name.replace("_", r"\_") + "}" + r"$=$" + \
+        m._field_text(name).replace("_", r"\_").replace("**", "^")
 
 
 def conservation_latex(proof: ConservationProof, standalone: bool = False) -> str:
@@ -486,6 +519,7 @@ def conservation_latex(proof: ConservationProof, standalone: bool = False) -> st
         r"\paragraph{Theorem.} For " + ", ".join(
             f"${part}$" for part in
             describe_model(m, tex=True, exclude=("lr", "noise")).split(",\\ "))
+        + (" (weight decay and batch size symbolic)" if m.changed_fields() else "")
         + ", any $\\eta>0$ and $\\Delta\\ge 0$, let $\\rho=SP$ with "
         r"$S^\top S=I$, $P=(\rho^\top\rho)^{1/2}\succ0$, $\Pi=SS^\top$, $Q_\parallel=S^\top QS$. "
         r"Along the ODE $\dot Q,\dot\rho$ of \texttt{symquad.derive}, $S(t)=S(0)$ for all $t$ in the "
@@ -573,3 +607,250 @@ def conservation_latex(proof: ConservationProof, standalone: bool = False) -> st
         from .latex import document
         return document(body, title="Conservation of S")
     return body
+
+
+# ----------------------------------------------------------------------------
+# any model: is S conserved from the typical start?  (exact Taylor coefficients)
+# ----------------------------------------------------------------------------
+@lru_cache(maxsize=None)
+def _state_ode(m: Model):
+    r"""The model's whole ODE as ``(state symbols, right-hand sides, blocks)``, exact.
+
+    State: the upper triangle of ``Q``, ``ρ`` and, for a trained readout, ``a``
+    (``T`` is a constant).  All learning parameters take the model's values as
+    exact rationals (:attr:`symquad.symbolic.derive.Equations.params`).
+    """
+    from .derive import derive
+    from .symbols import readout_symbols
+    check_model(m, "m")
+    eq = derive(m)
+    out = eq.explicit()
+    dQ, drho = out[1], out[2]
+    da = out[3] if m.readout_trained else None
+    Qs, rs, Ts = eq.entry_symbols
+    values = {s: v for s, v in eq.params.items()}
+    p, k = m.p, m.p_star
+    state = [Qs[i, j] for i in range(p) for j in range(i, p)] + list(rs)
+    rhs = [dQ[i, j] for i in range(p) for j in range(i, p)] + list(drho)
+    if da is not None:
+        a = readout_symbols(p, k)[0]
+        state += list(a)
+        rhs += list(da)
+    rhs = [sp.expand(sp.sympify(e).xreplace(values)) for e in rhs]
+    return tuple(state), tuple(rhs), (Qs, rs, Ts)
+
+
+def typical_start(m: Model) -> dict:
+    r"""An exact rational realisation of the typical start, in ``I_T``.
+
+    ``Q(0) = I`` (``q0 = 1``, also on the sphere), ``T = I``,
+    ``ρ(0) = S_0 P_0`` with ``S_0 = U [I; 0]`` (``U`` a Cayley-rational rotation in
+    general position), ``P_0 = V diag(1/2, 1/3, …) Vᵀ`` (``V`` rational
+    orthogonal), so ``‖ρ(0)‖ < 1`` and the Gram matrix is positive definite; the
+    readout ``a(0)`` is the model's.  Every such start lies in the invariant
+    set ``I_T`` of the classic theorem (``Q ∝ I`` commutes with everything).
+    """
+    p, k = m.p, m.p_star
+    Kp = sp.Matrix(p, p, lambda i, j: sp.Rational(i - j, 2 * (i + j + 1)))
+    Kk = sp.Matrix(k, k, lambda i, j: sp.Rational(j - i, 3 * (i + j + 2)))
+    U, V = cayley_orthogonal(Kp), cayley_orthogonal(Kk)
+    S0 = U * sp.Matrix.vstack(sp.eye(k), sp.zeros(p - k, k))
+    P0 = V * _diag_rational(k, 2) * V.T
+    a0 = [sp.Rational(c.numerator, c.denominator) for c in m.readout]
+    return {"Q": sp.eye(p), "rho": S0 * P0, "S": S0, "P": P0, "T": sp.eye(k), "a": a0}
+
+
+def _polar_map(S, P, rdot):
+    """``(I − SSᵀ) ρ̇ P⁻¹ + SΩ`` with ``ΩP + PΩ = Sᵀρ̇ − ρ̇ᵀS`` (Ω skew), exact."""
+    p, k = S.shape
+    K = S.T * rdot - rdot.T * S
+    w = sp.symbols(f"w_1:{k * (k - 1) // 2 + 1}") if k > 1 else ()
+    Om = sp.zeros(k, k)
+    n = 0
+    for i in range(k):
+        for j in range(i + 1, k):
+            Om[i, j], Om[j, i] = w[n], -w[n]
+            n += 1
+    if w:
+        sol = sp.solve(list(Om * P + P * Om - K), w, dict=True)
+        if len(sol) != 1:
+            raise ProofError("Sylvester equation for Omega has no unique solution")
+        Om = Om.xreplace(sol[0])
+    return ((sp.eye(p) - S * S.T) * rdot * P.inv() + S * Om).applyfunc(sp.simplify)
+
+
+def start_counterexample(m: Model, max_order: int = 2):
+    r"""The first Taylor coefficient of ``S(t)`` at the typical start that is not zero.
+
+    ``S`` is constant on an interval ``[0, ε)`` iff ``ρ(t) ∈ S_0·Sym`` there, i.e.
+    (the solution being analytic) iff every Taylor coefficient ``ρ^{(n)}(0)``
+    has ``(I − S_0S_0ᵀ)ρ^{(n)} = 0`` and ``S_0ᵀρ^{(n)}`` symmetric.  The coefficients
+    are exact: ``x^{(1)} = F(x_0)``, ``x^{(2)} = DF(x_0)·F(x_0)`` for the whole state
+    ``x = (Q, ρ[, a])`` of :func:`typical_start`.  At the first order ``n`` where
+    ``ρ^{(n)}`` leaves ``S_0·Sym`` (all lower ones inside, so ``S^{(j)}(0) = 0`` for
+    ``j < n``), ``S^{(n)}(0)`` is the polar map of ``ρ^{(n)}`` (nonzero).
+
+    Returns
+    -------
+    dict or None
+        ``{"order", "dS" (the exact S^{(n)}(0)), "rho_derivative", "start"}``, or
+        None if the first `max_order` coefficients stay in ``S_0·Sym``.
+    """
+    state, rhs, (Qs, rs, Ts) = _state_ode(m)
+    st = typical_start(m)
+    p, k = m.p, m.p_star
+    x0 = {}
+    for i in range(p):
+        for j in range(i, p):
+            x0[Qs[i, j]] = st["Q"][i, j]
+    x0.update({rs[i, a]: st["rho"][i, a] for i in range(p) for a in range(k)})
+    x0.update({Ts[a, b]: st["T"][a, b] for a in range(k) for b in range(a, k)})
+    if m.readout_trained:
+        x0.update(dict(zip(state[len(state) - p:], st["a"])))
+    # exact arithmetic over QQ: each right-hand side as numerator/denominator polynomials
+    # (the sphere's drift is rational), evaluated at the rational start
+    gens = sorted(x0, key=lambda v: v.name)
+    ring, *_ = sp.ring(gens, sp.QQ)
+    point = [(ring(g), sp.QQ(x0[g].p, x0[g].q)) for g in gens]
+    fractions = [tuple(ring.from_expr(part) for part in sp.fraction(sp.together(f)))
+                 for f in rhs]
+
+    def at(poly):
+        value = poly.evaluate(point) if poly.ring.ngens else poly
+        return sp.QQ(value) if not hasattr(value, "ring") else value.LC
+
+    def value(frac):
+        num, den = frac
+        return at(num) / at(den)
+
+    def derivative(frac, var):
+        num, den = frac
+        g = ring(var)
+        d_num, d_den = num.diff(g), den.diff(g)
+        dv = at(den)
+        return (at(d_num) * dv - at(num) * at(d_den)) / (dv * dv)
+
+    x1 = [value(f) for f in fractions]
+    orders = [x1]
+    if max_order >= 2:
+        x2 = [sum((derivative(f, v) * x1[j] for j, v in enumerate(state) if x1[j]),
+                  sp.QQ(0)) for f in fractions]
+        orders.append(x2)
+    n_q = p * (p + 1) // 2
+    S0, P0 = st["S"], st["P"]
+
+    def as_matrix(vec):
+        return sp.Matrix(p, k, [sp.Rational(int(v.numerator), int(v.denominator))
+                                for v in vec[n_q:n_q + p * k]])
+
+    def outside(R):
+        off = (sp.eye(p) - S0 * S0.T) * R
+        sym = S0.T * R - R.T * S0
+        return any(e != 0 for e in off) or any(e != 0 for e in sym)
+
+    for n, xn in enumerate(orders, start=1):
+        R = as_matrix(xn)
+        if outside(R):
+            return {"order": n, "dS": _polar_map(S0, P0, R), "rho_derivative": R,
+                    "start": st}
+    return None
+
+
+@dataclass(frozen=True)
+class ConservationVerdict:
+    r"""Whether ``S = ρ(ρᵀρ)^{-1/2}`` is conserved for a model (from :func:`conservation_verdict`).
+
+    Attributes
+    ----------
+    model : Model
+    conserved : bool or None
+        True: proved (``proof``); False: an exact counterexample at the typical
+        start (``counterexample``); None: neither (``reason`` says why).
+    proof : ConservationProof or None
+    counterexample : dict or None
+        From :func:`start_counterexample`.
+    reason : str
+    """
+
+    model: Model
+    conserved: bool | None
+    proof: ConservationProof | None = field(default=None, repr=False)
+    counterexample: dict | None = field(default=None, repr=False)
+    reason: str = ""
+
+    def summary(self) -> str:
+        """One line: ``conserved (proof)`` / ``not conserved (counterexample, order n)``."""
+        if self.conserved:
+            return "conserved on I_T (proof)"
+        if self.conserved is False:
+            n = self.counterexample["order"]
+            return f"not conserved: d{'' if n == 1 else n}S/dt{'' if n == 1 else n} != 0 at the typical start (exact)"
+        return f"undecided: {self.reason}"
+
+    def latex(self, standalone: bool = False) -> str:
+        if self.conserved:
+            return self.proof.latex(standalone=standalone)
+        m = self.model
+        L = [f"% symquad: conservation of S = rho (rho^T rho)^(-1/2); model {m!r}\n"]
+        if self.conserved is None:
+            L.append(r"\paragraph{Undecided.} " + self.reason.replace("_", r"\_") + "\n")
+        else:
+            ce = self.counterexample
+            st, n = ce["start"], ce["order"]
+            changes = ", ".join(_tex_field(m, name) for name in m.changed_fields())
+            deriv = r"\dot S(0)" if n == 1 else rf"S^{{({n})}}(0)"
+            L.append(
+                r"\paragraph{$S$ is not conserved.} For $\sigma(z)="
+                + sp.latex(sp.sympify(m.activation_str)) + "$"
+                + (f" with the model changes {changes}" if changes else "")
+                + f", $p={m.p}$, $p^*={m.p_star}$, $\\eta={sp.latex(sp.nsimplify(m.eta))}$, "
+                r"start at the typical point $Q(0)=I$, $T=I$, "
+                r"$\rho(0)=S_0P_0=" + _tex(st["rho"]) + r"$"
+                + (r", $a(0)=" + _tex(sp.Matrix(st["a"]).T) + "$" if m.readout_trained else "")
+                + r", which lies in the invariant set $\mathcal I_T$ of the classic theorem. "
+                + ("" if n == 1 else
+                   r"The first derivative $\dot\rho(0)$ lies in $S_0\,\mathrm{Sym}$, so "
+                   r"$\dot S(0)=0$, but ")
+                + r"the exact Taylor coefficient of the derived ODE gives"
+                r"\[" + deriv + "=" + _tex(ce["dS"]) + r"\neq0,\]"
+                r"so $S(t)\neq S(0)$ for small $t>0$: the conservation of $S$, and with it the "
+                r"closest-solution result, does not hold for this model." + "\n")
+        body = "".join(L)
+        if standalone:
+            from .latex import document
+            return document(body, title="Conservation of S")
+        return body
+
+
+def conservation_verdict(m: Model, max_order: int = 2,
+                         check_equivariance: bool = True) -> ConservationVerdict:
+    r"""Is ``S`` conserved for `m`?  A proof, or an exact counterexample, per model.
+
+    First the exact Taylor coefficients of ``S(t)`` at the typical start
+    (:func:`start_counterexample`, any model: every field of the specification,
+    any polynomial activations); a nonzero one is a counterexample (``S`` moves
+    from a start that the classic theorem covers).  Otherwise, for the changes
+    the theorem is derived for (:func:`prove_conservation`), the full proof on
+    the changed ODE.
+
+    Raises
+    ------
+    ValueError
+        For ``p < p*`` (``S`` is undefined: ``rank ρ <= p < p*``).
+    """
+    check_model(m, "m")
+    if m.p < m.p_star:
+        raise ValueError(
+            f"S = rho (rho^T rho)^(-1/2) needs p >= p_star (rank rho = p_star); got p={m.p}, "
+            f"p_star={m.p_star}")
+    ce = start_counterexample(m, max_order=max_order)
+    if ce is not None:
+        return ConservationVerdict(m, False, counterexample=ce)
+    try:
+        proof = prove_conservation(m, check_equivariance=check_equivariance)
+    except ValueError as exc:
+        return ConservationVerdict(m, None, reason=f"no counterexample up to order "
+                                   f"{max_order} at the typical start, and {exc}")
+    # a ProofError (a step failed for a model the theorem covers) propagates: it is a
+    # fault, not a verdict
+    return ConservationVerdict(m, True, proof=proof)

@@ -28,6 +28,7 @@ from functools import lru_cache
 
 import sympy as sp
 
+from ..applicability import check, quadratic_coefficients, zero_risk_reason, zero_risk_scale
 from ..spec import Model
 
 __all__ = [
@@ -41,6 +42,10 @@ def _model(p, p_star, activation=(0, 0, 1)) -> Model:
     return Model(p=p, p_star=p_star, lr=0.1, activation=activation)
 
 
+def _rat(x) -> sp.Rational:
+    return sp.Rational(x.numerator, x.denominator)
+
+
 @lru_cache(maxsize=8)
 def _risk(m: Model):
     # cached: risk_trace_form and zero_risk_points_check both need it, and the
@@ -48,22 +53,39 @@ def _risk(m: Model):
     from .derive import derive
     if not m.is_quadratic:
         raise ValueError(f"the zero-risk manifold is derived for sigma(z) = c z**2 (+ c0); "
-                         f"got {m.activation_str!r}")
+                         f"got {m.activation_str!r}"
+                         + ("" if m.is_default("teacher_activation") else
+                            f", teacher_activation {m.teacher_activation_str!r}"))
     eq = derive(m)
-    risk, _, _ = eq.explicit()
+    risk = eq.explicit()[0]
+    if m.readout_trained:   # the readout is a coordinate; the manifold checks use a(0)
+        from .network import readout_values
+        risk = sp.expand(risk.xreplace(readout_values(m, trained_too=True)))
     return risk, eq.entry_symbols
 
 
+def _output_matrix(m: Model):
+    r"""``A = diag(c a, −c* b)`` and ``κ = c0 Σa − c0* Σb``: ``ŷ − y_clean = zᵀAz + κ``."""
+    (c, c0), (cs, c0s) = (quadratic_coefficients(m.activation),
+                          quadratic_coefficients(m.teacher_activation))
+    A = sp.diag(*([_rat(c * a) for a in m.readout] + [-_rat(cs * b) for b in m.teacher_readout]))
+    kappa = _rat(c0 * sum(m.readout) - c0s * sum(m.teacher_readout))
+    return A, kappa
+
+
 def risk_trace_form(m: Model) -> dict:
-    r"""Verify ``ε ≡ ½ tr(AC)² + tr((AC)²)`` for the derived risk of ``m``.
+    r"""Verify ``ε ≡ ½ (tr(AC) + κ)² + tr((AC)²)`` for the derived risk of ``m``.
+
+    ``A = diag(c a_1, …, c a_p, −c* b_1, …, −c* b_p*)`` and
+    ``κ = c0 Σa − c0* Σb`` (classic: ``A = diag(c I/p, −c I/p*)``, ``κ = 0``).
+    Any quadratic model (a trained readout at ``a(0)``).
 
     Returns ``{"A": A, "C": C, "risk": ε, "identity": True}``; raises
     ``AssertionError`` if the identity fails.
     """
     risk, (Qs, rs, Ts) = _risk(m)
     p, k = m.p, m.p_star
-    c = sp.Rational(m.activation[2].numerator, m.activation[2].denominator)
-    A = sp.diag(*([c / p] * p + [-c / k] * k))
+    A, kappa = _output_matrix(m)
     C = sp.Matrix(sp.BlockMatrix([[sp.Matrix(Qs), sp.Matrix(rs)],
                                   [sp.Matrix(rs).T, sp.Matrix(Ts)]]))
     # compare as sparse polynomials over QQ (much faster than expanding Exprs)
@@ -72,11 +94,11 @@ def risk_trace_form(m: Model) -> dict:
     Cr = [[R.from_expr(C[i, j]) for j in range(p + k)] for i in range(p + k)]
     d = [R.from_expr(A[i, i]) for i in range(p + k)]
     AC = [[d[i] * Cr[i][j] for j in range(p + k)] for i in range(p + k)]
-    tr1 = sum((AC[i][i] for i in range(p + k)), R(0))
+    tr1 = sum((AC[i][i] for i in range(p + k)), R(0)) + R.from_expr(kappa)
     tr2 = sum((AC[i][j] * AC[j][i] for i in range(p + k) for j in range(p + k)), R(0))
     if R.from_expr(risk) != tr1 ** 2 / 2 + tr2:
-        raise AssertionError("derived risk differs from 1/2 tr(AC)^2 + tr((AC)^2)")
-    return {"A": A, "C": C, "risk": risk, "identity": True}
+        raise AssertionError("derived risk differs from 1/2 (tr(AC) + kappa)^2 + tr((AC)^2)")
+    return {"A": A, "C": C, "kappa": kappa, "risk": risk, "identity": True}
 
 
 def _cayley(K):
@@ -91,10 +113,36 @@ def _stiefel_point(p, k, shift=0):
     return U[:, :k]
 
 
-def manifold_point(p, k, T, O):
-    """Exact overlaps ``(Q, ρ) = ((p/p*) O T Oᵀ, √(p/p*) O T)`` of ``W = √(p/p*) O W*``."""
-    s = sp.sqrt(sp.Rational(p, k))
-    return (sp.Rational(p, k) * O * T * O.T, s * O * T)
+def manifold_point(p, k, T, O, model: Model | None = None):
+    """Exact overlaps ``(Q, ρ) = ((p/p*) O T Oᵀ, √(p/p*) O T)`` of ``W = √(p/p*) O W*``.
+
+    With `model`: ``W = R W*``, ``R = |cD_a|^{-1/2} O |c*D_b|^{1/2}``, so
+    ``(Q, ρ) = (R T Rᵀ, R T)`` (docs/model.md §8.3).
+    """
+    if model is None:
+        s = sp.sqrt(sp.Rational(p, k))
+        return (sp.Rational(p, k) * O * T * O.T, s * O * T)
+    R = _zero_risk_map(model) * O * _zero_risk_map(model, teacher=True)
+    return (R * T * R.T, R * T)
+
+
+def _zero_risk_map(m: Model, teacher: bool = False) -> sp.Matrix:
+    """``|cD_a|^{-1/2}`` (student) or ``|c*D_b|^{1/2}`` (teacher), exact."""
+    if teacher:
+        cs, _ = quadratic_coefficients(m.teacher_activation)
+        return sp.diag(*[sp.sqrt(abs(_rat(cs * b))) for b in m.teacher_readout])
+    c, _ = quadratic_coefficients(m.activation)
+    return sp.diag(*[1 / sp.sqrt(abs(_rat(c * a))) for a in m.readout])
+
+
+def _manifold_model(m: Model, routine: str) -> Model:
+    check(m, routine, "manifold")
+    if not m.is_quadratic:
+        _risk(m)            # raises, naming the activations
+    reason = zero_risk_reason(m)
+    if reason:
+        raise ValueError(f"{routine}: {reason} (model {m!r})")
+    return m
 
 
 def _default_T(k):
@@ -108,8 +156,11 @@ def zero_risk_points_check(m: Model, n_points: int = 2) -> dict:
 
     Points: ``O`` = Cayley-rational Stiefel matrices, ``T`` = identity and a
     non-diagonal rational ``T``.  Off-manifold control: ``ρ → (1 + 1/10) ρ`` with
-    ``Q`` rescaled consistently (``Q = ρT⁻¹ρᵀ``, still realisable).
+    ``Q`` rescaled consistently (``Q = ρT⁻¹ρᵀ``, still realisable).  For a
+    changed model the points are :func:`manifold_point` of that model (a
+    trained readout at ``a(0)``).
     """
+    _manifold_model(m, "zero_risk_points_check")
     risk, (Qs, rs, Ts) = _risk(m)
     p, k = m.p, m.p_star
     if p < k:
@@ -118,14 +169,14 @@ def zero_risk_points_check(m: Model, n_points: int = 2) -> dict:
     for T in (sp.eye(k), _default_T(k)):
         for shift in range(n_points):
             O = _stiefel_point(p, k, shift)
-            Q, rho = manifold_point(p, k, T, O)
+            Q, rho = manifold_point(p, k, T, O, model=None if not m.changed_fields() else m)
             for scale, expect_zero in ((1, True), (sp.Rational(11, 10), False)):
                 rr = scale * rho
                 QQ = rr * T.inv() * rr.T
                 subs = {Qs[i, j]: QQ[i, j] for i in range(p) for j in range(i, p)}
                 subs.update({rs[i, a]: rr[i, a] for i in range(p) for a in range(k)})
                 subs.update({Ts[a, b]: T[a, b] for a in range(k) for b in range(a, k)})
-                val = sp.nsimplify(sp.simplify(risk.xreplace(subs)))
+                val = sp.nsimplify(sp.radsimp(sp.expand(risk.xreplace(subs))))
                 ok = (val == 0) if expect_zero else (val > 0)
                 if not ok:
                     raise AssertionError(f"risk {val} at {'on' if expect_zero else 'off'}-"
@@ -134,13 +185,18 @@ def zero_risk_points_check(m: Model, n_points: int = 2) -> dict:
     return {"values": results}
 
 
-def constraint_jacobian(p, k, T, rho):
-    r"""Matrix of ``dΦ_T`` at ``ρ`` (coordinates: upper triangles of ``δQ``, entries of ``δρ``)."""
+def constraint_jacobian(p, k, T, rho, D=None):
+    r"""Matrix of ``dΦ_T`` at ``ρ`` (coordinates: upper triangles of ``δQ``, entries of ``δρ``).
+
+    ``D`` (p×p diagonal, default ``I``) weights the second block,
+    ``Φ_2 = ρᵀDρ − …`` (``D = |cD_a|`` for a changed readout).
+    """
     Qsym = sp.Matrix(p, p, lambda i, j: sp.Symbol(f"dq_{min(i, j)}_{max(i, j)}"))
     Rsym = sp.Matrix(p, k, lambda i, a: sp.Symbol(f"dr_{i}_{a}"))
+    D = sp.eye(p) if D is None else D
     Tinv = T.inv()
     out1 = Qsym - Rsym * Tinv * rho.T - rho * Tinv * Rsym.T
-    out2 = Rsym.T * rho + rho.T * Rsym
+    out2 = Rsym.T * D * rho + rho.T * D * Rsym
     outs = [out1[i, j] for i in range(p) for j in range(i, p)] + \
         [out2[a, b] for a in range(k) for b in range(a, k)]
     ins = [Qsym[i, j] for i in range(p) for j in range(i, p)] + list(Rsym)
@@ -169,27 +225,48 @@ def _exact_rank(M) -> int:
     return DomainMatrix.from_Matrix(M).convert_to(sp.QQ).rank()
 
 
-def dimension_check(p, p_star) -> dict:
+def dimension_check(p, p_star, model: Model | None = None) -> dict:
     r"""Exact ranks at points of ``Z_T`` for ``T = I`` and a non-diagonal rational ``T``.
 
     By the scaling ``δρ → √(p/p*) δρ`` the rank of ``dΦ_T`` at ``ρ = √(p/p*) O T`` equals
     its rank at ``ρ = O T`` (rational), which is what is computed.  Returns
     ``{"formula", "kernel_dims", "orbit_ranks", "domain", "codomain"}``.
+
+    With `model`: the same scaling holds for uniform readouts (``ρ = s O T``,
+    ``Φ_2 = cα ρᵀρ − c*β T²``), so the ranks are the classic ones at the same
+    rational points and the formula is the model's (:func:`symquad.manifold_dimension`;
+    a trained readout adds ``p`` coordinates, the readouts, whose ``dΦ`` columns
+    ``ρ_iᵀρ_i`` are included).  Non-uniform readouts are refused here (their
+    points are irrational; ``symquad.numeric.invariants.manifold_rank_deficiency``
+    measures them numerically).
     """
     p, k = int(p), int(p_star)
+    trained = False
+    if model is not None:
+        _manifold_model(model, "dimension_check")
+        if len(set(model.readout)) > 1 or len(set(model.teacher_readout)) > 1:
+            raise ValueError("dimension_check does not support the model field(s) readout/"
+                             "teacher_readout when non-uniform (irrational points; use "
+                             "manifold_rank_deficiency)")
+        p, k, trained = model.p, model.p_star, model.readout_trained
     if p < k:
         raise ValueError("p < p_star: the zero-risk set is empty")
-    formula = p * k - k * (k + 1) // 2
+    formula = p * k - k * (k + 1) // 2 + (p if trained else 0)
     kernel, orbit = [], []
     for T in (sp.eye(k), _default_T(k)):
         O = _stiefel_point(p, k)
         J = constraint_jacobian(p, k, T, O * T)
+        if trained:     # δa_i moves the second block by ρ_iᵀρ_i (uniform α: a scale)
+            rho = O * T
+            cols = [[(rho[i, :].T * rho[i, :])[a, b] for a in range(k) for b in range(a, k)]
+                    for i in range(p)]
+            J = J.row_join(sp.zeros(p * (p + 1) // 2, p).col_join(sp.Matrix(cols).T))
         kernel.append(J.shape[1] - _exact_rank(J))
         # the orbit map is homogeneous in the scale too; use the exact point
         Q, rho = sp.Rational(p, k) * O * T * O.T, O * T
         orbit.append(_exact_rank(orbit_jacobian(p, k, Q, rho)))
     return {"formula": formula, "kernel_dims": kernel, "orbit_ranks": orbit,
-            "domain": p * (p + 1) // 2 + p * k,
+            "domain": p * (p + 1) // 2 + p * k + (p if trained else 0),
             "codomain": p * (p + 1) // 2 + k * (k + 1) // 2}
 
 
@@ -213,7 +290,11 @@ def underparameterised_minimum(m: Model) -> dict:
     minimiser ``s*`` and value ``ε*`` are returned.  For ``σ = c z²`` this gives
     ``ε* = c² (p* − p)(p* + 2) / (p*² (p + 2))``.  That the ansatz attains the global
     minimum is checked numerically (``tests/test_manifold.py``), not proved here.
+    For a changed model (uniform readouts, ``σ* = c* z²``; weight decay and
+    batch size do not enter the risk) the ansatz is evaluated on its derived
+    risk and ``closed_form`` is None (the closed form is the classic one).
     """
+    check(m, "underparameterised_minimum", "minimum")
     p, k = m.p, m.p_star
     if p >= k:
         raise ValueError(f"underparameterised_minimum needs p < p_star, got p={p}, p_star={k}")
@@ -229,16 +310,27 @@ def underparameterised_minimum(m: Model) -> dict:
         raise AssertionError(f"risk along the ansatz is not a convex quadratic in s: {f}")
     s_star = sp.nsimplify(crit[0])
     value = sp.factor(f.subs(s, s_star))
+    if m.changed_fields():
+        return {"risk_of_s": f, "s_star": s_star, "min_risk": value,
+                "closed_form": None, "closed_form_agrees": False}
     c = sp.Rational(m.activation[2].numerator, m.activation[2].denominator)
     closed = c ** 2 * sp.Rational((k - p) * (k + 2), k * k * (p + 2))
     return {"risk_of_s": f, "s_star": s_star, "min_risk": value,
             "closed_form": closed, "closed_form_agrees": sp.simplify(value - closed) == 0}
 
 
-def manifold_latex(p, p_star) -> str:
-    """Statement and checks of the manifold results for ``(p, p*)`` as LaTeX."""
+def manifold_latex(p, p_star, model: Model | None = None) -> str:
+    """Statement and checks of the manifold results for ``(p, p*)`` as LaTeX.
+
+    With a changed `model` (uniform readouts, ``σ* = c* z²``, weight decay,
+    batch size, a trained readout; see :func:`dimension_check`) the statement
+    and the exact checks are those of the model; other changes are refused by
+    name.
+    """
+    if model is not None and model.changed_fields():
+        return _changed_manifold_latex(model)
     p, k = int(p), int(p_star)
-    m = _model(p, k)
+    m = _model(p, k) if model is None else model
     L = [f"% symquad: zero-risk manifold, p={p}, p*={k}\n",
          r"\paragraph{Zero-risk condition.} With $A=\mathrm{diag}(I_p/p,-I_{p^*}/p^*)$, "
          r"$C=\begin{pmatrix}Q&\rho\\\rho^\top&T\end{pmatrix}$, the derived risk satisfies "
@@ -274,4 +366,41 @@ def manifold_latex(p, p_star) -> str:
              f"${d['orbit_ranks'][1]}$. Hence $\\dim Z_T = pp^*-p^*(p^*+1)/2 = {d['formula']}$, "
              r"the dimension of the Stiefel manifold $O(p)/O(p-p^*)$; the weight-space "
              r"zero-risk set $\{\sqrt{p/p^*}OW^*\}$ maps bijectively onto $Z_T$.")
+    return "".join(L) + "\n"
+
+
+def _changed_manifold_latex(m: Model) -> str:
+    """:func:`manifold_latex` for a changed model (uniform readouts)."""
+    p, k = m.p, m.p_star
+    if p < k:
+        raise ValueError(f"manifold_latex: p={p} < p_star={k}: the zero-risk set is empty")
+    d = dimension_check(p, k, model=m)       # refuses what is not derived, names the field
+    trace = risk_trace_form(m)
+    zero_risk_points_check(m, n_points=1)
+    s2 = zero_risk_scale(m)
+    L = [f"% symquad: zero-risk manifold, model {m!r}\n",
+         r"\paragraph{Zero-risk condition.} With $A=" + sp.latex(trace["A"])
+         + r"$ ($\operatorname{diag}(c\,a,-c^*b)$), $\kappa=" + sp.latex(trace["kappa"])
+         + r"$ and $C=\begin{pmatrix}Q&\rho\\\rho^\top&T\end{pmatrix}$, the derived risk "
+         r"satisfies $\varepsilon=\tfrac12(\operatorname{tr}(AC)+\kappa)^2+\operatorname{tr}"
+         r"((AC)^2)$ (checked identically). For $C=GG^\top$: $\varepsilon=\tfrac12(\operatorname"
+         r"{tr}M)^2+\|M\|_F^2$, $M=(c\alpha W^\top W-c^*\beta W^{*\top}W^*)/N$, so "
+         r"$\varepsilon=0\iff W=s\,OW^*$, $O^\top O=I_{p^*}$, $s^2=c^*\beta/(c\alpha)="
+         + sp.latex(_rat(s2)) + r"$."]
+    if m.readout_trained:
+        L.append(r" The readout is trained: $a$ is a coordinate too, and for every $a$ with "
+                 r"$c\,a_k$ of the sign of $c^*b$ the zero-risk weights are "
+                 r"$W=|cD_a|^{-1/2}O|c^*D_b|^{1/2}W^*$, which adds $p$ dimensions.")
+    if m.weight_decay or m.batch_size > 1:
+        L.append(r" Weight decay and the batch size do not enter the risk"
+                 + (r"; with weight decay the zero-risk points are not fixed points of the "
+                    r"ODE." if m.weight_decay else "."))
+    L.append("\n\n" + r"\paragraph{Manifold.} $Z_T=\{\Phi_T=0\}$, $\Phi_T(Q,\rho)=(Q-\rho "
+             r"T^{-1}\rho^\top,\ \rho^\top\rho-s^2T^2)$ (exact check: $\varepsilon=0$ on "
+             r"$(s^2OTO^\top,sOT)$, $\varepsilon>0$ off it). "
+             f"$d\\Phi_T$ (dimensions ${d['domain']}\\to{d['codomain']}$) has kernel dimension "
+             f"${d['kernel_dims'][0]}$ ($T=I$) and ${d['kernel_dims'][1]}$ (non-diagonal $T$); "
+             f"the $O(p)$ orbit map has rank ${d['orbit_ranks'][0]}$, ${d['orbit_ranks'][1]}$. "
+             f"Hence $\\dim Z_T = {d['formula']}$"
+             + (r" $=pp^*-p^*(p^*+1)/2+p$." if m.readout_trained else r" $=pp^*-p^*(p^*+1)/2$."))
     return "".join(L) + "\n"
