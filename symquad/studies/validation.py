@@ -720,28 +720,31 @@ class ValidationReport:
         """Read a report folder written by :meth:`save` (arrays loaded without pickle)."""
         from .report_io import _as_path, join_arrays
 
+        from .._safe_io import read_npz, read_regular
+
         path = _as_path(folder)
         try:
-            with open(os.path.join(path, "report.json"), encoding="utf-8") as fh:
-                head = json.load(fh)
+            head = json.loads(read_regular(os.path.join(path, "report.json"), "report.json",
+                                           max_bytes=256 * 2**20).decode("utf-8"))
         except FileNotFoundError:
             raise ValueError(f"{folder!r} is not a report folder (no report.json)") from None
-        except json.JSONDecodeError as exc:
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise ValueError(f"{folder!r}: report.json is not valid JSON ({exc})") from None
         if not isinstance(head, dict) or head.get("format") != _report_format():
             raise ValueError(f"{folder!r}: report.json is not a symquad ValidationReport")
         if head.get("format_version", 0) > _FORMAT_VERSION:
             raise ValueError(f"{folder!r}: report format version {head['format_version']} is "
                              f"newer than this symquad reads ({_FORMAT_VERSION})")
-        with np.load(os.path.join(path, "trajectories.npz"), allow_pickle=False) as data:
-            missing = [k for k in _ARRAYS[:-1] if k not in data.files]
-            if missing:
-                raise ValueError(f"{folder!r}: trajectories.npz lacks {missing}")
-            arrays = {k: data[k] for k in _ARRAYS if k in data.files}
+        arrays, _ = read_npz(os.path.join(path, "trajectories.npz"),
+                             f"{folder!r}: trajectories.npz", keys=_ARRAYS)
+        missing = [k for k in _ARRAYS[:-1] if k not in arrays]
+        if missing:
+            raise ValueError(f"{folder!r}: trajectories.npz lacks {missing}")
         study = None
         if "invariant_study" in head:
-            with np.load(os.path.join(path, "invariant_study.npz"), allow_pickle=False) as data:
-                study = join_arrays(head["invariant_study"], {k: data[k] for k in data.files})
+            data, _ = read_npz(os.path.join(path, "invariant_study.npz"),
+                               f"{folder!r}: invariant_study.npz")
+            study = join_arrays(head["invariant_study"], data)
         return cls(config=head["config"], numbers=head["numbers"], invariant_study=study,
                    **arrays)
 
