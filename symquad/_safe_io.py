@@ -224,6 +224,12 @@ def read_npz(path, what="file", *, keys=None, extras=(), max_bytes=None,
                                  f"{MAX_MEMBERS}")
             total = 0
             plan, other = [], []
+            unexpected = sorted(i.filename[:-4] for i in infos if i.filename.endswith(".npy")
+                                and keys is not None and i.filename[:-4] not in keys
+                                and i.filename not in extras)
+            if unexpected:
+                raise ValueError(f"{what} holds unexpected array(s) {unexpected}; allowed "
+                                 f"keys: {', '.join(sorted(keys))}")
             for info in infos:
                 name = info.filename
                 if info.flag_bits & 0x1:
@@ -242,10 +248,10 @@ def read_npz(path, what="file", *, keys=None, extras=(), max_bytes=None,
                     other.append(info)
                     continue
                 key = name[:-4] if name.endswith(".npy") else None
-                if key is None or (keys is not None and key not in keys):
-                    allowed = sorted(keys) if keys is not None else "NAME.npy arrays"
-                    raise ValueError(f"{what} holds an unexpected member {name!r}; allowed: "
-                                     f"{allowed}" + (f" and {sorted(extras)}" if extras else ""))
+                if key is None:
+                    raise ValueError(f"{what} holds a member {name!r} that is not an array "
+                                     f"(NAME.npy)" + (f" nor one of {sorted(extras)}"
+                                                      if extras else ""))
                 plan.append((key, info))
             headers = {}
             for key, info in plan:

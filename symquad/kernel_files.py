@@ -15,6 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from ._atomic import atomic_file
+from ._safe_io import read_regular
 
 __all__ = ["checksum_line", "verify_checksum", "atomic_write", "load_module_file",
            "load_module_text", "cache_dir", "cached_path", "generator_version",
@@ -32,6 +33,10 @@ GENERATOR_SOURCES = (
     "symbolic/entries.py", "symbolic/tensor.py",
     "codegen/printer.py", "codegen/render.py", "codegen/tensor_render.py",
 )
+
+
+#: Largest generated file read (a cache file beyond it is treated as corrupted).
+MAX_FILE_BYTES = 256 * 2**20
 
 
 class KernelFileError(ValueError):
@@ -91,12 +96,21 @@ def load_module_file(path: Path, name: str, required=("rhs", "risk")):
     Raises
     ------
     OSError
-        If the file cannot be read (missing, a folder, no permission).
+        If the file cannot be read (missing, no permission).
     KernelFileError (a ValueError)
-        See :func:`load_module_text`.
+        A folder, FIFO, socket or device in place of the file (refused without
+        blocking), a file over ``MAX_FILE_BYTES``, or see :func:`load_module_text`.
     """
     path = Path(path)
-    text = path.read_text(encoding="utf-8")
+    try:
+        # never blocks: a FIFO or device in place of the file is refused before reading
+        data = read_regular(path, "generated file", MAX_FILE_BYTES)
+    except ValueError as exc:
+        raise KernelFileError(str(exc)) from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise KernelFileError(f"generated file {path} is not UTF-8 text ({exc})") from None
     return load_module_text(text, name, str(path), required)
 
 

@@ -52,16 +52,25 @@ def main(argv=None) -> int:
     Every error goes to stderr without a traceback, so ``symquad equations >
     eq.tex`` never captures an error message: a ``ValueError``/``TypeError``
     from a command (bad input, named by the check that raised it) exits 2, a
-    diverging run 3, an unwritable path 2, an interrupt 130.
+    diverging run 3, an unwritable path 2, an interrupt 130, SIGTERM 143 (after
+    the clean-up: worker processes stopped, temporary files removed).
     """
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return 2
+    from .._signals import Terminated, terminate_cleanly
     from ..numeric.errors import DivergenceError
     try:
-        return int(args.func(args) or 0)
+        with terminate_cleanly():
+            return int(args.func(args) or 0)
+    except Terminated as exc:
+        # raised by SIGTERM: the finally blocks on the way here stopped the worker
+        # processes and removed the temporary files
+        print(f"symquad {args.command}: {exc}; worker processes stopped, temporary files "
+              f"removed", file=sys.stderr)
+        return exc.code
     except (ValueError, TypeError) as exc:
         _error(args.command, "error", exc)
         return 2

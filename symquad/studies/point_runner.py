@@ -30,6 +30,7 @@ executor (in each worker process, one child per worker thread), so
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import select
@@ -46,7 +47,8 @@ __all__ = ["PointProcess", "run_with_timeout", "close_thread_runner"]
 _FRAME = struct.Struct("!Q")
 #: Longest wait for a child to start and unpickle a point (imports included).
 STARTUP_TIMEOUT = 120.0
-_CHILD_CODE = ("import sys, pickle; sys.path[:] = pickle.load(sys.stdin.buffer); "
+# the parent's sys.path travels as argv[1] (stdin stays unread until _child_main)
+_CHILD_CODE = ("import sys, json; sys.path[:] = json.loads(sys.argv[1]); "
                "from symquad.studies.point_runner import _child_main; _child_main()")
 
 
@@ -103,12 +105,11 @@ class PointProcess:
     # -- lifecycle --------------------------------------------------------------
     def _start(self):
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", _CHILD_CODE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            start_new_session=True, close_fds=True)
+            [sys.executable, "-c", _CHILD_CODE, json.dumps(list(sys.path))],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True,
+            close_fds=True)
         # kill the child if this object is dropped without close() (e.g. a dying thread)
         self._finalizer = weakref.finalize(self, _kill, self.proc)
-        pickle.dump(list(sys.path), self.proc.stdin)
-        self.proc.stdin.flush()
 
     def close(self):
         """Stop the child: EOF on its stdin (it exits), then kill after a grace period."""

@@ -531,6 +531,10 @@ def sweep(task, grid, store, *, client=None, workers=None, progress=None, retrie
                          f"core; each is a Python process); pass client= for a larger cluster")
     if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
         raise ValueError(f"retries must be an integer >= 0, got {retries!r}")
+    clash = [name for name in task.defaults if name in META_COLUMNS]
+    if clash:
+        raise TypeError(f"task {task.name!r} has parameter(s) {clash}, names a sweep's table "
+                        f"uses for its own columns {META_COLUMNS}; rename them")
     timeout = _check_seconds(timeout, "timeout", allow_none=True)
     worker_timeout = _check_seconds(worker_timeout, "worker_timeout", allow_none=True)
     points = [task.bind(pt) for pt in expand_grid(grid, max_points)]

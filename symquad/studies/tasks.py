@@ -390,7 +390,10 @@ def ode_task(p, p_star, lr=0.1, noise=0.0, lr_scaling="fixed", activation="z**2"
         Q0, rho0 = informed_start(m, overlap)
     else:
         raise ValueError(f"start must be 'random' or 'informed', got {start!r}")
-    t_eval = np.linspace(0.0, float(t_max), int(n_times))
+    from ..numeric.checks import MAX_TIMES, check_int, check_positive
+
+    t_max = check_positive("t_max", t_max)
+    t_eval = np.linspace(0.0, t_max, check_int(n_times, "n_times", 2, MAX_TIMES))
     sol = integrate(m, Q0, rho0, np.eye(m.p_star), t_max, t_eval=t_eval,
                     on_divergence="stop")
     esc = float("nan")

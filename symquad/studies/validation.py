@@ -139,12 +139,13 @@ import json
 import math
 import os
 import time
+import warnings
 from dataclasses import dataclass
 from numbers import Real
 
 import numpy as np
 
-from ..numeric.checks import check_int as _check_int
+from ..numeric.checks import MAX_TIMES, check_int as _check_int
 from ..numeric.persist import json_default
 from .verdict import ALPHA, ESCAPE_TOL, decide as _decide
 
@@ -291,6 +292,7 @@ def finite_size_scaling(model, Ns=(100, 300, 1000, 3000, 10000), t_max=10.0, rep
     from ..numeric.simulate import simulate
 
     Ns = [_check_int(n, "fss N", 1) for n in Ns]
+    n_times = _check_int(n_times, "n_times", 2, MAX_TIMES)
     if len(Ns) < 3:
         raise ValueError(f"finite-size scaling needs >= 3 values of N, got {Ns}")
     if max(Ns) / min(Ns) < 10:
@@ -865,6 +867,7 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start=None, seed=0, *,
     -------
     ValidationReport
     """
+    from .._signals import terminate_cleanly
     from ..numeric.simulate import simulate
     from ..spec import DEFAULT_MODEL, check_model
 
@@ -873,7 +876,7 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start=None, seed=0, *,
     check_model(model)
     N = _check_int(N, "N", 1)
     replicas = _check_int(replicas, "replicas", 2)
-    n_times = _check_int(n_times, "n_times", 3)
+    n_times = _check_int(n_times, "n_times", 3, MAX_TIMES)
     _check_common(band, escape_fraction, alpha)
     given = Q0 is not None or rho0 is not None
     if given and (Q0 is None or rho0 is None):
@@ -931,10 +934,16 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start=None, seed=0, *,
         jobs["invariant_drift"] = (invariant_drift_study, dict(
             model=model, Ns=list(invariant_N), t_max=t_max, replicas=invariant_replicas,
             seed=seed, method=method, T=T))
+    _plan_runs(model, method, [("main run", N, t_max, replicas, n_times)]
+               + [(f"finite-size scaling at N={n}", n, fss_t, fss_replicas or replicas, 51)
+                  for n in (fss_N if fss else ())]
+               + [(f"drift study of S at N={n}", n, t_max, invariant_replicas, 101)
+                  for n in (list(invariant_N) if "invariant_drift" in jobs else ())
+                  for _ in ("random", "informed")])
     workers = _resolve_workers(workers, len(jobs))
 
     phases = {}
-    with _StudyRunner(jobs, workers, progress) as studies:
+    with terminate_cleanly(), _StudyRunner(jobs, workers, progress) as studies:
         tick = time.perf_counter()
         kwargs = {"T": T}
         if start == "informed":
@@ -985,6 +994,39 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start=None, seed=0, *,
                             invariant_study=study, **ode)
 
 
+def _plan_runs(model, method, runs):
+    """Check every SGD run of a validation before the first starts; warn when it is long.
+
+    `runs` lists ``(label, N, t_max, replicas, n_times)``.  Each run's sizes are
+    checked as :func:`symquad.simulate` would (the error names the run, e.g. an
+    ``fss_N`` value far too large), and the estimated times (lower bounds,
+    :func:`symquad.numeric.simulate.estimate_seconds`) are added up: above
+    ``WARN_SECONDS`` a RuntimeWarning gives the total and the longest runs,
+    above ``MAX_ESTIMATED_SECONDS`` the validation is refused.
+    """
+    from ..numeric import simulate as S
+
+    estimates = []
+    for label, n, t_max, replicas, n_times in runs:
+        try:
+            estimates.append((S.plan_simulation(model, n, t_max, replicas, method, n_times),
+                              label))
+        except (ValueError, TypeError) as exc:
+            raise type(exc)(f"validate: {label}: {exc}") from None
+    total = sum(sec for sec, _ in estimates)
+    longest = ", ".join(f"{label} {S._duration(sec)}" for sec, label in
+                        sorted(estimates, reverse=True)[:3])
+    if total > S.MAX_ESTIMATED_SECONDS:
+        raise ValueError(f"validate: its SGD runs are estimated to take at least "
+                         f"{S._duration(total)} ({longest}; limit "
+                         f"{S._duration(S.MAX_ESTIMATED_SECONDS)}): reduce N, t_max, replicas "
+                         f"or fss_N / invariant_N")
+    if total > S.WARN_SECONDS:
+        warnings.warn(f"validate: the SGD runs are estimated to take at least "
+                      f"{S._duration(total)} ({longest})", RuntimeWarning, stacklevel=3)
+    return total
+
+
 def _resolve_workers(workers, n_jobs):
     """Number of processes for `n_jobs` studies (see :func:`validate`, `workers`)."""
     import multiprocessing
@@ -1002,8 +1044,10 @@ class _StudyRunner:
     interpreters: no fork of a process that may hold compiled-code threads)
     when the context is entered, and collected by :meth:`results`; the caller
     does its own work in between.  With ``workers == 1`` they run inside
-    :meth:`results`.  Leaving the context early (an error, an interrupt)
-    cancels what has not started and waits for the workers to exit.
+    :meth:`results`.  Leaving the context early (an error, Ctrl-C, or SIGTERM,
+    which :func:`validate` turns into an exception) cancels what has not
+    started and stops the worker processes at once (terminate, then kill),
+    instead of waiting for studies that may run for minutes.
     """
 
     def __init__(self, jobs, workers, progress):
@@ -1030,9 +1074,23 @@ class _StudyRunner:
                 out[name], times[name] = _timed_call(fn, dict(kwargs, progress=self.progress))
         return out, times
 
-    def __exit__(self, *exc):
-        if self.pool is not None:
+    def __exit__(self, exc_type, exc, tb):
+        if self.pool is None:
+            return False
+        if exc_type is None:
             self.pool.shutdown(wait=True, cancel_futures=True)
+            return False
+        # the pool's own shutdown would wait for the running studies to finish
+        procs = list(getattr(self.pool, "_processes", {}).values())
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        for proc in procs:
+            if proc.is_alive():
+                proc.terminate()
+        for proc in procs:
+            proc.join(5)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(5)
         return False
 
 
@@ -1138,6 +1196,36 @@ def _as_trajectories(model, t, Q, rho, T):
     return t, Q, rho, T
 
 
+#: compare warns when its ODE solve is estimated to take longer than this (seconds)
+COMPARE_WARN_SECONDS = 60.0
+
+
+def _check_ode_horizon(model, t, Q, rho, T):
+    """Estimate the ODE solve of :func:`compare` over the data's times before doing it.
+
+    On the slow tail an explicit solver's step is set by stability, so the
+    cost grows linearly with the horizon (about 29 s per 10⁶ time units for
+    the default model); :func:`symquad.numeric.ode_batch.estimate_solve`
+    predicts it from the Jacobian at the first and last recorded states.
+    Warns above ``COMPARE_WARN_SECONDS``, refuses above
+    ``symquad.numeric.simulate.MAX_ESTIMATED_SECONDS``.
+    """
+    from ..numeric import simulate as S
+    from ..numeric.ode_batch import estimate_solve
+
+    horizon = float(t[-1] - t[0])
+    est = estimate_solve(model, [(Q[0, 0], rho[0, 0]), (Q[0, -1], rho[0, -1])], T, horizon,
+                         Q.shape[0])
+    text = (f"compare: integrating the ODE over t in [{t[0]:.4g}, {t[-1]:.4g}] takes about "
+            f"{est['nfev']:.3g} right-hand-side evaluations (stiffness {est['rate']:.3g} per "
+            f"unit time), at least {S._duration(est['seconds'])}")
+    if est["seconds"] > S.MAX_ESTIMATED_SECONDS:
+        raise ValueError(f"{text}; limit {S._duration(S.MAX_ESTIMATED_SECONDS)}: compare a "
+                         f"shorter time window (cut the tail of t)")
+    if est["seconds"] > COMPARE_WARN_SECONDS:
+        warnings.warn(text, RuntimeWarning, stacklevel=3)
+
+
 def compare(model, t, Q, rho, T=None, *, band=(2.5, 97.5), escape_fraction=0.5, escape=None,
             alpha=ALPHA, progress=False) -> ValidationReport:
     r"""Compare trajectories you supply with the ODE theory of `model`: report and verdict.
@@ -1200,6 +1288,7 @@ def compare(model, t, Q, rho, T=None, *, band=(2.5, 97.5), escape_fraction=0.5, 
     if escape not in (None, True, False):
         raise ValueError(f"escape must be None, True or False, got {escape!r}")
     t, Q, rho, T = _as_trajectories(model, t, Q, rho, T)
+    _check_ode_horizon(model, t, Q, rho, T)
     risk = population_risk(model.activation, Q, rho, T)
     R = Q.shape[0]
     numbers, ode, shared, t_ode = _analyse(
