@@ -719,7 +719,7 @@ def escape_prediction(m: Model, N: int, q0: float = 1.0, sgd_noise: bool = True,
         _raise_if_diverged(sol, "escape ODE")
         t_c[part] = escape_times(sol.t, sol.risk, thr)
         if part.start == 0:
-            t, Q, rho = sol.t, sol.Q[:1], sol.rho[:1]
+            t, Q, rho = sol.t, sol.Q[:1].copy(), sol.rho[:1].copy()   # not views of the chunk
         del sol
     if np.isnan(t_c).any():
         warnings.warn(f"{int(np.isnan(t_c).sum())} of {n_samples} sampled starts did not "

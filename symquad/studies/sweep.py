@@ -331,48 +331,65 @@ def _run_dask(task, todo, on_done, client, retries, timeout, worker_timeout):
 
 
 def _local_client(workers):
-    """A local cluster, its client, and the worker processes it started (psutil handles)."""
+    """A local cluster, its client, and its worker processes (psutil handles)."""
     import logging
 
     import psutil
     from distributed import Client, LocalCluster
 
-    me = psutil.Process()
-    before = {c.pid for c in me.children()}
     cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
                            dashboard_address=None, silence_logs=logging.ERROR)
-    try:
-        started = [c for c in me.children() if c.pid not in before]
-    except psutil.Error:
-        started = []
+    started = []
+    for nanny in list(cluster.workers.values()):
+        pid = getattr(getattr(getattr(nanny, "process", None), "process", None), "pid", None)
+        try:
+            if pid:
+                started.append(psutil.Process(pid))      # the worker process of this nanny
+        except psutil.Error:
+            pass
     return Client(cluster), cluster, started
 
 
-def _close_local(client, cluster, started):
+def _close_local(client, cluster, started, abort=False):
     """Close the local cluster; worker processes that do not leave in time are killed.
 
-    Only the processes that the cluster's start created are touched (psutil
+    With `abort` (an exception, Ctrl-C or SIGTERM ends the sweep) each nanny
+    is closed first with a 1 s grace for its worker, and the cluster gets 2 s
+    instead of 10 -- a graceful close would wait for the points the workers
+    are computing -- so the clean-up fits in a batch scheduler's grace period.  Only the cluster's worker processes are touched (psutil
     handles, so a reused process id is never mistaken for one of them).
     """
     import psutil
 
+    def stop(procs, grace):
+        alive = [c for c in procs if c.is_running()]
+        for c in alive:
+            try:
+                c.terminate()
+            except psutil.Error:
+                pass
+        _, alive = psutil.wait_procs(alive, timeout=grace)
+        for c in alive:
+            try:
+                c.kill()
+            except psutil.Error:
+                pass
+        psutil.wait_procs(alive, timeout=grace)
+
+    if abort:
+        # each nanny stops its worker after 1 s (it would restart a worker killed under it)
+        for nanny in list(getattr(cluster, "workers", {}).values()):
+            try:
+                cluster.sync(nanny.close, timeout=1, reason="symquad-abort",
+                             callback_timeout=5)
+            except Exception:       # its process is killed below
+                pass
     for closer in (client.close, cluster.close):
         try:
-            closer(timeout=10)
-        except Exception:       # already closing, or the loop is gone: kill below
+            closer(timeout=2 if abort else 10)
+        except Exception:       # already closing, or the loop is gone: killed below
             pass
-    alive = [c for c in started if c.is_running()]
-    for c in alive:
-        try:
-            c.terminate()
-        except psutil.Error:
-            pass
-    _, alive = psutil.wait_procs(alive, timeout=5)
-    for c in alive:
-        try:
-            c.kill()
-        except psutil.Error:
-            pass
+    stop(started, 5.0)
 
 
 def connect(address, timeout=30.0):
@@ -582,8 +599,10 @@ def sweep(task, grid, store, *, client=None, workers=None, progress=None, retrie
                     try:
                         _run_dask(task, todo, on_done, own_client, retries, timeout,
                                   worker_timeout)
-                    finally:
-                        _close_local(own_client, cluster, started)
+                    except BaseException:
+                        _close_local(own_client, cluster, started, abort=True)
+                        raise
+                    _close_local(own_client, cluster, started)
     finally:
         if bar is not None:
             bar.close()
