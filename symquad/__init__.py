@@ -58,6 +58,7 @@ _LAZY = {
     "overlaps_from_unnormalised": "symquad.conventions",
     "overlaps_to_unnormalised": "symquad.conventions",
     "sweep": "symquad.studies.sweep",
+    "connect_scheduler": "symquad.studies.sweep",
     "load_sweep": "symquad.studies.store",
     "load_sweep_arrays": "symquad.studies.store",
     "register_task": "symquad.studies.tasks",

@@ -14,7 +14,7 @@ import types
 from functools import lru_cache
 from pathlib import Path
 
-from ._atomic import atomic_file
+from ._atomic import TMP_PREFIX, atomic_file, remove_stale
 from ._safe_io import read_regular
 
 __all__ = ["checksum_line", "verify_checksum", "atomic_write", "load_module_file",
@@ -59,6 +59,7 @@ def atomic_write(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` so readers see the old or the new file, never half."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale(path.parent, TMP_PREFIX)     # what a killed writer left (dead owner only)
     with atomic_file(path, "w", encoding="utf-8", newline="\n") as handle:
         handle.write(text)
 

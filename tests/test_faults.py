@@ -308,7 +308,7 @@ def silent_peer():
 
 
 def test_scheduler_that_accepts_and_never_answers_times_out(silent_peer, tmp_path):
-    from symquad.studies.sweep import connect
+    from symquad.studies.sweep import connect_scheduler as connect
     start = time.monotonic()
     with pytest.raises(TimeoutError, match="no Dask scheduler answered .* within 1.5 s"):
         connect(silent_peer, timeout=1.5)
@@ -332,7 +332,7 @@ def empty_scheduler():
 
 
 def test_scheduler_without_workers_gives_up_after_worker_timeout(empty_scheduler, tmp_path):
-    from symquad.studies.sweep import connect
+    from symquad.studies.sweep import connect_scheduler as connect
     client = connect(empty_scheduler.scheduler_address, timeout=10)
     try:
         start = time.monotonic()
@@ -345,7 +345,7 @@ def test_scheduler_without_workers_gives_up_after_worker_timeout(empty_scheduler
 
 
 def test_workers_lost_mid_sweep_leave_the_rest_as_lost_points(empty_scheduler, tmp_path):
-    from symquad.studies.sweep import connect
+    from symquad.studies.sweep import connect_scheduler as connect
 
     client = connect(empty_scheduler.scheduler_address, timeout=10)
     try:
@@ -740,6 +740,27 @@ def test_sigterm_stops_the_worker_processes_of_validate(tmp_path):
     proc.communicate(timeout=60)
     assert proc.returncode == 143
     assert _wait_gone(pids) == [] and time.monotonic() - start < 30
+
+
+@pytest.mark.slow
+def test_sigterm_stops_symquad_validate_workers_end_to_end(tmp_path):
+    """The real command: ``symquad validate --quick --workers 3`` stopped by SIGTERM."""
+    import psutil
+    proc = subprocess.Popen([sys.executable, "-m", "symquad", "validate", "--quick",
+                             "--workers", "3", "--out", str(tmp_path / "rep")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+    me = psutil.Process(proc.pid)
+    end = time.monotonic() + 120
+    while time.monotonic() < end and len(me.children()) < 3:    # tracker + 2 study workers
+        time.sleep(0.2)
+    time.sleep(3.0)                                             # the studies are running
+    children = [c.pid for c in me.children(recursive=True)]
+    assert len(children) >= 2
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143 and "terminated by SIGTERM" in err
+    assert _wait_gone(children) == []
+    assert list(tmp_path.iterdir()) == []
 
 
 _SAVE_SCRIPT = """

@@ -160,12 +160,12 @@ def run(args) -> int:
     if args.workers is not None and args.workers < 1:
         print(f"{err} --workers must be an integer >= 1, got {args.workers}", file=sys.stderr)
         return 2
-    from ..studies.sweep import connect, sweep
+    from ..studies.sweep import connect_scheduler, sweep
     client = None
     try:
         grid = parse_grid(args.grid)
         if args.scheduler:
-            client = connect(args.scheduler, timeout=args.scheduler_timeout)
+            client = connect_scheduler(args.scheduler, timeout=args.scheduler_timeout)
         df = sweep(args.task, grid, args.store, client=client, workers=args.workers,
                    progress=False if args.no_progress else None,
                    retry_errors=args.retry_errors, timeout=args.timeout,

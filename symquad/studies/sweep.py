@@ -15,7 +15,7 @@ Executors
   default), so numpy does not oversubscribe the cores.
 * ``client=``: any :class:`distributed.Client` — a ``dask scheduler`` on
   another machine, or a dask-jobqueue / dask-kubernetes cluster
-  (:func:`connect` makes one from an address within a deadline).
+  (:func:`connect_scheduler` makes one from an address within a deadline).
 
 Bounded waits
 -------------
@@ -75,7 +75,7 @@ import numpy as np
 from .store import INT64_RANGE, META_COLUMNS, SweepStore, canonical_params, new_token, point_key
 from .tasks import get_task
 
-__all__ = ["sweep", "expand_grid", "run_point", "SweepInfo", "connect"]
+__all__ = ["sweep", "expand_grid", "run_point", "SweepInfo", "connect_scheduler"]
 
 #: Local-cluster worker processes allowed per core (each is an interpreter of ~100 MB).
 MAX_WORKERS_PER_CORE = 4
@@ -392,7 +392,7 @@ def _close_local(client, cluster, started, abort=False):
     stop(started, 5.0)
 
 
-def connect(address, timeout=30.0):
+def connect_scheduler(address, timeout=30.0):
     """A :class:`distributed.Client` for the scheduler at `address`, or an error within `timeout`.
 
     ``distributed.Client(address, timeout=...)`` can wait forever on a peer
