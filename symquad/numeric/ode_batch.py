@@ -284,8 +284,8 @@ def _spectral_radius(kern, Q, rho, T, iterations=30, seed=0):
     def f(y):
         Qy = y[:nq].reshape(p, p)
         Qy = 0.5 * (Qy + Qy.T)
-        dQ, drho = kern.rhs(Qy, y[nq:].reshape(p, k), T)
-        return np.concatenate([np.ravel(dQ), np.ravel(drho)])
+        blocks = kern.rhs(Qy, y[nq:].reshape(p, k), T)     # (dQ, drho[, ...])
+        return np.concatenate([np.ravel(blocks[0]), np.ravel(blocks[1])])
 
     y = np.concatenate([Q.ravel(), rho.ravel()])
     f0 = f(y)

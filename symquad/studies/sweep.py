@@ -553,6 +553,9 @@ def sweep(task, grid, store, *, client=None, workers=None, progress=None, retrie
         raise TypeError(f"task {task.name!r} has parameter(s) {clash}, names a sweep's table "
                         f"uses for its own columns {META_COLUMNS}; rename them")
     timeout = _check_seconds(timeout, "timeout", allow_none=True)
+    if timeout is not None and os.name != "posix":
+        raise ValueError("timeout= runs each point in a child process watched through POSIX "
+                         "pipes; it is not available on this system")
     worker_timeout = _check_seconds(worker_timeout, "worker_timeout", allow_none=True)
     points = [task.bind(pt) for pt in expand_grid(grid, max_points)]
     keys = [point_key(task.name, task.version, pt) for pt in points]

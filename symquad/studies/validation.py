@@ -1219,8 +1219,13 @@ def _check_ode_horizon(model, t, Q, rho, T):
     from ..numeric.ode_batch import estimate_solve
 
     horizon = float(t[-1] - t[0])
-    est = estimate_solve(model, [(Q[0, 0], rho[0, 0]), (Q[0, -1], rho[0, -1])], T, horizon,
-                         Q.shape[0])
+    try:
+        est = estimate_solve(model, [(Q[0, 0], rho[0, 0]), (Q[0, -1], rho[0, -1])], T,
+                             horizon, Q.shape[0])
+    except (ArithmeticError, TypeError, ValueError):    # e.g. data far outside the ODE's domain
+        return
+    if not all(math.isfinite(v) for v in est.values()):
+        return
     text = (f"compare: integrating the ODE over t in [{t[0]:.4g}, {t[-1]:.4g}] takes about "
             f"{est['nfev']:.3g} right-hand-side evaluations (stiffness {est['rate']:.3g} per "
             f"unit time), at least {S._duration(est['seconds'])}")
