@@ -356,8 +356,9 @@ def _close_local(client, cluster, started, abort=False):
     With `abort` (an exception, Ctrl-C or SIGTERM ends the sweep) each nanny
     is closed first with a 1 s grace for its worker, and the cluster gets 2 s
     instead of 10 -- a graceful close would wait for the points the workers
-    are computing -- so the clean-up fits in a batch scheduler's grace period.  Only the cluster's worker processes are touched (psutil
-    handles, so a reused process id is never mistaken for one of them).
+    are computing -- so the clean-up fits in a batch scheduler's grace period.
+    Only the cluster's worker processes are touched (psutil handles, so a
+    reused process id is never mistaken for one of them).
     """
     import psutil
 
@@ -399,7 +400,8 @@ def connect_scheduler(address, timeout=30.0):
     that accepts the TCP connection and never answers; here the scheduler is
     first asked for its identity with a hard deadline (an ``asyncio`` timeout
     that cancels the read), and the client is then made in a helper thread
-    that is abandoned if it has not connected in time.
+    that is abandoned if it has not connected in time (at most 1 s after the
+    deadline).
 
     Raises
     ------
@@ -412,6 +414,7 @@ def connect_scheduler(address, timeout=30.0):
     """
     import asyncio
     import threading
+    from concurrent.futures import ThreadPoolExecutor
 
     timeout = _check_seconds(timeout, "timeout")
     if not isinstance(address, str) or not address.strip():
@@ -429,14 +432,19 @@ def connect_scheduler(address, timeout=30.0):
         finally:
             comm.abort()
 
-    try:
-        reply = asyncio.run(asyncio.wait_for(identity(), timeout))
-    except (asyncio.TimeoutError, TimeoutError):
-        raise TimeoutError(f"no Dask scheduler answered at {address!r} within {timeout:g} s "
-                           f"(the peer accepted the connection but did not speak the Dask "
-                           f"protocol, or nothing is listening)") from None
-    except (OSError, ValueError) as exc:
-        raise type(exc)(f"cannot reach a Dask scheduler at {address!r}: {exc}") from None
+    # a thread of its own: asyncio.run cannot run inside a running loop (e.g. Jupyter)
+    with ThreadPoolExecutor(1) as pool:
+        probe = pool.submit(asyncio.run, asyncio.wait_for(identity(), timeout))
+        try:
+            reply = probe.result()
+        except (asyncio.TimeoutError, TimeoutError):
+            raise TimeoutError(f"no Dask scheduler answered at {address!r} within {timeout:g} "
+                               f"s (the peer accepted the connection but did not speak the "
+                               f"Dask protocol, or nothing is listening)") from None
+        except ValueError as exc:
+            raise ValueError(f"bad scheduler address {address!r}: {exc}") from None
+        except OSError as exc:
+            raise OSError(f"cannot reach a Dask scheduler at {address!r}: {exc}") from None
     if not (isinstance(reply, dict) and reply.get("type") == "Scheduler"):
         raise OSError(f"the peer at {address!r} is not a Dask scheduler "
                       f"(identity {str(reply)[:80]!r})")
@@ -451,7 +459,7 @@ def connect_scheduler(address, timeout=30.0):
 
     helper = threading.Thread(target=make, name="symquad-connect", daemon=True)
     helper.start()
-    helper.join(max(0.0, deadline - time.monotonic()) + 5.0)
+    helper.join(max(1.0, deadline - time.monotonic()))
     if helper.is_alive():
         raise TimeoutError(f"the Dask scheduler at {address!r} did not accept a client "
                            f"within {timeout:g} s")
