@@ -459,7 +459,7 @@ def test_fss_and_drift_sizes_are_checked_before_any_simulation(monkeypatch):
     monkeypatch.setattr(S, "simulate", forbidden)
     with pytest.raises(ValueError, match="finite-size scaling at N=1000000000000"):
         sq.validate(M, N=200, fss_N=[100, 1000, 10**12], invariant=False)
-    with pytest.raises(ValueError, match="drift study of S at N=100000000000"):
+    with pytest.raises(ValueError, match=r"drift study of S \(random start\) at N=100000000000"):
         sq.validate(M, N=200, fss=False, invariant_N=(100, 10**11))
     with pytest.raises(ValueError, match=r"n_times must be an integer in \[3, 10000000\]"):
         sq.validate(M, N=200, n_times=10**12)

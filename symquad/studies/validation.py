@@ -937,13 +937,17 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start=None, seed=0, *,
     _plan_runs(model, method, [("main run", N, t_max, replicas, n_times)]
                + [(f"finite-size scaling at N={n}", n, fss_t, fss_replicas or replicas, 51)
                   for n in (fss_N if fss else ())]
-               + [(f"drift study of S at N={n}", n, t_max, invariant_replicas, 101)
+               + [(f"drift study of S ({start} start) at N={n}", n, t_max,
+                   invariant_replicas, 101)
                   for n in (list(invariant_N) if "invariant_drift" in jobs else ())
-                  for _ in ("random", "informed")])
+                  for start in ("random", "informed")])
     workers = _resolve_workers(workers, len(jobs))
 
     phases = {}
-    with terminate_cleanly(), _StudyRunner(jobs, workers, progress) as studies:
+    with terminate_cleanly(), warnings.catch_warnings(), \
+            _StudyRunner(jobs, workers, progress) as studies:
+        # the plan above already gave the estimate of every run
+        warnings.filterwarnings("ignore", r"simulate: .* estimated to take", RuntimeWarning)
         tick = time.perf_counter()
         kwargs = {"T": T}
         if start == "informed":
