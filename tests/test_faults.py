@@ -465,6 +465,22 @@ def test_fss_and_drift_sizes_are_checked_before_any_simulation(monkeypatch):
         sq.validate(M, N=200, n_times=10**12)
 
 
+def test_wide_validate_warns_with_its_estimate_before_simulating(monkeypatch, tmp_path):
+    # the audit: `symquad validate --p 32` ran for minutes with no word of how long
+    from symquad.numeric import simulate as S
+
+    class Started(Exception):
+        pass
+
+    def started(*a, **k):
+        raise Started
+    monkeypatch.setattr(S, "simulate", started)
+    with pytest.warns(RuntimeWarning, match=r"validate: the SGD runs are estimated to take at "
+                                            r"least [\d.]+ minutes \(main run"):
+        with pytest.raises(Started):
+            main(["validate", "--p", "32", "--out", str(tmp_path / "rep")])
+
+
 def test_compare_over_a_very_long_horizon_is_estimated_first():
     m = sq.Model(p=2, p_star=1, lr=0.3)
     run = sq.simulate(m, N=300, t_max=3.0, replicas=4, seed=1, t_eval=np.linspace(0, 3, 7))
