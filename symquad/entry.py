@@ -105,12 +105,22 @@ def run_main(func, *args, prog: str | None = None, **kwargs) -> int:
     prog : str, optional
         Name in the messages (default: the script's file name).
     """
+    from ._signals import Terminated, terminate_cleanly
+
     prog = prog or os.path.basename(sys.argv[0] or "symquad")
     with one_line_warnings(prog):
         try:
-            status = func(*args, **kwargs)
+            with terminate_cleanly():
+                status = func(*args, **kwargs)
             sys.stdout.flush()                 # a broken pipe shows here, not at exit
             return int(status or 0)
+        except Terminated as exc:
+            # raised by SIGTERM: the finally blocks on the way here stopped the worker
+            # processes and removed the temporary files
+            with contextlib.suppress(OSError, ValueError):
+                print(f"{prog}: {exc}; worker processes stopped, temporary files removed",
+                      file=sys.stderr)
+            return exc.code
         except SystemExit as exc:
             if exc.code is None or isinstance(exc.code, int):
                 return int(exc.code or 0)

@@ -49,3 +49,41 @@ def calls_exit(x):
     if x == 1:
         sys.exit(3)
     return {"y": x * x}
+def sleepy(x, duration=60.0, pidfile=""):
+    """Sleeps `duration` s (writes its pid to `pidfile` first): stands for a point that hangs."""
+    if pidfile:
+        with open(pidfile, "w") as fh:
+            fh.write(str(os.getpid()))
+    time.sleep(duration)
+    return {"y": x}
+
+
+def spin(x, duration=60.0):
+    """Busy loop (numpy calls) for `duration` seconds."""
+    import numpy as np
+    end = time.monotonic() + duration
+    a = np.ones(1000)
+    while time.monotonic() < end:
+        a = np.sqrt(a * a + 1.0) - 0.5
+    return {"y": x}
+
+
+def unstorable(x, kind="object"):
+    """Returns a result the store cannot read back (`kind`), or a fine one for kind="ok"."""
+    import numpy as np
+    if kind == "object":
+        return {"y": np.array([{"a": 1}, None], dtype=object)}
+    if kind == "bigint":
+        return {"y": 2 ** 70}
+    if kind == "uint64":
+        return {"y": np.uint64(2 ** 64 - 1)}
+    if kind == "surrogate":
+        return {"y": "\ud800"}
+    if kind == "longdouble":
+        return {"y": np.longdouble(1.5)}
+    return {"y": x, "arr": np.arange(3.0)}
+
+
+def exits_hard(x):
+    """Ends its own process without unwinding (os._exit)."""
+    os._exit(7)

@@ -231,6 +231,20 @@ def test_serial_and_distributed_identical(tmp_path, client):
     assert list(sq.load_sweep(tmp_path / "cli")["p"]) == [1, 2]
 
 
+def test_point_timeout_on_dask_workers(tmp_path, client):
+    # the point runs in a child of the worker process, killed at the deadline; the
+    # worker itself stays and runs the next points
+    grid = {"x": [1, 2], "duration": [0.05, 120.0]}
+    start = time.monotonic()
+    df = sq.sweep(sweep_tasks.sleepy, grid, tmp_path / "s", client=client, timeout=1.5)
+    assert time.monotonic() - start < 60
+    assert list(df["status"]) == ["ok", "error", "ok", "error"]
+    assert list(df["y"].fillna(-1)) == [1, -1, 2, -1]
+    assert df["error"].dropna().str.startswith(
+        "TimeoutError: the point did not finish within timeout=1.5 s").all()
+    assert len(client.nthreads()) == 2                       # no worker was lost
+
+
 @pytest.mark.slow
 def test_escape_task_serial_and_distributed_identical(tmp_path, client):
     grid = {"p": [2, 3], "p_star": [1], "lr_scaling": ["width"], "N": [300], "replicas": [8],
@@ -317,8 +331,8 @@ def test_cli_sweep_list_run_and_errors(tmp_path, capsys):
     assert not (tmp_path / "t").exists()
     # a field the task's analysis was not derived for: an error row naming it (exit 1)
     assert main(["sweep", "plateau", "--grid", "p=2", "--grid", "p_star=1", "--grid",
-                 "weight_decay=0,0.1", "--store", str(tmp_path / "u"), "--workers", "1",
+                 "lr_readout=0,0.1", "--store", str(tmp_path / "u"), "--workers", "1",
                  "--no-progress"]) == 1
     captured = capsys.readouterr()
     assert "2 points" in captured.out and "(1 ok, 1 error)" in captured.out
-    assert "weight_decay=0.1" in captured.err
+    assert "lr_readout=0.1" in captured.err

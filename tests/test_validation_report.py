@@ -85,13 +85,12 @@ def test_load_refuses_what_is_not_a_report(tmp_path):
 
 def test_save_replaces_the_folder_whole(report, tmp_path):
     dest = tmp_path / "rep"
+    report.save(dest)                              # with figures
+    assert (dest / "risk.png").exists()
     report.save(dest, figures=False)
-    (dest / "risk.png").write_bytes(b"a figure of an older run")
-    (dest / "stale_figure_of_an_older_run.png").write_bytes(b"old")
-    report.save(dest, figures=False)
-    assert not (dest / "stale_figure_of_an_older_run.png").exists()
     assert not (dest / "risk.png").exists()       # figures=False: none of the old ones kept
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rep"]   # no temporary folder left
+    assert report_io.is_report_folder(dest)
 
 
 def test_interrupted_save_leaves_the_old_folder(report, tmp_path, monkeypatch):

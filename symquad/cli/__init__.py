@@ -52,7 +52,9 @@ def main(argv=None) -> int:
     so ``symquad equations > eq.tex`` never captures an error message: a
     ``ValueError``/``TypeError`` from a command (bad input, named by the check
     that raised it) or an unwritable path exits 2, a diverging run 3, anything
-    unexpected 5 (``SYMQUAD_TRACEBACK=1`` shows the traceback), an interrupt 130.
+    unexpected 5 (``SYMQUAD_TRACEBACK=1`` shows the traceback), an interrupt 130,
+    SIGTERM 143 (after the clean-up: worker processes stopped, temporary files
+    removed).
     """
     from ..entry import run_main
     return run_main(_dispatch, argv, prog="symquad")

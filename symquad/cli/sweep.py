@@ -18,13 +18,23 @@ by ``:`` because ``,`` separates grid values: ``--grid readout=1/2:1/4,1`` is
 two points, ``a = (1/2, 1/4)`` and ``a = 1`` for every unit.  A point whose
 model a task cannot handle (a field the analysis was not derived for, a
 readout of the wrong length) is an error row naming the field.
+Numbers are bounded like the parameters of :class:`symquad.Model`: an
+integer must fit in int64 and a float must be finite (``1e999`` is refused),
+so a grid value never overflows later in the task or the store.
+
+``--timeout SECONDS`` bounds each point (it becomes an error row after that);
+with ``--scheduler`` the connection must be answered within
+``--scheduler-timeout`` seconds (default 30) and a worker must be there within
+``--worker-timeout`` seconds (default 300; ``0`` waits forever).
 
 Exit status: 0 when every point is ``ok``, 1 when some are errors (the first
-five messages go to stderr), 2 for bad arguments.
+five messages go to stderr), 2 for bad arguments or an unreachable scheduler,
+143 when stopped by SIGTERM (finished points are stored, workers stopped).
 """
 
 from __future__ import annotations
 
+import math
 import re
 import sys
 
@@ -32,18 +42,40 @@ _INT = re.compile(r"^[+-]?\d+$")
 _FLOAT = re.compile(r"^[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?$")
 
 
-def parse_value(text: str):
-    """A grid value from its text: bool, None, int, float or str (no evaluation)."""
+#: Longest numeric literal read (int() of a longer digit string is slow and refused anyway).
+_MAX_DIGITS = 400
+
+
+def parse_value(text: str, name: str = "value"):
+    """A grid value from its text: bool, None, int, float or str (no evaluation).
+
+    Raises ValueError for a number out of range: an integer beyond int64 or a
+    float that overflows to infinity.
+    """
+    from ..studies.store import INT64_RANGE
+
     s = text.strip()
     low = s.lower()
     if low in ("true", "false"):
         return low == "true"
     if low == "none":
         return None
+    numeric = _INT.match(s) or _FLOAT.match(s)
+    if numeric and len(s) > _MAX_DIGITS:
+        raise ValueError(f"--grid {name}: the number {s[:20]}... has {len(s)} characters, "
+                         f"more than {_MAX_DIGITS}")
     if _INT.match(s):
-        return int(s)
+        value = int(s)
+        if not INT64_RANGE[0] <= value <= INT64_RANGE[1]:
+            raise ValueError(f"--grid {name}={s}: integers must lie in [-2**63, 2**63 - 1] "
+                             f"(allowed range), got {value:.4g}")
+        return value
     if _FLOAT.match(s):
-        return float(s)
+        value = float(s)
+        if not math.isfinite(value):
+            raise ValueError(f"--grid {name}={s}: numbers must be finite (allowed range: "
+                             f"|x| < 1.8e308), got {s}")
+        return value
     return s
 
 
@@ -68,13 +100,37 @@ def parse_grid(items) -> dict:
             except ValueError as exc:
                 raise ValueError(f"--grid {exc}") from None
         else:
-            grid[name] = [parse_value(v) for v in vals]
+            grid[name] = [parse_value(v, name) for v in vals]
     return grid
 
 
 def _model_field_names():
     from ..spec import model_fields
     return {f.name for f in model_fields()}
+
+
+def _seconds(text):
+    import argparse
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}") \
+            from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"expected a finite number of seconds > 0, got {text}")
+    return value
+
+
+def _seconds_or_zero(text):
+    import argparse
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds >= 0, got {text!r}") \
+            from None
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"expected a finite number of seconds >= 0, got {text}")
+    return value
 
 
 def register(sub):
@@ -98,6 +154,15 @@ def register(sub):
                             "(default: one per core)")
     where.add_argument("--scheduler", metavar="ADDRESS",
                        help="attach to a running dask scheduler, e.g. tcp://host:8786")
+    ps.add_argument("--timeout", type=_seconds, default=None, metavar="SECONDS",
+                    help="stop a point after this many seconds (it becomes an error row; "
+                         "each point then runs in a child process that can be killed)")
+    ps.add_argument("--scheduler-timeout", type=_seconds, default=30.0, metavar="SECONDS",
+                    help="with --scheduler: give up if it does not answer within this time")
+    ps.add_argument("--worker-timeout", type=_seconds_or_zero, default=300.0,
+                    metavar="SECONDS",
+                    help="Dask: give up on points after this long without any worker "
+                         "(0: wait forever)")
     ps.add_argument("--retry-errors", action="store_true",
                     help="recompute stored points whose status is 'error'")
     ps.add_argument("--no-progress", action="store_true",
@@ -127,16 +192,16 @@ def run(args) -> int:
     if args.workers is not None and args.workers < 1:
         print(f"{err} --workers must be an integer >= 1, got {args.workers}", file=sys.stderr)
         return 2
-    from ..studies.sweep import sweep
+    from ..studies.sweep import connect_scheduler, sweep
     client = None
     try:
         grid = parse_grid(args.grid)
         if args.scheduler:
-            from distributed import Client
-            client = Client(args.scheduler, timeout="20s")
+            client = connect_scheduler(args.scheduler, timeout=args.scheduler_timeout)
         df = sweep(args.task, grid, args.store, client=client, workers=args.workers,
                    progress=not args.no_progress,
-                   retry_errors=args.retry_errors)
+                   retry_errors=args.retry_errors, timeout=args.timeout,
+                   worker_timeout=args.worker_timeout or None)
     except (ValueError, TypeError, FileNotFoundError) as exc:
         print(f"{err} {exc}", file=sys.stderr)
         return 2

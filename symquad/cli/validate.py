@@ -144,37 +144,46 @@ def _fail(message) -> int:
     return 2
 
 
+def _check_data_headers(path, headers):
+    """Refuse a ``--data`` file from its declared dtypes and shapes, before reading it."""
+    ndims = {"t": (1,), "Q": (3, 4), "rho": (3, 4), "T": (2,), "readout": (2, 3)}
+    for key, (dtype, shape) in headers.items():
+        if dtype.kind not in "biufc":
+            raise ValueError(f"--data {path!r}: array {key!r} has dtype {dtype}; numbers "
+                             f"are needed")
+        if len(shape) not in ndims[key]:
+            raise ValueError(f"--data {path!r}: array {key!r} has shape {shape}; expected "
+                             f"{' or '.join(f'{d}-d' for d in ndims[key])}")
+    missing = [k for k in ("t", "Q", "rho") if k not in headers]
+    if missing:
+        raise ValueError(f"--data {path!r} lacks the array(s) {missing} (keys: t, Q, "
+                         f"rho, optional T, readout)")
+
+
 def load_data(path) -> dict:
     """Arrays of a ``--data`` file: keys t, Q, rho and optionally T and readout, nothing else.
 
+    Checked before anything is allocated (:func:`symquad._safe_io.read_npz`):
+    a regular file (a FIFO or device is refused without blocking), a zip
+    archive whose members are only those keys, each member's declared size
+    within the memory limit (so a zip bomb is refused in constant memory),
+    each ``.npy`` header describing exactly its member's bytes (a lying header
+    is refused) with a numeric dtype and the expected number of dimensions.
     Read with ``allow_pickle=False`` (an npz holding Python objects is
     refused, never unpickled).
     """
-    import numpy as np
+    from .._safe_io import read_npz
 
-    if not os.path.isfile(path):
+    if not os.path.lexists(path):
         raise ValueError(f"--data {path!r}: no such file")
     try:
-        with np.load(path, allow_pickle=False) as data:
-            if not hasattr(data, "files"):
-                raise ValueError(f"--data {path!r} is a single .npy array, not an .npz with keys "
-                                 f"t, Q, rho")
-            extra = sorted(set(data.files) - set(_DATA_KEYS))
-            if extra:
-                raise ValueError(f"--data {path!r} holds unexpected array(s) {extra}; allowed "
-                                 f"keys: t, Q, rho, T (optional), readout (a trained readout)")
-            missing = [k for k in ("t", "Q", "rho") if k not in data.files]
-            if missing:
-                raise ValueError(f"--data {path!r} lacks the array(s) {missing} (keys: t, Q, "
-                                 f"rho, optional T, readout)")
-            return {k: data[k] for k in data.files}
-    except ValueError as exc:
-        if "pickle" in str(exc).lower():
-            raise ValueError(f"--data {path!r} holds Python objects (pickled arrays); only "
-                             f"numeric arrays are read") from None
-        raise
-    except (OSError, EOFError) as exc:
-        raise ValueError(f"--data {path!r} is not a readable .npz file ({exc})") from None
+        arrays, _ = read_npz(path, f"--data {path!r}", keys=_DATA_KEYS,
+                             check=lambda headers: _check_data_headers(path, headers))
+    except FileNotFoundError:
+        raise ValueError(f"--data {path!r}: no such file") from None
+    except OSError as exc:
+        raise ValueError(f"--data {path!r} cannot be read ({exc})") from None
+    return arrays
 
 
 def _model(args, base):

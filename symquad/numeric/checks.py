@@ -17,7 +17,20 @@ import numpy as np
 
 __all__ = ["as_overlaps", "as_real_array", "check_positive", "check_int", "check_real",
            "check_seed", "check_choice", "check_float_activation", "FLOAT_COEFFICIENT_RANGE",
-           "MAX_CONSTANT_RATIO"]
+           "MAX_CONSTANT_RATIO", "check_record_bytes", "MAX_TIMES", "MAX_RECORD_BYTES"]
+
+#: Most recorded times a study accepts (``n_times``, ``n_eval``, ``n_save``): the
+#: time grid alone is 80 MB at this size, and every trajectory multiplies it.
+MAX_TIMES = 10**7
+#: Most bytes of recorded trajectories one call may allocate.
+MAX_RECORD_BYTES = 8 * 2**30
+
+
+def check_record_bytes(n_bytes: int, what: str, hint: str = "") -> None:
+    """ValueError, before allocating, when `what` would need more than MAX_RECORD_BYTES."""
+    if n_bytes > MAX_RECORD_BYTES:
+        raise ValueError(f"{what} needs {n_bytes / 2**30:.3g} GiB (limit "
+                         f"{MAX_RECORD_BYTES / 2**30:g} GiB){': ' + hint if hint else ''}")
 
 
 def _is_real_scalar(value) -> bool:

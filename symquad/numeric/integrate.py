@@ -10,7 +10,8 @@ import numpy as np
 from scipy.integrate import solve_ivp
 
 from ..spec import Model, check_model
-from .checks import as_overlaps, as_real_array, check_choice, check_positive, check_real
+from .checks import as_overlaps, as_real_array, check_choice, check_positive, check_real, \
+    check_record_bytes
 from .errors import DivergenceError, describe_state
 from .kernels import kernels
 from .persist import load_npz, model_from_dict, model_to_dict, save_npz
@@ -279,6 +280,10 @@ def integrate(model: Model, Q0, rho0, T, t_max, t_eval=None, *, method: str = "a
     if t_eval.ndim != 1 or t_eval.size == 0 or np.any(np.diff(t_eval) <= 0) \
             or t_eval[0] < 0 or t_eval[-1] > t_max:
         raise ValueError("t_eval must be a non-empty increasing 1-d array within [0, t_max]")
+    # the solution holds y (state) and Q, rho, risk at every t_eval: checked before solving
+    check_record_bytes(8 * t_eval.size * (3 * model.p ** 2 + 2 * model.p * model.p_star + 1),
+                       f"integrate: {t_eval.size} output times at p={model.p}",
+                       "use fewer times in t_eval")
     start_norm = max(float(np.max(np.abs(Q0))), float(np.max(np.abs(rho0), initial=0.0)))
     if max_norm is None:
         max_norm = 1e6 * max(1.0, float(np.max(np.abs(Q0))), float(np.max(np.abs(T))))

@@ -138,6 +138,10 @@ def weight_objective(m: Model, W, Wstar):
     return kernels(m).risk(Q, rho, T) + 0.5 * m.weight_decay * np.trace(Q, axis1=-2, axis2=-1)
 
 
+#: Largest p·N for :func:`weight_hessian` (about 8 minutes of work at the limit).
+MAX_WEIGHT_HESSIAN_DIM = 2000
+
+
 def weight_hessian(m: Model, W, Wstar, step: float = 0.05, chunk: int = 20000):
     r"""Hessian ``∂²L/∂W_{ka}∂W_{lb}`` of the objective (:func:`weight_objective`) in the ``p·N`` weights.
 
@@ -165,7 +169,12 @@ def weight_hessian(m: Model, W, Wstar, step: float = 0.05, chunk: int = 20000):
     step : float
         ``h`` (the weights are O(1) per entry at the critical points).
     chunk : int
-        Risk evaluations per kernel call (memory bound).
+        Risk evaluations per kernel call (memory bound; lowered so that the
+        perturbed copies of the weights stay within 1 GiB).
+
+    ``p·N`` is limited to ``MAX_WEIGHT_HESSIAN_DIM`` (2000): the work grows
+    like ``(p·N)³`` (4 s at ``p·N = 400`` on the development machine) and ``H``
+    itself like ``(p·N)²``; it is checked before anything is allocated.
 
     Returns
     -------
@@ -175,10 +184,23 @@ def weight_hessian(m: Model, W, Wstar, step: float = 0.05, chunk: int = 20000):
     _check_analysis(m, "weight_hessian", "hessian")
     _check_quadratic(m, "weight_hessian (exact Richardson differences)")
     W = as_real_array(W, "W")
+    Wstar = as_real_array(Wstar, "Wstar")
     if W.shape[0] != m.p:
         raise ValueError(f"W must have p = {m.p} rows, got shape {W.shape}")
     step = check_positive("step", step)
+    chunk = _check_int(chunk, "chunk", 1, 10**6)
     n = W.size
+    if n > MAX_WEIGHT_HESSIAN_DIM:
+        raise ValueError(
+            f"weight_hessian: W has p*N = {n} weights; the {n}x{n} Hessian takes work "
+            f"growing like (p*N)^3 (4 s at p*N = 400, about {4.0 * (n / 400) ** 3:.3g} s "
+            f"here) and {8 * n * n / 2**30:.3g} GiB; allowed p*N <= {MAX_WEIGHT_HESSIAN_DIM} "
+            f"(the exact spectrum at any N: sq.hessian_spectrum)")
+    if W.ndim != 2 or Wstar.ndim != 2 or Wstar.shape[1] != W.shape[1]:
+        raise ValueError(f"W and Wstar must be (p, N) and (p_star, N), got {W.shape} and "
+                         f"{Wstar.shape}")
+    if chunk * n * 8 > 2**30:
+        chunk = max(1, 2**30 // (8 * n))      # the perturbed copies of x0 stay within 1 GiB
     x0 = W.ravel()
     iu, ju = np.triu_indices(n)
     risk = kernels(m).risk
@@ -735,6 +757,38 @@ def _integrate_batch(m: Model, Q0, rho0, t_max, n_eval, rtol=1e-9, atol=1e-13):
                            atol=atol, max_norm=1e6)
 
 
+#: Bytes one batched escape solve may hold; bigger batches of starts are split
+#: into chunks of this size (fixed, so the numbers never depend on the machine).
+ESCAPE_BATCH_BYTES = 2 * 2**30
+
+
+def _batch_bytes_per_start(m: Model, n_eval: int) -> int:
+    """Bytes one start costs in :func:`_integrate_batch`: ~4 copies of its n_eval states."""
+    return 4 * 8 * n_eval * (m.p * m.p + m.p * m.p_star + 1)
+
+
+def _chunked_batches(m: Model, Q0, rho0, t_max, n_eval):
+    """``(slice, solution)`` of the batched ODE solve, in chunks of bounded memory.
+
+    The memory is checked before anything is allocated: a chunk larger than
+    the free memory is refused with the number of bytes it needs.
+    """
+    from .._safe_io import available_memory
+
+    B = Q0.shape[0]
+    per = _batch_bytes_per_start(m, n_eval)
+    size = max(1, min(B, ESCAPE_BATCH_BYTES // per))
+    free = available_memory()
+    if free is not None and size * per > 0.8 * free:
+        raise ValueError(
+            f"the batched escape ODE needs {size * per / 2**30:.3g} GiB for {size} of the "
+            f"{B} starts at n_eval={n_eval}, p={m.p}, p_star={m.p_star} ({per / 2**20:.3g} MiB "
+            f"per start), more than the {free / 2**30:.3g} GiB free: reduce n_samples or n_eval")
+    for start in range(0, B, size):
+        part = slice(start, min(B, start + size))
+        yield part, _integrate_batch(m, Q0[part], rho0[part], t_max, n_eval)
+
+
 def _raise_if_diverged(sol, what):
     if sol.n_diverged:
         first = int(np.nanargmin(sol.t_diverged))
@@ -866,10 +920,13 @@ def escape_prediction(m: Model, N: int, q0: float = 1.0, sgd_noise: bool = True,
     Q0 = np.broadcast_to(q0 * np.eye(p), (n_samples, p, p)).copy()
     # horizon: relaxation (a few 1/η) + linear growth from δ + nonlinear escape
     t_max = 20.0 / m.eta + (math.log(1.0 / delta) + 15.0) / kappa
-    sol = _integrate_batch(m, Q0, delta * Z, t_max, n_eval)
-    _raise_if_diverged(sol, "escape ODE")
-    t, Q, rho, risk = sol.t, sol.Q, sol.rho, sol.risk
-    t_c = escape_times(t, risk, thr)
+    t_c = np.empty(n_samples)
+    for part, sol in _chunked_batches(m, Q0, delta * Z, t_max, n_eval):
+        _raise_if_diverged(sol, "escape ODE")
+        t_c[part] = escape_times(sol.t, sol.risk, thr)
+        if part.start == 0:
+            t, Q, rho = sol.t, sol.Q[:1].copy(), sol.rho[:1].copy()   # not views of the chunk
+        del sol
     if np.isnan(t_c).any():
         warnings.warn(f"{int(np.isnan(t_c).sum())} of {n_samples} sampled starts did not "
                       f"escape by t = {t_max:.3g}", RuntimeWarning, stacklevel=2)
@@ -949,11 +1006,15 @@ def ode_escape_times(m: Model, Q0, rho0, t_max: float, fraction: float = 0.5,
     thr = escape_threshold(m, fraction)
     # starts beyond the divergence threshold (the larger root of the plateau
     # equation) diverge: they are marked by the batched solve and reported NaN
-    sol = _integrate_batch(m, Q0, rho0, t_max, n_eval)
-    out = escape_times(sol.t, sol.risk, thr)
-    if sol.n_diverged:
-        out[sol.diverged] = np.nan
-        warnings.warn(f"{sol.n_diverged} of {sol.size} ODE trajectories diverged (reported as "
+    out = np.empty(Q0.shape[0])
+    diverged = 0
+    for part, sol in _chunked_batches(m, Q0, rho0, t_max, n_eval):
+        out[part] = escape_times(sol.t, sol.risk, thr)
+        if sol.n_diverged:
+            out[part][sol.diverged] = np.nan
+            diverged += sol.n_diverged
+    if diverged:
+        warnings.warn(f"{diverged} of {Q0.shape[0]} ODE trajectories diverged (reported as "
                       f"NaN)", RuntimeWarning, stacklevel=2)
     return out
 

@@ -133,24 +133,24 @@ def load_npz(path, kind: str) -> tuple[dict, dict]:
         If the file is not a symquad result of ``kind`` or has an unknown
         format version.
     """
+    from .._safe_io import read_npz
+
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise FileNotFoundError(f"no saved result at {str(path)!r}")
+    # sizes and headers are checked before anything is read (no FIFO, no zip bomb)
     try:
-        with zipfile.ZipFile(path) as zf:
-            names = zf.namelist()
-            if _META not in names:
-                raise ValueError(f"{str(path)!r} is not a saved symquad result (no {_META})")
-            meta = json.loads(zf.read(_META).decode("utf-8"))
-            arrays = {}
-            for name in names:
-                if name.endswith(".npy"):
-                    with zf.open(name) as fh:
-                        arrays[name[:-4]] = np.lib.format.read_array(
-                            io.BytesIO(fh.read()), allow_pickle=False)
-    except zipfile.BadZipFile as exc:
-        raise ValueError(f"{str(path)!r} is not a saved symquad result (not a zip/npz "
-                         f"file)") from exc
+        arrays, extras = read_npz(path, "the file", extras=(_META,))
+    except ValueError as exc:
+        raise ValueError(f"{str(path)!r} is not a saved symquad result: {exc}") from None
+    if _META not in extras:
+        raise ValueError(f"{str(path)!r} is not a saved symquad result (no {_META})")
+    try:
+        meta = json.loads(extras[_META].decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{str(path)!r}: {_META} is not valid JSON ({exc})") from None
+    if not isinstance(meta, dict):
+        raise ValueError(f"{str(path)!r}: {_META} is not a JSON object")
     if meta.get("kind") != kind:
         raise ValueError(f"{str(path)!r} holds a {meta.get('kind')!r}, not a {kind!r}")
     if meta.get("format_version") != FORMAT_VERSION:

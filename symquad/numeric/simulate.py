@@ -86,6 +86,7 @@ generated kernels, so it doubles as a second route for the kernels' risk.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field
 from numbers import Integral
 from pathlib import Path
@@ -822,8 +823,67 @@ MAX_FULL_WORK = 10**13
 MAX_N = 2**53
 
 
+#: simulate warns above this estimated run time (seconds) and refuses above
+#: MAX_ESTIMATED_SECONDS; the estimate (estimate_seconds) is a lower bound.
+WARN_SECONDS = 600.0
+MAX_ESTIMATED_SECONDS = 86_400.0
+
+
+def estimate_seconds(method, N, replicas, n_steps, p, ps) -> float:
+    """A lower bound on the run time of one simulation, in seconds.
+
+    From the fastest rates measured on one core of the development machine
+    (README, Benchmarks): the compiled reduced simulator costs at least
+    ``max(1e-7, 3e-9 p (p + p*))`` s per replica-step (measured 2.9e-7 s at
+    ``p = 4``, 3.2e-6 s at ``p = 16``, 2.7e-5 s at ``p = 64, p* = 8``); the full
+    simulator at least one multiply-add per ``5e-10`` s of its
+    ``replicas · steps · N · (p + p*)``.  Machines and loads differ, so a run
+    takes this long *or longer*.
+    """
+    if method == "full":
+        return replicas * n_steps * N * (p + ps) * 5e-10
+    return replicas * n_steps * max(1e-7, 3e-9 * p * (p + ps))
+
+
+def _duration(seconds) -> str:
+    for unit, size in (("days", 86400.0), ("hours", 3600.0), ("minutes", 60.0)):
+        if seconds >= size:
+            return f"{seconds / size:.3g} {unit}"
+    return f"{seconds:.3g} s"
+
+
+def plan_simulation(model, N, t_max, replicas, method="reduced", n_times=101) -> float:
+    """Check a run's sizes as :func:`simulate` does, without running it; its time estimate.
+
+    Raises the ValueError :func:`simulate` would raise for memory, step
+    count or estimated time (see :func:`estimate_seconds`), before anything
+    is allocated, so a study of several runs can check all of them first.
+    Returns the estimated seconds (a lower bound).
+    """
+    from ..spec import check_model
+
+    check_model(model)
+    N = _check_int(N, "N", 1)
+    replicas = _check_int(replicas, "replicas", 1)
+    t_max = check_positive("t_max", t_max)
+    n_times = _check_int(n_times, "n_times", 1)
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    if N > MAX_N:
+        raise ValueError(f"N must be <= 2**53 (allowed range 1..{MAX_N}), got {N}")
+    if not t_max * N <= MAX_REPLICA_STEPS:
+        raise ValueError(f"t_max * N = {t_max * N:.3g} steps is beyond {MAX_REPLICA_STEPS:.0e}: "
+                         f"reduce t_max (allowed t_max <= {MAX_REPLICA_STEPS / N:.3g}) or N")
+    n_steps = max(1, int(round(t_max * N)))
+    return _check_sizes(method, N, replicas, n_steps, min(n_times, n_steps + 1), model.p,
+                        model.p_star)
+
+
 def _check_sizes(method, N, replicas, n_steps, n_rec, p, ps):
-    """Refuse, before any work, a run whose memory or step count is out of reach."""
+    """Refuse, before any work, a run whose memory, step count or time is out of reach.
+
+    Returns the estimated seconds (:func:`estimate_seconds`).
+    """
     if N > MAX_N:
         raise ValueError(f"N must be <= 2**53 (allowed range 1..{MAX_N}), got {N}")
     record_bytes = 8 * replicas * n_rec * (p * p + p * ps)
@@ -850,6 +910,15 @@ def _check_sizes(method, N, replicas, n_steps, n_rec, p, ps):
             f"replicas * t_max * N = {replicas * n_steps:.3g} replica-steps is beyond "
             f"{MAX_REPLICA_STEPS:.0e} (months at ~1e6 replica-steps/s): reduce t_max, N "
             f"or replicas")
+    seconds = estimate_seconds(method, N, replicas, n_steps, p, ps)
+    if seconds > MAX_ESTIMATED_SECONDS:
+        raise ValueError(
+            f"this simulation ({replicas} replicas x {n_steps:.3g} steps, N={N}, p={p}, "
+            f"p*={ps}, method={method!r}) is estimated to take at least {_duration(seconds)} "
+            f"(limit {_duration(MAX_ESTIMATED_SECONDS)}, "
+            f"symquad.numeric.simulate.MAX_ESTIMATED_SECONDS): reduce t_max, N or replicas, "
+            f"or split the replicas over a sweep")
+    return seconds
 
 
 def _record_steps(t_max, N, t_eval):
@@ -944,7 +1013,11 @@ def simulate(model, N=2000, t_max=20.0, replicas=64, seed=0, method="reduced",
     if N > MAX_N:
         raise ValueError(f"N must be <= 2**53 (allowed range 1..{MAX_N}), got {N}")
     n_steps, rec_steps = _record_steps(t_max, N, t_eval)
-    _check_sizes(method, N, replicas, n_steps, len(rec_steps), model.p, model.p_star)
+    seconds = _check_sizes(method, N, replicas, n_steps, len(rec_steps), model.p, model.p_star)
+    if seconds > WARN_SECONDS:
+        warnings.warn(f"simulate: {replicas} replicas x {n_steps:.3g} steps (N={N}, p="
+                      f"{model.p}) are estimated to take at least {_duration(seconds)}",
+                      RuntimeWarning, stacklevel=2)
 
     ss = np.random.SeedSequence(seed)
     # five independent streams; the first four are the same as spawn(4)'s

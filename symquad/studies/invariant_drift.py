@@ -105,9 +105,9 @@ def invariant_drift_study(model, Ns, t_max, replicas, seed, sigma_ref=0.2,
     if not protocols or any(pr not in ("random", "informed") for pr in protocols):
         raise ValueError(f"protocols must be a non-empty subset of ('random', 'informed'), "
                          f"got {protocols!r}")
-    n_save = int(n_save)
-    if n_save < 3:
-        raise ValueError(f"n_save must be >= 3, got {n_save}")
+    from ..numeric.checks import MAX_TIMES, check_int
+
+    n_save = check_int(n_save, "n_save", 3, MAX_TIMES)
     p, k = model.p, model.p_star
     T = _teacher(T, k)
     q0 = 1.0 if q0 is None else float(q0)

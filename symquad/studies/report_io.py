@@ -1,19 +1,36 @@
-"""Report folders: destination checks, atomic replacement, JSON + NPZ encoding.
+"""Report folders: destination checks, provenance, atomic replacement, JSON + NPZ encoding.
 
-A report folder is written whole or not at all:
+A report folder is written whole or not at all, and only a folder symquad
+provably wrote is ever replaced:
 
-1. :func:`check_destination` refuses, *before* any computation, a destination
-   that is empty, a file, an existing folder that is not a symquad report
-   (it would be replaced whole), or one whose nearest existing parent folder
-   is not writable;
-2. :func:`write_folder_atomically` writes every file into a temporary folder
+1. **Provenance.**  :func:`write_folder_atomically` ends every folder it
+   writes with a manifest, ``symquad-manifest.json``: a format marker and, for
+   every file it wrote, the size and SHA-256.  :func:`report_folder_problem`
+   accepts a folder as symquad's only when the manifest is there and the
+   folder holds *exactly* the files it lists, each a regular file (no link)
+   with its recorded size and digest.  A folder that merely looks like a
+   report (a ``report.json`` with the right keys), one with anything added
+   (raw data beside a report), or one with an edited file is not, so it is
+   never replaced.
+2. :func:`check_destination` refuses, *before* any computation, a destination
+   that is empty, a file, an existing non-empty folder that is not provably a
+   symquad report, or one whose nearest existing parent folder is not
+   writable;
+3. :func:`write_folder_atomically` writes every file into a temporary folder
    beside the destination and renames it into place.  An existing report
    folder is swapped with the new one in one ``renameat2(RENAME_EXCHANGE)``
    call where the system has it (Linux); elsewhere it is first renamed aside
    (``.NAME.old-*``), the new folder renamed into place, and the old one
-   deleted.  An interrupt at any point leaves the old folder or the new one,
-   never a mixture, never a half-written file (at worst, on the fallback
-   path, a ``.NAME.old-*`` folder beside a missing destination).
+   deleted.  The old folder is checked again after the swap: if something
+   was added to it while the report was computed, it is kept (renamed
+   ``NAME.replaced-*``, with a warning), not deleted.  An interrupt at any
+   point leaves the old folder or the new one, never a mixture, never a
+   half-written file.
+4. **Temporaries.**  The temporary folders are named after their owner
+   (``.NAME.tmp-<host>-<pid>-<random>``, see :mod:`symquad._atomic`); they are
+   removed on any exception -- SIGTERM included where :mod:`symquad._signals`
+   turns it into one -- and the next save beside them removes those of a
+   process that was killed outright.
 
 Arrays travel in ``.npz`` files (read back with ``allow_pickle=False``) and
 everything else in JSON; :func:`split_arrays` / :func:`join_arrays` turn a
@@ -26,19 +43,30 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import errno
+import hashlib
 import json
 import math
 import os
 import shutil
-import tempfile
+import stat
+import time
+import warnings
 
 import numpy as np
 
-__all__ = ["REPORT_FORMAT", "check_destination", "write_folder_atomically", "split_arrays",
-           "join_arrays", "is_report_folder"]
+from .._atomic import make_temp_dir, remove_stale
+from .._safe_io import open_regular, read_regular
 
-#: Marker written into ``report.json``; a folder holding it may be replaced whole.
+__all__ = ["REPORT_FORMAT", "MANIFEST_NAME", "check_destination", "write_folder_atomically",
+           "split_arrays", "join_arrays", "is_report_folder", "report_folder_problem"]
+
+#: Marker written into ``report.json`` (the kind of report).
 REPORT_FORMAT = "symquad.ValidationReport"
+#: The provenance manifest that ends every folder :func:`write_folder_atomically` writes.
+MANIFEST_NAME = "symquad-manifest.json"
+_MANIFEST_FORMAT = "symquad.report-folder"
+_MANIFEST_VERSION = 1
+_PROBE_PREFIX = ".symquad-probe-"
 
 
 def _as_path(folder, name="folder") -> str:
@@ -50,19 +78,108 @@ def _as_path(folder, name="folder") -> str:
     return os.path.abspath(path)
 
 
-def is_report_folder(path) -> bool:
-    """True if `path` is a folder whose ``report.json`` was written by symquad."""
+# ---------------------------------------------------------------------------
+# provenance: the manifest
+# ---------------------------------------------------------------------------
+def _sha256(path) -> tuple:
+    """``(size, hex digest)`` of a regular file, read in blocks (never a FIFO or device)."""
+    digest = hashlib.sha256()
+    size = 0
+    with open_regular(path, "report file", max_bytes=2**62) as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+            size += len(block)
+    return size, digest.hexdigest()
+
+
+def _folder_files(root) -> tuple:
+    """``(files, odd)``: relative paths of the regular files under `root`, and of anything else.
+
+    Folders are walked; links, FIFOs, devices and sockets are "odd" (never
+    followed, never opened).
+    """
+    files, odd = [], []
+    stack = [""]
+    while stack:
+        rel = stack.pop()
+        with os.scandir(os.path.join(root, rel)) as it:
+            for entry in it:
+                name = f"{rel}/{entry.name}" if rel else entry.name
+                mode = entry.stat(follow_symlinks=False).st_mode
+                if stat.S_ISDIR(mode):
+                    stack.append(name)
+                elif stat.S_ISREG(mode):
+                    files.append(name)
+                else:
+                    odd.append(name)
+    return sorted(files), sorted(odd)
+
+
+def _write_manifest(root) -> None:
+    """List every file under `root` (size, SHA-256) in ``root/MANIFEST_NAME``."""
+    files, odd = _folder_files(root)
+    if odd:
+        raise ValueError(f"a report folder may hold only regular files, got {odd}")
+    entries = {}
+    for rel in files:
+        size, digest = _sha256(os.path.join(root, rel))
+        entries[rel] = {"bytes": size, "sha256": digest}
+    text = json.dumps({"format": _MANIFEST_FORMAT, "version": _MANIFEST_VERSION,
+                       "files": entries}, indent=1, sort_keys=True)
+    with open(os.path.join(root, MANIFEST_NAME), "x", encoding="utf-8") as fh:
+        fh.write(text + "\n")
+
+
+def report_folder_problem(path):
+    """None if `path` is provably a folder symquad wrote, else the reason it is not.
+
+    Provably: it holds :data:`MANIFEST_NAME` and exactly the files listed
+    there, all regular files with their recorded sizes and SHA-256 digests.
+    """
+    if os.path.islink(path) or not os.path.isdir(path):
+        return "not a folder"
     try:
-        with open(os.path.join(path, "report.json"), encoding="utf-8") as fh:
-            head = json.load(fh)
-    except (OSError, ValueError):
-        return False
-    if not isinstance(head, dict):
-        return False
-    # reports written before the format marker existed carry config + numbers
-    return head.get("format") == REPORT_FORMAT or {"config", "numbers"} <= set(head)
+        head = json.loads(read_regular(os.path.join(path, MANIFEST_NAME), "manifest",
+                                       max_bytes=16 * 2**20).decode("utf-8"))
+    except FileNotFoundError:
+        return f"no {MANIFEST_NAME}: symquad did not write it"
+    except (OSError, ValueError) as exc:
+        return f"its {MANIFEST_NAME} is unreadable ({exc})"
+    listed = head.get("files") if isinstance(head, dict) else None
+    if not (isinstance(head, dict) and head.get("format") == _MANIFEST_FORMAT
+            and isinstance(listed, dict)
+            and all(isinstance(v, dict) for v in listed.values())):
+        return f"its {MANIFEST_NAME} is not a symquad manifest"
+    try:
+        files, odd = _folder_files(path)
+    except OSError as exc:
+        return f"cannot list it ({exc.strerror or exc})"
+    if odd:
+        return f"it holds links or special files symquad never writes: {odd[:5]}"
+    extra = sorted(set(files) - set(listed) - {MANIFEST_NAME})
+    if extra:
+        return f"it holds files symquad did not write: {extra[:5]}"
+    missing = sorted(set(listed) - set(files))
+    if missing:
+        return f"files symquad wrote are missing: {missing[:5]}"
+    for rel, entry in sorted(listed.items()):
+        try:
+            size, digest = _sha256(os.path.join(path, rel))
+        except (OSError, ValueError) as exc:
+            return f"cannot read {rel!r} ({exc})"
+        if size != entry.get("bytes") or digest != entry.get("sha256"):
+            return f"{rel!r} changed since symquad wrote it"
+    return None
 
 
+def is_report_folder(path) -> bool:
+    """True if `path` is provably a folder symquad wrote (see :func:`report_folder_problem`)."""
+    return report_folder_problem(path) is None
+
+
+# ---------------------------------------------------------------------------
+# destination and atomic replacement
+# ---------------------------------------------------------------------------
 def _nearest_existing(path: str) -> str:
     parent = os.path.dirname(path)
     while parent and not os.path.exists(parent):
@@ -82,9 +199,10 @@ def check_destination(folder, name="out") -> str:
         `folder` is not a path.
     ValueError
         It is empty, a symbolic link, an existing file, an existing non-empty
-        folder that is not a symquad report folder, or its nearest existing parent is not a
-        folder one can create entries in (tried, not guessed from permission
-        bits: a temporary folder is created there and removed).
+        folder that is not provably a symquad report folder (the message says
+        why, see :func:`report_folder_problem`), or its nearest existing
+        parent is not a folder one can create entries in (tried, not guessed
+        from permission bits: a temporary folder is created there and removed).
     """
     path = _as_path(folder, name)
     if os.path.islink(path):
@@ -98,15 +216,17 @@ def check_destination(folder, name="out") -> str:
     except OSError as exc:
         raise ValueError(f"{name}={os.fspath(folder)!r}: cannot read the folder "
                          f"({exc.strerror or exc})") from None
-    if occupied and not is_report_folder(path):
+    problem = report_folder_problem(path) if occupied else None
+    if problem:
         raise ValueError(f"{name}={os.fspath(folder)!r} is a non-empty folder that is not a "
-                         f"symquad report (no report.json of ours); the report replaces its "
-                         f"folder whole, so choose a new or empty folder")
+                         f"symquad report ({problem}); the report replaces its folder whole, "
+                         f"so choose a new or empty folder")
     parent = _nearest_existing(path)
     if not os.path.isdir(parent):
         raise ValueError(f"{name}={os.fspath(folder)!r}: {parent!r} is not a folder")
+    remove_stale(parent, _PROBE_PREFIX)
     try:
-        probe = tempfile.mkdtemp(prefix=".symquad-probe-", dir=parent)
+        probe = make_temp_dir(parent, _PROBE_PREFIX)
     except OSError as exc:
         raise ValueError(f"{name}={os.fspath(folder)!r}: cannot create files in {parent!r} "
                          f"({exc.strerror or exc})") from None
@@ -136,6 +256,25 @@ def _renameat2_exchange():
     return exchange
 
 
+def _dispose_of_old(old: str, dest: str) -> None:
+    """Delete the replaced folder `old` -- only if it is still provably a symquad report.
+
+    What was added to the destination while the new report was computed
+    (after :func:`check_destination`) is not ours to delete: the folder is
+    kept beside the destination as ``NAME.replaced-<time>-<pid>``, with a
+    warning.
+    """
+    problem = report_folder_problem(old)
+    if problem is None:
+        shutil.rmtree(old, ignore_errors=True)
+        return
+    keep = f"{dest}.replaced-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    os.rename(old, keep)
+    warnings.warn(f"{dest!r} changed while the report was computed ({problem}); its "
+                  f"previous content was kept at {keep!r}, not deleted", RuntimeWarning,
+                  stacklevel=4)
+
+
 def _replace_folder(new: str, dest: str) -> None:
     """Move the complete folder `new` to `dest`, replacing an existing `dest` whole."""
     if not os.path.lexists(dest):
@@ -143,36 +282,45 @@ def _replace_folder(new: str, dest: str) -> None:
         return
     exchange = _renameat2_exchange()
     if exchange is not None and exchange(new, dest):
-        shutil.rmtree(new)        # `new` now holds the previous report
+        _dispose_of_old(new, dest)        # `new` now holds the previous report
         return
     parent, base = os.path.split(dest)
-    old = tempfile.mkdtemp(prefix=f".{base}.old-", dir=parent)
+    old = make_temp_dir(parent, f".{base}.old-")
     os.rmdir(old)
     os.rename(dest, old)
     os.rename(new, dest)
-    shutil.rmtree(old, ignore_errors=True)
+    _dispose_of_old(old, dest)
 
 
 def write_folder_atomically(folder, write, name="out") -> str:
     """Run ``write(tmp)`` on a fresh temporary folder, then move it to `folder` atomically.
 
-    `write` creates the files of the report inside the folder it is given.
-    Whatever it raises (including ``KeyboardInterrupt``), the temporary folder
-    is removed and `folder` is left as it was.  Returns the absolute path.
+    `write` creates the files of the report inside the folder it is given
+    (regular files, in subfolders if it likes); the manifest
+    (:data:`MANIFEST_NAME`) is added after it.  Whatever it raises (including
+    ``KeyboardInterrupt``, and SIGTERM where :mod:`symquad._signals` turns it
+    into an exception), the temporary folder is removed and `folder` is left
+    as it was.  Temporary folders that a process killed outright left beside
+    `folder` are removed first.  Returns the absolute path.
     """
     dest = check_destination(folder, name)
     parent, base = os.path.split(dest)
     os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=f".{base}.tmp-", dir=parent)
+    remove_stale(parent, f".{base}.tmp-")
+    if os.path.isdir(dest):
+        # the old report of a fallback swap killed after its new folder was in place
+        remove_stale(parent, f".{base}.old-")
+    tmp = make_temp_dir(parent, f".{base}.tmp-")
     try:
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o777 & ~umask)   # mkdtemp makes it private; a report is not
         write(tmp)
-        for entry in os.scandir(tmp):
-            # files made with mkstemp (atomic figure writes) are private too
-            if entry.is_file(follow_symlinks=False):
-                os.chmod(entry.path, 0o666 & ~umask)
+        _write_manifest(tmp)
+        for root, _, files in os.walk(tmp):
+            for fname in files:
+                # files made with mkstemp (atomic figure writes) are private too
+                os.chmod(os.path.join(root, fname), 0o666 & ~umask)
         _replace_folder(tmp, dest)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

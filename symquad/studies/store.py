@@ -2,10 +2,11 @@ r"""A resumable, crash-safe store of sweep results: one Parquet file per point.
 
 Layout of a store folder::
 
-    STORE/store.json              format version and the task's name (written once)
+    STORE/store.json              format version and the task's name (claimed once)
     STORE/points/<key>.parquet    one row per finished point (written atomically)
     STORE/arrays/<key>.npz        the point's arrays, if the task returned any
     STORE/table.parquet           consolidated cache of the rows (rebuildable)
+    STORE/damaged/                point files that could not be read, moved aside
 
 ``key`` is the SHA-256 (first 32 hex digits) of the canonical JSON of
 ``(task name, task version, all parameters with defaults filled in)``
@@ -26,6 +27,24 @@ it when the point file has the modification time recorded in the cache, and
 from the point file otherwise, so a stale or missing cache never loses or
 duplicates a row.
 
+One task per store, claimed atomically
+--------------------------------------
+A new store is claimed by writing its complete ``store.json`` under a
+temporary name and hard-linking it to ``store.json``: the link fails when the
+name exists, so of several sweeps that open one new folder at the same moment
+exactly one creates the store, and the others read its task and are refused
+if theirs differs (where the file system has no hard links, ``O_EXCL``
+creation decides instead).  A non-empty folder that is not a store is
+refused, never filled.
+
+Damaged files never block a store
+---------------------------------
+A point file that cannot be read back (truncated by a full disk, zeroed by a
+crash of the file system, edited) is skipped with a warning; a sweep moves it
+to ``damaged/`` and computes the point again.  Results the store could not
+read back are refused when the task returns them (see
+:func:`symquad.studies.sweep.run_point`), so they never reach the disk.
+
 Only the process that drives a sweep writes (workers return their results to
 it), so a store needs no shared file system when the workers run elsewhere.
 """
@@ -37,13 +56,17 @@ import hashlib
 import json
 import math
 import os
-import socket
+import tempfile
+import time
 import uuid
+import warnings
 from numbers import Integral, Real
 
 import numpy as np
 
-from .._atomic import atomic_file
+from .._atomic import TMP_PREFIX, _FILE_MODE, atomic_file, remove_stale, temp_owner, \
+    temp_prefix
+from .._safe_io import open_regular, read_npz, read_regular
 
 __all__ = ["SweepStore", "point_key", "canonical_params", "load_sweep", "load_sweep_arrays",
            "META_COLUMNS"]
@@ -53,19 +76,30 @@ FORMAT = 1
 META_COLUMNS = ("status", "error", "seconds", "finished_utc", "key", "task", "task_version",
                 "arrays", "traceback")
 _CONSOLIDATE_AFTER = 64       # rebuild the cache once this many rows are read from points/
+#: integers a store holds exactly (Parquet int64)
+INT64_RANGE = (-2**63, 2**63 - 1)
 
 
 def _canonical(value, name):
     if isinstance(value, (bool, np.bool_)):
         return bool(value)
     if isinstance(value, Integral):
-        return int(value)
+        value = int(value)
+        if not INT64_RANGE[0] <= value <= INT64_RANGE[1]:
+            raise ValueError(f"parameter {name!r} must be an integer in [-2**63, 2**63 - 1] "
+                             f"(what a store holds exactly), got {value:.4g}")
+        return value
     if isinstance(value, Real):
         v = float(value)
         if not math.isfinite(v):
             raise ValueError(f"parameter {name!r} must be finite, got {value!r}")
         return v
     if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(f"parameter {name!r} must be valid text (it holds an unpaired "
+                             f"surrogate), got {value!r}") from None
         return value
     if value is None:
         return None
@@ -92,16 +126,6 @@ def point_key(task_name: str, task_version: str, params: dict) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
 
-def _pid_alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 class SweepStore:
     """A store folder (see the module docstring).
 
@@ -119,27 +143,95 @@ class SweepStore:
         if os.path.exists(self.path) and not os.path.isdir(self.path):
             raise ValueError(f"store {self.path!r} exists and is not a folder")
         meta_path = os.path.join(self.path, "store.json")
-        if task is None and not os.path.exists(meta_path):
-            raise FileNotFoundError(f"{self.path!r} is not a sweep store (no store.json)")
-        os.makedirs(os.path.join(self.path, "points"), exist_ok=True)
-        os.makedirs(os.path.join(self.path, "arrays"), exist_ok=True)
-        if os.path.exists(meta_path):
-            with open(meta_path, encoding="utf-8") as fh:
-                self.meta = json.load(fh)
-            if self.meta.get("format") != FORMAT:
-                raise ValueError(f"store {self.path!r} has format {self.meta.get('format')}, "
-                                 f"this symquad reads format {FORMAT}")
-            if task is not None and self.meta["task"] != task:
-                raise ValueError(f"store {self.path!r} holds task {self.meta['task']!r}, not "
-                                 f"{task!r}; use another folder")
-        else:
-            self.meta = {"format": FORMAT, "task": task}
-            self._write_meta()
+        if not os.path.lexists(meta_path):
+            if task is None:
+                raise FileNotFoundError(f"{self.path!r} is not a sweep store (no store.json)")
+            os.makedirs(self.path, exist_ok=True)
+            self._refuse_foreign_folder()
+            self._claim(meta_path, {"format": FORMAT, "task": task})
+        self.meta = self._read_meta(meta_path)
+        if self.meta.get("format") != FORMAT:
+            raise ValueError(f"store {self.path!r} has format {self.meta.get('format')}, "
+                             f"this symquad reads format {FORMAT}")
+        if task is not None and self.meta.get("task") != task:
+            raise ValueError(f"store {self.path!r} holds task {self.meta.get('task')!r}, not "
+                             f"{task!r}; use another folder")
+        if task is not None:
+            os.makedirs(os.path.join(self.path, "points"), exist_ok=True)
+            os.makedirs(os.path.join(self.path, "arrays"), exist_ok=True)
 
     def __repr__(self):
         return f"SweepStore({self.path!r}, task={self.meta['task']!r})"
 
+    # -- claiming a new store -------------------------------------------------
+    def _refuse_foreign_folder(self):
+        """ValueError if the folder holds anything but what a store being created holds."""
+        foreign = []
+        for entry in os.scandir(self.path):
+            if temp_owner(entry.name, TMP_PREFIX) is not None:
+                continue                          # another creator's store.json in flight
+            if entry.name in ("points", "arrays") and entry.is_dir(follow_symlinks=False) \
+                    and not os.listdir(entry.path):
+                continue                          # left by an older symquad's creation
+            foreign.append(entry.name)
+        if foreign:
+            raise ValueError(f"store {self.path!r} is a non-empty folder that is not a sweep "
+                             f"store (no store.json; it holds {sorted(foreign)[:5]}); choose a "
+                             f"new or empty folder")
+
+    def _claim(self, meta_path, meta):
+        """Create ``store.json`` holding `meta` unless it exists; True if this call created it.
+
+        The complete file is written under a temporary name and hard-linked to
+        ``store.json`` (``link`` fails if the name exists): exactly one of
+        several concurrent creators succeeds and nobody sees a partial file.
+        """
+        data = json.dumps(meta, indent=1).encode()
+        fd, tmp = tempfile.mkstemp(prefix=temp_prefix(TMP_PREFIX), suffix=".tmp", dir=self.path)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.chmod(tmp, _FILE_MODE)
+            try:
+                os.link(tmp, meta_path)
+                return True
+            except FileExistsError:
+                return False
+            except OSError:
+                pass                  # no hard links here: exclusive creation decides
+            try:
+                out = os.open(meta_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _FILE_MODE)
+            except FileExistsError:
+                return False
+            with os.fdopen(out, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            return True
+        finally:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+
+    def _read_meta(self, meta_path):
+        # a store.json created by O_EXCL (no hard links) can be empty for an instant
+        for attempt in range(20):
+            try:
+                meta = json.loads(read_regular(meta_path, "store.json", max_bytes=2**20))
+                if isinstance(meta, dict):
+                    return meta
+                problem = "not a JSON object"
+            except (ValueError, UnicodeDecodeError) as exc:
+                problem = str(exc)
+            time.sleep(0.025)
+        raise ValueError(f"store {self.path!r}: store.json is damaged ({problem}); it "
+                         f"records the task of the store, restore it or use another folder")
+
     def _write_meta(self):
+        # an existing store.json is replaced atomically (the task never changes)
         data = json.dumps(self.meta, indent=1).encode()
         with atomic_file(os.path.join(self.path, "store.json")) as fh:
             fh.write(data)
@@ -163,20 +255,9 @@ class SweepStore:
                 for p in glob.glob(os.path.join(self.path, "points", "*.parquet"))}
 
     def remove_stale_temporaries(self):
-        """Delete ``.tmp-*`` files left by dead processes of this host."""
-        host = socket.gethostname()
+        """Delete ``.tmp-*`` files left by dead processes of this host (see :mod:`symquad._atomic`)."""
         for sub in ("points", "arrays", "."):
-            for tmp in glob.glob(os.path.join(self.path, sub, ".tmp-*")):
-                parts = os.path.basename(tmp)[5:].split("-")
-                try:
-                    pid = int(parts[-2])
-                except (ValueError, IndexError):
-                    continue
-                if "-".join(parts[:-2]) == host and not _pid_alive(pid):
-                    try:
-                        os.unlink(tmp)
-                    except FileNotFoundError:
-                        pass
+            remove_stale(os.path.join(self.path, sub), TMP_PREFIX)
 
     # -- writing --------------------------------------------------------------
     def write(self, row: dict, arrays: dict | None = None):
@@ -196,8 +277,45 @@ class SweepStore:
             pq.write_table(table, fh)
 
     # -- reading --------------------------------------------------------------
-    def rows(self, consolidate=True) -> list:
-        """All stored rows as dicts (from the cache where it is current)."""
+    def _read_point(self, path, key):
+        """The row stored in one point file; ValueError if the file cannot be read back."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        try:
+            with open_regular(path, "point file", max_bytes=2**30) as fh:
+                rows = pq.read_table(fh).to_pylist()
+        except (OSError, pa.ArrowException) as exc:
+            raise ValueError(f"{type(exc).__name__}: {exc}") from None
+        if len(rows) != 1 or not isinstance(rows[0], dict) or rows[0].get("key") != key:
+            raise ValueError(f"expected one row with key {key!r}, found {len(rows)} row(s)")
+        return rows[0]
+
+    def _set_aside(self, path, problem, quarantine):
+        name = os.path.relpath(path, self.path)
+        if quarantine:
+            folder = os.path.join(self.path, "damaged")
+            os.makedirs(folder, exist_ok=True)
+            target = os.path.join(folder, f"{os.path.basename(path)}."
+                                          f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
+            try:
+                os.replace(path, target)
+            except FileNotFoundError:
+                return
+            action = f"moved to {os.path.relpath(target, self.path)}; the point will be computed again"
+        else:
+            action = "skipped (a sweep over it moves it aside and computes the point again)"
+        warnings.warn(f"sweep store {self.path!r}: {name} cannot be read back ({problem}); "
+                      f"{action}", RuntimeWarning, stacklevel=4)
+
+    def rows(self, consolidate=True, quarantine=False) -> list:
+        """All stored rows as dicts (from the cache where it is current).
+
+        A point file that cannot be read back is skipped with a
+        ``RuntimeWarning``; with ``quarantine=True`` (what a sweep does) it is
+        also moved to ``damaged/``, so the point counts as missing and is
+        computed again.
+        """
         import pyarrow as pa
         import pyarrow.parquet as pq
 
@@ -205,9 +323,10 @@ class SweepStore:
         cached = {}
         if os.path.exists(cache_path):
             try:
-                for r in pq.read_table(cache_path).to_pylist():
-                    cached[r["key"]] = r
-            except (OSError, pa.ArrowException):
+                with open_regular(cache_path, "table.parquet") as fh:
+                    for r in pq.read_table(fh).to_pylist():
+                        cached[r["key"]] = r
+            except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):
                 cached = {}       # a damaged cache is rebuilt from the point files
         out, fresh = [], 0
         for path in sorted(glob.glob(os.path.join(self.path, "points", "*.parquet"))):
@@ -220,7 +339,11 @@ class SweepStore:
             if c is not None and c.get("_mtime_ns") == mtime:
                 out.append(c)
                 continue
-            r = pq.read_table(path).to_pylist()[0]
+            try:
+                r = self._read_point(path, key)
+            except ValueError as exc:
+                self._set_aside(path, exc, quarantine)
+                continue
             r["_mtime_ns"] = mtime
             out.append(r)
             fresh += 1
@@ -278,8 +401,8 @@ def load_sweep_arrays(store, key) -> dict:
     path = st.arrays_path(key)
     if not os.path.exists(path):
         raise KeyError(f"no arrays stored for point {key!r} in {st.path!r}")
-    with np.load(path) as data:
-        return {k: data[k] for k in data.files}
+    arrays, _ = read_npz(path, f"arrays of point {key!r} ({path!r})")
+    return arrays
 
 
 def new_token():

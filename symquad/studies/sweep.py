@@ -14,7 +14,21 @@ Executors
   down at the end.  Worker processes run with ``OMP_NUM_THREADS=1`` (Dask's
   default), so numpy does not oversubscribe the cores.
 * ``client=``: any :class:`distributed.Client` — a ``dask scheduler`` on
-  another machine, or a dask-jobqueue / dask-kubernetes cluster.
+  another machine, or a dask-jobqueue / dask-kubernetes cluster
+  (:func:`connect_scheduler` makes one from an address within a deadline).
+
+Bounded waits
+-------------
+``timeout=`` bounds each point: the point runs in a child process
+(:mod:`symquad.studies.point_runner`, on whichever executor) that is killed
+when the time is up, and the point becomes an error row
+(``"TimeoutError: ..."``, stored, retried with ``retry_errors``).  On Dask the
+sweep waits at most ``worker_timeout`` seconds for a worker -- at the start
+and whenever the cluster has none -- and then reports the points it could not
+run as lost (not stored, so a rerun computes them).  SIGTERM (what batch
+schedulers send) stops the sweep like Ctrl-C: the local cluster and any
+point process are stopped, points in flight are cancelled, and every point
+finished before it is in the store (:mod:`symquad._signals`).
 
 Failures
 --------
@@ -32,7 +46,10 @@ execution failed outside the task body.
 Parameter names are checked against the task's signature before anything
 runs (``TypeError``); parameter *values* are checked by the task itself, so a
 point with an invalid value becomes an error row within milliseconds instead
-of stopping the whole sweep.
+of stopping the whole sweep.  Results that a store could not read back
+(object arrays, integers beyond int64, text that is not valid UTF-8, Python
+objects) are refused when the task returns them: the point becomes an error
+row naming the result.
 
 Reproducibility
 ---------------
@@ -46,18 +63,26 @@ import contextlib
 import itertools
 import math
 import os
+import queue
+import sys
 import time
 import traceback as _traceback
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from numbers import Real
 
 import numpy as np
 
-from ..entry import quiet_close
-from .store import META_COLUMNS, SweepStore, canonical_params, new_token, point_key
+from ..entry import muted_shutdown_logs, quiet_close
+from .store import INT64_RANGE, META_COLUMNS, SweepStore, canonical_params, new_token, point_key
 from .tasks import get_task
 
-__all__ = ["sweep", "expand_grid", "run_point", "SweepInfo", "dask_client"]
+__all__ = ["sweep", "expand_grid", "run_point", "SweepInfo", "dask_client", "connect_scheduler"]
+
+#: Local-cluster worker processes allowed per core (each is an interpreter of ~100 MB).
+MAX_WORKERS_PER_CORE = 4
+#: How often the Dask executor checks that the cluster still has workers (seconds).
+_WATCH_EVERY = 2.0
 
 
 @dataclass(frozen=True)
@@ -102,25 +127,35 @@ def expand_grid(grid, max_points=1_000_000) -> list:
     if not isinstance(grid, dict):
         raise TypeError(f"grid must be a dict of parameter name -> list of values, "
                         f"got {type(grid).__name__}")
-    names, values = [], []
+    if isinstance(max_points, bool) or not isinstance(max_points, int) or max_points < 1:
+        raise ValueError(f"max_points must be an integer >= 1, got {max_points!r}")
+    names, lengths = [], []
     for name, vals in grid.items():
         if not isinstance(name, str) or not name.isidentifier():
             raise ValueError(f"grid parameter names must be identifiers, got {name!r}")
+        sequence = isinstance(vals, (list, tuple, np.ndarray, range))
+        names.append(name)
+        lengths.append(len(vals) if sequence else 1)
+        if sequence and isinstance(vals, np.ndarray) and vals.ndim != 1:
+            raise ValueError(f"grid[{name!r}] must be a 1-d list of values, got an array of "
+                             f"shape {vals.shape}")
+        if lengths[-1] == 0:
+            raise ValueError(f"grid[{name!r}] is empty")
+    # sizes before any list is built: range(10**12) must not be materialised
+    size = math.prod(lengths)
+    if size > max_points:
+        raise ValueError(f"the grid has {size} points ({' x '.join(map(str, lengths))}), "
+                         f"more than max_points={max_points}; split the sweep or raise "
+                         f"max_points")
+    values = []
+    for name, vals in grid.items():
         if isinstance(vals, (list, tuple, np.ndarray, range)):
             vals = list(vals.tolist() if isinstance(vals, np.ndarray) else vals)
         else:
             vals = [vals]
-        if not vals:
-            raise ValueError(f"grid[{name!r}] is empty")
         for v in vals:
-            canonical_params({name: v})        # type check (TypeError/ValueError)
-        names.append(name)
+            canonical_params({name: v})        # type and range check (TypeError/ValueError)
         values.append(vals)
-    size = math.prod(len(v) for v in values)
-    if size > max_points:
-        raise ValueError(f"the grid has {size} points ({' x '.join(str(len(v)) for v in values)}"
-                         f"), more than max_points={max_points}; split the sweep or raise "
-                         f"max_points")
     return [dict(zip(names, combo)) for combo in itertools.product(*values)]
 
 
@@ -139,14 +174,14 @@ def _split_result(result, params):
             raise TypeError(f"result name {k!r} is reserved (a parameter or one of "
                             f"{META_COLUMNS})")
         if isinstance(v, np.ndarray) and v.ndim > 0:
+            if v.dtype.hasobject:
+                raise TypeError(f"result {k!r} is an array of Python objects (dtype {v.dtype}), "
+                                f"which the store cannot read back without unpickling; return "
+                                f"a numeric array")
             arrays[k] = v
-        elif isinstance(v, (np.generic, np.ndarray)):
-            scalars[k] = v.item()
-        elif v is None or isinstance(v, (bool, int, float, str)):
-            scalars[k] = v
         else:
-            raise TypeError(f"result {k!r} must be a scalar (int, float, str, bool, None) or "
-                            f"a numpy array, got {type(v).__name__}")
+            scalars[k] = _storable_scalar(k, v.item() if isinstance(v, (np.generic, np.ndarray))
+                                          else v)
     return scalars, arrays
 
 
@@ -156,14 +191,42 @@ def _failure_message(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def run_point(func, params):
+def _storable_scalar(k, v):
+    """`v` if a store's Parquet row holds it exactly; TypeError/ValueError naming `k` otherwise."""
+    if v is None or isinstance(v, (bool, float)):
+        return v
+    if isinstance(v, int):
+        if not INT64_RANGE[0] <= v <= INT64_RANGE[1]:
+            raise ValueError(f"result {k!r} = {v:.4g} is an integer beyond int64, which the store "
+                             f"cannot hold; return it as a float or a string")
+        return v
+    if isinstance(v, str):
+        try:
+            v.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(f"result {k!r} is not valid text (unpaired surrogate); the store "
+                             f"cannot hold it") from None
+        return v
+    if isinstance(v, Real) and not isinstance(v, np.generic):
+        return float(v)       # e.g. fractions.Fraction: stored as the nearest float
+    raise TypeError(f"result {k!r} must be a scalar (int, float, str, bool, None) or "
+                    f"a numpy array, got {type(v).__name__}")
+
+
+def run_point(func, params, timeout=None):
     """Run ``func(**params)``; return ``(scalars, arrays, status, error, traceback, seconds)``.
 
     Exceptions raised by the task become ``status="error"`` with the message
     ``"ExceptionType: message"``; they are not re-raised.  ``sys.exit`` in a
     task (``SystemExit``) is such an error too, never the exit of the process
-    or the worker; only ``KeyboardInterrupt`` stops the sweep.
+    or the worker; only ``KeyboardInterrupt`` stops the sweep.  With `timeout`
+    (seconds) the point runs in this thread's child process
+    (:mod:`symquad.studies.point_runner`) and is stopped after `timeout`
+    seconds with an error outcome ``"TimeoutError: ..."``.
     """
+    if timeout is not None:
+        from .point_runner import run_with_timeout
+        return run_with_timeout(func, params, timeout)
     t0 = time.perf_counter()
     try:
         scalars, arrays = _split_result(func(**params), params)
@@ -193,33 +256,84 @@ def _progress_bar(progress, total, initial, desc):
     return _progress(progress, total, desc, "points", initial=initial)
 
 
-def _run_serial(task, todo, on_done):
-    for key, params in todo:
-        on_done(key, params, run_point(task.func, params))
+def _run_serial(task, todo, on_done, timeout):
+    try:
+        for key, params in todo:
+            on_done(key, params, run_point(task.func, params, timeout))
+    finally:
+        if timeout is not None:
+            from .point_runner import close_thread_runner
+            close_thread_runner()
 
 
-def _run_dask(task, todo, on_done, client, retries):
-    from distributed import as_completed
+def _n_workers(client):
+    """Workers the scheduler knows now (0 if it does not answer within a few seconds)."""
+    try:
+        return len(client.nthreads(callback_timeout=5))
+    except Exception:       # scheduler gone or silent: no usable worker
+        return 0
 
+
+def _wait_for_a_worker(client, worker_timeout):
+    if _n_workers(client):
+        return
+    if worker_timeout is None:
+        client.wait_for_workers(1)
+        return
+    try:
+        client.wait_for_workers(1, timeout=worker_timeout)
+    except Exception as exc:       # distributed's TimeoutError, or a lost scheduler
+        raise TimeoutError(f"no Dask worker joined the scheduler within worker_timeout="
+                           f"{worker_timeout:g} s ({type(exc).__name__}); start workers or "
+                           f"raise worker_timeout") from None
+
+
+def _run_dask(task, todo, on_done, client, retries, timeout, worker_timeout):
+    _wait_for_a_worker(client, worker_timeout)
     token = new_token()
     futures = {}
+    done_queue = queue.Queue()
     for key, params in todo:
-        fut = client.submit(run_point, task.func, params, key=f"{task.name}-{key[:12]}-{token}",
-                            pure=False, retries=retries)
+        fut = client.submit(run_point, task.func, params, timeout,
+                            key=f"{task.name}-{key[:12]}-{token}", pure=False, retries=retries)
         futures[fut] = (key, params)
+        fut.add_done_callback(done_queue.put)
+    idle_since = None
+    next_watch = time.monotonic() + _WATCH_EVERY
     try:
-        for fut in as_completed(list(futures)):
-            key, params = futures.pop(fut)
+        while futures:
             try:
-                outcome = fut.result()
-            except Exception as exc:    # outside the task: KilledWorker, cancelled, ...
-                on_done(key, params, None, f"{type(exc).__name__}: {exc}")
-            else:
-                on_done(key, params, outcome)
-            fut.release()
+                fut = done_queue.get(timeout=_WATCH_EVERY)
+            except queue.Empty:
+                fut = None
+            if fut is not None and fut in futures:
+                key, params = futures.pop(fut)
+                try:
+                    outcome = fut.result()
+                except Exception as exc:    # outside the task: KilledWorker, cancelled, ...
+                    on_done(key, params, None, f"{type(exc).__name__}: {exc}")
+                else:
+                    on_done(key, params, outcome)
+                fut.release()
+            now = time.monotonic()
+            if futures and worker_timeout is not None and now >= next_watch:
+                next_watch = now + _WATCH_EVERY
+                if _n_workers(client):
+                    idle_since = None
+                elif idle_since is None:
+                    idle_since = now
+                elif now - idle_since > worker_timeout:
+                    why = (f"TimeoutError: the Dask cluster had no worker for worker_timeout="
+                           f"{worker_timeout:g} s; the point was not run (rerun to retry)")
+                    for fut, (key, params) in list(futures.items()):
+                        on_done(key, params, None, why)
+                    break
     finally:
         if futures:          # interrupted: do not leave our points running on the cluster
-            client.cancel(list(futures))
+            try:
+                client.cancel(list(futures))
+            except Exception:       # the scheduler is gone: nothing to cancel
+                pass
 
 
 @contextlib.contextmanager
@@ -242,21 +356,28 @@ def dask_client(address=None, *, workers=None, timeout="20s"):
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)
                                 or workers < 1):
         raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
-    cluster = None
     if address is not None:
         from distributed import Client
         client = Client(address, timeout=timeout)
-    else:
-        client, cluster = _local_client(workers or os.cpu_count() or 1)
+        try:
+            yield client
+        finally:
+            quiet_close(client)
+        return
+    client, cluster, started = _local_client(workers or os.cpu_count() or 1)
     try:
         yield client
-    finally:
-        quiet_close(client, cluster)
+    except BaseException:
+        _close_local(client, cluster, started, abort=True)
+        raise
+    _close_local(client, cluster, started)
 
 
 def _local_client(workers):
+    """A local cluster, its client, and its worker processes (psutil handles)."""
     import logging
 
+    import psutil
     from distributed import Client, LocalCluster
 
     from ..entry import children_ignore_sigint
@@ -272,19 +393,159 @@ def _local_client(workers):
                                dashboard_address=None, silence_logs=logging.ERROR,
                                preload=["symquad._dask_preload"],
                                scheduler_kwargs={"dashboard_address": ":0"})
+    started = []
+    for nanny in list(cluster.workers.values()):
+        pid = getattr(getattr(getattr(nanny, "process", None), "process", None), "pid", None)
+        try:
+            if pid:
+                started.append(psutil.Process(pid))      # the worker process of this nanny
+        except psutil.Error:
+            pass
     try:
         client = Client(cluster)
     except BaseException:
         quiet_close(cluster)
         raise
-    return client, cluster
+    return client, cluster, started
+
+
+def _close_local(client, cluster, started, abort=False):
+    """Close the local cluster; worker processes that do not leave in time are killed.
+
+    With `abort` (an exception, Ctrl-C or SIGTERM ends the sweep) each nanny
+    is closed first with a 1 s grace for its worker, and the cluster gets 2 s
+    instead of 10 -- a graceful close would wait for the points the workers
+    are computing -- so the clean-up fits in a batch scheduler's grace period.
+    Only the cluster's worker processes are touched (psutil handles, so a
+    reused process id is never mistaken for one of them).  distributed's
+    shutdown logs are muted (symquad.entry.muted_shutdown_logs).
+    """
+    import psutil
+
+    def stop(procs, grace):
+        alive = [c for c in procs if c.is_running()]
+        for c in alive:
+            try:
+                c.terminate()
+            except psutil.Error:
+                pass
+        _, alive = psutil.wait_procs(alive, timeout=grace)
+        for c in alive:
+            try:
+                c.kill()
+            except psutil.Error:
+                pass
+        psutil.wait_procs(alive, timeout=grace)
+
+    with muted_shutdown_logs():
+        if abort:
+            # each nanny stops its worker after 1 s (it would restart a worker killed under it)
+            for nanny in list(getattr(cluster, "workers", {}).values()):
+                try:
+                    cluster.sync(nanny.close, timeout=1, reason="symquad-abort",
+                                 callback_timeout=5)
+                except Exception:       # its process is killed below
+                    pass
+        for closer in (client.close, cluster.close):
+            try:
+                closer(timeout=2 if abort else 10)
+            except Exception:       # already closing, or the loop is gone: killed below
+                pass
+    stop(started, 5.0)
+
+
+def connect_scheduler(address, timeout=30.0):
+    """A :class:`distributed.Client` for the scheduler at `address`, or an error within `timeout`.
+
+    ``distributed.Client(address, timeout=...)`` can wait forever on a peer
+    that accepts the TCP connection and never answers; here the scheduler is
+    first asked for its identity with a hard deadline (an ``asyncio`` timeout
+    that cancels the read), and the client is then made in a helper thread
+    that is abandoned if it has not connected in time (at most 1 s after the
+    deadline).
+
+    Raises
+    ------
+    TimeoutError
+        No Dask scheduler answered at `address` within `timeout` seconds.
+    OSError
+        The connection was refused or the address is unreachable.
+    ValueError
+        A malformed address.
+    """
+    import asyncio
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    timeout = _check_seconds(timeout, "timeout")
+    if not isinstance(address, str) or not address.strip():
+        raise ValueError(f"scheduler address must be a non-empty string such as "
+                         f"'tcp://host:8786', got {address!r}")
+    deadline = time.monotonic() + timeout
+
+    async def identity():
+        from distributed.comm import connect as comm_connect
+
+        comm = await comm_connect(address, timeout=timeout)
+        try:
+            await comm.write({"op": "identity", "reply": True})
+            return await comm.read()
+        finally:
+            comm.abort()
+
+    # a thread of its own: asyncio.run cannot run inside a running loop (e.g. Jupyter)
+    with ThreadPoolExecutor(1) as pool:
+        probe = pool.submit(asyncio.run, asyncio.wait_for(identity(), timeout))
+        try:
+            reply = probe.result()
+        except (asyncio.TimeoutError, TimeoutError):
+            raise TimeoutError(f"no Dask scheduler answered at {address!r} within {timeout:g} "
+                               f"s (the peer accepted the connection but did not speak the "
+                               f"Dask protocol, or nothing is listening)") from None
+        except ValueError as exc:
+            raise ValueError(f"bad scheduler address {address!r}: {exc}") from None
+        except OSError as exc:
+            raise OSError(f"cannot reach a Dask scheduler at {address!r}: {exc}") from None
+    if not (isinstance(reply, dict) and reply.get("type") == "Scheduler"):
+        raise OSError(f"the peer at {address!r} is not a Dask scheduler "
+                      f"(identity {str(reply)[:80]!r})")
+    box = {}
+
+    def make():
+        from distributed import Client
+        try:
+            box["client"] = Client(address, timeout=max(1.0, deadline - time.monotonic()))
+        except BaseException as exc:       # reported to the caller below
+            box["error"] = exc
+
+    helper = threading.Thread(target=make, name="symquad-connect", daemon=True)
+    helper.start()
+    helper.join(max(1.0, deadline - time.monotonic()))
+    if helper.is_alive():
+        raise TimeoutError(f"the Dask scheduler at {address!r} did not accept a client "
+                           f"within {timeout:g} s")
+    if "error" in box:
+        exc = box["error"]
+        raise OSError(f"cannot connect to the Dask scheduler at {address!r}: "
+                      f"{type(exc).__name__}: {exc}") from None
+    return box["client"]
+
+
+def _check_seconds(value, name, allow_none=False):
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value) \
+            or value <= 0:
+        raise ValueError(f"{name} must be a finite number of seconds > 0"
+                         f"{' or None' if allow_none else ''}, got {value!r}")
+    return float(value)
 
 
 # ---------------------------------------------------------------------------
 # sweep
 # ---------------------------------------------------------------------------
 def sweep(task, grid, store, *, client=None, workers=None, progress=None, retries=2,
-          retry_errors=False, max_points=1_000_000):
+          retry_errors=False, max_points=1_000_000, timeout=None, worker_timeout=300.0):
     r"""Run `task` at every point of `grid`, storing each point as it finishes.
 
     Parameters
@@ -323,6 +584,20 @@ def sweep(task, grid, store, *, client=None, workers=None, progress=None, retrie
         Recompute stored points whose status is ``"error"``.
     max_points : int
         Largest grid accepted (checked before the product is built).
+    timeout : float, optional
+        Seconds a point may run.  With a timeout each point runs in a child
+        process (:mod:`symquad.studies.point_runner`; also on Dask workers),
+        killed when the time is up; the point then becomes an error row
+        ``"TimeoutError: ..."`` (stored; ``retry_errors`` retries it).  The
+        task and its results must then be picklable (cloudpickle: functions
+        of a script's ``__main__`` are fine).  Default: no limit, the point
+        runs in the executor's own process.
+    worker_timeout : float or None
+        Dask only: seconds to wait for a worker, at the start and whenever the
+        cluster has none (all workers lost, or a queue that has not started
+        them).  After that the points not run are reported lost (``status``
+        ``"error"``, not stored: a rerun computes them).  ``None`` waits
+        forever (e.g. a batch queue that may take hours to start workers).
 
     Returns
     -------
@@ -336,13 +611,29 @@ def sweep(task, grid, store, *, client=None, workers=None, progress=None, retrie
     """
     import pandas as pd
 
+    from .._signals import terminate_cleanly
+
     t0 = time.perf_counter()
     task = get_task(task)
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)
                                 or workers < 1):
         raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
+    cores = os.cpu_count() or 1
+    if client is None and workers is not None and workers > MAX_WORKERS_PER_CORE * max(cores, 2):
+        raise ValueError(f"workers={workers} local worker processes on {cores} cores is beyond "
+                         f"{MAX_WORKERS_PER_CORE * max(cores, 2)} ({MAX_WORKERS_PER_CORE} per "
+                         f"core; each is a Python process); pass client= for a larger cluster")
     if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
         raise ValueError(f"retries must be an integer >= 0, got {retries!r}")
+    clash = [name for name in task.defaults if name in META_COLUMNS]
+    if clash:
+        raise TypeError(f"task {task.name!r} has parameter(s) {clash}, names a sweep's table "
+                        f"uses for its own columns {META_COLUMNS}; rename them")
+    timeout = _check_seconds(timeout, "timeout", allow_none=True)
+    if timeout is not None and os.name != "posix":
+        raise ValueError("timeout= runs each point in a child process watched through POSIX "
+                         "pipes; it is not available on this system")
+    worker_timeout = _check_seconds(worker_timeout, "worker_timeout", allow_none=True)
     points = [task.bind(pt) for pt in expand_grid(grid, max_points)]
     keys = [point_key(task.name, task.version, pt) for pt in points]
     unique = dict(zip(keys, points))                 # a repeated grid value runs once
@@ -350,10 +641,12 @@ def sweep(task, grid, store, *, client=None, workers=None, progress=None, retrie
     st = SweepStore(store, task.name)
     st.record_params(list(task.defaults))
     st.remove_stale_temporaries()
-    stored = st.keys()
-    if retry_errors and stored:
-        errors = {r["key"] for r in st.rows() if r.get("status") == "error"}
-        stored -= errors
+    # reading the rows (not just the file names) sets aside damaged point files,
+    # whose points then count as missing and are computed again
+    stored_rows = st.rows(quarantine=True)
+    stored = {r["key"] for r in stored_rows}
+    if retry_errors:
+        stored -= {r["key"] for r in stored_rows if r.get("status") == "error"}
     todo = [(k, p) for k, p in unique.items() if k not in stored]
 
     lost = {}
@@ -371,20 +664,25 @@ def sweep(task, grid, store, *, client=None, workers=None, progress=None, retrie
 
     executor = "serial"
     try:
-        if todo:
-            if client is not None:
-                executor = f"dask {getattr(client, 'scheduler', None) and client.scheduler.address}"
-                _run_dask(task, todo, on_done, client, retries)
-            elif workers == 1:
-                _run_serial(task, todo, on_done)
-            else:
-                n = min(workers or os.cpu_count() or 1, len(todo))
-                executor = f"local dask cluster, {n} worker process{'es' if n > 1 else ''}"
-                own_client, cluster = _local_client(n)
-                try:
-                    _run_dask(task, todo, on_done, own_client, retries)
-                finally:
-                    quiet_close(own_client, cluster)
+        with terminate_cleanly():
+            if todo:
+                if client is not None:
+                    executor = (f"dask "
+                                f"{getattr(client, 'scheduler', None) and client.scheduler.address}")
+                    _run_dask(task, todo, on_done, client, retries, timeout, worker_timeout)
+                elif workers == 1:
+                    _run_serial(task, todo, on_done, timeout)
+                else:
+                    n = min(workers or cores, len(todo))
+                    executor = f"local dask cluster, {n} worker process{'es' if n > 1 else ''}"
+                    own_client, cluster, started = _local_client(n)
+                    try:
+                        _run_dask(task, todo, on_done, own_client, retries, timeout,
+                                  worker_timeout)
+                    except BaseException:
+                        _close_local(own_client, cluster, started, abort=True)
+                        raise
+                    _close_local(own_client, cluster, started)
     finally:
         if bar is not None:
             bar.close()
@@ -406,5 +704,7 @@ def sweep(task, grid, store, *, client=None, workers=None, progress=None, retrie
         task=task.name, version=task.version, points=len(unique),
         skipped=len(unique) - len(todo), computed=counts["ok"] + counts["error"],
         ok=counts["ok"], errors=counts["error"], lost=len(lost),
-        seconds=time.perf_counter() - t0, executor=executor, store=st.path)
+        seconds=time.perf_counter() - t0,
+        executor=executor + (f", timeout {timeout:g} s per point" if timeout else ""),
+        store=st.path)
     return df

@@ -621,7 +621,10 @@ def ode_task(model, start="random", N=1000, q0=1.0, overlap=0.5, t_max=100.0, se
         Q0, rho0 = informed_start(m, overlap)
     else:
         raise ValueError(f"start must be 'random' or 'informed', got {start!r}")
-    t_eval = np.linspace(0.0, float(t_max), int(n_times))
+    from ..numeric.checks import MAX_TIMES, check_int, check_positive
+
+    t_max = check_positive("t_max", t_max)
+    t_eval = np.linspace(0.0, t_max, check_int(n_times, "n_times", 2, MAX_TIMES))
     sol = integrate(m, Q0, rho0, np.eye(m.p_star), t_max, t_eval=t_eval,
                     on_divergence="stop")
     esc = float("nan")

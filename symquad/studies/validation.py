@@ -156,12 +156,13 @@ import json
 import math
 import os
 import time
+import warnings
 from dataclasses import dataclass
 from numbers import Real
 
 import numpy as np
 
-from ..numeric.checks import check_int as _check_int
+from ..numeric.checks import MAX_TIMES, check_int as _check_int
 from ..numeric.persist import json_default
 from ..progress import note
 from .verdict import ALPHA, ESCAPE_TOL, decide as _decide
@@ -353,6 +354,7 @@ def finite_size_scaling(model, Ns=(100, 300, 1000, 3000, 10000), t_max=10.0, rep
 
     require_analysis(model, "finite_size_scaling")
     Ns = [_check_int(n, "fss N", 1) for n in Ns]
+    n_times = _check_int(n_times, "n_times", 2, MAX_TIMES)
     if len(Ns) < 3:
         raise ValueError(f"finite-size scaling needs >= 3 values of N, got {Ns}")
     if max(Ns) / min(Ns) < 10:
@@ -830,29 +832,31 @@ class ValidationReport:
         """Read a report folder written by :meth:`save` (arrays loaded without pickle)."""
         from .report_io import _as_path, join_arrays
 
+        from .._safe_io import read_npz, read_regular
+
         path = _as_path(folder)
         try:
-            with open(os.path.join(path, "report.json"), encoding="utf-8") as fh:
-                head = json.load(fh)
+            head = json.loads(read_regular(os.path.join(path, "report.json"), "report.json",
+                                           max_bytes=256 * 2**20).decode("utf-8"))
         except FileNotFoundError:
             raise ValueError(f"{folder!r} is not a report folder (no report.json)") from None
-        except json.JSONDecodeError as exc:
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise ValueError(f"{folder!r}: report.json is not valid JSON ({exc})") from None
         if not isinstance(head, dict) or head.get("format") != _report_format():
             raise ValueError(f"{folder!r}: report.json is not a symquad ValidationReport")
         if head.get("format_version", 0) > _FORMAT_VERSION:
             raise ValueError(f"{folder!r}: report format version {head['format_version']} is "
                              f"newer than this symquad reads ({_FORMAT_VERSION})")
-        with np.load(os.path.join(path, "trajectories.npz"), allow_pickle=False) as data:
-            missing = [k for k in _ARRAYS[:-1] if k not in data.files]
-            if missing:
-                raise ValueError(f"{folder!r}: trajectories.npz lacks {missing}")
-            arrays = {k: data[k] for k in _ARRAYS if k in data.files}
-            arrays.update({k: data[k] for k in _READOUT_ARRAYS if k in data.files})
+        arrays, _ = read_npz(os.path.join(path, "trajectories.npz"),
+                             f"{folder!r}: trajectories.npz", keys=_ARRAYS + _READOUT_ARRAYS)
+        missing = [k for k in _ARRAYS[:-1] if k not in arrays]
+        if missing:
+            raise ValueError(f"{folder!r}: trajectories.npz lacks {missing}")
         study = None
         if "invariant_study" in head:
-            with np.load(os.path.join(path, "invariant_study.npz"), allow_pickle=False) as data:
-                study = join_arrays(head["invariant_study"], {k: data[k] for k in data.files})
+            data, _ = read_npz(os.path.join(path, "invariant_study.npz"),
+                               f"{folder!r}: invariant_study.npz")
+            study = join_arrays(head["invariant_study"], data)
         return cls(config=head["config"], numbers=head["numbers"], invariant_study=study,
                    **arrays)
 
@@ -1002,6 +1006,7 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start=None, seed=0, *,
     -------
     ValidationReport
     """
+    from .._signals import terminate_cleanly
     from ..numeric.simulate import simulate
     from ..spec import DEFAULT_MODEL, check_model
 
@@ -1010,7 +1015,7 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start=None, seed=0, *,
     check_model(model)
     N = _check_int(N, "N", 1)
     replicas = _check_int(replicas, "replicas", 2)
-    n_times = _check_int(n_times, "n_times", 3)
+    n_times = _check_int(n_times, "n_times", 3, MAX_TIMES)
     _check_common(band, escape_fraction, alpha)
     given = Q0 is not None or rho0 is not None
     if given and (Q0 is None or rho0 is None):
@@ -1085,10 +1090,20 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start=None, seed=0, *,
         jobs["invariant_drift"] = (invariant_drift_study, dict(
             model=model, Ns=list(invariant_N), t_max=t_max, replicas=invariant_replicas,
             seed=seed, method=method, T=T))
+    _plan_runs(model, method, [("main run", N, t_max, replicas, n_times)]
+               + [(f"finite-size scaling at N={n}", n, fss_t, fss_replicas or replicas, 51)
+                  for n in (fss_N if fss else ())]
+               + [(f"drift study of S ({start} start) at N={n}", n, t_max,
+                   invariant_replicas, 101)
+                  for n in (list(invariant_N) if "invariant_drift" in jobs else ())
+                  for start in ("random", "informed")])
     workers = _resolve_workers(workers, len(jobs))
 
     phases = {}
-    with _StudyRunner(jobs, workers, progress) as studies:
+    with terminate_cleanly(), warnings.catch_warnings(), \
+            _StudyRunner(jobs, workers, progress) as studies:
+        # the plan above already gave the estimate of every run
+        warnings.filterwarnings("ignore", r"simulate: .* estimated to take", RuntimeWarning)
         tick = time.perf_counter()
         kwargs = {"T": T}
         if start == "informed":
@@ -1142,6 +1157,44 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start=None, seed=0, *,
                             invariant_study=study, sgd_readout=run.readout, **ode)
 
 
+#: validate warns when its SGD runs are estimated to take longer than this (seconds;
+#: the default run's estimate is 7 s, its measured time about 20 s)
+VALIDATE_WARN_SECONDS = 120.0
+
+
+def _plan_runs(model, method, runs):
+    """Check every SGD run of a validation before the first starts; warn when it is long.
+
+    `runs` lists ``(label, N, t_max, replicas, n_times)``.  Each run's sizes are
+    checked as :func:`symquad.simulate` would (the error names the run, e.g. an
+    ``fss_N`` value far too large), and the estimated times (lower bounds,
+    :func:`symquad.numeric.simulate.estimate_seconds`) are added up: above
+    ``VALIDATE_WARN_SECONDS`` a RuntimeWarning gives the total and the longest runs,
+    above ``MAX_ESTIMATED_SECONDS`` the validation is refused.
+    """
+    from ..numeric import simulate as S
+
+    estimates = []
+    for label, n, t_max, replicas, n_times in runs:
+        try:
+            estimates.append((S.plan_simulation(model, n, t_max, replicas, method, n_times),
+                              label))
+        except (ValueError, TypeError) as exc:
+            raise type(exc)(f"validate: {label}: {exc}") from None
+    total = sum(sec for sec, _ in estimates)
+    longest = ", ".join(f"{label} {S._duration(sec)}" for sec, label in
+                        sorted(estimates, reverse=True)[:3])
+    if total > S.MAX_ESTIMATED_SECONDS:
+        raise ValueError(f"validate: its SGD runs are estimated to take at least "
+                         f"{S._duration(total)} ({longest}; limit "
+                         f"{S._duration(S.MAX_ESTIMATED_SECONDS)}): reduce N, t_max, replicas "
+                         f"or fss_N / invariant_N")
+    if total > VALIDATE_WARN_SECONDS:
+        warnings.warn(f"validate: the SGD runs are estimated to take at least "
+                      f"{S._duration(total)} ({longest})", RuntimeWarning, stacklevel=3)
+    return total
+
+
 def _resolve_workers(workers, n_jobs):
     """Number of processes for `n_jobs` studies (see :func:`validate`, `workers`)."""
     import multiprocessing
@@ -1163,8 +1216,10 @@ class _StudyRunner:
     interpreters: no fork of a process that may hold compiled-code threads)
     when the context is entered, and collected by :meth:`results`; the caller
     does its own work in between.  With ``workers == 1`` they run inside
-    :meth:`results`.  Leaving the context early (an error, an interrupt)
-    cancels what has not started and waits for the workers to exit.
+    :meth:`results`.  Leaving the context early (an error, Ctrl-C, or SIGTERM,
+    which :func:`validate` turns into an exception) cancels what has not
+    started and stops the worker processes at once (terminate, then kill),
+    instead of waiting for studies that may run for minutes.
     """
 
     def __init__(self, jobs, workers, progress):
@@ -1199,14 +1254,23 @@ class _StudyRunner:
                 out[name], times[name] = _timed_call(fn, dict(kwargs, progress=self.progress))
         return out, times
 
-    def __exit__(self, exc_type, *exc):
-        if self.pool is not None:
-            if exc_type is not None:
-                # interrupted or failed: the studies' results are not wanted, stop them now
-                # (they ignore SIGINT, see symquad.entry.ignore_sigint)
-                for proc in list(getattr(self.pool, "_processes", {}).values()):
-                    proc.terminate()
+    def __exit__(self, exc_type, exc, tb):
+        if self.pool is None:
+            return False
+        if exc_type is None:
             self.pool.shutdown(wait=True, cancel_futures=True)
+            return False
+        # the pool's own shutdown would wait for the running studies to finish
+        procs = list(getattr(self.pool, "_processes", {}).values())
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        for proc in procs:
+            if proc.is_alive():
+                proc.terminate()
+        for proc in procs:
+            proc.join(5)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(5)
         return False
 
 
@@ -1363,6 +1427,41 @@ def _as_readout(model, readout, t, replicas):
     return a.astype(float)
 
 
+#: compare warns when its ODE solve is estimated to take longer than this (seconds)
+COMPARE_WARN_SECONDS = 30.0
+
+
+def _check_ode_horizon(model, t, Q, rho, T):
+    """Estimate the ODE solve of :func:`compare` over the data's times before doing it.
+
+    On the slow tail an explicit solver's step is set by stability, so the
+    cost grows linearly with the horizon (about 29 s per 10⁶ time units for
+    the default model); :func:`symquad.numeric.ode_batch.estimate_solve`
+    predicts it from the Jacobian at the first and last recorded states.
+    Warns above ``COMPARE_WARN_SECONDS``, refuses above
+    ``symquad.numeric.simulate.MAX_ESTIMATED_SECONDS``.
+    """
+    from ..numeric import simulate as S
+    from ..numeric.ode_batch import estimate_solve
+
+    horizon = float(t[-1] - t[0])
+    try:
+        est = estimate_solve(model, [(Q[0, 0], rho[0, 0]), (Q[0, -1], rho[0, -1])], T,
+                             horizon, Q.shape[0])
+    except (ArithmeticError, TypeError, ValueError):    # e.g. data far outside the ODE's domain
+        return
+    if not all(math.isfinite(v) for v in est.values()):
+        return
+    text = (f"compare: integrating the ODE over t in [{t[0]:.4g}, {t[-1]:.4g}] takes about "
+            f"{est['nfev']:.3g} right-hand-side evaluations (stiffness {est['rate']:.3g} per "
+            f"unit time), at least {S._duration(est['seconds'])}")
+    if est["seconds"] > S.MAX_ESTIMATED_SECONDS:
+        raise ValueError(f"{text}; limit {S._duration(S.MAX_ESTIMATED_SECONDS)}: compare a "
+                         f"shorter time window (cut the tail of t)")
+    if est["seconds"] > COMPARE_WARN_SECONDS:
+        warnings.warn(text, RuntimeWarning, stacklevel=3)
+
+
 def compare(model, t, Q, rho, T=None, readout=None, *, band=(2.5, 97.5), escape_fraction=0.5,
             escape=None, alpha=ALPHA, progress=False) -> ValidationReport:
     r"""Compare trajectories you supply with the ODE theory of `model`: report and verdict.
@@ -1436,6 +1535,7 @@ def compare(model, t, Q, rho, T=None, readout=None, *, band=(2.5, 97.5), escape_
     if escape not in (None, True, False):
         raise ValueError(f"escape must be None, True or False, got {escape!r}")
     t, Q, rho, T = _as_trajectories(model, t, Q, rho, T)
+    _check_ode_horizon(model, t, Q, rho, T)
     R = Q.shape[0]
     a = _as_readout(model, readout, t, R)
     if model.constraint == "sphere":
