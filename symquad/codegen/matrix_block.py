@@ -23,6 +23,7 @@ from ..kernel_files import BANNER, checksum_line
 from ..symbolic.matrix_form import ACT_SYMBOLS, UNIFORM_READOUTS, uniform_matrix_form
 from ..symbolic.symbols import P, P_STAR, PARAMS
 from .printer import BatchedMatrixPrinter
+from .render import _cse, _emit_assignments
 
 __all__ = ["render_uniform_matrix_module", "UNIFORM_ARGS"]
 
@@ -30,15 +31,6 @@ __all__ = ["render_uniform_matrix_module", "UNIFORM_ARGS"]
 UNIFORM_ARGS = ("p", "p_star", "c", "c_star", "c0", "c0_star", "alpha", "beta")
 
 
-def _cse(exprs):
-    return sp.cse(exprs, symbols=sp.numbered_symbols("x"), order="canonical")
-
-
-def _emit_assignments(replacements, printer, indent="    "):
-    lines = []
-    for sym, value in replacements:
-        lines.append(f"{indent}{sym} = {printer.doprint(value)}")
-    return lines
 
 
 _MATRIX_HELPERS = """

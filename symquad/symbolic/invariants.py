@@ -327,20 +327,7 @@ def exact_dS_dt(m: Model, Q, S, P, T):
         raise ValueError("S must have orthonormal columns")
     rho = S * P
     _, rdot = _rhs_at(m, Q, rho, T)
-    K = S.T * rdot - rdot.T * S
-    w = sp.symbols(f"w_1:{k * (k - 1) // 2 + 1}") if k > 1 else ()
-    Om = sp.zeros(k, k)
-    n = 0
-    for a in range(k):
-        for b in range(a + 1, k):
-            Om[a, b], Om[b, a] = w[n], -w[n]
-            n += 1
-    if w:
-        sol = sp.solve(list(Om * P + P * Om - K), w, dict=True)
-        if len(sol) != 1:
-            raise ProofError("Sylvester equation for Omega has no unique solution")
-        Om = Om.xreplace(sol[0])
-    dS = ((sp.eye(p) - S * S.T) * rdot * P.inv() + S * Om).applyfunc(sp.factor)
+    dS = _polar_map(S, P, rdot).applyfunc(sp.factor)
     C = sp.Matrix(sp.BlockMatrix([[Q, rho], [rho.T, T]]))
     realisable = all(sp.Matrix(C[:j, :j]).det() >= 0 for j in range(1, C.shape[0] + 1)) \
         and all(ev >= 0 for ev in C.eigenvals(multiple=True) if ev.is_real)
