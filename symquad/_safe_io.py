@@ -30,7 +30,7 @@ import stat
 import struct
 import zipfile
 
-__all__ = ["open_regular", "read_regular", "read_npz", "available_memory", "MAX_READ_BYTES"]
+__all__ = ["open_regular", "read_regular", "read_npz", "read_npy", "available_memory", "MAX_READ_BYTES"]
 
 #: Default cap on the bytes one call may load (also limited by the free memory).
 MAX_READ_BYTES = 8 * 2**30
@@ -181,9 +181,11 @@ def read_npz(path, what="file", *, keys=None, extras=(), max_bytes=None,
         Cap on the total bytes loaded (default :data:`MAX_READ_BYTES`, lowered
         to the free memory).
     check : callable, optional
-        ``check(headers)`` with ``headers = {key: (dtype, shape)}`` runs after
-        the headers are read and before any array is: raise ValueError to
-        refuse the file from its declared shapes.
+        ``check(headers, extras)`` with ``headers = {key: (dtype, shape)}`` and
+        the `extras` read so far (``name -> bytes``; they are small and read
+        first) runs after the headers are read and before any array is: raise
+        ValueError to refuse the file from its declared shapes (a saved run
+        checks its shapes against the model its ``meta.json`` names).
 
     Returns
     -------
@@ -272,15 +274,6 @@ def read_npz(path, what="file", *, keys=None, extras=(), max_bytes=None,
                         f"({_size(nbytes)}) but its member holds "
                         f"{_size(info.file_size - hlen)} of data; refused before reading")
                 headers[key] = (dtype, tuple(shape))
-            if check is not None:
-                check(dict(headers))
-            arrays = {}
-            for key, info in plan:
-                try:
-                    with zf.open(info) as stream:
-                        arrays[key] = np.lib.format.read_array(stream, allow_pickle=False)
-                except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
-                    raise ValueError(f"{what}: array {key!r} cannot be read ({exc})") from None
             blobs = {}
             for info in other:
                 try:
@@ -288,5 +281,64 @@ def read_npz(path, what="file", *, keys=None, extras=(), max_bytes=None,
                 except (zipfile.BadZipFile, OSError, EOFError) as exc:
                     raise ValueError(f"{what}: member {info.filename!r} cannot be read "
                                      f"({exc})") from None
+            if check is not None:
+                check(dict(headers), dict(blobs))
+            arrays = {}
+            for key, info in plan:
+                try:
+                    with zf.open(info) as stream:
+                        arrays[key] = np.lib.format.read_array(stream, allow_pickle=False)
+                except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
+                    raise ValueError(f"{what}: array {key!r} cannot be read ({exc})") from None
     return arrays, blobs
+
+
+# ---------------------------------------------------------------------------
+# single .npy files
+# ---------------------------------------------------------------------------
+def read_npy(path, what="file", *, max_bytes=None, check=None):
+    """The array of a single ``.npy`` file, its header checked before the data is read.
+
+    Parameters
+    ----------
+    path : path-like
+        A regular file (see :func:`open_regular`).
+    what : str
+        How errors name the file.
+    max_bytes : int, optional
+        Cap on the array's bytes (default :data:`MAX_READ_BYTES`, lowered to
+        the free memory).
+    check : callable, optional
+        ``check(dtype, shape)`` runs on the header before any data is read;
+        raise ValueError/TypeError to refuse the file.
+
+    Raises
+    ------
+    ValueError
+        Not a ``.npy`` file, an object dtype, a file whose size is not what its
+        header declares, or an array beyond the limit -- before reading data.
+    """
+    import numpy as np
+
+    limit = _limit(max_bytes)
+    with open_regular(path, what) as fh:
+        size = os.fstat(fh.fileno()).st_size
+        if fh.read(6) != b"\x93NUMPY":
+            raise ValueError(f"{what} is not a .npy file")
+        fh.seek(0)
+        dtype, shape, _, hlen = _npy_header(fh, "the array", what)
+        if dtype.hasobject:
+            raise ValueError(f"{what} holds Python objects (dtype {dtype}); only numeric "
+                             f"arrays are read, never unpickled")
+        if check is not None:
+            check(dtype, tuple(shape))
+        nbytes = math.prod(shape) * dtype.itemsize
+        if nbytes > limit:
+            raise ValueError(f"{what} declares {_size(nbytes)} of data, more than the "
+                             f"{_size(limit)} accepted (limit or free memory)")
+        if hlen + nbytes != size:
+            raise ValueError(f"{what}: the file has {size} bytes, not what its header "
+                             f"declares ({hlen} + {nbytes}; a damaged or forged file)")
+        fh.seek(0)
+        return np.lib.format.read_array(fh, allow_pickle=False)
 

@@ -2,19 +2,19 @@
 
 Every array a command reads from a file the user names (``--T``, ``--Q0``,
 ``--rho0``, a ``SimulationRun.save`` file given to ``--data``) goes through
-:func:`read_array` or :func:`read_saved_run`, which
+:func:`read_array` or :func:`read_saved_run`.  They add the command line's
+policy -- real numbers only, the shapes the model allows -- to the readers of
+:mod:`symquad._safe_io`, which every file symquad reads back goes through:
 
-* open only regular files (a FIFO or a device is refused, never read);
-* never unpickle: an array of Python objects is refused from its header;
-* read each array's ``.npy`` header first (bounded size) and check the
-  declared dtype (real numbers only, complex refused as everywhere in
-  symquad) and shape against what the model allows, *before* reading any
-  data, so a wrong or huge array costs nothing;
-* check that the bytes stored match the header (a ``.npy`` file's size; an
-  ``.npz`` member's uncompressed size in the zip directory), so a lying
-  header is refused, and read at most those bytes (a zip member that
-  inflates beyond its declared size is cut off and fails its CRC check);
-* refuse anything else in the file.
+* only regular files are opened (a FIFO or a device is refused, never read);
+* nothing is unpickled: an array of Python objects is refused from its header;
+* each array's ``.npy`` header is read first and its dtype (real numbers only;
+  complex is refused as everywhere in symquad) and shape checked against what
+  the model allows, *before* any data is read, so a wrong or huge array costs
+  nothing;
+* the bytes stored must match the header (a ``.npy`` file's size; an ``.npz``
+  member's uncompressed size in the zip directory), so a lying header is
+  refused, and at most those bytes are read.
 
 Errors are ``ValueError``/``TypeError`` naming the option and what was
 expected, raised before any computation.
@@ -24,11 +24,10 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import stat
-import zipfile
 
 import numpy as np
+
+from ._safe_io import open_regular, read_npy, read_npz
 
 __all__ = ["read_array", "read_saved_run", "MAX_META_BYTES", "MAX_ARRAY_BYTES"]
 
@@ -36,43 +35,17 @@ __all__ = ["read_array", "read_saved_run", "MAX_META_BYTES", "MAX_ARRAY_BYTES"]
 MAX_META_BYTES = 1 << 20
 #: Largest total of array data read from one file (declared sizes, checked first).
 MAX_ARRAY_BYTES = 4 << 30
-_MAX_HEADER = 10_000       # numpy's own default bound for .npy headers
+#: Arrays of a saved run that ``--data`` uses (``readout`` only for a trained readout).
+_RUN_ARRAYS = ("t", "Q", "rho", "T", "readout")
 
 
-def _open_regular(path, what):
-    """Binary file object of a regular file (FIFOs and devices refused without opening)."""
-    try:
-        st = os.stat(path)
-    except OSError as exc:
-        raise ValueError(f"{what} {str(path)!r}: {exc.strerror or exc}") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise ValueError(f"{what} {str(path)!r} is not a regular file")
-    return open(path, "rb")
-
-
-def _header(fh, what):
-    """``(shape, dtype, fortran_order)`` from a ``.npy`` header (the data is not read)."""
-    try:
-        version = np.lib.format.read_magic(fh)
-        if version == (1, 0):
-            shape, fortran, dtype = np.lib.format.read_array_header_1_0(
-                fh, max_header_size=_MAX_HEADER)
-        elif version in ((2, 0), (3, 0)):
-            shape, fortran, dtype = np.lib.format.read_array_header_2_0(
-                fh, max_header_size=_MAX_HEADER)
-        else:
-            raise ValueError(f"unsupported .npy format version {version}")
-    except ValueError as exc:
-        raise ValueError(f"{what} is not a readable .npy array ({exc})") from None
-    if dtype.hasobject:
-        raise ValueError(f"{what} holds Python objects (pickled data); only numeric arrays "
-                         f"are read")
+def _check_real(dtype, what):
+    """Refuse complex and non-numeric dtypes (objects are refused by the reader already)."""
     if dtype.kind == "c":
         raise TypeError(f"{what} must hold real numbers, got complex entries (complex arrays "
                         f"are refused, not truncated to their real part)")
     if dtype.kind not in "iuf":
         raise TypeError(f"{what} must hold real numbers, got dtype {dtype}")
-    return tuple(int(n) for n in shape), dtype, fortran
 
 
 def _fits(shape, pattern) -> bool:
@@ -91,29 +64,22 @@ def _check_shape(shape, allowed, what, dtype=None):
                          f"(symquad.array_files.MAX_ARRAY_BYTES)")
 
 
-def _read_data(fh, shape, dtype, fortran, what, finite=True):
-    count = math.prod(shape)
-    data = fh.read(count * dtype.itemsize)
-    if len(data) != count * dtype.itemsize:
-        raise ValueError(f"{what} is truncated (fewer bytes than its header declares)")
-    arr = np.frombuffer(data, dtype=dtype, count=count)
-    arr = arr.reshape(shape[::-1]).T if fortran else arr.reshape(shape)
-    out = arr.astype(float)
+def _as_float(arr, what, finite=True):
+    out = np.asarray(arr).astype(float)
     if finite and not np.all(np.isfinite(out)):
         raise ValueError(f"{what} must be finite (it contains NaN or inf)")
     return out
 
 
-def _member(zf, info, allowed, what, finite=True):
-    """Array of one ``.npz`` member, checked from its header and the zip directory."""
-    with zf.open(info) as fh:
-        shape, dtype, fortran = _header(fh, what)
-        _check_shape(shape, allowed, what, dtype)
-        expected = fh.tell() + math.prod(shape) * dtype.itemsize
-        if info.file_size != expected:
-            raise ValueError(f"{what}: the archive declares {info.file_size} bytes but the "
-                             f"array header {expected} (a damaged or forged file)")
-        return _read_data(fh, shape, dtype, fortran, what, finite)
+def _file_kind(path, option):
+    """``"npy"``, ``"npz"`` or an error, from the file's first bytes."""
+    with open_regular(path, option) as fh:
+        magic = fh.read(6)
+    if magic == b"\x93NUMPY":
+        return "npy"
+    if magic[:4] == b"PK\x03\x04" or magic[:4] == b"PK\x05\x06":
+        return "npz"
+    raise ValueError(f"{option} {str(path)!r} is neither a .npy nor an .npz file")
 
 
 def read_array(path, option: str, allowed_shapes) -> np.ndarray:
@@ -130,37 +96,52 @@ def read_array(path, option: str, allowed_shapes) -> np.ndarray:
         Shapes the model allows; checked on the header before any data is read.
     """
     allowed = [tuple(s) for s in allowed_shapes]
+    where = f"{option} {str(path)!r}"
+
+    def check_one(dtype, shape, what):
+        _check_real(dtype, what)
+        _check_shape(shape, allowed, what, dtype)
+
+    if _file_kind(path, option) == "npy":
+        arr = read_npy(path, where, max_bytes=MAX_ARRAY_BYTES,
+                       check=lambda dtype, shape: check_one(dtype, shape, where))
+        return _as_float(arr, where)
     key = option.lstrip("-").replace("-", "_")
-    with _open_regular(path, option) as fh:
-        magic = fh.read(6)
-        fh.seek(0)
-        if magic == b"\x93NUMPY":
-            what = f"{option} {str(path)!r}"
-            shape, dtype, fortran = _header(fh, what)
-            _check_shape(shape, allowed, what, dtype)
-            size = os.fstat(fh.fileno()).st_size
-            if size != fh.tell() + math.prod(shape) * dtype.itemsize:
-                raise ValueError(f"{what}: the file has {size} bytes, not what its header "
-                                 f"declares (a damaged or forged file)")
-            return _read_data(fh, shape, dtype, fortran, what)
-        if not zipfile.is_zipfile(fh):
-            raise ValueError(f"{option} {str(path)!r} is neither a .npy nor an .npz file")
-        fh.seek(0)
-        with zipfile.ZipFile(fh) as zf:
-            members = [i for i in zf.infolist() if not i.is_dir()]
-            names = [i.filename for i in members]
-            if len(members) == 1:
-                info = members[0]
-            elif f"{key}.npy" in names:
-                info = members[names.index(f"{key}.npy")]
-            else:
-                raise ValueError(f"{option} {str(path)!r} holds {len(members)} arrays "
-                                 f"({', '.join(n.removesuffix('.npy') for n in names)}); give "
-                                 f"a file with one array or an array named {key!r}")
-            if not info.filename.endswith(".npy"):
-                raise ValueError(f"{option} {str(path)!r}: member {info.filename!r} is not "
-                                 f"an .npy array")
-            return _member(zf, info, allowed, f"{option} {str(path)!r}[{info.filename[:-4]}]")
+    chosen = []
+
+    def check_npz(headers, _):
+        names = sorted(headers)
+        if len(names) == 1:
+            chosen.append(names[0])
+        elif key in headers:
+            chosen.append(key)
+        else:
+            raise ValueError(f"{where} holds {len(names)} arrays ({', '.join(names)}); give "
+                             f"a file with one array or an array named {key!r}")
+        dtype, shape = headers[chosen[0]]
+        check_one(dtype, shape, f"{where}[{chosen[0]}]")
+
+    arrays, _ = read_npz(path, where, max_bytes=MAX_ARRAY_BYTES, check=check_npz)
+    return _as_float(arrays[chosen[0]], f"{where}[{chosen[0]}]")
+
+
+def _saved_model(extras, where):
+    """The model a saved run's ``meta.json`` names (kind and format version checked)."""
+    from .numeric.persist import FORMAT_VERSION, model_from_dict
+
+    if "meta.json" not in extras:
+        raise ValueError(f"{where} is not a saved symquad run (no meta.json)")
+    try:
+        meta = json.loads(extras["meta.json"].decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{where}: meta.json is not valid JSON ({exc})") from None
+    if not isinstance(meta, dict) or meta.get("kind") != "SimulationRun":
+        kind = meta.get("kind") if isinstance(meta, dict) else None
+        raise ValueError(f"{where} holds a {kind!r}, not a 'SimulationRun'")
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise ValueError(f"{where} has format version {meta.get('format_version')!r}; "
+                         f"this symquad reads version {FORMAT_VERSION}")
+    return model_from_dict(meta.get("model"))
 
 
 def read_saved_run(path, option: str, shapes_for):
@@ -186,62 +167,31 @@ def read_saved_run(path, option: str, shapes_for):
     ValueError
         Not a saved run, a damaged or forged file, shapes that do not fit.
     """
-    from .numeric.persist import FORMAT_VERSION, model_from_dict
-
     where = f"{option} {str(path)!r}"
-    with _open_regular(path, option) as fh, zipfile.ZipFile(fh) as zf:
-        infos = {i.filename: i for i in zf.infolist()}
-        meta_info = infos.get("meta.json")
-        if meta_info is None:
-            raise ValueError(f"{where} is not a saved symquad run (no meta.json)")
-        if meta_info.file_size > MAX_META_BYTES:
-            raise ValueError(f"{where}: meta.json declares {meta_info.file_size} bytes, more "
-                             f"than {MAX_META_BYTES}")
-        with zf.open(meta_info) as m:
-            text = m.read(MAX_META_BYTES + 1)
-        try:
-            meta = json.loads(text.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ValueError(f"{where}: meta.json is not valid JSON ({exc})") from None
-        if not isinstance(meta, dict) or meta.get("kind") != "SimulationRun":
-            kind = meta.get("kind") if isinstance(meta, dict) else None
-            raise ValueError(f"{where} holds a {kind!r}, not a 'SimulationRun'")
-        if meta.get("format_version") != FORMAT_VERSION:
-            raise ValueError(f"{where} has format version {meta.get('format_version')!r}; "
-                             f"this symquad reads version {FORMAT_VERSION}")
-        model = model_from_dict(meta.get("model"))
-        # every header first (no data read): shapes against the model, sizes, consistency
-        headers = {}
-        # a trained readout's trajectory is saved too (SimulationRun.readout)
-        names = ("t", "Q", "rho", "T") + (("readout",) if "readout.npy" in infos else ())
-        for name in names:
-            info = infos.get(f"{name}.npy")
-            if info is None:
+    found = {}
+
+    def check(headers, extras):
+        model = _saved_model(extras, where)
+        for name in ("t", "Q", "rho", "T"):
+            if name not in headers:
                 raise ValueError(f"{where} lacks the array {name}")
-            with zf.open(info) as member:
-                shape, dtype, _ = _header(member, f"{where}[{name}]")
-                offset = member.tell()
-            declared = offset + math.prod(shape) * dtype.itemsize
-            if info.file_size != declared:
-                raise ValueError(f"{where}[{name}]: the archive declares {info.file_size} bytes "
-                                 f"but the array header {declared} (a damaged or forged file)")
-            headers[name] = (info, shape, dtype)
+        headers = {name: headers[name] for name in _RUN_ARRAYS if name in headers}
+        for name, (dtype, _) in headers.items():
+            _check_real(dtype, f"{where}[{name}]")
         t_shape = headers["t"][1]
         if len(t_shape) != 1:
             raise ValueError(f"{where}[t] must be 1-d, got shape {t_shape}")
         allowed = {"t": [t_shape], **shapes_for(model, t_shape[0])}
-        for name, (_, shape, _) in headers.items():
+        for name, (_, shape) in headers.items():
             _check_shape(shape, allowed[name], f"{where}[{name}]")
         if headers["Q"][1][:-2] != headers["rho"][1][:-2]:
             raise ValueError(f"{where}: Q {headers['Q'][1]} and rho {headers['rho'][1]} must "
                              f"have the same replicas and times")
-        total = sum(math.prod(shape) * dtype.itemsize for _, shape, dtype in headers.values())
-        if total > MAX_ARRAY_BYTES:
-            raise ValueError(f"{where} declares {total / 2**30:.1f} GiB of arrays, more than "
-                             f"{MAX_ARRAY_BYTES / 2**30:.0f} GiB (symquad.array_files."
-                             f"MAX_ARRAY_BYTES)")
-        arrays = {}
-        for name, (info, _, _) in headers.items():
-            # NaN entries are kept: they mark diverged replicas, which compare reports
-            arrays[name] = _member(zf, info, allowed[name], f"{where}[{name}]", finite=False)
-    return model, arrays
+        found["model"] = model
+
+    # a run also saves its status arrays (risk, divergence times): read, not returned
+    arrays, _ = read_npz(path, where, extras=("meta.json",),
+                         max_bytes=MAX_ARRAY_BYTES, max_extra_bytes=MAX_META_BYTES, check=check)
+    # NaN entries are kept: they mark diverged replicas, which compare reports
+    return found["model"], {name: _as_float(arr, f"{where}[{name}]", finite=False)
+                            for name, arr in arrays.items() if name in _RUN_ARRAYS}

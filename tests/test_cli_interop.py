@@ -155,8 +155,8 @@ def test_forged_zip_member_sizes_are_refused(saved_run, tmp_path):
                 data = _forged_header((10**6, 101, 3, 3)) + data[128:]
             dst.writestr(info.filename, data)
     from symquad.array_files import read_saved_run
-    with pytest.raises(ValueError, match=r"\[Q\]: the archive declares .* bytes but the array "
-                                         r"header"):
+    with pytest.raises(ValueError, match=r"array 'Q' declares shape \(1000000, 101, 3, 3\) "
+                                         r"of float64 .* but its member holds"):
         read_saved_run(forged, "--data", lambda m, n: {"Q": [(None, n, 3, 3)],
                                                        "rho": [(None, n, 3, 2)],
                                                        "T": [(2, 2)]})

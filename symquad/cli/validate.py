@@ -178,7 +178,7 @@ def load_data(path) -> dict:
         raise ValueError(f"--data {path!r}: no such file")
     try:
         arrays, _ = read_npz(path, f"--data {path!r}", keys=_DATA_KEYS,
-                             check=lambda headers: _check_data_headers(path, headers))
+                             check=lambda headers, _: _check_data_headers(path, headers))
     except FileNotFoundError:
         raise ValueError(f"--data {path!r}: no such file") from None
     except OSError as exc:
