@@ -858,10 +858,12 @@ class ValidationReport:
 
 
 def _activation_list(text):
-    """Coefficients of an activation string as the rational strings of a saved model."""
+    """Coefficients of an activation string as the rational strings of a saved model
+    (a named activation, ``"erf"`` or ``"relu"``, stays its name)."""
     from ..spec import Model
 
-    return [str(c) for c in Model(1, 1, 1.0, activation=text).activation]
+    act = Model(1, 1, 1.0, activation=text).activation
+    return act if isinstance(act, str) else [str(c) for c in act]
 
 
 def _report_format():
