@@ -473,6 +473,12 @@ def kernels(model: Model, form: str | None = None) -> Kernels:
         form = default_form(model)
     if form not in KERNEL_FORMS:
         raise ValueError(f"form must be one of {KERNEL_FORMS}, got {form!r}")
+    if not model.is_polynomial and form != "tensor":
+        raise ValueError(
+            f"form={form!r} needs polynomial activations (it is built from Gaussian moments "
+            f"of polynomials), got activation={model.activation_str!r}, teacher_activation="
+            f"{model.teacher_activation_str!r}; erf (erf(z/sqrt(2))) and relu use "
+            f"form='tensor' (the default)")
     if form == "matrix":
         if not model.is_quadratic:
             raise ValueError(
@@ -480,12 +486,6 @@ def kernels(model: Model, form: str | None = None) -> Kernels:
                 f"and the teacher, got {model.activation_str!r} and "
                 f"{model.teacher_activation_str!r}; use form='tensor'")
         return _matrix_kernels(model)
-    if not model.is_polynomial and form != "tensor":
-        raise ValueError(
-            f"form={form!r} needs polynomial activations (it is built from Gaussian moments "
-            f"of polynomials), got activation={model.activation_str!r}, teacher_activation="
-            f"{model.teacher_activation_str!r}; erf (erf(z/sqrt(2))) and relu use "
-            f"form='tensor' (the default)")
     if form == "tensor" and not model.is_polynomial:
         return _special_kernels(model)
     if form == "tensor":
