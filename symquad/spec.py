@@ -112,6 +112,9 @@ def activation_label(activation, tex: bool = False) -> str:
     """
     if isinstance(activation, str):
         return ACTIVATION_LABELS[activation][1 if tex else 0]
+    if tex:
+        from ._describe import _polynomial
+        return _polynomial(activation, tex=True)
     return _format_activation(activation)
 
 

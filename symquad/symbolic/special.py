@@ -532,8 +532,11 @@ def _derivative_poly(act):
 
 
 @lru_cache(maxsize=None)
-def four_point(f, g, h) -> sp.Expr:
+def four_point(f, g, h, expand: bool = True) -> sp.Expr:
     r"""``I_4 = E[f'(u_k) f'(u_l) g(u_a) h(u_b)]`` in the ten entries ``C_kk … C_bb``.
+
+    With ``expand=False`` the finite expansions (polynomial vertices) are
+    returned as their sum of multigraph terms, unexpanded (for display).
 
     * ``f = erf``: fold ``u_k, u_l``: ``(2/π) det(I + C_kl)^{-1/2}
       I_2^{gh}(C'_aa, C'_ab, C'_bb)`` (any ``g, h``; continuous on the whole
@@ -561,7 +564,8 @@ def four_point(f, g, h) -> sp.Expr:
         acts = {"k": fp, "l": fp, "a": g, "b": h}
         core = [v for v in ("a", "b") if not _is_poly(acts[v])]
         poly = [v for v in _FOUR if v not in core]
-        return sp.expand(_edge_expansion(acts, poly, core, _core_function(acts, core, s), s))
+        out = _edge_expansion(acts, poly, core, _core_function(acts, core, s), s)
+        return sp.expand(out) if expand else out
     # relu student
     if not (_is_poly(g) and _is_poly(h)):
         raise NotClosedError(
@@ -577,7 +581,8 @@ def four_point(f, g, h) -> sp.Expr:
         D = two_point_derivative("relu", "relu", i + 1, j + 1)
         return D.subs({A: s[("k", "k")], c: s[("k", "l")], B: s[("l", "l")]}, simultaneous=True)
 
-    return sp.expand(_edge_expansion(acts, ["a", "b"], ["k", "l"], core, s))
+    out = _edge_expansion(acts, ["a", "b"], ["k", "l"], core, s)
+    return sp.expand(out) if expand else out
 
 
 #: Symbols of the folded erf-student four-point function: ``Λ = det(I + C_{kl})`` and
