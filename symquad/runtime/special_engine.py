@@ -45,10 +45,13 @@ import numpy
 
 from .tensor_engine import combine, weights
 
-__all__ = ["SpecialEngine", "BLOCK_ELEMENTS", "four_point_method"]
+__all__ = ["SpecialEngine", "BLOCK_ELEMENTS", "FOLD_BLOCK_ELEMENTS", "four_point_method"]
 
-#: Quadruples ``(k ≤ l, a ≤ b)`` per block of the four-point sum (~2 MB per array).
+#: Quadruples ``(k ≤ l, a ≤ b)`` per block of the four-point sum (~2 MB per array) ...
 BLOCK_ELEMENTS = 1 << 18
+#: ... and ``(k ≤ l, a, b)`` elements per block of the erf student's folded sum (~0.5 MB
+#: per array; measured 1.5–2x faster than 2 MB blocks at p = 64, the arrays stay in cache).
+FOLD_BLOCK_ELEMENTS = 1 << 16
 
 
 def four_point_method(student, teacher) -> str:
@@ -139,7 +142,8 @@ class SpecialEngine:
         bt = numpy.repeat(numpy.arange(Bt), pk.size)
         rk, rl = numpy.tile(pk, Bt), numpy.tile(pl, Bt)
         total = numpy.zeros(bt.size)
-        rows = max(1, BLOCK_ELEMENTS // (n * n if self.method == "fold" else ia.size))
+        rows = max(1, (FOLD_BLOCK_ELEMENTS // (n * n)) if self.method == "fold"
+                   else BLOCK_ELEMENTS // ia.size)
         for r0 in range(0, bt.size, rows):
             sl = slice(r0, min(bt.size, r0 + rows))
             total[sl] = self._pair_block(C, D, tri, bt[sl], rk[sl], rl[sl], roles, ia, ib, p)
@@ -183,28 +187,28 @@ class SpecialEngine:
         """erf student: ``Σ_ab w_a w_b F_4(Λ, N_aa, N_ab, N_bb)`` of a block of rows.
 
         `C`, `D`, `w`: the rows' covariances, variances and weights (or one
-        batch element's, broadcast).
-
-        On the full ``n × n`` grid of each row (measured faster than gathering the
-        triangle ``a ≤ b``: the folded form's ``a``- and ``b``-only parts then stay
-        ``(rows, n)`` vectors), by role blocks ``ss``, ``st`` (twice: ``I_4`` is
-        symmetric in ``a ↔ b``), ``tt``.
+        batch element's, broadcast).  On the full ``n × n`` grid of each row
+        (measured faster than gathering the triangle ``a ≤ b``: the folded
+        form's ``a``- and ``b``-only parts then stay ``(rows, n)`` vectors), by
+        role blocks ``ss``, ``st`` (twice: ``I_4`` is symmetric in ``a ↔ b``),
+        ``tt``; ``N = Λ C − X Y`` with ``X = (x_k, x_l)`` and ``Y = adj(M) Xᵀ``
+        written into one buffer per block (fewer temporaries: measured 10 % faster).
         """
         Lam = (1.0 + Ckk) * (1.0 + Cll) - Ckl * Ckl                     # (rows, 1)
-        yk = (1.0 + Cll) * xk - Ckl * xl
-        yl = (1.0 + Ckk) * xl - Ckl * xk
-        Nd = Lam * D - (xk * yk + xl * yl)                              # N_vv, every field v
-        N = (Lam[:, :, None] * C - xk[:, :, None] * yk[:, None, :]
-             - xl[:, :, None] * yl[:, None, :])                         # N_ab (rows, n, n)
+        X = numpy.stack([xk, xl], axis=-1)                              # (rows, n, 2)
+        Y = numpy.stack([(1.0 + Cll) * xk - Ckl * xl,
+                         (1.0 + Ckk) * xl - Ckl * xk], axis=1)         # (rows, 2, n)
+        Nd = Lam * D - numpy.einsum("rai,ria->ra", X, Y)                # N_vv, every field v
         w = numpy.broadcast_to(w, xk.shape)
         L3 = Lam[:, :, None]
         out = numpy.zeros(xk.shape[0])
-        for name, rows, cols, mult in (("ss", slice(0, p), slice(0, p), 1.0),
-                                       ("st", slice(0, p), slice(p, None), 2.0),
-                                       ("tt", slice(p, None), slice(p, None), 1.0)):
-            F = getattr(self.k, f"F4_{name}")(L3, Nd[:, rows, None], N[:, rows, cols],
-                                              Nd[:, None, cols])
-            out += mult * numpy.einsum("iab,ia,ib->i", F, w[:, rows], w[:, cols])
+        for name, ra, rb, mult in (("ss", slice(0, p), slice(0, p), 1.0),
+                                   ("st", slice(0, p), slice(p, None), 2.0),
+                                   ("tt", slice(p, None), slice(p, None), 1.0)):
+            N = numpy.multiply(L3, C[..., ra, rb])                      # N_ab (rows, ·, ·)
+            N -= numpy.matmul(X[:, ra, :], Y[:, :, rb])
+            F = getattr(self.k, f"F4_{name}")(L3, Nd[:, ra, None], N, Nd[:, None, rb])
+            out += mult * numpy.einsum("iab,ia,ib->i", F, w[:, ra], w[:, rb])
         return out
 
     # ---- the moment kinds and the risk ---------------------------------------------
