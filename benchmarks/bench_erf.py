@@ -7,8 +7,8 @@
    ``ε = (K/π)(π/6 − K arcsin(1/(2K)))`` (0.0203 at K = 3).  symquad's kernels
    (``sq.kernels(Model(..., activation="erf", readout=1, teacher_readout=1))``)
    give the fixed point of the gradient-flow part (``η → 0``: the drift divided
-   by a tiny ``η``) on the symmetric ansatz by a root search; the script prints
-   both.
+   by a tiny ``η``) on the unspecialised subspace ``Q_ij = q``, ``ρ_in = r`` by a
+   root search from ``(0.5, 0.5)``; the script prints both.
 2. **The erf right-hand side beside committee_learning's compiled one**
    (``committee_learning/ode/erf.pyx`` + ``erf_integrals.cpp`` of
    arn4/committe-learning: Cython/C++ loops over Saad & Solla's I3, I4), when
@@ -92,8 +92,9 @@ def point(p, k, rng):
 
 
 def saad_solla_plateau(Ks=(2, 3, 4, 5)):
-    print("# 1. Saad & Solla's symmetric plateau (K = M, readouts 1, T = I, eta -> 0)")
-    print(f"{'K':>3} {'Q=C':>10} {'1/(2K-1)':>10} {'R=S':>10} {'1/sqrt(K(2K-1))':>16} "
+    print("# 1. Saad & Solla's symmetric plateau (K = M, readouts 1, T = I, eta -> 0): the fixed "
+          "point of the unspecialised subspace Q_ij = q, rho_in = r")
+    print(f"{'K':>3} {'q':>10} {'1/(2K-1)':>10} {'r':>10} {'1/sqrt(K(2K-1))':>16} "
           f"{'eps symquad':>13} {'eps formula':>13} {'|diff|':>9}")
     for K in Ks:
         model = sq.Model(p=K, p_star=K, lr=1e-9, activation="erf", readout=1,
@@ -101,20 +102,13 @@ def saad_solla_plateau(Ks=(2, 3, 4, 5)):
         kern = sq.kernels(model)
         T = np.eye(K)
 
-        def overlaps(x):
-            Q = np.full((K, K), x[1])
-            np.fill_diagonal(Q, x[0])
-            rho = np.full((K, K), x[3])
-            np.fill_diagonal(rho, x[2])
-            return Q, rho
-
         def drift(x):
-            dQ, drho = kern.rhs(*overlaps(x), T)
-            return [v / model.eta for v in (dQ[0, 0], dQ[0, 1], drho[0, 0], drho[0, 1])]
-        x = fsolve(drift, [0.2, 0.2, 0.25, 0.25], xtol=1e-14)
-        eps = kern.risk(*overlaps(x), T)
+            dQ, drho = kern.rhs(np.full((K, K), x[0]), np.full((K, K), x[1]), T)
+            return [dQ[0, 0] / model.eta, drho[0, 0] / model.eta]
+        x = fsolve(drift, [0.5, 0.5])
+        eps = kern.risk(np.full((K, K), x[0]), np.full((K, K), x[1]), T)
         formula = K / np.pi * (np.pi / 6 - K * np.arcsin(1 / (2 * K)))
-        print(f"{K:>3} {x[0]:>10.6f} {1 / (2 * K - 1):>10.6f} {x[2]:>10.6f} "
+        print(f"{K:>3} {x[0]:>10.6f} {1 / (2 * K - 1):>10.6f} {x[1]:>10.6f} "
               f"{1 / np.sqrt(K * (2 * K - 1)):>16.6f} {eps:>13.8f} {formula:>13.8f} "
               f"{abs(eps - formula):>9.1e}")
 

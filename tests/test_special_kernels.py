@@ -310,3 +310,31 @@ def test_cost_is_checked_before_computing():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         sq.kernels(sq.Model(p=16, p_star=4, lr=0.1, activation="erf"))
+
+
+# ---- against the field: Saad & Solla's symmetric plateau ------------------------------
+
+@pytest.mark.parametrize("K", [2, 3])
+def test_saad_solla_symmetric_plateau(K):
+    """The soft committee machine (readouts 1, K = M, T = I): the η → 0 fixed point of the
+    unspecialised (symmetric) subspace Q_ij = q, ρ_in = r is q = 1/(2K−1), r = 1/√(K(2K−1))
+    with the plateau error ε = (K/π)(π/6 − K arcsin(1/(2K))) (Saad & Solla, Phys. Rev. E
+    52, 4225 (1995); 0.0203 at K = 3) — found here by a root search on the kernels'
+    gradient-flow drift from a generic start of that subspace."""
+    from scipy.optimize import fsolve
+    m = sq.Model(p=K, p_star=K, lr=1e-9, activation="erf", readout=1, teacher_readout=1)
+    k = sq.kernels(m)
+    T = np.eye(K)
+
+    def drift(x):
+        Q, rho = np.full((K, K), x[0]), np.full((K, K), x[1])
+        dQ, drho = k.rhs(Q, rho, T)
+        # the subspace is invariant: every entry moves alike
+        assert np.ptp(dQ) < 1e-9 * m.eta and np.ptp(drho) < 1e-9 * m.eta
+        return [dQ[0, 0] / m.eta, drho[0, 0] / m.eta]
+    x = fsolve(drift, [0.5, 0.5])
+    assert np.max(np.abs(drift(x))) < 1e-12
+    np.testing.assert_allclose(x, [1 / (2 * K - 1), 1 / math.sqrt(K * (2 * K - 1))],
+                               rtol=0, atol=1e-9)
+    eps = K / math.pi * (math.pi / 6 - K * math.asin(1 / (2 * K)))
+    assert abs(k.risk(np.full((K, K), x[0]), np.full((K, K), x[1]), T) - eps) < 1e-9

@@ -361,9 +361,12 @@ def default_form(model: Model) -> str:
 
 #: Seconds per unique quadruple ``(k ≤ l, a ≤ b)`` of the four-point sum of the special
 #: kernels, by evaluator (:func:`symquad.runtime.special_engine.four_point_method`), and per
-#: element of the ``O(p n²)`` three-point sum; measured with benchmarks/bench_erf.py on the
-#: shared 2-core development machine (see the README) and rounded up.
-SPECIAL_COST_PER_QUADRUPLE = {"fold": 40e-9, "closed": 1.5e-6, "quadrature": 3e-6}
+#: element of the ``O(p n²)`` three-point sum: upper bounds of what was measured on the
+#: shared 2-core development machine at load 2.5–3 (one thread; benchmarks/bench_erf.py):
+#: the erf fold 17 ns at p = 128 (p* = 2), the ReLU quadrature 1.2 µs at p = 32 (1–3.4 µs
+#: by state, docs/special_activations.md), closed forms of a polynomial student with an
+#: erf/ReLU teacher 33 ns (z², ReLU) to 0.4 µs (z⁴, erf) at p = 32, p* = 4.
+SPECIAL_COST_PER_QUADRUPLE = {"fold": 40e-9, "closed": 0.8e-6, "quadrature": 3e-6}
 SPECIAL_COST_PER_TRIPLE = 0.4e-6
 #: One right-hand side of a special kernel estimated above this warns (an integration
 #: takes hundreds to thousands of calls) ...
