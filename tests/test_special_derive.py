@@ -161,3 +161,26 @@ def test_cli_equations_with_named_activations():
     assert out.returncode == 2 and "needs polynomial activations" in out.stderr
     out = run("--activation", "tanh")
     assert out.returncode == 2 and "'erf' or 'relu'" in out.stderr
+
+
+def test_sweep_grid_takes_the_names(tmp_path):
+    """erf and relu as grid values: each point integrates its own model (equal to a direct
+    integration), and an analysis derived for σ = c z² gives an error row naming it."""
+    from symquad.studies.validation import informed_start
+    df = sq.sweep("ode", {"p": [2], "p_star": [1], "lr": [0.5], "start": ["informed"],
+                          "t_max": [4.0], "n_times": [9],
+                          "activation": ["erf", "relu"],
+                          "teacher_activation": [None, "erf"]}, tmp_path / "ode", workers=1)
+    assert (df["status"] == "ok").all(), df["error"].tolist()
+    assert set(df["activation"]) == {"erf", "relu"}
+    for _, row in df.iterrows():
+        teacher = None if row.teacher_activation != row.teacher_activation else \
+            row.teacher_activation
+        m = sq.Model(p=2, p_star=1, lr=0.5, activation=row.activation,
+                     teacher_activation=teacher)
+        sol = sq.integrate(m, *informed_start(m), np.eye(1), 4.0, t_eval=np.linspace(0, 4, 9))
+        assert row.final_risk == sol.risk[-1], (row.activation, teacher)
+    assert df["final_risk"].nunique() == 3       # (erf, None) is (erf, erf): three models
+    plateau = sq.sweep("plateau", {"p": [2], "p_star": [1], "activation": ["erf"]},
+                       tmp_path / "plateau", workers=1)
+    assert plateau.iloc[0].status == "error" and "activation='erf'" in plateau.iloc[0].error
