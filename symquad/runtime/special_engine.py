@@ -108,19 +108,26 @@ class SpecialEngine:
         Bt, n = C.shape[0], C.shape[-1]
         D = numpy.diagonal(C, axis1=-2, axis2=-1)
         G = numpy.empty((Bt, p, n))
-        step = max(1, BLOCK_ELEMENTS // max(1, n * n))
-        for bt in range(Bt):
-            c, d, wb = C[bt], D[bt], w[bt]
+        # blocks of (batch elements) x (students k) x n x n elements: several batch
+        # elements at once when p n² is small (ODE batches of many replicas)
+        per_batch = p * n * n
+        group = max(1, BLOCK_ELEMENTS // max(1, per_batch))
+        step = p if group > 1 else max(1, BLOCK_ELEMENTS // max(1, n * n))
+        for b0 in range(0, Bt, group):
+            bs = slice(b0, min(Bt, b0 + group))
+            c, d, wb = C[bs], D[bs], w[bs]
             for k0 in range(0, p, step):
                 ks = slice(k0, min(p, k0 + step))
-                Ckk = d[ks, None, None]
-                Ckj = c[ks, :, None]
-                Ck_ = c[ks, None, :]
-                Cja = c[None, :, :]
-                Caa = d[None, None, :]
-                s = self.k.I3_s(Ckk, Ckj, Ck_[..., :p], Cja[..., :p], Caa[..., :p]) @ wb[:p]
-                t = self.k.I3_t(Ckk, Ckj, Ck_[..., p:], Cja[..., p:], Caa[..., p:]) @ wb[p:]
-                G[bt, ks] = s + t
+                Ckk = d[:, ks, None, None]
+                Ckj = c[:, ks, :, None]
+                Ck_ = c[:, ks, None, :]
+                Cja = c[:, None, :, :]
+                Caa = d[:, None, None, :]
+                s = numpy.einsum("bkja,ba->bkj", self.k.I3_s(
+                    Ckk, Ckj, Ck_[..., :p], Cja[..., :p], Caa[..., :p]), wb[:, :p])
+                t = numpy.einsum("bkja,ba->bkj", self.k.I3_t(
+                    Ckk, Ckj, Ck_[..., p:], Cja[..., p:], Caa[..., p:]), wb[:, p:])
+                G[bs, ks] = s + t
         return G
 
     # ---- the four-point sum -------------------------------------------------------
