@@ -54,8 +54,8 @@ def load_peer():
     if not path:
         return None
     root = pathlib.Path(path)
-    for candidate in (root / "committee_learning", root / "committee_learning" / "committee_learning",
-                      root):
+    for candidate in (root / "committee_learning",
+                      root / "committee_learning" / "committee_learning", root):
         if any((candidate / "ode").glob("cython_erf*.so")):
             break
     else:
