@@ -442,36 +442,56 @@ def _many(kind, E, xp, wp, plain_rho, xs, ws, rho_split, d_floor, out):
                       E[7, i], E[8, i], E[9, i], xp, wp, plain_rho, xs, ws, rho_split, d_floor)
 
 
-@njit(cache=True, parallel=True)
-def _pair_sums(kinds, C, w, p, pk, pl, xp, wp, plain_rho, xs, ws, rho_split, d_floor, out):
-    # out[β·P + q] = Σ_{a ≤ b} (2 − δ_ab) w_a w_b I_4(k_q, l_q, a, b) of batch element β;
-    # one element per iteration, its terms summed in a fixed order: the result does not
-    # depend on the number of threads
+@njit(cache=True)
+def _pair_sum(idx, kinds, C, w, p, pk, pl, xp, wp, plain_rho, xs, ws, rho_split, d_floor):
+    """``Σ_{a ≤ b} (2 − δ_ab) w_a w_b I_4(k, l, a, b)`` of row ``idx = β·P + q`` (a fixed order)."""
     n = C.shape[1]
     P = pk.shape[0]
-    for idx in prange(C.shape[0] * P):
-        bt = idx // P
-        k = pk[idx % P]
-        l = pl[idx % P]
-        total = 0.0
-        for a in range(n):
-            for b in range(a, n):
-                wab = w[bt, a] * w[bt, b]
-                if wab == 0.0:
-                    continue
-                if a != b:
-                    wab *= 2.0
-                if b < p:
-                    kind = kinds[0]
-                elif a < p:
-                    kind = kinds[1]
-                else:
-                    kind = kinds[2]
-                total += wab * _one(kind, C[bt, k, k], C[bt, k, l], C[bt, l, l], C[bt, k, a],
-                                    C[bt, k, b], C[bt, l, a], C[bt, l, b], C[bt, a, a],
-                                    C[bt, a, b], C[bt, b, b], xp, wp, plain_rho, xs, ws,
-                                    rho_split, d_floor)
-        out[idx] = total
+    bt = idx // P
+    k = pk[idx % P]
+    l = pl[idx % P]
+    total = 0.0
+    for a in range(n):
+        for b in range(a, n):
+            wab = w[bt, a] * w[bt, b]
+            if wab == 0.0:
+                continue
+            if a != b:
+                wab *= 2.0
+            if b < p:
+                kind = kinds[0]
+            elif a < p:
+                kind = kinds[1]
+            else:
+                kind = kinds[2]
+            total += wab * _one(kind, C[bt, k, k], C[bt, k, l], C[bt, l, l], C[bt, k, a],
+                                C[bt, k, b], C[bt, l, a], C[bt, l, b], C[bt, a, a],
+                                C[bt, a, b], C[bt, b, b], xp, wp, plain_rho, xs, ws,
+                                rho_split, d_floor)
+    return total
+
+
+@njit(cache=True, parallel=True)
+def _pair_sums(kinds, C, w, p, pk, pl, xp, wp, plain_rho, xs, ws, rho_split, d_floor, out):
+    # one element per iteration, its terms summed in a fixed order: the result does not
+    # depend on the number of threads
+    for idx in prange(out.shape[0]):
+        out[idx] = _pair_sum(idx, kinds, C, w, p, pk, pl, xp, wp, plain_rho, xs, ws,
+                             rho_split, d_floor)
+
+
+@njit(cache=True)
+def _pair_sums_serial(kinds, C, w, p, pk, pl, xp, wp, plain_rho, xs, ws, rho_split, d_floor,
+                      out):
+    for idx in range(out.shape[0]):
+        out[idx] = _pair_sum(idx, kinds, C, w, p, pk, pl, xp, wp, plain_rho, xs, ws,
+                             rho_split, d_floor)
+
+
+#: Below this many quadrature evaluations per call the sums run on one thread: waking the
+#: thread pool cost ~5 ms per call on the shared 2-core machine (measured at p = 2, 4),
+#: more than the work itself.  Same numbers either way (same scalar code, same order).
+PARALLEL_MIN_EVALUATIONS = 20_000
 
 
 def relu_four_point_sums(C, w, p, student_teacher):
@@ -504,8 +524,11 @@ def relu_four_point_sums(C, w, p, student_teacher):
     out = np.empty(C.shape[0] * pk.size)
     xp, wp, plain_rho = _plain_rules()
     xs, ws = _rule(SINH_NODES)
-    _pair_sums(kinds, C, w, p, pk, pl, xp, wp, plain_rho, xs, ws, float(RHO_SPLIT),
-               float(D_FLOOR), out)
+    n = C.shape[1]
+    driver = (_pair_sums if out.size * n * (n + 1) // 2 >= PARALLEL_MIN_EVALUATIONS
+              else _pair_sums_serial)
+    driver(kinds, C, w, p, pk, pl, xp, wp, plain_rho, xs, ws, float(RHO_SPLIT),
+           float(D_FLOOR), out)
     S = np.empty((C.shape[0], p, p))
     vals = out.reshape(C.shape[0], pk.size)
     S[:, pk, pl] = vals
