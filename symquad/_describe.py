@@ -1,7 +1,8 @@
 """Short human-readable descriptions of a model, built from its fields.
 
 ``describe_model(Model(p=4, p_star=2, lr=0.1))`` is ``"p = 4, p* = 2, η = 0.1,
-σ = z²"``: figure titles, report headers and LaTeX documents use it instead of
+σ = z²"`` (and ``σ = erf(z/√2)`` for ``activation="erf"``: the named activations
+always print with their convention): figure titles, report headers and LaTeX documents use it instead of
 the model's ``repr``.  It walks the dataclass fields of the model, so a field
 added to :class:`symquad.Model` later shows up without a change here: the
 fields below get a symbol, any other field prints as ``name = value``.  A
@@ -81,6 +82,10 @@ def _polynomial(coeffs, tex: bool) -> str:
 def _value(name, value, tex: bool) -> str:
     if name.endswith("activation"):
         if isinstance(value, str):
+            # a named activation always prints with its convention (erf means erf(z/√2))
+            from .spec import ACTIVATION_LABELS
+            if value in ACTIVATION_LABELS:
+                return ACTIVATION_LABELS[value][1 if tex else 0]
             return rf"\mathrm{{{value}}}" if tex else value
         return _polynomial(value, tex)
     if isinstance(value, (tuple, list)):

@@ -39,8 +39,9 @@ def is_uniform(values) -> bool:
 
 
 def quadratic_coefficients(coeffs):
-    """``(c, c0)`` of ``c z² + c0``, or None when the polynomial is not of that form."""
-    if len(coeffs) == 3 and coeffs[1] == 0:
+    """``(c, c0)`` of ``c z² + c0``, or None when the polynomial is not of that form
+    (or the activation is a name: erf, relu)."""
+    if isinstance(coeffs, tuple) and len(coeffs) == 3 and coeffs[1] == 0:
         return Fraction(coeffs[2]), Fraction(coeffs[0])
     return None
 
@@ -314,6 +315,29 @@ RULES = {
 #: General reasons, appended for fields that have no rule.
 _GENERAL = {name: "it is derived for the classic model" for name in RULES}
 
+#: Why an analysis does not take a non-polynomial *student* (erf(z/√2), ReLU): each was
+#: derived for σ = c z² (+ c0) and none is re-derived for these activations.  (A named
+#: *teacher* with a quadratic student is decided by the teacher_activation rule.)
+_NAMED_STUDENT = {
+    "plateau": ("the plateau Q = qI, rho = 0 rests on sigma' being odd (E[sigma'(lambda) nu] "
+                "= 0 keeps rho = 0 fixed); for erf(z/sqrt 2) and relu rho = 0 is not a fixed "
+                "point (their plateau is Saad & Solla's symmetric rho_km = r state, not derived)"),
+    "plateau_solution": "its closed forms are for sigma = c z^2",
+    "escape_time": ("the linearised escape law from the isotropic plateau rho = 0 is derived "
+                    "for sigma = c z^2; the plateau of erf(z/sqrt 2) or relu is another fixed "
+                    "point (not derived)"),
+    "rho_diffusion": "the SGD noise of rho at the isotropic plateau is derived for sigma = c z^2",
+}
+_NAMED_DEFAULT = "it is derived for sigma = c z^2 (the risk and drift as quadratic forms)"
+
+
+def _named_student_reason(model: Model, analysis: str) -> str | None:
+    if not isinstance(model.activation, str):
+        return None
+    from .spec import activation_label
+    return (f"activation={model.activation!r} ({activation_label(model.activation)}): "
+            + _NAMED_STUDENT.get(analysis, _NAMED_DEFAULT))
+
 
 def check(model: Model, routine: str, analysis: str | None = None, why: str = "") -> Model:
     """Refuse `model` unless the rules of `analysis` handle every changed field.
@@ -336,10 +360,15 @@ def check(model: Model, routine: str, analysis: str | None = None, why: str = ""
     Raises
     ------
     ValueError
-        From :func:`symquad.spec.require`, naming each refused field with its reason.
+        For a non-polynomial student activation (erf, relu), naming it and why;
+        else from :func:`symquad.spec.require`, naming each refused field with its
+        reason.
     """
     check_model(model)
     rules = RULES[analysis or routine]
+    named = _named_student_reason(model, analysis or routine)
+    if named:
+        raise ValueError(f"{routine} does not support {named}")
     refused = {}
     for name in model.changed_fields():
         if name in rules:

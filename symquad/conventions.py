@@ -42,7 +42,21 @@ __all__ = ["tau_from_t", "t_from_tau", "rate_per_tau", "from_unnormalised",
 
 
 def _homogeneous_degree(model: Model) -> int:
-    """Degree ``d`` of ``σ(z) = c z^d`` (ignoring a constant, which cancels in ŷ − y)."""
+    """Degree ``d`` of ``σ(z) = c z^d`` (ignoring a constant, which cancels in ŷ − y).
+
+    ReLU is positively homogeneous of degree 1 (``relu(s z) = s relu(z)``, ``s > 0``);
+    erf(z/√2) is not homogeneous: Saad & Solla's un-normalised soft committee
+    machine is ``Model(..., activation="erf", readout=1, teacher_readout=1)``.
+    """
+    if model.activation == "relu" and model.teacher_activation == "relu":
+        return 1
+    if isinstance(model.activation, str) or isinstance(model.teacher_activation, str):
+        raise ValueError(
+            f"un-normalised outputs map to symquad's model by rescaling the weights only for "
+            f"a homogeneous activation (c*z**d, or relu for student and teacher); got "
+            f"activation={model.activation_str!r}, teacher_activation="
+            f"{model.teacher_activation_str!r}; for erf(z/sqrt(2)) give the un-normalised "
+            f"readouts directly (readout=1, teacher_readout=1)")
     nonzero = [j for j, c in enumerate(model.activation) if c != 0 and j > 0]
     if len(nonzero) != 1:
         raise ValueError(
@@ -139,7 +153,8 @@ def to_unnormalised(model: Model) -> dict:
     check_model(model)
     a, _ = _scales(model)
     return {"p": model.p, "p_star": model.p_star, "lr": model.eta / a**2,
-            "noise": model.noise, "activation": tuple(Fraction(c) for c in model.activation)}
+            "noise": model.noise, "activation": (model.activation if isinstance(
+                model.activation, str) else tuple(Fraction(c) for c in model.activation))}
 
 
 def _scale_overlaps(model, Q, rho, T, power):

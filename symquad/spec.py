@@ -29,7 +29,8 @@ from fractions import Fraction
 from numbers import Integral, Rational, Real
 
 __all__ = ["Model", "LR_SCALINGS", "CONSTRAINTS", "MAX_DEGREE", "MAX_BATCH_SIZE", "CLASSIC_FIELDS",
-           "check_model", "require", "model_fields", "default_readout", "parse_polynomial"]
+           "check_model", "require", "model_fields", "default_readout", "parse_polynomial",
+           "NAMED_ACTIVATIONS", "ACTIVATION_LABELS", "activation_label", "activation_kind"]
 
 #: Learning-rate conventions.  ``"fixed"``: the SGD step size is ``η = lr``
 #: whatever the width.  ``"width"``: ``η = lr · p`` (the convention under which
@@ -83,6 +84,39 @@ _MAX_COEFF_BITS = 4096
 
 _ALLOWED_SYNTAX = "numbers, the variable z, + - * / ** (non-negative integer exponents) and parentheses"
 
+#: The non-polynomial activations, by name (names the parser knows; nothing is evaluated).
+#: ``"erf"`` is **erf(z/√2)** = 2Φ(z) − 1, the convention of Saad & Solla (1995) and Goldt
+#: et al. (2019) (σ'(z) = √(2/π) e^{−z²/2}); ``"relu"`` is max(0, z).
+NAMED_ACTIVATIONS = ("erf", "relu")
+
+#: Text and LaTeX of each named activation, as every description prints it.
+ACTIVATION_LABELS = {
+    "erf": ("erf(z/√2)", r"\operatorname{erf}(z/\sqrt{2})"),
+    "relu": ("max(0, z)", r"\max(0, z)"),
+}
+
+_NAMED_HINT = ("for erf(z/√2) or max(0, z) give the names 'erf' or 'relu' "
+               "(activation='erf')")
+
+
+def activation_kind(activation) -> str:
+    """``"polynomial"`` for a coefficient tuple, else the name (``"erf"``, ``"relu"``)."""
+    return activation if isinstance(activation, str) else "polynomial"
+
+
+def activation_label(activation, tex: bool = False) -> str:
+    """Human-readable activation: ``erf(z/√2)``, ``max(0, z)`` or the polynomial (``z**3 - 3*z``).
+
+    The named activations always print with their convention (erf means
+    ``erf(z/√2)``); `tex` gives LaTeX math for them.
+    """
+    if isinstance(activation, str):
+        return ACTIVATION_LABELS[activation][1 if tex else 0]
+    if tex:
+        from ._describe import _polynomial
+        return _polynomial(activation, tex=True)
+    return _format_activation(activation)
+
 
 def _syntax_error(activation: str, what: str) -> ValueError:
     return ValueError(
@@ -107,8 +141,9 @@ def _degree_bound(node, activation: str) -> int:
     if isinstance(node, ast.Name):
         if node.id != "z":
             raise ValueError(
-                f"activation must be a polynomial in z alone; it also contains the name "
-                f"{node.id!r} (in {activation!r})")
+                f"activation must be a polynomial in z alone or one of the names "
+                f"{NAMED_ACTIVATIONS}; it also contains the name {node.id!r} (in "
+                f"{activation!r}; {_NAMED_HINT})")
         return 1
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.UAdd, ast.USub)):
         return _degree_bound(node.operand, activation)
@@ -126,6 +161,9 @@ def _degree_bound(node, activation: str) -> int:
                 raise _syntax_error(activation, "division by an expression in z (not a polynomial)")
             return left
         raise _syntax_error(activation, f"the operator {type(node.op).__name__} is not allowed")
+    if isinstance(node, ast.Call):
+        raise _syntax_error(activation, f"the call {ast.unparse(node)!r} is not allowed "
+                                        f"({_NAMED_HINT})")
     raise _syntax_error(activation, f"{type(node).__name__.lower()} "
                                     f"{ast.unparse(node)!r} is not allowed")
 
@@ -247,15 +285,17 @@ def _coefficient_sequence(activation) -> bool:
     return hasattr(activation, "__array__") and getattr(activation, "ndim", None) == 1
 
 
-def _parse_activation(activation, name: str = "activation") -> tuple[Fraction, ...]:
-    """Coefficients ``(c0, c1, ..., cd)`` of the polynomial ``σ(z) = Σ c_j z^j``.
+def _parse_activation(activation, name: str = "activation"):
+    """Coefficients ``(c0, c1, ..., cd)`` of the polynomial ``σ(z) = Σ c_j z^j``, or a name.
 
-    Accepts a coefficient sequence (lowest order first), a string such as
-    ``"z**2 + z/2"`` (read by :func:`parse_polynomial`, which never executes
-    it) or a SymPy expression in ``z`` (read through its string form by the
-    same parser, so SymPy is not imported here).  The degree must be in
-    ``[1, MAX_DEGREE]``.  `name` (``"activation"`` or
-    ``"teacher_activation"``) is the parameter the errors name.
+    Accepts one of :data:`NAMED_ACTIVATIONS` (``"erf"`` for erf(z/√2),
+    ``"relu"``; case and surrounding spaces ignored; returned as the name), a
+    coefficient sequence (lowest order first), a string such as ``"z**2 +
+    z/2"`` (read by :func:`parse_polynomial`, which never executes it) or a
+    SymPy expression in ``z`` (read through its string form by the same
+    parser, so SymPy is not imported here).  The degree must be in ``[1,
+    MAX_DEGREE]``.  `name` (``"activation"`` or ``"teacher_activation"``) is
+    the parameter the errors name.
     """
     try:
         coeffs = _activation_coefficients(activation)
@@ -266,7 +306,9 @@ def _parse_activation(activation, name: str = "activation") -> tuple[Fraction, .
     return coeffs
 
 
-def _activation_coefficients(activation) -> tuple[Fraction, ...]:
+def _activation_coefficients(activation):
+    if isinstance(activation, str) and activation.strip().lower() in NAMED_ACTIVATIONS:
+        return activation.strip().lower()
     if isinstance(activation, str):
         coeffs = parse_polynomial(activation)
     elif _coefficient_sequence(activation):
@@ -276,8 +318,9 @@ def _activation_coefficients(activation) -> tuple[Fraction, ...]:
         coeffs = parse_polynomial(str(activation))
     else:
         raise TypeError(
-            f"activation must be a string in z, a sequence of coefficients (c0, c1, ..., cd) "
-            f"or a SymPy expression, got {type(activation).__name__}")
+            f"activation must be a string in z, one of the names {NAMED_ACTIVATIONS}, a "
+            f"sequence of coefficients (c0, c1, ..., cd) or a SymPy expression, got "
+            f"{type(activation).__name__}")
     if len(coeffs) - 1 > MAX_DEGREE:
         raise ValueError(f"activation has degree {len(coeffs) - 1}; the degree must be in "
                          f"[1, {MAX_DEGREE}] (symquad.spec.MAX_DEGREE)")
@@ -286,6 +329,11 @@ def _activation_coefficients(activation) -> tuple[Fraction, ...]:
             "activation must be a non-constant polynomial in z (degree in "
             f"[1, {MAX_DEGREE}]); a constant activation has zero gradient")
     return coeffs
+
+
+def _activation_text(activation) -> str:
+    """A polynomial as a string in ``z``; a name as itself (both read back by Model)."""
+    return activation if isinstance(activation, str) else _format_activation(activation)
 
 
 def _format_activation(coeffs: tuple[Fraction, ...]) -> str:
@@ -407,11 +455,15 @@ class Model:
     noise : float, optional
         Label-noise variance ``Δ >= 0``.
     activation : str, sequence or SymPy expression, optional
-        The student's polynomial ``σ(z)``; ``"z**2"`` by default.
+        The student's ``σ(z)``: a polynomial (``"z**2"`` by default), or one of
+        the names ``"erf"`` — meaning **erf(z/√2)**, the convention of Saad &
+        Solla (1995) — and ``"relu"`` (``max(0, z)``).  Stored as the
+        coefficient tuple or the name.
     lr_scaling : {"fixed", "width"}, optional
         ``"fixed"``: ``η = lr``; ``"width"``: ``η = lr·p``.
     teacher_activation : str, sequence or SymPy expression, optional
-        The teacher's ``σ*``; default: the student's `activation`.
+        The teacher's ``σ*`` (the same choices); default: the student's
+        `activation`.
     readout : number or sequence of p numbers, optional
         The student's output weights ``a`` (``a(0)`` when trained); default
         all ``1/p``.  A number means the same weight for every unit.
@@ -443,14 +495,14 @@ class Model:
         "nonnegative", "label-noise variance Delta", "[0, inf)", "--noise",
         what="label-noise variance", param="Delta", latex=r"\Delta"))
     activation: tuple = field(default=(0, 0, 1), metadata=_meta(
-        "activation", "student activation, a polynomial in z", f"degree 1..{MAX_DEGREE}",
-        "--activation"))
+        "activation", "student activation: a polynomial in z, or erf (meaning erf(z/sqrt(2)))"
+        " or relu (max(0, z))", f"degree 1..{MAX_DEGREE}, or erf, relu", "--activation"))
     lr_scaling: str = field(default="fixed", metadata=_meta(
         "choice", "learning-rate convention: fixed (eta = lr) or width (eta = lr*p)",
         "fixed, width", "--lr-scaling", choices=LR_SCALINGS))
     teacher_activation: tuple = field(default=None, metadata=_meta(
-        "activation", "teacher activation sigma*, a polynomial in z",
-        f"degree 1..{MAX_DEGREE}", "--teacher-activation"))
+        "activation", "teacher activation sigma*: a polynomial in z, or erf (erf(z/sqrt(2)))"
+        " or relu", f"degree 1..{MAX_DEGREE}, or erf, relu", "--teacher-activation"))
     readout: tuple = field(default=None, metadata=_meta(
         "readout", "student output weights a: one number (every unit) or p numbers "
         "separated by commas", "finite numbers", "--readout", width="p"))
@@ -507,24 +559,47 @@ class Model:
         return self.lr * self.p if self.lr_scaling == "width" else self.lr
 
     @property
+    def activation_kind(self) -> str:
+        """``"polynomial"``, ``"erf"`` or ``"relu"``: the kind of the student's ``σ``."""
+        return activation_kind(self.activation)
+
+    @property
+    def teacher_activation_kind(self) -> str:
+        """``"polynomial"``, ``"erf"`` or ``"relu"``: the kind of the teacher's ``σ*``."""
+        return activation_kind(self.teacher_activation)
+
+    @property
+    def is_polynomial(self) -> bool:
+        """True when ``σ`` and ``σ*`` are both polynomials (every polynomial route applies)."""
+        return isinstance(self.activation, tuple) and isinstance(self.teacher_activation, tuple)
+
+    def _polynomial_degree(self, name: str) -> int:
+        value = getattr(self, name)
+        if isinstance(value, str):
+            raise ValueError(f"{name}={value!r} ({activation_label(value)}) is not a polynomial: "
+                             f"it has no degree")
+        return len(value) - 1
+
+    @property
     def degree(self) -> int:
-        """Degree of the student's activation polynomial."""
-        return len(self.activation) - 1
+        """Degree of the student's activation polynomial (ValueError for erf/relu)."""
+        return self._polynomial_degree("activation")
 
     @property
     def teacher_degree(self) -> int:
-        """Degree of the teacher's activation polynomial."""
-        return len(self.teacher_activation) - 1
+        """Degree of the teacher's activation polynomial (ValueError for erf/relu)."""
+        return self._polynomial_degree("teacher_activation")
 
     @property
     def is_quadratic(self) -> bool:
         """True when ``σ = c z² + c0`` and ``σ* = c* z² + c0*``: the matrix-form route applies.
 
-        (With the default readouts the constants cancel in ``ŷ − y``; in
-        general they add the constant ``c0 Σa − c0* Σb`` to the error.)
+        False for erf and ReLU.  (With the default readouts the constants
+        cancel in ``ŷ − y``; in general they add the constant ``c0 Σa − c0* Σb``
+        to the error.)
         """
-        return all(len(c) == 3 and c[1] == 0
-                   for c in (self.activation, self.teacher_activation))
+        return self.is_polynomial and all(len(c) == 3 and c[1] == 0
+                                          for c in (self.activation, self.teacher_activation))
 
     @property
     def readout_trained(self) -> bool:
@@ -533,13 +608,14 @@ class Model:
 
     @property
     def activation_str(self) -> str:
-        """The student activation as a SymPy-parsable string in ``z``."""
-        return _format_activation(self.activation)
+        """The student activation as :class:`Model` reads it back: a string in ``z``
+        (SymPy-parsable) or the name ``"erf"`` / ``"relu"``."""
+        return _activation_text(self.activation)
 
     @property
     def teacher_activation_str(self) -> str:
-        """The teacher activation as a SymPy-parsable string in ``z``."""
-        return _format_activation(self.teacher_activation)
+        """The teacher activation as :class:`Model` reads it back (see :attr:`activation_str`)."""
+        return _activation_text(self.teacher_activation)
 
     def is_default(self, name: str) -> bool:
         """True when field `name` has its default value (for this model's widths)."""

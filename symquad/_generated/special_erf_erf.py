@@ -41,7 +41,11 @@ def _floats(*args):
 
 def _shaped(value, *args):
     """value broadcast to the common shape of the arguments (constants included)."""
-    return value + numpy.zeros(numpy.broadcast_shapes(*(a.shape for a in args)))
+    shape = numpy.broadcast_shapes(*(a.shape for a in args))
+    value = numpy.asarray(value)
+    if value.shape == shape:
+        return value
+    return value + numpy.zeros(shape)
 
 
 def I2_ss(C_aa, C_ab, C_bb):
@@ -131,4 +135,22 @@ def I4_tt(C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb):
     x9 = (C_kb*C_kb)
     x10 = (C_lb*C_lb)
     return _shaped(4*_asin((C_ab*C_kk + C_ab*C_ll + C_ab*x0 - C_ab*x1 + C_ab - C_kk*x4 + C_la*x6 + C_lb*x5 - C_ll*x3 - x3 - x4)/(_sqrt(C_aa*C_kk + C_aa*C_ll + C_aa*x0 - C_aa*x1 + C_aa - C_kk*x8 + 2*C_la*x5 - C_ll*x7 + x2 - x7 - x8)*_sqrt(C_bb*C_kk + C_bb*C_ll + C_bb*x0 - C_bb*x1 + C_bb - C_kk*x10 + 2*C_lb*x6 - C_ll*x9 - x10 + x2 - x9)))/((numpy.pi*numpy.pi)*_sqrt(x2)), C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb)
-# sha256: b9b427a0cd167d2854f2d6ab58f8ca7666b1731a5f9a4669c2df0b8b085d2e20
+
+
+def F4_ss(Lambda, N_aa, N_ab, N_bb):
+    """I4_ss folded: σ = erf(z/√2) — I4 = F4(Λ, N_aa, N_ab, N_bb), Λ = (1+C_kk)(1+C_ll) − C_kl², N_ab = Λ C_ab − x_a·adj(I + C_kl) x_b, x_v = (C_kv, C_lv)"""
+    Lambda, N_aa, N_ab, N_bb = _floats(Lambda, N_aa, N_ab, N_bb)
+    return _shaped(4*_asin(N_ab/(_sqrt(Lambda + N_aa)*_sqrt(Lambda + N_bb)))/((numpy.pi*numpy.pi)*_sqrt(Lambda)), Lambda, N_aa, N_ab, N_bb)
+
+
+def F4_st(Lambda, N_aa, N_ab, N_bb):
+    """I4_st folded: σ = erf(z/√2), σ* = erf(z/√2) — I4 = F4(Λ, N_aa, N_ab, N_bb), Λ = (1+C_kk)(1+C_ll) − C_kl², N_ab = Λ C_ab − x_a·adj(I + C_kl) x_b, x_v = (C_kv, C_lv)"""
+    Lambda, N_aa, N_ab, N_bb = _floats(Lambda, N_aa, N_ab, N_bb)
+    return _shaped(4*_asin(N_ab/(_sqrt(Lambda + N_aa)*_sqrt(Lambda + N_bb)))/((numpy.pi*numpy.pi)*_sqrt(Lambda)), Lambda, N_aa, N_ab, N_bb)
+
+
+def F4_tt(Lambda, N_aa, N_ab, N_bb):
+    """I4_tt folded: σ* = erf(z/√2) — I4 = F4(Λ, N_aa, N_ab, N_bb), Λ = (1+C_kk)(1+C_ll) − C_kl², N_ab = Λ C_ab − x_a·adj(I + C_kl) x_b, x_v = (C_kv, C_lv)"""
+    Lambda, N_aa, N_ab, N_bb = _floats(Lambda, N_aa, N_ab, N_bb)
+    return _shaped(4*_asin(N_ab/(_sqrt(Lambda + N_aa)*_sqrt(Lambda + N_bb)))/((numpy.pi*numpy.pi)*_sqrt(Lambda)), Lambda, N_aa, N_ab, N_bb)
+# sha256: 21d859271859bcc6e7fbe780b02b573e4c86aab65346f60cfd2886b88d2b34a3

@@ -41,7 +41,11 @@ def _floats(*args):
 
 def _shaped(value, *args):
     """value broadcast to the common shape of the arguments (constants included)."""
-    return value + numpy.zeros(numpy.broadcast_shapes(*(a.shape for a in args)))
+    shape = numpy.broadcast_shapes(*(a.shape for a in args))
+    value = numpy.asarray(value)
+    if value.shape == shape:
+        return value
+    return value + numpy.zeros(shape)
 
 
 def I2_ss(C_aa, C_ab, C_bb):
@@ -130,4 +134,23 @@ def I4_tt(C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb):
     x10 = (C_lb*C_lb)
     x11 = _sqrt(-(x6*x6) + (C_aa*C_kk + C_aa*C_ll + C_aa*x0 - C_aa*x1 + C_aa - C_kk*x8 + 2*C_la*x4 - C_ll*x7 - x7 - x8)*(C_bb*C_kk + C_bb*C_ll + C_bb*x0 - C_bb*x1 + C_bb - C_kk*x10 + 2*C_lb*x5 - C_ll*x9 - x10 - x9))
     return _shaped((1/2)*(2*x11 + 2*x6*numpy.arctan2(x6, x11) + numpy.pi*x6)/((numpy.pi*numpy.pi)*_sqrt(C_kk + C_ll + x0 - x1 + 1)**3), C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb)
-# sha256: 55fed5f2ac3aa1f42b1fe5a276ced5d5430e71d3e18f519851a32d10b363f461
+
+
+def F4_ss(Lambda, N_aa, N_ab, N_bb):
+    """I4_ss folded: σ = erf(z/√2) — I4 = F4(Λ, N_aa, N_ab, N_bb), Λ = (1+C_kk)(1+C_ll) − C_kl², N_ab = Λ C_ab − x_a·adj(I + C_kl) x_b, x_v = (C_kv, C_lv)"""
+    Lambda, N_aa, N_ab, N_bb = _floats(Lambda, N_aa, N_ab, N_bb)
+    return _shaped(4*_asin(N_ab/(_sqrt(Lambda + N_aa)*_sqrt(Lambda + N_bb)))/((numpy.pi*numpy.pi)*_sqrt(Lambda)), Lambda, N_aa, N_ab, N_bb)
+
+
+def F4_st(Lambda, N_aa, N_ab, N_bb):
+    """I4_st folded: σ = erf(z/√2), σ* = relu(z) — I4 = F4(Λ, N_aa, N_ab, N_bb), Λ = (1+C_kk)(1+C_ll) − C_kl², N_ab = Λ C_ab − x_a·adj(I + C_kl) x_b, x_v = (C_kv, C_lv)"""
+    Lambda, N_aa, N_ab, N_bb = _floats(Lambda, N_aa, N_ab, N_bb)
+    return _shaped(_sqrt(2)*N_ab/(_sqrt(numpy.pi)**3*_sqrt(Lambda)**3*_sqrt(1 + N_aa/Lambda)), Lambda, N_aa, N_ab, N_bb)
+
+
+def F4_tt(Lambda, N_aa, N_ab, N_bb):
+    """I4_tt folded: σ* = relu(z) — I4 = F4(Λ, N_aa, N_ab, N_bb), Λ = (1+C_kk)(1+C_ll) − C_kl², N_ab = Λ C_ab − x_a·adj(I + C_kl) x_b, x_v = (C_kv, C_lv)"""
+    Lambda, N_aa, N_ab, N_bb = _floats(Lambda, N_aa, N_ab, N_bb)
+    x0 = _sqrt(N_aa*N_bb - (N_ab*N_ab))
+    return _shaped((1/2)*(2*N_ab*numpy.arctan2(N_ab, x0) + numpy.pi*N_ab + 2*x0)/((numpy.pi*numpy.pi)*_sqrt(Lambda)**3), Lambda, N_aa, N_ab, N_bb)
+# sha256: daf72180dc82f3193c9f76eab94112e01639039a5f9b644ee52f4e7694bc4aeb

@@ -41,7 +41,11 @@ def _floats(*args):
 
 def _shaped(value, *args):
     """value broadcast to the common shape of the arguments (constants included)."""
-    return value + numpy.zeros(numpy.broadcast_shapes(*(a.shape for a in args)))
+    shape = numpy.broadcast_shapes(*(a.shape for a in args))
+    value = numpy.asarray(value)
+    if value.shape == shape:
+        return value
+    return value + numpy.zeros(shape)
 
 
 def I2_ss(C_aa, C_ab, C_bb):
@@ -81,4 +85,4 @@ def I3_t(C_kk, C_kj, C_ka, C_ja, C_aa):
     """E[σ'(u_k) u_j σ*(u_a)], σ = relu(z), σ* = erf(z/√2)"""
     C_kk, C_kj, C_ka, C_ja, C_aa = _floats(C_kk, C_kj, C_ka, C_ja, C_aa)
     return _shaped((1/2)*_sqrt(2)*C_ja/(_sqrt(numpy.pi)*_sqrt(C_aa + 1)), C_kk, C_kj, C_ka, C_ja, C_aa)
-# sha256: d88322a5ec487feffd928bfb48276b315e139849651379675105a2df1c7324c8
+# sha256: 85c225f5c23313b67cefcdce3d0a67d1d2aa927f8913e0055422a91ff18fa1f9

@@ -41,7 +41,11 @@ def _floats(*args):
 
 def _shaped(value, *args):
     """value broadcast to the common shape of the arguments (constants included)."""
-    return value + numpy.zeros(numpy.broadcast_shapes(*(a.shape for a in args)))
+    shape = numpy.broadcast_shapes(*(a.shape for a in args))
+    value = numpy.asarray(value)
+    if value.shape == shape:
+        return value
+    return value + numpy.zeros(shape)
 
 
 def I2_ss(C_aa, C_ab, C_bb):
@@ -121,4 +125,4 @@ def I4_relu_ab(C_kk, C_kl, C_ll, C_ka, C_la, C_aa):
     x4 = (C_la*C_la)
     x5 = 1/(C_ll)
     return _shaped(C_aa*(x3*numpy.arctan2(C_ka, _sqrt(C_aa*C_kk - x0)) + x3*numpy.arctan2(C_kl, _sqrt(C_kk*C_ll - x2)) + x3*numpy.arctan2(C_la, _sqrt(C_aa*C_ll - x4)) + 1/8) + C_ka*x3*(_sqrt(C_aa - x0*x1) + (-C_ka*C_kl*x1 + C_la)/_sqrt(C_ll - x1*x2))/_sqrt(C_kk) + C_la*x3*(_sqrt(C_aa - x4*x5) + (C_ka - C_kl*C_la*x5)/_sqrt(C_kk - x2*x5))/_sqrt(C_ll), C_kk, C_kl, C_ll, C_ka, C_la, C_aa)
-# sha256: cbe55681f3838508acf15ceeb81dc975b5416adee4d46f41ba2adb7f64970c83
+# sha256: cf2c18a23c27411ec794e8bf93699776b4c06def1b37f9d885cf1193dd0ee035

@@ -29,7 +29,11 @@ numpy only).  ``NOT_IMPLEMENTED`` lists the cases that close but are not
 implemented.  Merged forms where the general one is singular: ``I4_tt_kk``
 (ReLU student, polynomial teacher, ``k = l``), ``I4_tt_aa`` (polynomial student,
 ReLU teacher, ``a = b``), and for ReLU–ReLU the closed coincident cases
-``I4_relu_kl``, ``I4_relu_ak``, ``I4_relu_ab``.  Modules for the pairs in
+``I4_relu_kl``, ``I4_relu_ak``, ``I4_relu_ab``.  For an erf student the
+module also holds ``F4_ss``, ``F4_st``, ``F4_tt``: the same ``I4`` in the
+folded symbols ``(Λ, N_aa, N_ab, N_bb)`` of
+:func:`symquad.symbolic.special.four_point_folded`, which the moment kernels
+(:mod:`symquad.runtime.special_engine`) evaluate.  Modules for the pairs in
 :data:`SPECIAL_BUILTINS` are committed under
 ``symquad/_generated/special_<student>_<teacher>.py``; any other pair
 (polynomials included) is rendered on demand into the kernel cache.
@@ -67,6 +71,8 @@ _SIGNATURES = {
     "kab": ("C_kk", "C_ka", "C_kb", "C_aa", "C_ab", "C_bb"),
     "kla": ("C_kk", "C_kl", "C_ll", "C_ka", "C_la", "C_aa"),
     "klb": ("C_kk", "C_kl", "C_ll", "C_kb", "C_lb", "C_bb"),
+    # folded four-point functions of an erf student (symquad.symbolic.special.FOLD_SYMBOLS)
+    "F4": ("Lambda", "N_aa", "N_ab", "N_bb"),
 }
 
 _HELPERS = '''
@@ -86,7 +92,11 @@ def _floats(*args):
 
 def _shaped(value, *args):
     """value broadcast to the common shape of the arguments (constants included)."""
-    return value + numpy.zeros(numpy.broadcast_shapes(*(a.shape for a in args)))
+    shape = numpy.broadcast_shapes(*(a.shape for a in args))
+    value = numpy.asarray(value)
+    if value.shape == shape:
+        return value
+    return value + numpy.zeros(shape)
 '''
 
 
@@ -189,6 +199,17 @@ def render_special_module(student, teacher) -> str:
                     f"sigma_b={sym.activation_label(h)} is not implemented")
             continue
         body += ["", ""] + _function_lines(name, _SIGNATURES[kind], doc, expr)
+    if f == "erf":
+        # the same I4 in the folded symbols: what the moment kernels evaluate (Λ per
+        # student pair, N by a rank-two update of C; symquad.runtime.special_engine)
+        for name, acts, doc in (
+                ("F4_ss", (f, f), f"I4_ss folded: σ = {lf}"),
+                ("F4_st", (f, t), f"I4_st folded: σ = {lf}, σ* = {lt}"),
+                ("F4_tt", (t, t), f"I4_tt folded: σ* = {lt}")):
+            expr = sym.four_point_folded(*acts)
+            doc += (" — I4 = F4(Λ, N_aa, N_ab, N_bb), Λ = (1+C_kk)(1+C_ll) − C_kl², "
+                    "N_ab = Λ C_ab − x_a·adj(I + C_kl) x_b, x_v = (C_kv, C_lv)")
+            body += ["", ""] + _function_lines(name, _SIGNATURES["F4"], doc, expr)
     merged = []
     if f == "relu" and isinstance(t, tuple):
         merged.append(("I4_tt_kk", "kab", sym.four_point_merged_student(f, t, t),

@@ -46,7 +46,7 @@ import numpy as np
 from numba import njit
 
 __all__ = ["reduced_steps", "reduced_steps_lanes", "full_update", "reduced_steps_general",
-           "full_update_general"]
+           "full_update_general", "ACTIVATION_KINDS"]
 
 
 @njit(cache=True)
@@ -56,6 +56,35 @@ def _horner(coeffs, z):
     for j in range(coeffs.size - 2, -1, -1):
         out = out * z + coeffs[j]
     return out
+
+
+#: Activation-kind codes of the general kernels (``kinds`` = (student, teacher)): a
+#: polynomial by its Horner coefficients, erf(z/√2), ReLU.
+KIND_POLYNOMIAL, KIND_ERF, KIND_RELU = 0, 1, 2
+ACTIVATION_KINDS = {"polynomial": KIND_POLYNOMIAL, "erf": KIND_ERF, "relu": KIND_RELU}
+_INV_SQRT2 = 1.0 / math.sqrt(2.0)
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+
+
+@njit(cache=True)
+def _sigma(kind, coeffs, z):
+    """``σ(z)``: the polynomial (Horner, the same operations as :func:`_horner`),
+    ``erf(z/√2)`` or ``max(z, 0)``."""
+    if kind == 0:
+        return _horner(coeffs, z)
+    if kind == 1:
+        return math.erf(z * _INV_SQRT2)
+    return z if z > 0.0 else 0.0
+
+
+@njit(cache=True)
+def _dsigma(kind, dcoeffs, z):
+    """``σ'(z)``: Horner of the derivative's coefficients, ``√(2/π) e^{−z²/2}`` or ``1{z > 0}``."""
+    if kind == 0:
+        return _horner(dcoeffs, z)
+    if kind == 1:
+        return _SQRT_2_OVER_PI * math.exp(-0.5 * z * z)
+    return 1.0 if z > 0.0 else 0.0
 
 
 @njit(cache=True)
@@ -590,7 +619,7 @@ def _lq_reduce(X, p, width):
 
 
 @njit(cache=True)
-def _general_step(r, j, B, E, F_T, A, bs, c, dc, ct, coef, coef_a, shrink, sphere, trained,
+def _general_step(r, j, B, E, F_T, A, bs, c, dc, ct, kinds, coef, coef_a, shrink, sphere, trained,
                   G, S, L, XI, residual, triangular, lam, sig, U, D, u, v, ext, X):
     """One exact SGD step of replica ``r`` on a mini-batch (the ``G.shape[2]`` samples of step ``j``).
 
@@ -612,7 +641,7 @@ def _general_step(r, j, B, E, F_T, A, bs, c, dc, ct, coef, coef_a, shrink, spher
             nu = 0.0
             for a in range(r_T):
                 nu += F_T[l, a] * G[j, r, mu, a]
-            y += bs[l] * _horner(ct, nu)
+            y += bs[l] * _sigma(kinds[1], ct, nu)
         y /= ps
         if XI.shape[0] > 0:
             y += XI[j, r, mu]
@@ -625,14 +654,14 @@ def _general_step(r, j, B, E, F_T, A, bs, c, dc, ct, coef, coef_a, shrink, spher
             for b in range(top):
                 acc += E[r, i, b] * G[j, r, mu, r_T + b]
             lam[i] = acc
-            s = _horner(c, acc)
+            s = _sigma(kinds[0], c, acc)
             sig[mu, i] = s
             yhat += A[r, i] * s
         delta = yhat / p - y
         D[mu] = delta
         err = delta * coef
         for i in range(p):
-            U[mu, i] = err * A[r, i] * _horner(dc, lam[i])
+            U[mu, i] = err * A[r, i] * _dsigma(kinds[0], dc, lam[i])
     if trained:
         for i in range(p):
             acc = 0.0
@@ -701,14 +730,16 @@ def _general_step(r, j, B, E, F_T, A, bs, c, dc, ct, coef, coef_a, shrink, spher
 
 
 @njit(cache=True, nogil=True)
-def reduced_steps_general(B, E, F_T, A, bs, c, dc, ct, coef, coef_a, shrink, sphere, trained,
+def reduced_steps_general(B, E, F_T, A, bs, c, dc, ct, kinds, coef, coef_a, shrink, sphere, trained,
                           G, S, L, XI, residual, triangular, alive, step0, check_every, blowup,
                           caught_step, last_step, last_Q, last_rho, last_a):
     """:func:`reduced_steps` for every field of the model specification (one replica at a time).
 
     Extra parameters: ``A`` (R, p) the student readout times ``p`` (updated
     in place when `trained`); ``bs`` (p*,) the teacher readout times ``p*``;
-    ``ct`` the coefficients of ``σ*``; ``coef_a = p η_a/(b N)``; ``shrink =
+    ``ct`` the coefficients of ``σ*``; ``kinds`` (int64, 2) the activation kinds
+    of student and teacher (:data:`ACTIVATION_KINDS`: 0 a polynomial given by
+    ``c, dc`` / ``ct``, 1 erf(z/√2), 2 ReLU); ``coef_a = p η_a/(b N)``; ``shrink =
     1 − ηλ/N``; `sphere`; ``G`` (n, R, b, k); ``S`` (n, R, b) the squared
     diagonal of the inputs' Bartlett factor outside the basis, ``L`` (n, R,
     b(b−1)/2) its sub-diagonal; ``XI`` (n, R, b) or empty; ``last_a`` (R, p).
@@ -735,7 +766,7 @@ def reduced_steps_general(B, E, F_T, A, bs, c, dc, ct, coef, coef_a, shrink, sph
         for r in range(R):
             if not alive[r]:
                 continue
-            _general_step(r, j, B, E, F_T, A, bs, c, dc, ct, coef, coef_a, shrink, sphere,
+            _general_step(r, j, B, E, F_T, A, bs, c, dc, ct, kinds, coef, coef_a, shrink, sphere,
                           trained, G, S, L, XI, residual, triangular, lam, sig, U, D, u, v,
                           ext, X)
             if check:
@@ -756,7 +787,7 @@ def reduced_steps_general(B, E, F_T, A, bs, c, dc, ct, coef, coef_a, shrink, sph
 
 
 @njit(cache=True, nogil=True)
-def full_update_general(W, Ws, x, A, bs, c, dc, ct, coef, coef_a, shrink, sphere, trained, xi,
+def full_update_general(W, Ws, x, A, bs, c, dc, ct, kinds, coef, coef_a, shrink, sphere, trained, xi,
                         alive):
     r"""One SGD step of the full simulator on a mini-batch, in place.
 
@@ -782,7 +813,7 @@ def full_update_general(W, Ws, x, A, bs, c, dc, ct, coef, coef_a, shrink, sphere
                 acc = 0.0
                 for n in range(N):
                     acc += Ws[l, n] * x[r, mu, n]
-                y += bs[l] * _horner(ct, acc)
+                y += bs[l] * _sigma(kinds[1], ct, acc)
             y /= ps
             if noise:
                 y += xi[r, mu]
@@ -792,14 +823,14 @@ def full_update_general(W, Ws, x, A, bs, c, dc, ct, coef, coef_a, shrink, sphere
                 for n in range(N):
                     acc += W[r, k, n] * x[r, mu, n]
                 lam[k] = acc
-                s = _horner(c, acc)
+                s = _sigma(kinds[0], c, acc)
                 sig[mu, k] = s
                 yhat += A[r, k] * s
             delta = yhat / p - y
             D[mu] = delta
             err = delta * coef
             for k in range(p):
-                U[mu, k] = err * A[r, k] * _horner(dc, lam[k])
+                U[mu, k] = err * A[r, k] * _dsigma(kinds[0], dc, lam[k])
         if trained:
             for k in range(p):
                 acc = 0.0

@@ -10,7 +10,12 @@ No SymPy here.  Three forms of generated code, one signature
   ``O(p² (p + p*)²)``; committed for the built-in pairs and otherwise generated
   once per *pair* into the kernel cache (needs SymPy the first time only); the
   module holds a contraction plan that the hand-written
-  :mod:`symquad.runtime.tensor_engine` evaluates;
+  :mod:`symquad.runtime.tensor_engine` evaluates.  For pairs with ``"erf"``
+  (erf(z/√2)) or ``"relu"`` the same moment kinds come from the generated
+  closed forms of :mod:`symquad.codegen.special_render` (committed for the
+  erf/ReLU pairs), evaluated over the index grids by
+  :mod:`symquad.runtime.special_engine` (same cost order, the ReLU student's
+  four-point function by quadrature);
 * ``"entries"``: entry-by-entry modules for one ``(p, p*)`` (the independent
   small-width reference), committed for ``σ = σ* = z²`` at ``p, p* ≤ 3``, cached
   per model structure otherwise.
@@ -51,7 +56,9 @@ from ..spec import Model, check_model
 from .checks import as_real_array, check_float_activation
 
 __all__ = ["Kernels", "kernels", "KERNEL_FORMS", "clear_kernel_memo", "default_form",
-           "single_thread_blas", "BLAS_LIMIT_FIELDS"]
+           "single_thread_blas", "BLAS_LIMIT_FIELDS", "special_support", "special_rhs_seconds",
+           "check_special_cost", "SPECIAL_COST_PER_QUADRUPLE", "SPECIAL_WARN_SECONDS",
+           "SPECIAL_REFUSE_SECONDS"]
 
 KERNEL_FORMS = ("matrix", "tensor", "entries")
 
@@ -348,8 +355,96 @@ def _entry_module(model: Model):
 
 
 def default_form(model: Model) -> str:
-    """``"matrix"`` for quadratic ``σ`` and ``σ*``, else ``"tensor"``."""
+    """``"matrix"`` for quadratic ``σ`` and ``σ*``, else ``"tensor"`` (erf and ReLU included)."""
     return "matrix" if model.is_quadratic else "tensor"
+
+
+#: Seconds per unique quadruple ``(k ≤ l, a ≤ b)`` of the four-point sum of the special
+#: kernels, by evaluator (:func:`symquad.runtime.special_engine.four_point_method`), and per
+#: element of the ``O(p n²)`` three-point sum: upper bounds of what was measured on the
+#: shared 2-core development machine at load 2.5–3 (one thread; benchmarks/bench_erf.py):
+#: the erf fold 17 ns at p = 128 (p* = 2), the ReLU quadrature 1.2 µs at p = 32 (1–3.4 µs
+#: by state, docs/special_activations.md), closed forms of a polynomial student with an
+#: erf/ReLU teacher 33 ns (z², ReLU) to 0.4 µs (z⁴, erf) at p = 32, p* = 4.
+SPECIAL_COST_PER_QUADRUPLE = {"fold": 40e-9, "closed": 0.8e-6, "quadrature": 3e-6}
+SPECIAL_COST_PER_TRIPLE = 0.4e-6
+#: One right-hand side of a special kernel estimated above this warns (an integration
+#: takes hundreds to thousands of calls) ...
+SPECIAL_WARN_SECONDS = 2.0
+#: ... and above this is refused before anything is computed.
+SPECIAL_REFUSE_SECONDS = 900.0
+
+
+def special_support(model: Model) -> str | None:
+    """Why the tensor kernels cannot evaluate ``model``'s activation pair (None if they can).
+
+    Every pair of erf (erf(z/√2)), ReLU and polynomials has closed ``I_2, J_2, I_3``;
+    ``I_4`` closes or has the ReLU quadrature except for a ReLU student with a
+    polynomial teacher, whose mixed ``I_4`` (one ReLU and one polynomial field besides
+    the two step functions) is not implemented (docs/special_activations.md).
+    """
+    if model.activation_kind == "relu" and model.teacher_activation_kind == "polynomial":
+        return (f"activation='relu' with teacher_activation={model.teacher_activation_str!r}: "
+                "the four-point function E[1{u_k>0}1{u_l>0} relu(u_a) sigma*(u_b)] of a ReLU "
+                "student with a polynomial teacher is not implemented (it closes, but "
+                "neither its closed form nor a quadrature exists in symquad); use a ReLU or "
+                "erf teacher, or a polynomial student")
+    return None
+
+
+def special_rhs_seconds(model: Model) -> float:
+    """Estimated seconds of one unbatched right-hand side of the special tensor kernels.
+
+    ``p(p+1)/2 · n(n+1)/2`` quadruples of the four-point sum at
+    :data:`SPECIAL_COST_PER_QUADRUPLE` plus ``p n²`` three-point elements.
+    """
+    from ..runtime.special_engine import four_point_method
+    p, n = model.p, model.p + model.p_star
+    method = four_point_method(model.activation_kind, model.teacher_activation_kind)
+    quads = p * (p + 1) / 2 * n * (n + 1) / 2
+    return quads * SPECIAL_COST_PER_QUADRUPLE[method] + p * n * n * SPECIAL_COST_PER_TRIPLE
+
+
+def check_special_cost(model: Model) -> float:
+    """Warn or refuse (ValueError) from :func:`special_rhs_seconds` before any kernel runs."""
+    estimate = special_rhs_seconds(model)
+    what = (f"one right-hand side of the {model.activation_str}/{model.teacher_activation_str} "
+            f"tensor kernels at p={model.p}, p_star={model.p_star}")
+    if estimate > SPECIAL_REFUSE_SECONDS:
+        raise ValueError(
+            f"{what} would take about {estimate:.3g} s (> {SPECIAL_REFUSE_SECONDS:.0f} s "
+            f"allowed; the four-point sum grows like p^2 (p+p*)^2"
+            + (", each ReLU-student term a quadrature" if model.activation_kind == "relu"
+               else "") + "); use a smaller width")
+    if estimate > SPECIAL_WARN_SECONDS:
+        warnings.warn(f"{what} will take about {estimate:.3g} s (an ODE integration needs "
+                      f"hundreds to thousands of them)", RuntimeWarning, stacklevel=3)
+    return estimate
+
+
+def _special_kernels(model: Model) -> Kernels:
+    """Tensor kernels of a pair with erf or ReLU (:mod:`symquad.runtime.special_engine`)."""
+    reason = special_support(model)
+    if reason:
+        raise ValueError(f"kernels: {reason}")
+    check_special_cost(model)
+    from ..runtime.special_engine import SpecialEngine
+    from .special import special_kernels, special_module_name
+    key = ("special", model.activation, model.teacher_activation)
+    with _LOCK:
+        cached = _MEMO.get(key)
+    if cached is None:
+        sk = special_kernels(model.activation, model.teacher_activation)
+        source = getattr(sk.module, "__file__", None) or special_module_name(
+            model.activation, model.teacher_activation)
+        name = special_module_name(model.activation, model.teacher_activation)
+        if (GENERATED_DIR / f"{name}.py").exists():
+            source = f"symquad._generated.{name}"
+        cached = (SpecialEngine(sk), source)
+        with _LOCK:
+            _MEMO[key] = cached
+    engine, source = cached
+    return _moment_kernels(model, "tensor", engine, source)
 
 
 def kernels(model: Model, form: str | None = None) -> Kernels:
@@ -360,9 +455,12 @@ def kernels(model: Model, form: str | None = None) -> Kernels:
     model : Model
     form : {"matrix", "tensor", "entries"}, optional
         Default ``"matrix"`` when ``σ`` and ``σ*`` are both ``c z² (+ c0)``,
-        ``"tensor"`` for every other pair of polynomials.  ``"entries"`` is the
-        entry-by-entry reference route, whose derivation cost grows fast with
-        ``p`` (it checks the size first).
+        ``"tensor"`` for every other pair — polynomials, and pairs with
+        ``"erf"`` (erf(z/√2)) or ``"relu"``, whose ``I_2 … I_4`` are the closed
+        forms (and the ReLU quadrature) of :mod:`symquad.runtime.special_engine`;
+        their cost is estimated first (:func:`check_special_cost`).
+        ``"entries"`` is the entry-by-entry reference route for polynomials,
+        whose derivation cost grows fast with ``p`` (it checks the size first).
 
     Examples
     --------
@@ -378,6 +476,12 @@ def kernels(model: Model, form: str | None = None) -> Kernels:
         form = default_form(model)
     if form not in KERNEL_FORMS:
         raise ValueError(f"form must be one of {KERNEL_FORMS}, got {form!r}")
+    if not model.is_polynomial and form != "tensor":
+        raise ValueError(
+            f"form={form!r} needs polynomial activations (it is built from Gaussian moments "
+            f"of polynomials), got activation={model.activation_str!r}, teacher_activation="
+            f"{model.teacher_activation_str!r}; erf (erf(z/sqrt(2))) and relu use "
+            f"form='tensor' (the default)")
     if form == "matrix":
         if not model.is_quadratic:
             raise ValueError(
@@ -385,6 +489,8 @@ def kernels(model: Model, form: str | None = None) -> Kernels:
                 f"and the teacher, got {model.activation_str!r} and "
                 f"{model.teacher_activation_str!r}; use form='tensor'")
         return _matrix_kernels(model)
+    if form == "tensor" and not model.is_polynomial:
+        return _special_kernels(model)
     if form == "tensor":
         mod, source = _tensor_module(model)
         return _moment_kernels(model, "tensor", mod, source)

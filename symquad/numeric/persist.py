@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from .._atomic import atomic_file
-from ..spec import Model, check_model, model_fields
+from ..spec import NAMED_ACTIVATIONS, Model, check_model, model_fields
 
 __all__ = ["FORMAT_VERSION", "model_to_dict", "model_from_dict", "save_npz", "load_npz",
            "json_default"]
@@ -38,13 +38,16 @@ def model_to_dict(model: Model) -> dict:
     Built from the model's field metadata (:func:`symquad.spec.model_fields`):
     floats stay floats (JSON keeps the shortest round-tripping decimal),
     activations and readouts are lists of exact rationals as strings, lowest
-    order first (``["0", "0", "1"]`` for ``σ(z) = z²``).
+    order first (``["0", "0", "1"]`` for ``σ(z) = z²``); a named activation is
+    stored as its name (``"erf"``, meaning erf(z/√2), or ``"relu"``).
     """
     check_model(model)
     out = {}
     for f in model_fields():
         value = getattr(model, f.name)
-        if f.metadata["kind"] in ("activation", "readout"):
+        if f.metadata["kind"] == "activation" and isinstance(value, str):
+            pass                                   # a name of NAMED_ACTIVATIONS
+        elif f.metadata["kind"] in ("activation", "readout"):
             value = [str(Fraction(c)) for c in value]
         out[f.name] = value
     return out
@@ -66,7 +69,12 @@ def model_from_dict(data) -> Model:
                          f"{sorted(known)}, got {sorted(data)}")
     values = {}
     for name, value in data.items():
-        if known[name].metadata["kind"] in ("activation", "readout"):
+        kind = known[name].metadata["kind"]
+        if kind == "activation" and isinstance(value, str):
+            if value not in NAMED_ACTIVATIONS:
+                raise ValueError(f"a saved model's {name} must be a list of rational strings "
+                                 f"or one of the names {NAMED_ACTIVATIONS}, got {value!r}")
+        elif kind in ("activation", "readout"):
             if not isinstance(value, list) or not all(isinstance(c, str) for c in value):
                 raise ValueError(f"a saved model's {name} must be a list of rational strings")
             value = tuple(Fraction(c) for c in value)

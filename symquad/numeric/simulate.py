@@ -266,6 +266,86 @@ def _moment_table(deg: int) -> np.ndarray:
     return m
 
 
+def _vertex_values(activation, D, top):
+    """``φ_m(D) = E[σ^{(m)}(x)]``, ``x ~ N(0, D)``, ``m = 0..top`` (list of arrays like D).
+
+    Typed from the textbook formulas (independent of symquad.symbolic.special):
+    erf(z/√2): ``φ_{2r+1} = √(2/π) (−1)^r (2r−1)!! (1+D)^{−r−1/2}``, even orders 0;
+    ReLU: ``φ_0 = √(D/2π)``, ``φ_1 = ½``, ``φ_m = He_{m−2}(0) D^{−(m−1)/2}/√(2π)``
+    (``He_{2r}(0) = (−1)^r (2r−1)!!``, odd ones 0); a polynomial ``Σ c_j z^j``:
+    ``Σ_j c_j j!/(j−m)! E[x^{j−m}]``.
+    """
+    out = []
+    for m in range(top + 1):
+        if activation == "erf":
+            if m % 2 == 0:
+                out.append(np.zeros_like(D))
+            else:
+                r = (m - 1) // 2
+                out.append(math.sqrt(2 / math.pi) * (-1) ** r * _double_factorial_odd(2 * r)
+                           * (1 + D) ** (-r - 0.5))
+        elif activation == "relu":
+            if m == 0:
+                out.append(np.sqrt(np.maximum(D, 0) / (2 * math.pi)))
+            elif m == 1:
+                out.append(np.full_like(D, 0.5))
+            elif m % 2:
+                out.append(np.zeros_like(D))
+            else:
+                r = (m - 2) // 2
+                out.append((-1) ** r * _double_factorial_odd(2 * r) * D ** (-(m - 1) / 2)
+                           / math.sqrt(2 * math.pi))
+        else:
+            c = [float(v) for v in activation]
+            val = np.zeros_like(D)
+            for j in range(m, len(c)):
+                q = j - m
+                if q % 2 == 0 and c[j]:
+                    val = val + c[j] * math.factorial(j) / math.factorial(q) \
+                        * _double_factorial_odd(q) * D ** (q // 2)
+            out.append(val)
+    return out
+
+
+def _special_pair(f, g, A, c, B):
+    """``E[f(u) g(v)]`` for a centred Gaussian pair (variances A, B, covariance c).
+
+    Closed forms typed from the literature: erf–erf ``(2/π) asin(c/√((1+A)(1+B)))``
+    (Saad & Solla 1995); ReLU–ReLU the arc-cosine kernel ``√(AB)(sin θ + (π − θ)
+    cos θ)/(2π)``, ``cos θ = c/√(AB)`` (Cho & Saul 2009); erf–ReLU
+    ``c/√(2π(1+A))`` (erf at u).  With a polynomial: the finite Price expansion
+    ``Σ_m c^m/m! φ^f_m(A) φ^g_m(B)`` (:func:`_vertex_values`).
+    """
+    if f == g == "erf":
+        return 2 / math.pi * np.arcsin(np.clip(c / np.sqrt((1 + A) * (1 + B)), -1, 1))
+    if f == g == "relu":
+        ab = np.sqrt(np.maximum(A * B, 0))
+        cos = np.clip(np.divide(c, ab, out=np.zeros_like(c), where=ab > 0), -1, 1)
+        theta = np.arccos(cos)
+        return ab * (np.sqrt(1 - cos * cos) + (math.pi - theta) * cos) / (2 * math.pi)
+    if {f, g} == {"erf", "relu"}:
+        Aerf = A if f == "erf" else B
+        return c / np.sqrt(2 * math.pi * (1 + Aerf))
+    top = min(len(x) - 1 for x in (f, g) if not isinstance(x, str))
+    pf, pg = _vertex_values(f, A, top), _vertex_values(g, B, top)
+    return sum(c ** m / math.factorial(m) * pf[m] * pg[m] for m in range(top + 1))
+
+
+def _special_second_moments(C, p, student, teacher):
+    """``E[σ_a(u_a) σ_b(u_b)]`` over every field pair, (..., n, n) (``σ_a`` by role)."""
+    D = np.diagonal(C, axis1=-2, axis2=-1)
+    Da, Db = D[..., :, None], D[..., None, :]
+    out = np.empty(C.shape)
+    blocks = ((slice(0, p), slice(0, p), student, student),
+              (slice(0, p), slice(p, None), student, teacher),
+              (slice(p, None), slice(p, None), teacher, teacher))
+    for rows, cols, f, g in blocks:
+        out[..., rows, cols] = _special_pair(f, g, Da[..., rows, :], C[..., rows, cols],
+                                             Db[..., :, cols])
+    out[..., p:, :p] = np.swapaxes(out[..., :p, p:], -1, -2)
+    return out
+
+
 def population_risk(model, Q, rho, T, readout=None) -> np.ndarray:
     """Population risk ``ε = ½ E[(ŷ − y_clean)²]`` from the overlaps.
 
@@ -278,7 +358,10 @@ def population_risk(model, Q, rho, T, readout=None) -> np.ndarray:
 
     each bivariate moment evaluated exactly by Isserlis' theorem
     (:func:`_moment_table`).  Works for any polynomial activations and any
-    batch of overlaps; a route independent of the generated kernels.
+    batch of overlaps; a route independent of the generated kernels.  For
+    erf(z/√2) and ReLU (and their mixed pairs with polynomials) the bivariate
+    expectations are the closed forms of the literature, typed here
+    (:func:`_special_pair`), not the generated kernels'.
 
     Parameters
     ----------
@@ -297,6 +380,8 @@ def population_risk(model, Q, rho, T, readout=None) -> np.ndarray:
     -------
     ndarray, shape (...)
     """
+    if hasattr(model, "teacher_activation") and not model.is_polynomial:
+        return _named_population_risk(model, Q, rho, T, readout)
     if hasattr(model, "teacher_activation"):
         c_s = np.asarray([float(v) for v in check_float_activation(model.activation)])
         c_t = np.asarray([float(v) for v in check_float_activation(model.teacher_activation,
@@ -338,6 +423,27 @@ def population_risk(model, Q, rho, T, readout=None) -> np.ndarray:
     if a is None:
         w = np.concatenate([np.full(p, 1.0 / p), np.full(ps, -1.0 / ps)])
         return 0.5 * np.einsum("a,...ab,b->...", w, second, w)
+    w = np.concatenate([np.broadcast_to(a, second.shape[:-2] + (p,)),
+                        np.broadcast_to(-b, second.shape[:-2] + (ps,))], axis=-1)
+    return 0.5 * np.einsum("...a,...ab,...b->...", w, second, w)
+
+
+def _named_population_risk(model, Q, rho, T, readout):
+    """:func:`population_risk` of a model with erf(z/√2) or ReLU (:func:`_special_pair`)."""
+    check_float_activation(model.activation)
+    check_float_activation(model.teacher_activation, "teacher_activation")
+    a = np.array([float(v) for v in model.readout]) if readout is None else \
+        as_real_array(readout, "readout", finite=False)
+    b = np.array([float(v) for v in model.teacher_readout])
+    Q, rho, T = (as_real_array(x, n, finite=False) for x, n in ((Q, "Q"), (rho, "rho"), (T, "T")))
+    p, ps = rho.shape[-2:]
+    batch = np.broadcast_shapes(Q.shape[:-2], rho.shape[:-2], T.shape[:-2])
+    C = np.concatenate([np.concatenate([np.broadcast_to(Q, batch + (p, p)),
+                                        np.broadcast_to(rho, batch + (p, ps))], -1),
+                        np.concatenate([np.swapaxes(np.broadcast_to(rho, batch + (p, ps)), -1, -2),
+                                        np.broadcast_to(T, batch + (ps, ps))], -1)], -2)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        second = _special_second_moments(C, p, model.activation, model.teacher_activation)
     w = np.concatenate([np.broadcast_to(a, second.shape[:-2] + (p,)),
                         np.broadcast_to(-b, second.shape[:-2] + (ps,))], axis=-1)
     return 0.5 * np.einsum("...a,...ab,...b->...", w, second, w)
@@ -462,22 +568,36 @@ def _initial_coordinates(model, N, replicas, Q0, rho0, T, rng_init):
 # the two steppers
 # ---------------------------------------------------------------------------
 class _Activation:
-    """``σ`` and ``σ'`` evaluated by Horner's scheme from the coefficients.
+    """``σ`` and ``σ'``: Horner's scheme from the coefficients, or erf(z/√2) / ReLU by name.
 
     Zero coefficients are skipped, so ``σ(z) = z²`` costs two array operations
-    and ``σ'(z) = 2z`` one (this is the inner loop of both simulators).
+    and ``σ'(z) = 2z`` one.  A named activation has the placeholder coefficients
+    ``[0]`` (the compiled kernels dispatch on :attr:`kind`).
     """
 
-    def __init__(self, coeffs):
+    def __init__(self, activation):
+        from ._sgd_kernels import ACTIVATION_KINDS
+        self.name = activation if isinstance(activation, str) else None
+        self.kind = ACTIVATION_KINDS["polynomial" if self.name is None else self.name]
+        coeffs = (0,) if self.name else activation
         self.c = [float(v) for v in coeffs]
         self.dc = [j * v for j, v in enumerate(self.c)][1:]
         #: ``c`` when ``σ(z) = c z² + c0``, else None (fast path of the reduced simulator)
         self.quadratic = self.c[2] if len(self.c) == 3 and self.c[1] == 0 else None
 
     def sigma(self, z):
+        if self.name == "erf":
+            from scipy.special import erf
+            return erf(z / math.sqrt(2.0))
+        if self.name == "relu":
+            return np.maximum(z, 0.0)
         return _horner(self.c, z)
 
     def dsigma(self, z):
+        if self.name == "erf":
+            return math.sqrt(2.0 / math.pi) * np.exp(-0.5 * z * z)
+        if self.name == "relu":
+            return (z > 0).astype(float)
         return _horner(self.dc, z)
 
 
@@ -517,13 +637,16 @@ class _Stepper:
         self.rng_data = rng_data
         self.rng_noise = rng_noise
         self.alive = np.ones(replicas, dtype=float)
-        self.general = bool(model.changed_fields())
+        # erf and ReLU are simulated by the general kernels (activation-kind codes)
+        self.general = bool(model.changed_fields()) or not model.is_polynomial
         self.batch = model.batch_size
         self.trained = model.readout_trained
         self.sphere = model.constraint == "sphere"
         self.A = np.tile([float(c * model.p) for c in model.readout], (replicas, 1))
         self.bs = np.array([float(c * model.p_star) for c in model.teacher_readout])
-        self.ct = np.array([float(v) for v in model.teacher_activation], dtype=float)
+        teacher = _Activation(model.teacher_activation)
+        self.ct = np.array(teacher.c, dtype=float)
+        self.kinds = np.array([self.act.kind, teacher.kind], dtype=np.int64)
         self.shrink = 1.0 - model.eta * model.weight_decay / N
         self.coef_a = model.p * model.lr_readout / (model.batch_size * N)
         # ŷ − y_clean = σ(z) · a with a = (1/p, …, 1/p, −1/p*, …, −1/p*)
@@ -603,8 +726,8 @@ class _FullStepper(_Stepper):
                 x = self.rng_data.standard_normal((R, self.batch, N))
                 x *= inv
                 _sgd_kernels.full_update_general(
-                    self.W, self.Ws, x, self.A, self.bs, self.c, self.dc, self.ct, coef,
-                    self.coef_a, self.shrink, self.sphere, self.trained,
+                    self.W, self.Ws, x, self.A, self.bs, self.c, self.dc, self.ct, self.kinds,
+                    coef, self.coef_a, self.shrink, self.sphere, self.trained,
                     no_noise if xi is None else xi[j], live)
             return
         for j in range(n):
@@ -728,8 +851,8 @@ class _ReducedStepper(_Stepper):
                 G, S, L, xi = self.draw(m)
                 _sgd_kernels_module().reduced_steps_general(
                     self.B, self.E, self.F_T, self.A, self.bs, self.c, self.dc, self.ct,
-                    self.coef, self.coef_a, self.shrink, self.sphere, self.trained, G, S, L,
-                    xi, self.residual, self.triangular, self.live, self.step,
+                    self.kinds, self.coef, self.coef_a, self.shrink, self.sphere, self.trained,
+                    G, S, L, xi, self.residual, self.triangular, self.live, self.step,
                     self.check_every, self.blowup, self.caught_step, self.last_step,
                     self.last_Q, self.last_rho, self.last_a)
             else:

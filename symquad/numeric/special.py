@@ -70,7 +70,7 @@ from pathlib import Path
 import numpy as np
 from numba import njit, prange
 
-__all__ = ["relu_four_point", "inner_relu_relu", "inner_relu_erf", "inner_erf_erf",
+__all__ = ["relu_four_point", "relu_four_point_sums", "inner_relu_relu", "inner_relu_erf", "inner_erf_erf",
            "NAMED_ACTIVATIONS", "activation_key", "special_module_name", "SpecialKernels",
            "special_kernels", "FUNCTIONS",
            "PLAIN_NODES", "SINH_NODES", "D_FLOOR", "RHO_SPLIT", "PLAIN_TOL", "PLAIN_MARGIN",
@@ -442,6 +442,100 @@ def _many(kind, E, xp, wp, plain_rho, xs, ws, rho_split, d_floor, out):
                       E[7, i], E[8, i], E[9, i], xp, wp, plain_rho, xs, ws, rho_split, d_floor)
 
 
+@njit(cache=True)
+def _pair_sum(idx, kinds, C, w, p, pk, pl, xp, wp, plain_rho, xs, ws, rho_split, d_floor):
+    """``Σ_{a ≤ b} (2 − δ_ab) w_a w_b I_4(k, l, a, b)`` of row ``idx = β·P + q`` (a fixed order)."""
+    n = C.shape[1]
+    P = pk.shape[0]
+    bt = idx // P
+    k = pk[idx % P]
+    l = pl[idx % P]
+    total = 0.0
+    for a in range(n):
+        for b in range(a, n):
+            wab = w[bt, a] * w[bt, b]
+            if wab == 0.0:
+                continue
+            if a != b:
+                wab *= 2.0
+            if b < p:
+                kind = kinds[0]
+            elif a < p:
+                kind = kinds[1]
+            else:
+                kind = kinds[2]
+            total += wab * _one(kind, C[bt, k, k], C[bt, k, l], C[bt, l, l], C[bt, k, a],
+                                C[bt, k, b], C[bt, l, a], C[bt, l, b], C[bt, a, a],
+                                C[bt, a, b], C[bt, b, b], xp, wp, plain_rho, xs, ws,
+                                rho_split, d_floor)
+    return total
+
+
+@njit(cache=True, parallel=True)
+def _pair_sums(kinds, C, w, p, pk, pl, xp, wp, plain_rho, xs, ws, rho_split, d_floor, out):
+    # one element per iteration, its terms summed in a fixed order: the result does not
+    # depend on the number of threads
+    for idx in prange(out.shape[0]):
+        out[idx] = _pair_sum(idx, kinds, C, w, p, pk, pl, xp, wp, plain_rho, xs, ws,
+                             rho_split, d_floor)
+
+
+@njit(cache=True)
+def _pair_sums_serial(kinds, C, w, p, pk, pl, xp, wp, plain_rho, xs, ws, rho_split, d_floor,
+                      out):
+    for idx in range(out.shape[0]):
+        out[idx] = _pair_sum(idx, kinds, C, w, p, pk, pl, xp, wp, plain_rho, xs, ws,
+                             rho_split, d_floor)
+
+
+#: Below this many quadrature evaluations per call the sums run on one thread: waking the
+#: thread pool cost ~5 ms per call on the shared 2-core machine (measured at p = 2, 4),
+#: more than the work itself.  Same numbers either way (same scalar code, same order).
+PARALLEL_MIN_EVALUATIONS = 20_000
+
+
+def relu_four_point_sums(C, w, p, student_teacher):
+    r"""``S_kl = Σ_{a,b} w_a w_b I_4(k, l, a, b)`` for a ReLU student by the polar quadrature.
+
+    Parameters
+    ----------
+    C : ndarray, shape (B, n, n)
+        Combined covariances (a batch of ``B``), the first `p` fields students.
+    w : ndarray, shape (B, n)
+        Output weights ``(a, −b)``.
+    p : int
+        Number of student fields.
+    student_teacher : tuple of str
+        ``(σ*, )`` names: the teacher's activation, ``"relu"`` or ``"erf"``.
+
+    Returns
+    -------
+    ndarray, shape (B, p, p)
+        Symmetric.  Uses ``I_4(k,l,a,b) = I_4(l,k,a,b) = I_4(k,l,b,a)``: each of the
+        ``p(p+1)/2 · n(n+1)/2`` unique quadruples is evaluated once; compiled loop,
+        threads over the ``(batch, k ≤ l)`` elements, each summed in a fixed order.
+    """
+    (teacher,) = student_teacher
+    kinds = np.array([ACTIVATION_PAIRS[("relu", "relu")], ACTIVATION_PAIRS[("relu", teacher)],
+                      ACTIVATION_PAIRS[(teacher, teacher)]], dtype=np.int64)
+    C = np.ascontiguousarray(C, dtype=float)
+    w = np.ascontiguousarray(w, dtype=float)
+    pk, pl = (np.ascontiguousarray(x, dtype=np.int64) for x in np.triu_indices(p))
+    out = np.empty(C.shape[0] * pk.size)
+    xp, wp, plain_rho = _plain_rules()
+    xs, ws = _rule(SINH_NODES)
+    n = C.shape[1]
+    driver = (_pair_sums if out.size * n * (n + 1) // 2 >= PARALLEL_MIN_EVALUATIONS
+              else _pair_sums_serial)
+    driver(kinds, C, w, p, pk, pl, xp, wp, plain_rho, xs, ws, float(RHO_SPLIT),
+           float(D_FLOOR), out)
+    S = np.empty((C.shape[0], p, p))
+    vals = out.reshape(C.shape[0], pk.size)
+    S[:, pk, pl] = vals
+    S[:, pl, pk] = vals
+    return S
+
+
 def _rule(n):
     x, w = np.polynomial.legendre.leggauss(n)
     return 0.5 * (x + 1.0), 0.5 * w
@@ -570,9 +664,14 @@ class SpecialKernels:
     def __getattr__(self, name):
         if name in FUNCTIONS:
             return _bound(self.module, name)
-        if name.startswith("I4_"):
+        if name.startswith(("I4_", "F4_")):
             return getattr(self.module, name)
         raise AttributeError(name)
+
+    @property
+    def folded(self) -> bool:
+        """True when the module has the folded erf-student ``F4_*`` functions."""
+        return hasattr(self.module, "F4_ss")
 
     @property
     def extras(self) -> dict:

@@ -23,7 +23,8 @@ Every built-in task takes every field of :class:`symquad.Model` as a parameter
 added to the specification is a grid axis of every task at once), followed by
 the task's own parameters.  ``None`` means the field's default (a default
 readout is ``1/p``, a default teacher activation the student's).  Activations
-are polynomials in ``z`` or coefficient strings (:func:`parse_activation`);
+are polynomials in ``z``, coefficient strings or the names ``erf`` (erf(z/√2)) and
+``relu`` (:func:`parse_activation`);
 readouts are one number for every unit, a tuple of numbers, or their text with
 the components separated by ``:`` (``"1/2:1/4"``); a sweep stores them as that
 text of exact rationals (``0.5`` and ``"1/2"`` are one point).  A task refuses
@@ -228,15 +229,18 @@ def list_tasks() -> list:
 # helpers shared by the built-in tasks
 # ---------------------------------------------------------------------------
 def parse_activation(activation):
-    """Coefficients ``(c0, c1, ..., cd)`` of ``σ(z) = Σ c_j z^j`` from a task parameter.
+    """Coefficients ``(c0, c1, ..., cd)`` of ``σ(z) = Σ c_j z^j`` (or a name) from a task parameter.
 
-    Accepts a polynomial in ``z`` as :class:`symquad.Model` reads it
+    Accepts the names ``"erf"`` (erf(z/√2)) and ``"relu"`` (returned as the
+    name), a polynomial in ``z`` as :class:`symquad.Model` reads it
     (``"z**3 - 3*z"``, by its restricted parser, never evaluated), a sequence of
     numbers, or a string of rational coefficients, lowest order first,
     separated by spaces or semicolons (``"0 0 1"`` is ``z²``), parsed number
     by number with :class:`fractions.Fraction`.
     """
-    if isinstance(activation, str) and "z" in activation:
+    from ..spec import NAMED_ACTIVATIONS
+    if isinstance(activation, str) and ("z" in activation
+                                        or activation.strip().lower() in NAMED_ACTIVATIONS):
         from ..spec import Model
         return Model(1, 1, 1.0, activation=activation).activation
     if isinstance(activation, str):

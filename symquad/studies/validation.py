@@ -683,6 +683,10 @@ class ValidationReport:
         """Printable summary table, ending with the verdict and its reasons."""
         c, n = self.config, self.numbers
         lines = [f"symquad validate: {c['model']}"]
+        if c.get("activation") in ("erf", "relu") or "erf" in c.get("model", "") \
+                or "relu" in c.get("model", ""):
+            # a named activation is printed with its convention (erf means erf(z/√2))
+            lines.append(f"  model: {c.get('description') or c['model']}")
         if c["source"] == "simulation":
             lines.append(f"  N={c['N']}, replicas={c['replicas']}, t_max={c['t_max']:g}, "
                          f"start={c['start']}, method={c['method']}, seed={c['seed']}")
@@ -862,10 +866,12 @@ class ValidationReport:
 
 
 def _activation_list(text):
-    """Coefficients of an activation string as the rational strings of a saved model."""
+    """Coefficients of an activation string as the rational strings of a saved model
+    (a named activation, ``"erf"`` or ``"relu"``, stays its name)."""
     from ..spec import Model
 
-    return [str(c) for c in Model(1, 1, 1.0, activation=text).activation]
+    act = Model(1, 1, 1.0, activation=text).activation
+    return act if isinstance(act, str) else [str(c) for c in act]
 
 
 def _report_format():

@@ -57,8 +57,22 @@ def entry_route_estimate(model: Model) -> float:
 
 
 def check_entry_route_size(model: Model) -> None:
-    """Refuse (ValueError) or warn (RuntimeWarning) before a long entry-route derivation."""
+    """Refuse (ValueError) or warn (RuntimeWarning) before a long entry-route derivation.
+
+    Non-polynomial activations (erf, relu) are refused first: the route takes
+    Wick/Isserlis expectations of polynomials.
+    """
     import warnings
+    if not model.is_polynomial:
+        from ..spec import activation_label
+        names = ", ".join(f"{f}={getattr(model, f)!r} ({activation_label(getattr(model, f))})"
+                          for f in ("activation", "teacher_activation")
+                          if isinstance(getattr(model, f), str))
+        raise ValueError(
+            f"the entry-by-entry route needs polynomial activations (it takes Wick/Isserlis "
+            f"expectations of polynomials), got {names}; use form='tensor' (the default: the "
+            f"closed forms of I_2, J_2, I_3, I_4 as definitions and the ODE as index sums; "
+            f"sq.kernels for numbers)")
     estimate = entry_route_estimate(model)
     advice = ("the width-independent tensor route (form='tensor') has no such cost")
     if estimate > ENTRY_REFUSE_SECONDS:

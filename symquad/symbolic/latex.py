@@ -721,10 +721,29 @@ def _names(*exprs):
     return latex_names_for(symbols)
 
 
+def _closed_pieces(expr, names):
+    """Signed pieces of a closed form (one per top-level term), for line breaking.
+
+    A product with a sum among its factors is distributed at the top level only
+    (arguments of sqrt/asin are left as they are), so that it can break.
+    """
+    terms = sorted(sp.Add.make_args(sp.expand(expr, deep=False)), key=sp.default_sort_key)
+    pieces = []
+    for term in terms:
+        sign = "-" if term.could_extract_minus_sign() else "+"
+        body = to_latex(-term if sign == "-" else term, names)
+        pieces.append(_signed(sign, body, not pieces))
+    return pieces
+
+
 def _tensor_rows(eq):
     names = _names(eq.risk, eq.dQ, eq.drho, eq.da, *eq.definitions.values())
-    rows = [(to_latex(fn, names), factored_pieces(value, fn, names))
-            for fn, value in eq.definitions.items()]
+    if eq.model.is_polynomial:
+        rows = [(to_latex(fn, names), factored_pieces(value, fn, names))
+                for fn, value in eq.definitions.items()]
+    else:
+        rows = [(to_latex(fn, names), _closed_pieces(value, names))
+                for fn, value in eq.definitions.items()]
     Qkl, rkm, t = sp.Symbol("Q_{kl}"), sp.Symbol(r"\rho_{km}"), sp.Symbol("t")
     rows.append((r"\varepsilon", display_rhs(eq.risk, names)))
     rows.append((to_latex(sp.Derivative(Qkl, t), names), display_rhs(eq.dQ, names)))
@@ -773,11 +792,48 @@ def _entry_rows(eq):
     return rows
 
 
+def _special_intro(model) -> str:
+    """What the closed forms of an erf/ReLU model mean (conventions, roles, quadrature)."""
+    from ..spec import activation_label
+    labels = {f: activation_label(getattr(model, f), tex=True)
+              for f in ("activation", "teacher_activation")}
+    text = (r"% closed forms of the 2-, 3- and 4-point functions (symquad.symbolic.special)" "\n"
+            r"\noindent Activations $\sigma(z) = " + labels["activation"] + r"$, "
+            r"$\sigma^*(z) = " + labels["teacher_activation"] + "$")
+    if "erf" in (model.activation, model.teacher_activation):
+        text += (r" (erf is always $\operatorname{erf}(z/\sqrt{2}) = 2\Phi(z) - 1$, the "
+                 r"convention of Saad \& Solla)")
+    text += (r". The functions below are their closed forms in the entries of the "
+             r"covariance of the fields they name; they hold for coincident indices too.")
+    if model.activation != model.teacher_activation:
+        text += (r" In the sums, $I_2(a,b)$, $I_3(k,j,a)$ and $I_4(k,l,a,b)$ stand for the "
+                 r"variant of the roles of the summed fields: $I_2^{ss}$ when $a, b \le p$ "
+                 r"(students), $I_2^{st}$ when $a \le p < b$, $I_2^{tt}$ when $a, b > p$; "
+                 r"$I_3^{s}$, $I_3^{t}$ by the role of $a$; $I_4^{ss}$, $I_4^{st}$, $I_4^{tt}$ "
+                 r"(symmetric in $a, b$).")
+    if model.activation == "erf":
+        text += (r" The erf student's $I_4$ is folded: $\Lambda(k,l) = \det(I + C_{kl})$ and "
+                 r"$N(k,l,a,b)/\Lambda(k,l)$ is the covariance of $u_a, u_b$ after integrating "
+                 r"out $u_k, u_l$ against $\sigma'(u_k)\sigma'(u_l)$.")
+    if model.activation == "relu":
+        text += (r" A ReLU student's $I_4$ with non-polynomial teachers contains a four-variate "
+                 r"orthant probability and is evaluated by a one-dimensional quadrature.")
+    return text + "\n"
+
+
+#: The tensor intro without the polynomial-only sentence (for erf/ReLU pairs).
+_SPECIAL_TENSOR_INTRO = _TENSOR_INTRO.replace(
+    " of the covariance of the fields they name, one term per monomial in the "
+    "covariances of distinct fields; they hold for coincident indices too.\n", ".\n")
+
+
 def equations_latex(eq, standalone: bool = False) -> str:
     """LaTeX for the risk and the ODEs of an :class:`~symquad.symbolic.derive.Equations`."""
     model = eq.model
     if eq.form == "matrix":
         intro, rows = _MATRIX_INTRO, _matrix_rows(eq)
+    elif eq.form == "tensor" and not model.is_polynomial:
+        intro, rows = _SPECIAL_TENSOR_INTRO + _special_intro(model), _tensor_rows(eq)
     elif eq.form == "tensor":
         intro, rows = _TENSOR_INTRO, _tensor_rows(eq)
     else:

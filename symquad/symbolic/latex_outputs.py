@@ -13,6 +13,10 @@ TEX_MODELS = (
     ("equations_entries_p2_k1.tex", Model(p=2, p_star=1, lr=1.0), "entries"),
     ("equations_tensor_hermite3.tex",
      Model(p=3, p_star=2, lr=1.0, activation=(0, -3, 0, 1)), "tensor"),
+    # erf(z/√2) (Saad & Solla's soft committee machine) and ReLU with an erf teacher
+    ("equations_tensor_erf.tex", Model(p=3, p_star=2, lr=1.0, activation="erf"), "tensor"),
+    ("equations_tensor_relu_erf.tex",
+     Model(p=3, p_star=2, lr=1.0, activation="relu", teacher_activation="erf"), "tensor"),
 )
 
 

@@ -44,7 +44,12 @@ SIGMA_STAR = sp.Function("sigma_star", real=True)
 
 
 def activation_expr(coeffs, z: sp.Symbol) -> sp.Expr:
-    """``Σ_j c_j z^j`` with exact rational coefficients ``(c0, c1, …)``."""
+    """``Σ_j c_j z^j`` with exact rational coefficients ``(c0, c1, …)``; for the names
+    ``"erf"`` and ``"relu"`` the functions ``erf(z/√2)`` and ``max(z, 0)``."""
+    if coeffs == "erf":
+        return sp.erf(z / sp.sqrt(2))
+    if coeffs == "relu":
+        return sp.Max(z, 0)
     return sp.Add(*[sp.Rational(c.numerator, c.denominator) * z**j
                     for j, c in enumerate(coeffs)])
 

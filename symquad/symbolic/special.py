@@ -125,7 +125,7 @@ __all__ = [
     "noise_two_point", "three_point", "four_point", "four_point_merged_teacher",
     "four_point_merged_student",
     "relu_four_point_coincident", "closure_table", "NotClosedError",
-    "RELU_COINCIDENT_PATTERNS",
+    "RELU_COINCIDENT_PATTERNS", "FOLD_SYMBOLS", "fold_definitions", "four_point_folded",
 ]
 
 #: Mean shift ``μ`` and variance ``D`` of a single vertex field.
@@ -532,8 +532,11 @@ def _derivative_poly(act):
 
 
 @lru_cache(maxsize=None)
-def four_point(f, g, h) -> sp.Expr:
+def four_point(f, g, h, expand: bool = True) -> sp.Expr:
     r"""``I_4 = E[f'(u_k) f'(u_l) g(u_a) h(u_b)]`` in the ten entries ``C_kk … C_bb``.
+
+    With ``expand=False`` the finite expansions (polynomial vertices) are
+    returned as their sum of multigraph terms, unexpanded (for display).
 
     * ``f = erf``: fold ``u_k, u_l``: ``(2/π) det(I + C_kl)^{-1/2}
       I_2^{gh}(C'_aa, C'_ab, C'_bb)`` (any ``g, h``; continuous on the whole
@@ -554,35 +557,15 @@ def four_point(f, g, h) -> sp.Expr:
     f, g, h = (activation_key(x) for x in (f, g, h))
     s, C = _four_cov()
     if f == "erf":
-        # C' = N/Λ with Λ = det(I + C_kl) and polynomial N (adjugate): derive the inner
-        # I2 in the symbols N, Λ (compact, e.g. asin(N_ab/√((Λ+N_aa)(Λ+N_bb))) for
-        # erf-erf), then substitute their definitions
-        M = sp.eye(2) + C.extract([0, 1], [0, 1])
-        CRF = C.extract([2, 3], [0, 1])
-        N = (C.extract([2, 3], [2, 3]) * M.det() - CRF * M.adjugate() * CRF.T).applyfunc(sp.expand)
-        Lam = sp.Symbol("Lambda", positive=True)
-        Naa, Nbb = sp.Symbol("N_aa", positive=True), sp.Symbol("N_bb", positive=True)
-        Nab = sp.Symbol("N_ab", real=True)
-        A, c, B = _pair_symbols()
-        inner = two_point(g, h)
-        if "relu" in (g, h):
-            inner = atan2_form(inner)
-        inner = inner.subs({A: Naa / Lam, c: Nab / Lam, B: Nbb / Lam}, simultaneous=True)
-        if inner.has(sp.atan2, sp.asin):
-            inner = _cancel_atan2_scale(sp.simplify(inner), Lam)
-            inner = inner.replace(lambda e: isinstance(e, sp.asin),
-                                  lambda e: sp.asin(sp.simplify(e.args[0])))
-            inner = inner.replace(
-                lambda e: isinstance(e, sp.Pow) and e.exp in (sp.Rational(1, 2), -sp.Rational(1, 2)),
-                lambda e: sp.Pow(sp.factor(e.base), e.exp))
-        expr = (2 / sp.pi) * inner / sp.sqrt(Lam)
-        return expr.xreplace({Naa: N[0, 0], Nab: N[0, 1], Nbb: N[1, 1], Lam: sp.expand(M.det())})
+        expr = four_point_folded(g, h)
+        return expr.xreplace(dict(zip(FOLD_SYMBOLS, fold_definitions())))
     if _is_poly(f):
         fp = _derivative_poly(f)
         acts = {"k": fp, "l": fp, "a": g, "b": h}
         core = [v for v in ("a", "b") if not _is_poly(acts[v])]
         poly = [v for v in _FOUR if v not in core]
-        return sp.expand(_edge_expansion(acts, poly, core, _core_function(acts, core, s), s))
+        out = _edge_expansion(acts, poly, core, _core_function(acts, core, s), s)
+        return sp.expand(out) if expand else out
     # relu student
     if not (_is_poly(g) and _is_poly(h)):
         raise NotClosedError(
@@ -598,7 +581,62 @@ def four_point(f, g, h) -> sp.Expr:
         D = two_point_derivative("relu", "relu", i + 1, j + 1)
         return D.subs({A: s[("k", "k")], c: s[("k", "l")], B: s[("l", "l")]}, simultaneous=True)
 
-    return sp.expand(_edge_expansion(acts, ["a", "b"], ["k", "l"], core, s))
+    out = _edge_expansion(acts, ["a", "b"], ["k", "l"], core, s)
+    return sp.expand(out) if expand else out
+
+
+#: Symbols of the folded erf-student four-point function: ``Λ = det(I + C_{kl})`` and
+#: ``N = Λ C'`` (``C'`` the covariance of ``u_a, u_b`` after folding ``u_k, u_l``).
+FOLD_SYMBOLS = (sp.Symbol("Lambda", positive=True), sp.Symbol("N_aa", positive=True),
+                sp.Symbol("N_ab", real=True), sp.Symbol("N_bb", positive=True))
+
+
+@lru_cache(maxsize=None)
+def fold_definitions():
+    r"""``(Λ, N_aa, N_ab, N_bb)`` in the ten entries ``C_kk … C_bb``.
+
+    Folding the two erf' vertices ``u_k, u_l`` (:func:`gaussian_fold`) leaves
+    ``u_a, u_b`` with covariance ``C' = C_RR − C_RF (I + C_FF)^{-1} C_FR``;
+    with ``M = I + C_{kl}`` and ``(I + C_FF)^{-1} = adj(M)/Λ``, ``Λ = det M =
+    (1 + C_kk)(1 + C_ll) − C_kl²``, it is ``C' = N/Λ`` with the polynomial
+    ``N = Λ C_RR − x adj(M) xᵀ``, ``x_v = (C_kv, C_lv)``: for every pair of
+    fields ``N_ab = Λ C_ab − x_a · adj(M) x_b`` (Saad & Solla's ``Λ_0``, and
+    ``Λ + N_aa`` their ``Λ_1``).
+    """
+    s, C = _four_cov()
+    M = sp.eye(2) + C.extract([0, 1], [0, 1])
+    CRF = C.extract([2, 3], [0, 1])
+    N = (C.extract([2, 3], [2, 3]) * M.det() - CRF * M.adjugate() * CRF.T).applyfunc(sp.expand)
+    return sp.expand(M.det()), N[0, 0], N[0, 1], N[1, 1]
+
+
+@lru_cache(maxsize=None)
+def four_point_folded(g, h) -> sp.Expr:
+    r"""``I_4`` of an erf student in the folded symbols ``Λ, N_aa, N_ab, N_bb`` (:data:`FOLD_SYMBOLS`).
+
+    Folding ``σ'(u_k) σ'(u_l) = (2/π) e^{−(u_k² + u_l²)/2}`` gives
+    ``I_4 = (2/π) Λ^{-1/2} I_2^{gh}(N_aa/Λ, N_ab/Λ, N_bb/Λ)`` (any ``g, h``),
+    e.g. ``(4/(π²√Λ)) asin(N_ab/√((Λ+N_aa)(Λ+N_bb)))`` for erf–erf;
+    :func:`fold_definitions` gives the symbols in the covariance entries.  The
+    kernels evaluate this form: ``Λ`` once per student pair and ``N`` by a
+    rank-two update of ``C`` per pair, so the four-point sum costs a few
+    operations per ``(k, l, a, b)``.
+    """
+    g, h = activation_key(g), activation_key(h)
+    Lam, Naa, Nab, Nbb = FOLD_SYMBOLS
+    A, c, B = _pair_symbols()
+    inner = two_point(g, h)
+    if "relu" in (g, h):
+        inner = atan2_form(inner)
+    inner = inner.subs({A: Naa / Lam, c: Nab / Lam, B: Nbb / Lam}, simultaneous=True)
+    if inner.has(sp.atan2, sp.asin):
+        inner = _cancel_atan2_scale(sp.simplify(inner), Lam)
+        inner = inner.replace(lambda e: isinstance(e, sp.asin),
+                              lambda e: sp.asin(sp.simplify(e.args[0])))
+        inner = inner.replace(
+            lambda e: isinstance(e, sp.Pow) and e.exp in (sp.Rational(1, 2), -sp.Rational(1, 2)),
+            lambda e: sp.Pow(sp.factor(e.base), e.exp))
+    return (2 / sp.pi) * inner / sp.sqrt(Lam)
 
 
 def _core_function(acts, core, s):

@@ -346,51 +346,141 @@ def npoint_definition(f: NPoint, tf: TensorForm) -> sp.Expr:
 
 
 def tensor_equations(model: Model):
-    """Width-independent risk and ODEs of ``model`` (see :func:`_tensor_equations`)."""
+    """Width-independent risk and ODEs of ``model`` (see :func:`_tensor_equations`).
+
+    For erf (erf(z/√2)), ReLU and their mixed pairs the ODE is the same index
+    sum and the definitions are the closed forms of :func:`special_definitions`.
+    """
+    if not model.is_polynomial:
+        risk, dQ, drho, da = _display_drift(model.constraint, model.readout_trained)
+        return risk, dQ, drho, da, special_definitions(model.activation,
+                                                       model.teacher_activation)
     risk, dQ, drho, da, definitions = _tensor_equations(
         tuple(model.activation), tuple(model.teacher_activation), model.constraint,
         model.readout_trained)
     return risk, dQ, drho, da, dict(definitions)
 
 
-#: ``φ_j^{(a)}(D)``: vertex function ``j`` of field ``a``'s activation (display only).
-PHI = sp.Function("varphi")
-#: Student readout ``a_k`` (display), and teacher index offset.
-READOUT = sp.IndexedBase("a")
+#: Display functions of the folded erf-student four-point function: ``Λ(k, l) =
+#: det(I + C_{kl})`` and ``N(k, l, a, b) = Λ C'_ab`` (:func:`symquad.symbolic.special.fold_definitions`).
+LAMBDA_F, N_F = sp.Function("Lambda"), sp.Function("N")
+#: Roles of the summed fields in a mixed pair: ``I_2^{st}(a, b)`` for a student ``a`` and a
+#: teacher ``b``, etc.
+ROLE_FUNCTIONS = {(name, role): sp.Function(f"{name}^{{{role}}}")
+                  for name in ("I_2", "I_3", "I_4") for role in ("ss", "st", "tt", "s", "t")}
 
 
-@lru_cache(maxsize=32)
-def _tensor_equations(activation, teacher_activation, constraint, trained):
-    """Width-independent risk and ODEs as SymPy expressions with index sums.
+def _special_display(expr):
+    """Covariance symbols ``C_vw`` of :mod:`symquad.symbolic.special` → ``C[v, w]`` (Indexed)."""
+    from . import special as S
+    sub = {}
+    for sym in expr.free_symbols:
+        name = sym.name
+        if name.startswith("C_") and len(name) == 4:
+            sub[sym] = COV[IDX[name[2]], IDX[name[3]]]
+    Lam, Naa, Nab, Nbb = S.FOLD_SYMBOLS
+    k, l, a, b = (IDX[x] for x in "klab")
+    sub.update({Lam: LAMBDA_F(k, l), Naa: N_F(k, l, a, a), Nab: N_F(k, l, a, b),
+                Nbb: N_F(k, l, b, b)})
+    return expr.xreplace(sub)
 
-    The drift is :func:`symquad.symbolic.moments.moment_drift` with each moment
-    kind written as its index sum of ``I_2, J_2, I_3, I_4``.
 
-    Returns
-    -------
-    risk, dQ, drho, da : Expr
-        ``dQ`` stands for ``dQ_kl/dt``, ``drho`` for ``dρ_km/dt`` (field index
-        ``p + m``), ``da`` for ``da_k/dt`` (None for a fixed readout); sums run
-        over ``a, b = 1..n``; ``w_a`` are the output weights ``(a, −b)``.
-    definitions : tuple of (Expr, Expr)
-        ``I_2(a,b) = polynomial``, ``J_2(k,l)``, ``I_3(k,j,a)``, ``I_4(k,l,a,b)``
-        (and, when ``σ ≠ σ*``, the vertex functions of both activations).
+#: Value of a definition without a closed form (display).
+NO_CLOSED_FORM = sp.Symbol(r"\text{no closed form: one-dimensional quadrature (docs/"
+                           r"special\_activations.md)}")
+
+
+#: Value of a definition that closes but is not implemented (display).
+NOT_IMPLEMENTED_FORM = sp.Symbol(r"\text{closes, not implemented (docs/special\_activations.md)}")
+
+
+def _special_four_point(f, g, h):
+    """The displayed ``I_4`` of one role: closed (folded for erf), or a marker."""
+    from . import special as S
+    if f == "erf":
+        # the kernels' atan2(y, x) (consistent at singular covariances) displayed as
+        # the asin(y/√(x² + y²)) it equals
+        return S.four_point_folded(g, h).replace(
+            lambda e: isinstance(e, sp.atan2),
+            lambda e: sp.asin(e.args[0] / sp.sqrt(sp.expand(e.args[0]**2 + e.args[1]**2))))
+    if f == "relu" and isinstance(g, str) != isinstance(h, str):
+        return NOT_IMPLEMENTED_FORM
+    try:
+        return S.four_point(f, g, h, expand=False)
+    except S.NotClosedError:
+        return NO_CLOSED_FORM
+
+
+@lru_cache(maxsize=16)
+def _special_definitions(student, teacher):
+    from . import special as S
+    f, t = S.activation_key(student), S.activation_key(teacher)
+    k, l, j, a, b = (IDX[x] for x in "kljab")
+    same = f == t
+    defs = {}
+    for role, (g, h) in ((("ss", "st", "tt")[i], pair) for i, pair in
+                         enumerate(((f, f), (f, t), (t, t)))):
+        if same and role != "ss":
+            continue
+        key = I2F(a, b) if same else ROLE_FUNCTIONS[("I_2", role)](a, b)
+        defs[key] = S.two_point(g, h)
+    defs[J2F(k, l)] = S.noise_two_point(f)
+    for role, g in (("s", f), ("t", t)):
+        if same and role == "t":
+            continue
+        key = I3F(k, j, a) if same else ROLE_FUNCTIONS[("I_3", role)](k, j, a)
+        defs[key] = S.three_point(f, g)
+    for role, (g, h) in (("ss", (f, f)), ("st", (f, t)), ("tt", (t, t))):
+        if same and role != "ss":
+            continue
+        key = I4F(k, l, a, b) if same else ROLE_FUNCTIONS[("I_4", role)](k, l, a, b)
+        defs[key] = _special_four_point(f, g, h)
+        if isinstance(f, tuple) and h == "relu" and g == "relu":
+            merged = ROLE_FUNCTIONS[("I_4", role)](k, l, a, a) if not same else I4F(k, l, a, a)
+            defs[merged] = S.four_point_merged_teacher(f, "relu")
+    if f == "erf":
+        Lam, Nab = fold_display()
+        defs[LAMBDA_F(k, l)] = Lam
+        defs[N_F(k, l, a, b)] = Nab
+    return tuple((key, _special_display(value)) for key, value in defs.items())
+
+
+def fold_display():
+    r"""``Λ(k,l) = (1 + C_kk)(1 + C_ll) − C_kl²`` and ``N(k,l,a,b) = Λ C_ab − x_aᵀ adj(M) x_b``
+    in readable (unexpanded) form, ``x_v = (C_kv, C_lv)``, ``M = I + C_{kl}``; equal to
+    :func:`symquad.symbolic.special.fold_definitions` when expanded (tested)."""
+    from . import special as S
+    s = S.cov_symbols("k", "l", "a", "b")
+    Ckk, Ckl, Cll = s[("k", "k")], s[("k", "l")], s[("l", "l")]
+    Lam = sp.Mul(1 + Ckk, 1 + Cll, evaluate=False) - Ckl**2
+    xa, xb = (s[("k", "a")], s[("l", "a")]), (s[("k", "b")], s[("l", "b")])
+    quad = ((1 + Cll) * xa[0] * xb[0] + (1 + Ckk) * xa[1] * xb[1]
+            - Ckl * (xa[0] * xb[1] + xa[1] * xb[0]))
+    return Lam, S.FOLD_SYMBOLS[0] * s[("a", "b")] - quad
+
+
+def special_definitions(student, teacher) -> dict:
+    r"""Displayed definitions of ``I_2, J_2, I_3, I_4`` for a pair with erf or ReLU.
+
+    Closed forms of :mod:`symquad.symbolic.special` in the entries ``C_{vw}``
+    of the combined covariance.  When ``σ ≠ σ*`` each function has one variant
+    per role of its summed fields (``I_2^{ss}``, ``I_2^{st}``, ``I_2^{tt}``,
+    ``I_3^{s}``, ``I_3^{t}``, ``I_4^{ss}``, …; students ``a ≤ p``), and the ODE's
+    ``I_2(a, b)`` means the variant of the roles of ``a, b``.  An erf student's
+    ``I_4`` is given in the folded form with ``Λ(k, l)`` and ``N(k, l, a, b)``
+    (defined once); a ReLU student's ``I_4`` with non-polynomial teachers has
+    no closed form (:data:`NO_CLOSED_FORM`); a polynomial student with a ReLU
+    teacher has the merged form at ``a = b``.
     """
+    return dict(_special_definitions(student, teacher))
+
+
+def _display_drift(constraint, trained):
+    """The ODE as index sums of ``I_2, J_2, I_3, I_4`` (independent of the activations)."""
     from .moments import MB, MG, MGT, MR, moment_drift
     from .symbols import NOISE, P
     from .update import Af, Qf, RHOf
-    tf = derive_tensor_form(activation, teacher_activation)
     k, l, j, a, b, m = (IDX[x] for x in "kljabm")
-    definitions = {
-        I2F(a, b): npoint_definition(tf.I2, tf),
-        J2F(k, l): npoint_definition(tf.J2, tf),
-        I3F(k, j, a): npoint_definition(tf.I3, tf),
-        I4F(k, l, a, b): npoint_definition(tf.I4, tf),
-    }
-    if not tf.same_activation:
-        for name, table in (("student", tf.phi), ("teacher", tf.phi_teacher)):
-            for order, f in enumerate(table):
-                definitions[PHI(order, sp.Symbol(name), VARIANCE)] = f
     over_a, over_b = (a, 1, N_FIELDS), (b, 1, N_FIELDS)
 
     def three(x, y):
@@ -420,7 +510,46 @@ def _tensor_equations(activation, teacher_activation, constraint, trained):
             return None
         return expr.replace(lambda e: e.func in table, lambda e: table[e.func](*e.args))
     risk = sp.Rational(1, 2) * sp.Sum(WEIGHT[a] * WEIGHT[b] * I2F(a, b), over_a, over_b)
-    return risk, display(md.dQ), display(md.drho), display(md.da), tuple(definitions.items())
+    return risk, display(md.dQ), display(md.drho), display(md.da)
+
+
+#: ``φ_j^{(a)}(D)``: vertex function ``j`` of field ``a``'s activation (display only).
+PHI = sp.Function("varphi")
+#: Student readout ``a_k`` (display), and teacher index offset.
+READOUT = sp.IndexedBase("a")
+
+
+@lru_cache(maxsize=32)
+def _tensor_equations(activation, teacher_activation, constraint, trained):
+    """Width-independent risk and ODEs as SymPy expressions with index sums.
+
+    The drift is :func:`symquad.symbolic.moments.moment_drift` with each moment
+    kind written as its index sum of ``I_2, J_2, I_3, I_4``.
+
+    Returns
+    -------
+    risk, dQ, drho, da : Expr
+        ``dQ`` stands for ``dQ_kl/dt``, ``drho`` for ``dρ_km/dt`` (field index
+        ``p + m``), ``da`` for ``da_k/dt`` (None for a fixed readout); sums run
+        over ``a, b = 1..n``; ``w_a`` are the output weights ``(a, −b)``.
+    definitions : tuple of (Expr, Expr)
+        ``I_2(a,b) = polynomial``, ``J_2(k,l)``, ``I_3(k,j,a)``, ``I_4(k,l,a,b)``
+        (and, when ``σ ≠ σ*``, the vertex functions of both activations).
+    """
+    tf = derive_tensor_form(activation, teacher_activation)
+    k, l, j, a, b = (IDX[x] for x in "kljab")
+    definitions = {
+        I2F(a, b): npoint_definition(tf.I2, tf),
+        J2F(k, l): npoint_definition(tf.J2, tf),
+        I3F(k, j, a): npoint_definition(tf.I3, tf),
+        I4F(k, l, a, b): npoint_definition(tf.I4, tf),
+    }
+    if not tf.same_activation:
+        for name, table in (("student", tf.phi), ("teacher", tf.phi_teacher)):
+            for order, f in enumerate(table):
+                definitions[PHI(order, sp.Symbol(name), VARIANCE)] = f
+    risk, dQ, drho, da = _display_drift(constraint, trained)
+    return risk, dQ, drho, da, tuple(definitions.items())
 
 
 # ---- multiprecision reference (conditioning of the float64 kernels) ----------------
