@@ -213,6 +213,7 @@ def _cli(*args):
     (("equations", "--activation", "sin(z)"), "activation"),
     (("equations", "--p", "0"), "p must be"),
     (("invariants", "--activation", "z**3"), "activation"),
+    (("invariants", "--activation", "erf"), "is not a polynomial"),
     (("invariants", "--p", "-1"), "p"),
     (("landscape", "--N", "2"), "--N"),
     (("landscape", "--samples", "0"), "--samples"),

@@ -64,6 +64,11 @@ def run(args) -> int:
                 f"(their cost grows fast with p: p=8, p*=2 takes about 30 s); "
                 f"symquad.manifold_dimension(p, p_star) gives the dimension at any size")
         model = model_from_args(args, lr=1.0)
+        if not model.is_polynomial:
+            raise ValueError(f"--activation must be c*z**2 (+ c0): the exact checks rest on a "
+                             f"quadratic student (the invariant S and the manifold are "
+                             f"derived for it), and {model.activation_str!r} is not a "
+                             f"polynomial")
         if not (len(model.activation) == 3 and model.activation[1] == 0):
             raise ValueError(f"--activation must be c*z**2 (+ c0), got {model.activation_str!r}")
         if args.p + args.p_star > 8:
