@@ -78,6 +78,8 @@ class Kernels:
     blocks : tuple of str
         The state blocks :meth:`rhs` returns derivatives of: ``("Q", "rho")``,
         plus ``"a"`` when the readout is trained.
+    layout : StateLayout
+        The order of the state vector (rows and columns of :meth:`diffusion`).
     """
 
     model: Model
@@ -90,6 +92,11 @@ class Kernels:
     @property
     def blocks(self) -> tuple:
         return ("Q", "rho", "a") if self.model.readout_trained else ("Q", "rho")
+
+    @property
+    def layout(self):
+        from .layout import state_layout
+        return state_layout(self.model)
 
     def _arrays(self, Q, rho, T, a):
         Q, rho, T = (np.asarray(x, dtype=float) for x in (Q, rho, T))
@@ -127,6 +134,21 @@ class Kernels:
         readout = _exact(self.model.readout) if a is None else a_float
         out = self._risk(Q, rho, T, readout, _exact(self.model.teacher_readout))
         return float(out) if np.ndim(out) == 0 else out
+
+    def diffusion(self, Q, rho, T, a=None):
+        r"""Diffusion matrix ``D`` of the order parameters at ``(Q, ρ, T)`` (and ``a``).
+
+        ``D_XY = Cov[φ_X, φ_Y]/b``, the covariance of the per-sample increments
+        of one SGD step (:mod:`symquad.symbolic.diffusion`): over a unit of time
+        the state ``X`` (:attr:`layout`: upper triangle of ``Q`` row by row, ``ρ``
+        row-major, ``a`` when trained) moves by ``f dt + √(D/N) dB``.  Returns
+        shape ``(..., dim, dim)``, symmetric positive semi-definite; leading batch
+        dimensions allowed.  The first call of a form generates its module if
+        needed (tensor: once per activation pair, entries: once per structure;
+        both check their size first).
+        """
+        Q, rho, T, a = self._arrays(Q, rho, T, a)
+        return _diffusion_function(self.model, self.form)(Q, rho, T, a)
 
     def moments(self, Q, rho, T, a=None):
         """The moment kinds ``(G, Gt, B, R)`` of :mod:`symquad.symbolic.moments` (matrix and
@@ -184,6 +206,93 @@ def _write_and_load(path, name, text, required):
             f"writable folder to keep them.", RuntimeWarning, stacklevel=4)
         return load_module_text(text, name, "<memory>", required), "<memory>"
     return load_module_file(path, name, required), str(path)
+
+
+def _diffusion_function(model: Model, form: str):
+    """``D(Q, rho, T, a)`` of `model` in `form` (modules loaded once, see :func:`kernels`)."""
+    params = _params(model)
+    b = np.array([float(c) for c in model.teacher_readout])
+    trained = model.readout_trained
+    if form == "entries":
+        from .._generated import ENTRY_MODULES  # noqa: F401 - the registry is imported first
+        from ..spec import require
+        require(model, "the diffusion matrix", _DIFFUSION_FIELDS)
+
+        def render():
+            from ..codegen.diffusion_render import render_diffusion_entries_module
+            return render_diffusion_entries_module(model)
+        key = model.structure_key + ("_trained" if trained else "")
+        mod, _ = _cached("diffusion_entries", key, render, required=("diffusion",))
+        return lambda Q, rho, T, a: mod.diffusion(Q, rho, T, a, b, params)
+    assembly, _ = _committed("diffusion_assembly", required=("diffusion_none",
+                                                             "diffusion_sphere"))
+    assemble = assembly.DIFFUSION[model.constraint]
+    names = assembly.KINDS[(model.constraint, trained)]
+    if form == "matrix":
+        mod, _ = _committed("diffusion_matrix", required=("kinds",))
+        act = tuple(float(c[j]) for c, j in ((model.activation, 2), (model.teacher_activation, 2),
+                                              (model.activation, 0),
+                                              (model.teacher_activation, 0)))
+
+        def source(Q, rho, T, a):
+            return mod.kinds(Q, rho, T, a, b, model.noise, *act)
+    else:
+        mod = _diffusion_tensor_module(model)
+
+        def source(Q, rho, T, a):
+            return mod.kinds(Q, rho, T, a, b, model.noise, names)
+
+    def D(Q, rho, T, a):
+        batch = np.broadcast_shapes(Q.shape[:-2], rho.shape[:-2], T.shape[:-2], a.shape[:-1])
+        return assemble(Q, rho, a, source(Q, rho, T, a), params, trained, batch)
+    return D
+
+
+#: Specification fields the diffusion matrix follows (every field of the model).
+_DIFFUSION_FIELDS = ("teacher_activation", "readout", "teacher_readout", "lr_readout",
+                     "weight_decay", "batch_size", "constraint")
+
+
+#: Largest activation degree (student or teacher) of the tensor-route diffusion: its
+#: multigraph plan grows like (degree)^(number of edges among 8 vertices) — z³ − 3z
+#: has 6634 terms in its largest kind after the symmetry reduction, degree 4 would
+#: have millions.
+MAX_TENSOR_DIFFUSION_DEGREE = 3
+
+
+def check_tensor_diffusion_size(model: Model) -> None:
+    """Refuse, before any work, a tensor-route diffusion whose plan would be too large.
+
+    Cost law: the largest kind, ``E[σ'σ'σ'σ' δ⁴]``, is a sum over multigraphs on
+    4 external and 4 summed vertices, each a contraction of cost up to
+    ``O(p⁴ n⁴)`` (``n = p + p*``); ``D`` has ``O(p⁴)`` entries.
+    """
+    deg = max(model.degree, model.teacher_degree)
+    if deg > MAX_TENSOR_DIFFUSION_DEGREE:
+        raise ValueError(
+            f"the tensor-route diffusion matrix supports activations of degree <= "
+            f"{MAX_TENSOR_DIFFUSION_DEGREE} (its 8-point multigraph plan grows too fast), got "
+            f"degree {deg} ({model.activation_str!r}, teacher {model.teacher_activation_str!r}); "
+            f"use form='entries' (small p) or a quadratic activation (form='matrix')")
+    n = model.p + model.p_star
+    if model.p ** 4 * n ** 4 > 10 ** 12:
+        raise ValueError(
+            f"the tensor-route diffusion matrix costs O(p^4 (p+p*)^4) = "
+            f"{model.p ** 4 * n ** 4:.2g} operations per term at p={model.p}, "
+            f"p_star={model.p_star} (limit 1e12); use a quadratic activation (form='matrix', "
+            f"any width) or a smaller p")
+
+
+def _diffusion_tensor_module(model: Model):
+    check_tensor_diffusion_size(model)
+
+    def render():
+        from ..codegen.diffusion_render import render_diffusion_tensor_module
+        from ..kernel_files import generator_version
+        return render_diffusion_tensor_module(model.activation, model.teacher_activation,
+                                              generator=generator_version())
+    mod, _ = _cached("diffusion_tensor", activation_key(model), render, required=("kinds",))
+    return mod
 
 
 def _assembly():

@@ -1,0 +1,173 @@
+r"""Evaluation of the diffusion matrix ``D`` from its moment kinds (imported by generated code).
+
+The generated diffusion assembly (:mod:`symquad.codegen.diffusion_render`)
+writes each block of ``D`` — ``(Q, Q)``, ``(Q, ρ)``, ``(Q, a)``, ``(ρ, ρ)``,
+``(ρ, a)``, ``(a, a)`` — as one broadcasting expression in *gathered* arrays:
+every unit of a block (``k, l, m`` of the row entry, ``K, L, M`` of the
+column entry) is an integer index array over the block's rows or columns in
+state order (:func:`block_indices`), and every atom (``Q_kL``, ``ρ_kM``,
+``a_K``, a moment kind ``M_{dxs}(…)``) is read at those indices.  So the
+expression is evaluated directly on the ``dim × dim`` entries of the state,
+never on ``p⁴`` index grids, and repeated units (``Q_kk``) need no special
+case.
+
+The moment kinds come from a *kind source* (:class:`KindArrays` for the
+tensor route: whole arrays over students ``p`` and fields ``n = p + p*``; the
+generated matrix module for ``σ = c z²``: word matrices read at the indices).
+
+Tensor route (:func:`tensor_kinds`): a kind
+``E[∏_{d} σ'(u_i) ∏_{x} u_j ∏_{s} σ(u_k) δ^r]`` with
+``δ = Σ_a w_a σ_a(u_a) − √Δ ξ`` is, after the label noise is integrated out
+(``δ^r → Σ_{s even} binom(r,s)(s−1)!! Δ^{s/2} δ_c^{r−s}``), a sum over
+multigraphs on the external vertices and ``q = r − s`` summed vertices
+(:mod:`symquad.symbolic.diffusion_tensor`); each multigraph is one
+``numpy.einsum`` of Hadamard powers ``C^{∘m}/m!`` and vertex vectors
+``φ_j(D) (w)``, with a contraction path computed once per shape.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy
+
+from . import tensor_engine as _tensor
+
+__all__ = ["block_indices", "assemble", "gather", "KindArrays", "tensor_kinds",
+           "BLOCK_PAIRS"]
+
+#: Blocks of ``D`` in state order (the others are transposes).
+BLOCK_PAIRS = (("Q", "Q"), ("Q", "rho"), ("Q", "a"), ("rho", "rho"), ("rho", "a"), ("a", "a"))
+
+
+def _units(block, p, ps):
+    """Index arrays of one block's units, in state order: ``Q -> (k, l)``, ``rho -> (k, m)``, ``a -> (k,)``."""
+    if block == "Q":
+        iu, ju = numpy.triu_indices(p)
+        return iu, ju
+    if block == "rho":
+        return numpy.repeat(numpy.arange(p), ps), numpy.tile(numpy.arange(ps), p)
+    return (numpy.arange(p),)
+
+
+def block_indices(x, y, p, ps):
+    """Unit index arrays of block ``(x, y)``: rows as ``(n, 1)`` columns, columns as ``(1, n)`` rows."""
+    rows = tuple(u[:, None] for u in _units(x, p, ps))
+    cols = tuple(u[None, :] for u in _units(y, p, ps))
+    return rows, cols
+
+
+def gather(array, *idx):
+    """``array[..., idx_0, idx_1, …]`` over its last ``len(idx)`` axes (batch axes kept)."""
+    return array[(Ellipsis,) + tuple(idx)]
+
+
+def assemble(blocks, p, ps, trained, batch):
+    """The symmetric ``D`` (batch + (dim, dim)) from its blocks in state order."""
+    n = {"Q": p * (p + 1) // 2, "rho": p * ps, "a": p if trained else 0}
+    names = ("Q", "rho", "a") if trained else ("Q", "rho")
+    start = dict(zip(names, itertools.accumulate([0] + [n[b] for b in names])))
+    dim = sum(n[b] for b in names)
+    D = numpy.empty(batch + (dim, dim))
+    for (x, y), value in blocks.items():
+        if x not in names or y not in names:
+            continue
+        sx = slice(start[x], start[x] + n[x])
+        sy = slice(start[y], start[y] + n[y])
+        value = numpy.broadcast_to(value, batch + (n[x], n[y]))
+        D[..., sx, sy] = value
+        if x != y:
+            D[..., sy, sx] = numpy.swapaxes(value, -1, -2)
+    # the (X, X) blocks are symmetric in exact arithmetic; make them so to the last bit
+    return 0.5 * (D + numpy.swapaxes(D, -1, -2))
+
+
+class KindArrays:
+    """A kind source holding each kind as a whole array (``(..., p|n, …)``)."""
+
+    def __init__(self, arrays: dict):
+        self.arrays = arrays
+
+    def __call__(self, name, *idx):
+        return gather(self.arrays[name], *idx)
+
+
+# ---- tensor route -----------------------------------------------------------------
+
+_LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+_PATHS: dict = {}
+
+
+def _term_operands(term, roles, Cp, vstud, vsum, p):
+    """Subscripts and operands of one multigraph term (see :func:`tensor_kinds`)."""
+    edges, orders = term
+    letters = _LETTERS[:len(roles)]
+    subs, ops = [], []
+
+    def span(v):
+        return slice(0, p) if roles[v] in ("d", "s") else slice(None)
+    for (u, v), m in edges:
+        subs.append("..." + letters[u] + letters[v])
+        ops.append(Cp[m][..., span(u), span(v)])
+    for v, role in enumerate(roles):
+        j = orders[v]
+        if role in ("d", "s"):
+            subs.append("..." + letters[v])
+            ops.append(vstud[j])
+        elif role == "q":
+            subs.append("..." + letters[v])
+            ops.append(vsum[j])
+    out = "..." + "".join(letters[v] for v, r in enumerate(roles) if r != "q")
+    return ",".join(subs) + "->" + out, ops
+
+
+def _einsum(key, subscripts, ops):
+    shapes = tuple(o.shape for o in ops)
+    path = _PATHS.get((key, shapes))
+    if path is None:
+        path = numpy.einsum_path(subscripts, *ops, optimize="greedy")[0]
+        _PATHS[(key, shapes)] = path
+    return numpy.einsum(subscripts, *ops, optimize=path)
+
+
+def tensor_kinds(plan, Q, rho, T, a, b, Delta, names):
+    """The kinds ``names`` of a tensor diffusion plan as whole arrays (a :class:`KindArrays`).
+
+    ``plan[name]`` is ``(roles, ((noise, q, terms), …))``: ``roles`` the
+    external vertices (``"d"`` for ``σ'``, ``"x"`` for a field, ``"s"`` for
+    ``σ``), then per power ``q`` of the clean error the noise factor
+    ``noise = (coefficient, power of Δ)`` and the multigraph terms
+    ``(multiplicity, edges, orders)`` (``edges`` as ``((u, v), m)`` pairs,
+    ``orders[v]`` the order of vertex ``v``'s vertex function; summed
+    vertices come last).  Output axes: students (``p``) for ``d``/``s``
+    vertices, fields (``n``) for ``x`` vertices.
+    """
+    C, p = _tensor.combine(Q, rho, T)
+    w = _tensor.weights(a, b)
+    batch = numpy.broadcast_shapes(C.shape[:-2], w.shape[:-1])
+    C = numpy.broadcast_to(C, batch + C.shape[-2:])
+    w = numpy.broadcast_to(w, batch + w.shape[-1:])
+    D = numpy.diagonal(C, axis1=-2, axis2=-1)
+    phi = plan["__phi__"](D, p)
+    zero = numpy.zeros(batch + (C.shape[-1],))
+    phi = [zero if f is None else numpy.broadcast_to(f, zero.shape) for f in phi]
+    top = plan["__top__"]
+    phi += [zero] * (top + 2 - len(phi))
+    vstud = [f[..., :p] for f in phi]
+    vsum = [f * w for f in phi]
+    Cp = _tensor._hadamard_powers(C, top)
+    n = C.shape[-1]
+    out = {}
+    for name in names:
+        roles, parts = plan[name]
+        shape = batch + tuple(p if r in ("d", "s") else n for r in roles)
+        total = numpy.zeros(shape)
+        for (coeff, dpow), q, terms in parts:
+            full = tuple(roles) + ("q",) * q
+            acc = numpy.zeros(shape)
+            for i, (mult, edges, orders) in enumerate(terms):
+                subs, ops = _term_operands((edges, orders), full, Cp, vstud, vsum, p)
+                acc += mult * _einsum((name, q, i), subs, ops)
+            total += (coeff * Delta ** dpow) * acc
+        out[name] = total
+    return KindArrays(out)
