@@ -288,6 +288,22 @@ def render_diffusion_tensor_module(activation, teacher_activation=None,
 
 # ---- entry route ---------------------------------------------------------------------
 
+#: Terms per line of a long sum (Python's compiler recurses once per binary operator).
+_TERMS_PER_LINE = 40
+
+
+def _assign(name: str, expr, printer) -> list:
+    """``name = expr`` as lines; a long sum is accumulated a few terms per line."""
+    terms = sp.Add.make_args(expr) if expr.is_Add else (expr,)
+    if len(terms) <= _TERMS_PER_LINE:
+        return [f"    {name} = {printer.doprint(expr)}"]
+    lines = []
+    for start in range(0, len(terms), _TERMS_PER_LINE):
+        chunk = printer.doprint(sp.Add(*terms[start:start + _TERMS_PER_LINE]))
+        lines.append(f"    {name} = {chunk}" if start == 0 else f"    {name} = {name} + ({chunk})")
+    return lines
+
+
 def render_diffusion_entries_module(model: Model) -> str:
     """The entry route's ``D`` for ``model``'s structure (readouts and parameters are arguments)."""
     from ..numeric.layout import state_layout
@@ -338,12 +354,14 @@ def render_diffusion_entries_module(model: Model) -> str:
            "    b = numpy.asarray(b, dtype=float)",
            "    " + ", ".join(x.name for x in PARAMS) + " = params"]
     out += _unpack(used, where.__getitem__)
-    out += [f"    {sym} = {printer.doprint(val)}" for sym, val in reps]
+    for sym, val in reps:
+        out += _assign(str(sym), val, printer)
     out.append("    zero = numpy.zeros(numpy.broadcast_shapes(Q.shape[:-2], rho.shape[:-2], "
                "T.shape[:-2], a.shape[:-1], b.shape[:-1]))")
     out.append("    D = numpy.empty(zero.shape + (DIM, DIM))")
     for n, (i, j) in enumerate(pairs):
-        out.append(f"    D[..., {i}, {j}] = zero + ({printer.doprint(reduced[n])})")
+        out += _assign("_entry", reduced[n], printer)
+        out.append(f"    D[..., {i}, {j}] = zero + _entry")
         if i != j:
             out.append(f"    D[..., {j}, {i}] = D[..., {i}, {j}]")
     out.append("    return D")
