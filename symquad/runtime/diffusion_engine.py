@@ -137,10 +137,12 @@ def tensor_kinds(plan, Q, rho, T, a, b, Delta, names):
     external vertices (``"d"`` for ``σ'``, ``"x"`` for a field, ``"s"`` for
     ``σ``), then per power ``q`` of the clean error the noise factor
     ``noise = (coefficient, power of Δ)`` and the multigraph terms
-    ``(multiplicity, edges, orders)`` (``edges`` as ``((u, v), m)`` pairs,
+    ``((size, |G|), edges, orders)`` (weight ``size/|G|``; ``edges`` as ``((u, v), m)`` pairs,
     ``orders[v]`` the order of vertex ``v``'s vertex function; summed
-    vertices come last).  Output axes: students (``p``) for ``d``/``s``
-    vertices, fields (``n``) for ``x`` vertices.
+    vertices come last; one term per orbit of the permutations of the summed
+    vertices and of the external vertices of one role, so the weighted sum is
+    symmetrised over the latter).  Output axes: students (``p``) for
+    ``d``/``s`` vertices, fields (``n``) for ``x`` vertices.
     """
     C, p = _tensor.combine(Q, rho, T)
     w = _tensor.weights(a, b)
@@ -165,9 +167,24 @@ def tensor_kinds(plan, Q, rho, T, a, b, Delta, names):
         for (coeff, dpow), q, terms in parts:
             full = tuple(roles) + ("q",) * q
             acc = numpy.zeros(shape)
-            for i, (mult, edges, orders) in enumerate(terms):
+            for i, ((size, group), edges, orders) in enumerate(terms):
                 subs, ops = _term_operands((edges, orders), full, Cp, vstud, vsum, p)
-                acc += mult * _einsum((name, q, i), subs, ops)
+                acc += (size / group) * _einsum((name, q, i), subs, ops)
             total += (coeff * Delta ** dpow) * acc
-        out[name] = total
+        out[name] = _symmetrise(total, roles, len(batch))
     return KindArrays(out)
+
+
+def _symmetrise(array, roles, nbatch):
+    """``Σ_π π(array)`` over the permutations of the axes of equal role."""
+    groups = {}
+    for v, role in enumerate(roles):
+        groups.setdefault(role, []).append(v)
+    out = numpy.zeros_like(array)
+    for choice in itertools.product(*[itertools.permutations(g) for g in groups.values()]):
+        perm = list(range(len(roles)))
+        for g, images in zip(groups.values(), choice):
+            for v, w in zip(g, images):
+                perm[v] = w
+        out += numpy.transpose(array, tuple(range(nbatch)) + tuple(nbatch + v for v in perm))
+    return out

@@ -18,12 +18,14 @@ teacher's polynomial), is evaluated in two steps:
    identity vertex has exactly one edge and factor 1.  A term is dropped when one of
    its vertex functions vanishes identically.
 
-The summed vertices are interchangeable, so the terms are collected into orbits
-under their permutations (multiplicity = orbit size).  Each remaining term is one
+The summed vertices are interchangeable, and so are the external vertices of
+one role (the kind is symmetric in them): the terms are collected into orbits
+under these permutations, and the runtime sums one representative per orbit,
+weighted, and symmetrises over the external permutations.  Each remaining term is one
 tensor contraction over ``≤ 4`` external and ``≤ 4`` summed indices, cost up to
 ``O(p⁴ n⁴)`` (:func:`symquad.runtime.diffusion_engine.tensor_kinds`).  The number of
 terms grows fast with the degree: for ``σ = σ* = z³ − 3z`` the largest kind
-(``M400``, ``q = 4``) has 6634, for ``z²`` 155; degree 4 is refused
+(``M400``, ``q = 4``) has 127285 multigraphs in 563 orbits, ``z²`` 1706 in 17; degree 4 is refused
 (:data:`symquad.numeric.kernels.MAX_TENSOR_DIFFUSION_DEGREE`).
 """
 
@@ -118,7 +120,14 @@ def _canonical(mult, pairs, n_ext, V, orders):
 
 
 def kind_terms(tf, roles, q):
-    """Orbit representatives ``((multiplicity, edges, orders), ...)`` of one kind at ``δ_c^q``."""
+    """Orbit representatives ``(((size, |G|), edges, orders), ...)`` of one kind at ``δ_c^q``.
+
+    The orbits are those of the permutations of the summed vertices and of
+    the external vertices of one role; the weight ``size/|G|`` is the orbit's
+    size over the number of role-preserving permutations ``G`` of the
+    external vertices, so that the
+    kind is ``Σ_{π∈G} π(Σ weight · term)`` (the runtime symmetrises).
+    """
     ds = len(tf.activation) - 1
     d = tf.degree
     student_nz = [f != 0 for f in tf.phi] + [False] * 8
@@ -155,15 +164,49 @@ def kind_terms(tf, roles, q):
         key = (_canonical(mult, pairs, n_ext, V, orders), orders)
         # the orders of the summed vertices follow their degrees: canonical edges fix them
         counts[key[0]] = counts.get(key[0], 0) + 1
+    # external vertices of one role are interchangeable too (the kind is symmetric in
+    # them): collect the orbits under both groups; the runtime symmetrises the sum
+    ext_perms = _role_permutations(roles)
+    merged: dict = {}
+    for edges, count in counts.items():
+        best = None
+        for perm in ext_perms:
+            relabel = {**{v: perm[v] for v in range(n_ext)}, **{v: v for v in range(n_ext, V)}}
+            m = {(min(relabel[u], relabel[v]), max(relabel[u], relabel[v])): k
+                 for (u, v), k in edges}
+            mult = [m.get(pq, 0) for pq in pairs]
+            deg = [0] * V
+            for (u, v), k in m.items():
+                deg[u] += k
+                deg[v] += k
+            orders = tuple(None if shift[v] is None else deg[v] + shift[v] for v in range(V))
+            key = _canonical(mult, pairs, n_ext, V, orders)
+            if best is None or key < best:
+                best = key
+        merged[best] = merged.get(best, 0) + count
     out = []
-    for edges, mult in sorted(counts.items()):
+    for edges, count in sorted(merged.items()):
         deg = [0] * V
         for (u, v), k in edges:
             deg[u] += k
             deg[v] += k
         orders = tuple(None if shift[v] is None else deg[v] + shift[v] for v in range(V))
-        out.append((mult, edges, orders))
+        out.append(((count, len(ext_perms)), edges, orders))
     return tuple(out)
+
+
+def _role_permutations(roles):
+    """Permutations of the external vertices that keep every vertex's role."""
+    groups = {}
+    for v, role in enumerate(roles):
+        groups.setdefault(role, []).append(v)
+    out = []
+    for choice in product(*[permutations(g) for g in groups.values()]):
+        perm = {}
+        for g, images in zip(groups.values(), choice):
+            perm.update(dict(zip(g, images)))
+        out.append(tuple(perm[v] for v in range(len(roles))))
+    return out
 
 
 @lru_cache(maxsize=16)
