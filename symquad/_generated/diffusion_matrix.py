@@ -18,13 +18,19 @@ T (..., p*, p*), a (..., p), b (..., p*), Delta, c, c_star, c0, c0_star.
 import numpy
 
 from symquad.runtime import tensor_engine as _engine
+from symquad.runtime.diffusion_engine import WordGather as _WordGather
 from symquad.runtime.diffusion_engine import gather as _g
 
 
-def _s(x, ref):
-    """A scalar per batch element broadcast against a gathered array `ref`."""
+def _m(x):
+    """A scalar per batch element as shape (..., 1, 1) (against the words)."""
+    return numpy.asarray(x, dtype=float)[..., None, None]
+
+
+def _s(x, idx):
+    """A scalar per batch element broadcast against arrays gathered at `idx`."""
     x = numpy.asarray(x, dtype=float)
-    return x.reshape(x.shape + (1,) * (numpy.ndim(ref) - x.ndim))
+    return x.reshape(x.shape + (1,) * len(numpy.broadcast_shapes(*[i.shape for i in idx])))
 
 
 def kinds(Q, rho, T, a, b, Delta, c, c_star, c0, c0_star):
@@ -51,8 +57,10 @@ def kinds(Q, rho, T, a, b, Delta, c, c_star, c0, c0_star):
     tr_3 = tr[3]
     tr_4 = tr[4]
 
+    words = _WordGather(W)
+
     def source(name, *idx):
-        return _KINDS[name](W, idx, locals_)
+        return _KINDS[name](words, idx, locals_)
 
     locals_ = dict(Delta=Delta, c=c, c_star=c_star, c0=c0, c0_star=c0_star,
                    kappa=kappa, tr_1=tr_1, tr_2=tr_2, tr_3=tr_3, tr_4=tr_4)
@@ -63,12 +71,9 @@ def _M001(W, idx, s):
     """M001: gathered at idx (one index array per vertex)."""
     Delta, c, c_star, c0, c0_star, kappa, tr_1, tr_2, tr_3, tr_4, = (s['Delta'], s['c'], s['c_star'], s['c0'], s['c0_star'], s['kappa'], s['tr_1'], s['tr_2'], s['tr_3'], s['tr_4'],)
     total = 0.0
-    term = 1.0
-    total = total + _s(c0*kappa + c0*tr_1, term) * term
-    term = _g(W[0], idx[0], idx[0])
-    total = total + _s(c*kappa + c*tr_1, term) * term
-    term = _g(W[1], idx[0], idx[0])
-    total = total + _s(2*c, term) * term
+    total = total + _s(c0*kappa + c0*tr_1, idx)
+    term = _g(_m(c*kappa + c*tr_1) * W.words[0] + _m(2*c) * W.words[1], idx[0], idx[0])
+    total = total + term
     return total
 
 def _M002(W, idx, s):
@@ -94,40 +99,21 @@ def _M002(W, idx, s):
     x17 = 8*x5
     x18 = 16*x7
     total = 0.0
-    term = 1.0
-    total = total + _s(Delta*x0 + x0*x1 + x0*x2 + x0*x3 + x0*x4, term) * term
-    term = _g(W[0], idx[0], idx[0])
-    total = total + _s(x6, term) * term
-    term = _g(W[0], idx[0], idx[0]) * _g(W[0], idx[1], idx[1])
-    total = total + _s(x1*x7 + x10 + x4*x7 + x8 + x9, term) * term
-    term = _g(W[0], idx[0], idx[0]) * _g(W[1], idx[1], idx[1])
-    total = total + _s(x13, term) * term
-    term = _g(W[0], idx[0], idx[0]) * _g(W[2], idx[1], idx[1])
-    total = total + _s(x14, term) * term
-    term = _g(W[1], idx[0], idx[0])
-    total = total + _s(x16, term) * term
-    term = _g(W[1], idx[0], idx[0]) * _g(W[0], idx[1], idx[1])
-    total = total + _s(x13, term) * term
-    term = _g(W[1], idx[0], idx[0]) * _g(W[1], idx[1], idx[1])
-    total = total + _s(x14, term) * term
-    term = _g(W[2], idx[0], idx[0])
-    total = total + _s(x17, term) * term
-    term = _g(W[2], idx[0], idx[0]) * _g(W[0], idx[1], idx[1])
-    total = total + _s(x14, term) * term
-    term = _g(W[0], idx[0], idx[1]) * _g(W[0], idx[0], idx[1])
-    total = total + _s(kappa*x12 + tr_2*x11 + 2*x10 + 2*x8 + 2*x9, term) * term
-    term = _g(W[0], idx[0], idx[1]) * _g(W[1], idx[0], idx[1])
-    total = total + _s(kappa*x18 + tr_1*x18, term) * term
-    term = _g(W[0], idx[0], idx[1]) * _g(W[2], idx[0], idx[1])
-    total = total + _s(32*x7, term) * term
-    term = _g(W[1], idx[0], idx[1]) * _g(W[1], idx[0], idx[1])
-    total = total + _s(x18, term) * term
-    term = _g(W[0], idx[1], idx[1])
-    total = total + _s(x6, term) * term
-    term = _g(W[1], idx[1], idx[1])
-    total = total + _s(x16, term) * term
-    term = _g(W[2], idx[1], idx[1])
-    total = total + _s(x17, term) * term
+    total = total + _s(Delta*x0 + x0*x1 + x0*x2 + x0*x3 + x0*x4, idx)
+    term = _g(_m(x6) * W.words[0] + _m(x16) * W.words[1] + _m(x17) * W.words[2], idx[0], idx[0])
+    total = total + term
+    term = W(0, idx[0], idx[0]) * _g(_m(x1*x7 + x10 + x4*x7 + x8 + x9) * W.words[0] + _m(x13) * W.words[1] + _m(x14) * W.words[2], idx[1], idx[1])
+    total = total + term
+    term = W(1, idx[0], idx[0]) * _g(_m(x13) * W.words[0] + _m(x14) * W.words[1], idx[1], idx[1])
+    total = total + term
+    term = W(2, idx[0], idx[0]) * _g(_m(x14) * W.words[0], idx[1], idx[1])
+    total = total + term
+    term = W(0, idx[0], idx[1]) * _g(_m(kappa*x12 + tr_2*x11 + 2*x10 + 2*x8 + 2*x9) * W.words[0] + _m(kappa*x18 + tr_1*x18) * W.words[1] + _m(32*x7) * W.words[2], idx[0], idx[1])
+    total = total + term
+    term = W(1, idx[0], idx[1]) * _g(_m(x18) * W.words[1], idx[0], idx[1])
+    total = total + term
+    term = _g(_m(x6) * W.words[0] + _m(x16) * W.words[1] + _m(x17) * W.words[2], idx[1], idx[1])
+    total = total + term
     return total
 
 def _M110(W, idx, s):
@@ -135,10 +121,8 @@ def _M110(W, idx, s):
     Delta, c, c_star, c0, c0_star, kappa, tr_1, tr_2, tr_3, tr_4, = (s['Delta'], s['c'], s['c_star'], s['c0'], s['c0_star'], s['kappa'], s['tr_1'], s['tr_2'], s['tr_3'], s['tr_4'],)
     x0 = 2*c
     total = 0.0
-    term = _g(W[0], idx[0], idx[1])
-    total = total + _s(kappa*x0 + tr_1*x0, term) * term
-    term = _g(W[1], idx[0], idx[1])
-    total = total + _s(4*c, term) * term
+    term = _g(_m(kappa*x0 + tr_1*x0) * W.words[0] + _m(4*c) * W.words[1], idx[0], idx[1])
+    total = total + term
     return total
 
 def _M111(W, idx, s):
@@ -161,36 +145,20 @@ def _M111(W, idx, s):
     x14 = kappa*x12 + tr_1*x12
     x15 = 32*x6
     total = 0.0
-    term = _g(W[0], idx[0], idx[1])
-    total = total + _s(Delta*x1 + tr_2*x2 + x1*x4 + x1*x5 + x2*x3, term) * term
-    term = _g(W[0], idx[0], idx[1]) * _g(W[0], idx[2], idx[2])
-    total = total + _s(Delta*x7 + tr_2*x8 + x3*x8 + x4*x7 + x5*x7, term) * term
-    term = _g(W[0], idx[0], idx[1]) * _g(W[1], idx[2], idx[2])
-    total = total + _s(x11, term) * term
-    term = _g(W[0], idx[0], idx[1]) * _g(W[2], idx[2], idx[2])
-    total = total + _s(x12, term) * term
-    term = _g(W[1], idx[0], idx[1])
-    total = total + _s(kappa*x13 + tr_1*x13, term) * term
-    term = _g(W[1], idx[0], idx[1]) * _g(W[0], idx[2], idx[2])
-    total = total + _s(x11, term) * term
-    term = _g(W[1], idx[0], idx[1]) * _g(W[1], idx[2], idx[2])
-    total = total + _s(x12, term) * term
-    term = _g(W[2], idx[0], idx[1])
-    total = total + _s(16*x0, term) * term
-    term = _g(W[2], idx[0], idx[1]) * _g(W[0], idx[2], idx[2])
-    total = total + _s(x12, term) * term
-    term = _g(W[0], idx[0], idx[2]) * _g(W[0], idx[1], idx[2])
-    total = total + _s(Delta*x8 + kappa*x10 + tr_2*x9 + x4*x8 + x5*x8, term) * term
-    term = _g(W[0], idx[0], idx[2]) * _g(W[1], idx[1], idx[2])
-    total = total + _s(x14, term) * term
-    term = _g(W[0], idx[0], idx[2]) * _g(W[2], idx[1], idx[2])
-    total = total + _s(x15, term) * term
-    term = _g(W[1], idx[0], idx[2]) * _g(W[0], idx[1], idx[2])
-    total = total + _s(x14, term) * term
-    term = _g(W[1], idx[0], idx[2]) * _g(W[1], idx[1], idx[2])
-    total = total + _s(x15, term) * term
-    term = _g(W[2], idx[0], idx[2]) * _g(W[0], idx[1], idx[2])
-    total = total + _s(x15, term) * term
+    term = _g(_m(Delta*x1 + tr_2*x2 + x1*x4 + x1*x5 + x2*x3) * W.words[0] + _m(kappa*x13 + tr_1*x13) * W.words[1] + _m(16*x0) * W.words[2], idx[0], idx[1])
+    total = total + term
+    term = W(0, idx[0], idx[1]) * _g(_m(Delta*x7 + tr_2*x8 + x3*x8 + x4*x7 + x5*x7) * W.words[0] + _m(x11) * W.words[1] + _m(x12) * W.words[2], idx[2], idx[2])
+    total = total + term
+    term = W(1, idx[0], idx[1]) * _g(_m(x11) * W.words[0] + _m(x12) * W.words[1], idx[2], idx[2])
+    total = total + term
+    term = W(2, idx[0], idx[1]) * _g(_m(x12) * W.words[0], idx[2], idx[2])
+    total = total + term
+    term = W(0, idx[0], idx[2]) * _g(_m(Delta*x8 + kappa*x10 + tr_2*x9 + x4*x8 + x5*x8) * W.words[0] + _m(x14) * W.words[1] + _m(x15) * W.words[2], idx[1], idx[2])
+    total = total + term
+    term = W(1, idx[0], idx[2]) * _g(_m(x14) * W.words[0] + _m(x15) * W.words[1], idx[1], idx[2])
+    total = total + term
+    term = W(2, idx[0], idx[2]) * _g(_m(x15) * W.words[0], idx[1], idx[2])
+    total = total + term
     return total
 
 def _M200(W, idx, s):
@@ -201,12 +169,8 @@ def _M200(W, idx, s):
     x2 = 8*x0
     x3 = 16*x0
     total = 0.0
-    term = _g(W[0], idx[0], idx[1])
-    total = total + _s(Delta*x1 + (kappa*kappa)*x1 + kappa*tr_1*x2 + (tr_1*tr_1)*x1 + tr_2*x2, term) * term
-    term = _g(W[1], idx[0], idx[1])
-    total = total + _s(kappa*x3 + tr_1*x3, term) * term
-    term = _g(W[2], idx[0], idx[1])
-    total = total + _s(32*x0, term) * term
+    term = _g(_m(Delta*x1 + (kappa*kappa)*x1 + kappa*tr_1*x2 + (tr_1*tr_1)*x1 + tr_2*x2) * W.words[0] + _m(kappa*x3 + tr_1*x3) * W.words[1] + _m(32*x0) * W.words[2], idx[0], idx[1])
+    total = total + term
     return total
 
 def _M201(W, idx, s):
@@ -249,54 +213,24 @@ def _M201(W, idx, s):
     x34 = kappa*x29 + tr_1*x29
     x35 = 384*x11
     total = 0.0
-    term = _g(W[0], idx[0], idx[1])
-    total = total + _s(Delta*x2 + Delta*x3 + kappa*x5 + tr_1*x5 + 32*tr_3*x0 + x10*x3 + x2*x9 + x6*x7 + x7*x8, term) * term
-    term = _g(W[0], idx[0], idx[1]) * _g(W[0], idx[2], idx[2])
-    total = total + _s(Delta*x14 + Delta*x15 + kappa*x17 + tr_1*x17 + x10*x15 + 32*x12 + x14*x9 + x18*x6 + x18*x8, term) * term
-    term = _g(W[0], idx[0], idx[1]) * _g(W[1], idx[2], idx[2])
-    total = total + _s(x25, term) * term
-    term = _g(W[0], idx[0], idx[1]) * _g(W[2], idx[2], idx[2])
-    total = total + _s(x28, term) * term
-    term = _g(W[0], idx[0], idx[1]) * _g(W[3], idx[2], idx[2])
-    total = total + _s(x29, term) * term
-    term = _g(W[1], idx[0], idx[1])
-    total = total + _s(Delta*x4 + tr_2*x30 + x10*x4 + x22*x30 + x4*x9, term) * term
-    term = _g(W[1], idx[0], idx[1]) * _g(W[0], idx[2], idx[2])
-    total = total + _s(x25, term) * term
-    term = _g(W[1], idx[0], idx[1]) * _g(W[1], idx[2], idx[2])
-    total = total + _s(x28, term) * term
-    term = _g(W[1], idx[0], idx[1]) * _g(W[2], idx[2], idx[2])
-    total = total + _s(x29, term) * term
-    term = _g(W[2], idx[0], idx[1])
-    total = total + _s(kappa*x31 + tr_1*x31, term) * term
-    term = _g(W[2], idx[0], idx[1]) * _g(W[0], idx[2], idx[2])
-    total = total + _s(x28, term) * term
-    term = _g(W[2], idx[0], idx[1]) * _g(W[1], idx[2], idx[2])
-    total = total + _s(x29, term) * term
-    term = _g(W[3], idx[0], idx[1])
-    total = total + _s(192*x0, term) * term
-    term = _g(W[3], idx[0], idx[1]) * _g(W[0], idx[2], idx[2])
-    total = total + _s(x29, term) * term
-    term = _g(W[0], idx[0], idx[2]) * _g(W[0], idx[1], idx[2])
-    total = total + _s(kappa*x19 + kappa*x21 + kappa*x24 + tr_1*x19 + tr_1*x21 + tr_1*x23 + 64*x12 + x32*x6 + x32*x8, term) * term
-    term = _g(W[0], idx[0], idx[2]) * _g(W[1], idx[1], idx[2])
-    total = total + _s(x33, term) * term
-    term = _g(W[0], idx[0], idx[2]) * _g(W[2], idx[1], idx[2])
-    total = total + _s(x34, term) * term
-    term = _g(W[0], idx[0], idx[2]) * _g(W[3], idx[1], idx[2])
-    total = total + _s(x35, term) * term
-    term = _g(W[1], idx[0], idx[2]) * _g(W[0], idx[1], idx[2])
-    total = total + _s(x33, term) * term
-    term = _g(W[1], idx[0], idx[2]) * _g(W[1], idx[1], idx[2])
-    total = total + _s(x34, term) * term
-    term = _g(W[1], idx[0], idx[2]) * _g(W[2], idx[1], idx[2])
-    total = total + _s(x35, term) * term
-    term = _g(W[2], idx[0], idx[2]) * _g(W[0], idx[1], idx[2])
-    total = total + _s(x34, term) * term
-    term = _g(W[2], idx[0], idx[2]) * _g(W[1], idx[1], idx[2])
-    total = total + _s(x35, term) * term
-    term = _g(W[3], idx[0], idx[2]) * _g(W[0], idx[1], idx[2])
-    total = total + _s(x35, term) * term
+    term = _g(_m(Delta*x2 + Delta*x3 + kappa*x5 + tr_1*x5 + 32*tr_3*x0 + x10*x3 + x2*x9 + x6*x7 + x7*x8) * W.words[0] + _m(Delta*x4 + tr_2*x30 + x10*x4 + x22*x30 + x4*x9) * W.words[1] + _m(kappa*x31 + tr_1*x31) * W.words[2] + _m(192*x0) * W.words[3], idx[0], idx[1])
+    total = total + term
+    term = W(0, idx[0], idx[1]) * _g(_m(Delta*x14 + Delta*x15 + kappa*x17 + tr_1*x17 + x10*x15 + 32*x12 + x14*x9 + x18*x6 + x18*x8) * W.words[0] + _m(x25) * W.words[1] + _m(x28) * W.words[2] + _m(x29) * W.words[3], idx[2], idx[2])
+    total = total + term
+    term = W(1, idx[0], idx[1]) * _g(_m(x25) * W.words[0] + _m(x28) * W.words[1] + _m(x29) * W.words[2], idx[2], idx[2])
+    total = total + term
+    term = W(2, idx[0], idx[1]) * _g(_m(x28) * W.words[0] + _m(x29) * W.words[1], idx[2], idx[2])
+    total = total + term
+    term = W(3, idx[0], idx[1]) * _g(_m(x29) * W.words[0], idx[2], idx[2])
+    total = total + term
+    term = W(0, idx[0], idx[2]) * _g(_m(kappa*x19 + kappa*x21 + kappa*x24 + tr_1*x19 + tr_1*x21 + tr_1*x23 + 64*x12 + x32*x6 + x32*x8) * W.words[0] + _m(x33) * W.words[1] + _m(x34) * W.words[2] + _m(x35) * W.words[3], idx[1], idx[2])
+    total = total + term
+    term = W(1, idx[0], idx[2]) * _g(_m(x33) * W.words[0] + _m(x34) * W.words[1] + _m(x35) * W.words[2], idx[1], idx[2])
+    total = total + term
+    term = W(2, idx[0], idx[2]) * _g(_m(x34) * W.words[0] + _m(x35) * W.words[1], idx[1], idx[2])
+    total = total + term
+    term = W(3, idx[0], idx[2]) * _g(_m(x35) * W.words[0], idx[1], idx[2])
+    total = total + term
     return total
 
 def _M220(W, idx, s):
@@ -310,42 +244,24 @@ def _M220(W, idx, s):
     x5 = kappa*x4 + tr_1*x4
     x6 = 32*x0
     total = 0.0
-    term = _g(W[0], idx[0], idx[1]) * _g(W[0], idx[2], idx[3])
-    total = total + _s(x3, term) * term
-    term = _g(W[0], idx[0], idx[1]) * _g(W[1], idx[2], idx[3])
-    total = total + _s(x5, term) * term
-    term = _g(W[0], idx[0], idx[1]) * _g(W[2], idx[2], idx[3])
-    total = total + _s(x6, term) * term
-    term = _g(W[1], idx[0], idx[1]) * _g(W[0], idx[2], idx[3])
-    total = total + _s(x5, term) * term
-    term = _g(W[1], idx[0], idx[1]) * _g(W[1], idx[2], idx[3])
-    total = total + _s(x6, term) * term
-    term = _g(W[2], idx[0], idx[1]) * _g(W[0], idx[2], idx[3])
-    total = total + _s(x6, term) * term
-    term = _g(W[0], idx[0], idx[2]) * _g(W[0], idx[1], idx[3])
-    total = total + _s(x3, term) * term
-    term = _g(W[0], idx[0], idx[2]) * _g(W[1], idx[1], idx[3])
-    total = total + _s(x5, term) * term
-    term = _g(W[0], idx[0], idx[2]) * _g(W[2], idx[1], idx[3])
-    total = total + _s(x6, term) * term
-    term = _g(W[1], idx[0], idx[2]) * _g(W[0], idx[1], idx[3])
-    total = total + _s(x5, term) * term
-    term = _g(W[1], idx[0], idx[2]) * _g(W[1], idx[1], idx[3])
-    total = total + _s(x6, term) * term
-    term = _g(W[2], idx[0], idx[2]) * _g(W[0], idx[1], idx[3])
-    total = total + _s(x6, term) * term
-    term = _g(W[0], idx[0], idx[3]) * _g(W[0], idx[1], idx[2])
-    total = total + _s(x3, term) * term
-    term = _g(W[0], idx[0], idx[3]) * _g(W[1], idx[1], idx[2])
-    total = total + _s(x5, term) * term
-    term = _g(W[0], idx[0], idx[3]) * _g(W[2], idx[1], idx[2])
-    total = total + _s(x6, term) * term
-    term = _g(W[1], idx[0], idx[3]) * _g(W[0], idx[1], idx[2])
-    total = total + _s(x5, term) * term
-    term = _g(W[1], idx[0], idx[3]) * _g(W[1], idx[1], idx[2])
-    total = total + _s(x6, term) * term
-    term = _g(W[2], idx[0], idx[3]) * _g(W[0], idx[1], idx[2])
-    total = total + _s(x6, term) * term
+    term = W(0, idx[0], idx[1]) * _g(_m(x3) * W.words[0] + _m(x5) * W.words[1] + _m(x6) * W.words[2], idx[2], idx[3])
+    total = total + term
+    term = W(1, idx[0], idx[1]) * _g(_m(x5) * W.words[0] + _m(x6) * W.words[1], idx[2], idx[3])
+    total = total + term
+    term = W(2, idx[0], idx[1]) * _g(_m(x6) * W.words[0], idx[2], idx[3])
+    total = total + term
+    term = W(0, idx[0], idx[2]) * _g(_m(x3) * W.words[0] + _m(x5) * W.words[1] + _m(x6) * W.words[2], idx[1], idx[3])
+    total = total + term
+    term = W(1, idx[0], idx[2]) * _g(_m(x5) * W.words[0] + _m(x6) * W.words[1], idx[1], idx[3])
+    total = total + term
+    term = W(2, idx[0], idx[2]) * _g(_m(x6) * W.words[0], idx[1], idx[3])
+    total = total + term
+    term = W(0, idx[0], idx[3]) * _g(_m(x3) * W.words[0] + _m(x5) * W.words[1] + _m(x6) * W.words[2], idx[1], idx[2])
+    total = total + term
+    term = W(1, idx[0], idx[3]) * _g(_m(x5) * W.words[0] + _m(x6) * W.words[1], idx[1], idx[2])
+    total = total + term
+    term = W(2, idx[0], idx[3]) * _g(_m(x6) * W.words[0], idx[1], idx[2])
+    total = total + term
     return total
 
 def _M310(W, idx, s):
@@ -367,66 +283,30 @@ def _M310(W, idx, s):
     x13 = kappa*x12 + tr_1*x12
     x14 = 384*x0
     total = 0.0
-    term = _g(W[0], idx[0], idx[1]) * _g(W[0], idx[2], idx[3])
-    total = total + _s(x9, term) * term
-    term = _g(W[0], idx[0], idx[1]) * _g(W[1], idx[2], idx[3])
-    total = total + _s(x11, term) * term
-    term = _g(W[0], idx[0], idx[1]) * _g(W[2], idx[2], idx[3])
-    total = total + _s(x13, term) * term
-    term = _g(W[0], idx[0], idx[1]) * _g(W[3], idx[2], idx[3])
-    total = total + _s(x14, term) * term
-    term = _g(W[1], idx[0], idx[1]) * _g(W[0], idx[2], idx[3])
-    total = total + _s(x11, term) * term
-    term = _g(W[1], idx[0], idx[1]) * _g(W[1], idx[2], idx[3])
-    total = total + _s(x13, term) * term
-    term = _g(W[1], idx[0], idx[1]) * _g(W[2], idx[2], idx[3])
-    total = total + _s(x14, term) * term
-    term = _g(W[2], idx[0], idx[1]) * _g(W[0], idx[2], idx[3])
-    total = total + _s(x13, term) * term
-    term = _g(W[2], idx[0], idx[1]) * _g(W[1], idx[2], idx[3])
-    total = total + _s(x14, term) * term
-    term = _g(W[3], idx[0], idx[1]) * _g(W[0], idx[2], idx[3])
-    total = total + _s(x14, term) * term
-    term = _g(W[0], idx[0], idx[2]) * _g(W[0], idx[1], idx[3])
-    total = total + _s(x9, term) * term
-    term = _g(W[0], idx[0], idx[2]) * _g(W[1], idx[1], idx[3])
-    total = total + _s(x11, term) * term
-    term = _g(W[0], idx[0], idx[2]) * _g(W[2], idx[1], idx[3])
-    total = total + _s(x13, term) * term
-    term = _g(W[0], idx[0], idx[2]) * _g(W[3], idx[1], idx[3])
-    total = total + _s(x14, term) * term
-    term = _g(W[1], idx[0], idx[2]) * _g(W[0], idx[1], idx[3])
-    total = total + _s(x11, term) * term
-    term = _g(W[1], idx[0], idx[2]) * _g(W[1], idx[1], idx[3])
-    total = total + _s(x13, term) * term
-    term = _g(W[1], idx[0], idx[2]) * _g(W[2], idx[1], idx[3])
-    total = total + _s(x14, term) * term
-    term = _g(W[2], idx[0], idx[2]) * _g(W[0], idx[1], idx[3])
-    total = total + _s(x13, term) * term
-    term = _g(W[2], idx[0], idx[2]) * _g(W[1], idx[1], idx[3])
-    total = total + _s(x14, term) * term
-    term = _g(W[3], idx[0], idx[2]) * _g(W[0], idx[1], idx[3])
-    total = total + _s(x14, term) * term
-    term = _g(W[0], idx[0], idx[3]) * _g(W[0], idx[1], idx[2])
-    total = total + _s(x9, term) * term
-    term = _g(W[0], idx[0], idx[3]) * _g(W[1], idx[1], idx[2])
-    total = total + _s(x11, term) * term
-    term = _g(W[0], idx[0], idx[3]) * _g(W[2], idx[1], idx[2])
-    total = total + _s(x13, term) * term
-    term = _g(W[0], idx[0], idx[3]) * _g(W[3], idx[1], idx[2])
-    total = total + _s(x14, term) * term
-    term = _g(W[1], idx[0], idx[3]) * _g(W[0], idx[1], idx[2])
-    total = total + _s(x11, term) * term
-    term = _g(W[1], idx[0], idx[3]) * _g(W[1], idx[1], idx[2])
-    total = total + _s(x13, term) * term
-    term = _g(W[1], idx[0], idx[3]) * _g(W[2], idx[1], idx[2])
-    total = total + _s(x14, term) * term
-    term = _g(W[2], idx[0], idx[3]) * _g(W[0], idx[1], idx[2])
-    total = total + _s(x13, term) * term
-    term = _g(W[2], idx[0], idx[3]) * _g(W[1], idx[1], idx[2])
-    total = total + _s(x14, term) * term
-    term = _g(W[3], idx[0], idx[3]) * _g(W[0], idx[1], idx[2])
-    total = total + _s(x14, term) * term
+    term = W(0, idx[0], idx[1]) * _g(_m(x9) * W.words[0] + _m(x11) * W.words[1] + _m(x13) * W.words[2] + _m(x14) * W.words[3], idx[2], idx[3])
+    total = total + term
+    term = W(1, idx[0], idx[1]) * _g(_m(x11) * W.words[0] + _m(x13) * W.words[1] + _m(x14) * W.words[2], idx[2], idx[3])
+    total = total + term
+    term = W(2, idx[0], idx[1]) * _g(_m(x13) * W.words[0] + _m(x14) * W.words[1], idx[2], idx[3])
+    total = total + term
+    term = W(3, idx[0], idx[1]) * _g(_m(x14) * W.words[0], idx[2], idx[3])
+    total = total + term
+    term = W(0, idx[0], idx[2]) * _g(_m(x9) * W.words[0] + _m(x11) * W.words[1] + _m(x13) * W.words[2] + _m(x14) * W.words[3], idx[1], idx[3])
+    total = total + term
+    term = W(1, idx[0], idx[2]) * _g(_m(x11) * W.words[0] + _m(x13) * W.words[1] + _m(x14) * W.words[2], idx[1], idx[3])
+    total = total + term
+    term = W(2, idx[0], idx[2]) * _g(_m(x13) * W.words[0] + _m(x14) * W.words[1], idx[1], idx[3])
+    total = total + term
+    term = W(3, idx[0], idx[2]) * _g(_m(x14) * W.words[0], idx[1], idx[3])
+    total = total + term
+    term = W(0, idx[0], idx[3]) * _g(_m(x9) * W.words[0] + _m(x11) * W.words[1] + _m(x13) * W.words[2] + _m(x14) * W.words[3], idx[1], idx[2])
+    total = total + term
+    term = W(1, idx[0], idx[3]) * _g(_m(x11) * W.words[0] + _m(x13) * W.words[1] + _m(x14) * W.words[2], idx[1], idx[2])
+    total = total + term
+    term = W(2, idx[0], idx[3]) * _g(_m(x13) * W.words[0] + _m(x14) * W.words[1], idx[1], idx[2])
+    total = total + term
+    term = W(3, idx[0], idx[3]) * _g(_m(x14) * W.words[0], idx[1], idx[2])
+    total = total + term
     return total
 
 def _M400(W, idx, s):
@@ -460,98 +340,38 @@ def _M400(W, idx, s):
     x25 = kappa*x24 + tr_1*x24
     x26 = 6144*x0
     total = 0.0
-    term = _g(W[0], idx[0], idx[1]) * _g(W[0], idx[2], idx[3])
-    total = total + _s(x17, term) * term
-    term = _g(W[0], idx[0], idx[1]) * _g(W[1], idx[2], idx[3])
-    total = total + _s(x21, term) * term
-    term = _g(W[0], idx[0], idx[1]) * _g(W[2], idx[2], idx[3])
-    total = total + _s(x23, term) * term
-    term = _g(W[0], idx[0], idx[1]) * _g(W[3], idx[2], idx[3])
-    total = total + _s(x25, term) * term
-    term = _g(W[0], idx[0], idx[1]) * _g(W[4], idx[2], idx[3])
-    total = total + _s(x26, term) * term
-    term = _g(W[1], idx[0], idx[1]) * _g(W[0], idx[2], idx[3])
-    total = total + _s(x21, term) * term
-    term = _g(W[1], idx[0], idx[1]) * _g(W[1], idx[2], idx[3])
-    total = total + _s(x23, term) * term
-    term = _g(W[1], idx[0], idx[1]) * _g(W[2], idx[2], idx[3])
-    total = total + _s(x25, term) * term
-    term = _g(W[1], idx[0], idx[1]) * _g(W[3], idx[2], idx[3])
-    total = total + _s(x26, term) * term
-    term = _g(W[2], idx[0], idx[1]) * _g(W[0], idx[2], idx[3])
-    total = total + _s(x23, term) * term
-    term = _g(W[2], idx[0], idx[1]) * _g(W[1], idx[2], idx[3])
-    total = total + _s(x25, term) * term
-    term = _g(W[2], idx[0], idx[1]) * _g(W[2], idx[2], idx[3])
-    total = total + _s(x26, term) * term
-    term = _g(W[3], idx[0], idx[1]) * _g(W[0], idx[2], idx[3])
-    total = total + _s(x25, term) * term
-    term = _g(W[3], idx[0], idx[1]) * _g(W[1], idx[2], idx[3])
-    total = total + _s(x26, term) * term
-    term = _g(W[4], idx[0], idx[1]) * _g(W[0], idx[2], idx[3])
-    total = total + _s(x26, term) * term
-    term = _g(W[0], idx[0], idx[2]) * _g(W[0], idx[1], idx[3])
-    total = total + _s(x17, term) * term
-    term = _g(W[0], idx[0], idx[2]) * _g(W[1], idx[1], idx[3])
-    total = total + _s(x21, term) * term
-    term = _g(W[0], idx[0], idx[2]) * _g(W[2], idx[1], idx[3])
-    total = total + _s(x23, term) * term
-    term = _g(W[0], idx[0], idx[2]) * _g(W[3], idx[1], idx[3])
-    total = total + _s(x25, term) * term
-    term = _g(W[0], idx[0], idx[2]) * _g(W[4], idx[1], idx[3])
-    total = total + _s(x26, term) * term
-    term = _g(W[1], idx[0], idx[2]) * _g(W[0], idx[1], idx[3])
-    total = total + _s(x21, term) * term
-    term = _g(W[1], idx[0], idx[2]) * _g(W[1], idx[1], idx[3])
-    total = total + _s(x23, term) * term
-    term = _g(W[1], idx[0], idx[2]) * _g(W[2], idx[1], idx[3])
-    total = total + _s(x25, term) * term
-    term = _g(W[1], idx[0], idx[2]) * _g(W[3], idx[1], idx[3])
-    total = total + _s(x26, term) * term
-    term = _g(W[2], idx[0], idx[2]) * _g(W[0], idx[1], idx[3])
-    total = total + _s(x23, term) * term
-    term = _g(W[2], idx[0], idx[2]) * _g(W[1], idx[1], idx[3])
-    total = total + _s(x25, term) * term
-    term = _g(W[2], idx[0], idx[2]) * _g(W[2], idx[1], idx[3])
-    total = total + _s(x26, term) * term
-    term = _g(W[3], idx[0], idx[2]) * _g(W[0], idx[1], idx[3])
-    total = total + _s(x25, term) * term
-    term = _g(W[3], idx[0], idx[2]) * _g(W[1], idx[1], idx[3])
-    total = total + _s(x26, term) * term
-    term = _g(W[4], idx[0], idx[2]) * _g(W[0], idx[1], idx[3])
-    total = total + _s(x26, term) * term
-    term = _g(W[0], idx[0], idx[3]) * _g(W[0], idx[1], idx[2])
-    total = total + _s(x17, term) * term
-    term = _g(W[0], idx[0], idx[3]) * _g(W[1], idx[1], idx[2])
-    total = total + _s(x21, term) * term
-    term = _g(W[0], idx[0], idx[3]) * _g(W[2], idx[1], idx[2])
-    total = total + _s(x23, term) * term
-    term = _g(W[0], idx[0], idx[3]) * _g(W[3], idx[1], idx[2])
-    total = total + _s(x25, term) * term
-    term = _g(W[0], idx[0], idx[3]) * _g(W[4], idx[1], idx[2])
-    total = total + _s(x26, term) * term
-    term = _g(W[1], idx[0], idx[3]) * _g(W[0], idx[1], idx[2])
-    total = total + _s(x21, term) * term
-    term = _g(W[1], idx[0], idx[3]) * _g(W[1], idx[1], idx[2])
-    total = total + _s(x23, term) * term
-    term = _g(W[1], idx[0], idx[3]) * _g(W[2], idx[1], idx[2])
-    total = total + _s(x25, term) * term
-    term = _g(W[1], idx[0], idx[3]) * _g(W[3], idx[1], idx[2])
-    total = total + _s(x26, term) * term
-    term = _g(W[2], idx[0], idx[3]) * _g(W[0], idx[1], idx[2])
-    total = total + _s(x23, term) * term
-    term = _g(W[2], idx[0], idx[3]) * _g(W[1], idx[1], idx[2])
-    total = total + _s(x25, term) * term
-    term = _g(W[2], idx[0], idx[3]) * _g(W[2], idx[1], idx[2])
-    total = total + _s(x26, term) * term
-    term = _g(W[3], idx[0], idx[3]) * _g(W[0], idx[1], idx[2])
-    total = total + _s(x25, term) * term
-    term = _g(W[3], idx[0], idx[3]) * _g(W[1], idx[1], idx[2])
-    total = total + _s(x26, term) * term
-    term = _g(W[4], idx[0], idx[3]) * _g(W[0], idx[1], idx[2])
-    total = total + _s(x26, term) * term
+    term = W(0, idx[0], idx[1]) * _g(_m(x17) * W.words[0] + _m(x21) * W.words[1] + _m(x23) * W.words[2] + _m(x25) * W.words[3] + _m(x26) * W.words[4], idx[2], idx[3])
+    total = total + term
+    term = W(1, idx[0], idx[1]) * _g(_m(x21) * W.words[0] + _m(x23) * W.words[1] + _m(x25) * W.words[2] + _m(x26) * W.words[3], idx[2], idx[3])
+    total = total + term
+    term = W(2, idx[0], idx[1]) * _g(_m(x23) * W.words[0] + _m(x25) * W.words[1] + _m(x26) * W.words[2], idx[2], idx[3])
+    total = total + term
+    term = W(3, idx[0], idx[1]) * _g(_m(x25) * W.words[0] + _m(x26) * W.words[1], idx[2], idx[3])
+    total = total + term
+    term = W(4, idx[0], idx[1]) * _g(_m(x26) * W.words[0], idx[2], idx[3])
+    total = total + term
+    term = W(0, idx[0], idx[2]) * _g(_m(x17) * W.words[0] + _m(x21) * W.words[1] + _m(x23) * W.words[2] + _m(x25) * W.words[3] + _m(x26) * W.words[4], idx[1], idx[3])
+    total = total + term
+    term = W(1, idx[0], idx[2]) * _g(_m(x21) * W.words[0] + _m(x23) * W.words[1] + _m(x25) * W.words[2] + _m(x26) * W.words[3], idx[1], idx[3])
+    total = total + term
+    term = W(2, idx[0], idx[2]) * _g(_m(x23) * W.words[0] + _m(x25) * W.words[1] + _m(x26) * W.words[2], idx[1], idx[3])
+    total = total + term
+    term = W(3, idx[0], idx[2]) * _g(_m(x25) * W.words[0] + _m(x26) * W.words[1], idx[1], idx[3])
+    total = total + term
+    term = W(4, idx[0], idx[2]) * _g(_m(x26) * W.words[0], idx[1], idx[3])
+    total = total + term
+    term = W(0, idx[0], idx[3]) * _g(_m(x17) * W.words[0] + _m(x21) * W.words[1] + _m(x23) * W.words[2] + _m(x25) * W.words[3] + _m(x26) * W.words[4], idx[1], idx[2])
+    total = total + term
+    term = W(1, idx[0], idx[3]) * _g(_m(x21) * W.words[0] + _m(x23) * W.words[1] + _m(x25) * W.words[2] + _m(x26) * W.words[3], idx[1], idx[2])
+    total = total + term
+    term = W(2, idx[0], idx[3]) * _g(_m(x23) * W.words[0] + _m(x25) * W.words[1] + _m(x26) * W.words[2], idx[1], idx[2])
+    total = total + term
+    term = W(3, idx[0], idx[3]) * _g(_m(x25) * W.words[0] + _m(x26) * W.words[1], idx[1], idx[2])
+    total = total + term
+    term = W(4, idx[0], idx[3]) * _g(_m(x26) * W.words[0], idx[1], idx[2])
+    total = total + term
     return total
 
 
 _KINDS = {'M001': _M001, 'M002': _M002, 'M110': _M110, 'M111': _M111, 'M200': _M200, 'M201': _M201, 'M220': _M220, 'M310': _M310, 'M400': _M400}
-# sha256: e384d58eb257f1e75ceca19bf9cfc5bf87a66295301cb9c314193de8d7894324
+# sha256: b483f5e4cf126a616ede7b7836970ff7d2b87de34348dd64528b063738711a86

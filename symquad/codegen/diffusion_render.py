@@ -170,11 +170,16 @@ def render_diffusion_matrix_module() -> str:
         ''')
     c, c_star, c0, c0_star = ACT_SYMBOLS
     out = [BANNER, doc, "import numpy\n", "from symquad.runtime import tensor_engine as _engine",
+           "from symquad.runtime.diffusion_engine import WordGather as _WordGather",
            "from symquad.runtime.diffusion_engine import gather as _g", "", "",
-           "def _s(x, ref):",
-           '    """A scalar per batch element broadcast against a gathered array `ref`."""',
+           "def _m(x):",
+           '    """A scalar per batch element as shape (..., 1, 1) (against the words)."""',
+           "    return numpy.asarray(x, dtype=float)[..., None, None]", "", "",
+           "def _s(x, idx):",
+           '    """A scalar per batch element broadcast against arrays gathered at `idx`."""',
            "    x = numpy.asarray(x, dtype=float)",
-           "    return x.reshape(x.shape + (1,) * (numpy.ndim(ref) - x.ndim))", "", "",
+           "    return x.reshape(x.shape + (1,) * len(numpy.broadcast_shapes(*[i.shape for i in idx])))",
+           "", "",
            "def kinds(Q, rho, T, a, b, Delta, c, c_star, c0, c0_star):",
            '    """A kind source: kinds(name, *index_arrays) (see symquad.runtime.diffusion_engine)."""',
            "    C, p = _engine.combine(Q, rho, T)",
@@ -201,7 +206,8 @@ def render_diffusion_matrix_module() -> str:
             "        tr[j] = numpy.trace(P, axis1=-2, axis2=-1)",
             "        P = P @ AC"]
     out += [f"    tr_{j} = tr[{j}]" for j in sorted({t.name.count("A") for t in traces})]
-    out += ["", "    def source(name, *idx):", "        return _KINDS[name](W, idx, locals_)", "",
+    out += ["", "    words = _WordGather(W)", "",
+            "    def source(name, *idx):", "        return _KINDS[name](words, idx, locals_)", "",
             "    locals_ = dict(Delta=Delta, c=c, c_star=c_star, c0=c0, c0_star=c0_star,",
             "                   kappa=kappa, " + ", ".join(f"tr_{j}=tr_{j}" for j in
                                                        sorted({t.name.count('A')
@@ -217,15 +223,28 @@ def render_diffusion_matrix_module() -> str:
         coeffs = [sp.expand(coeff.xreplace(names)) for coeff, _ in terms]
         reps, reduced = sp.cse(coeffs, symbols=sp.numbered_symbols("x"), order="canonical")
         out += [f"    {sym} = {printer.doprint(val)}" for sym, val in reps]
-        parts = []
+        # group by the vertex pattern of the pairs: Σ_{J1,J2} c W_J1[u,v] W_J2[w,x]
+        # = Σ_J1 W_J1[u,v] · (Σ_J2 c W_J2)[w,x]: the inner sums are n×n matrices
+        groups: dict = {}
         for value, (_, pairing) in zip(reduced, terms):
-            factors = [f"_g(W[{J}], idx[{u}], idx[{v}])" for u, v, J in pairing]
-            prod = " * ".join(factors) if factors else "1.0"
-            parts.append((printer.doprint(value), prod))
+            pattern = tuple((u, v) for u, v, _ in pairing)
+            Js = tuple(J for _, _, J in pairing)
+            groups.setdefault(pattern, {}).setdefault(Js[:-1], []).append(
+                (Js[-1] if Js else None, value))
         out.append("    total = 0.0")
-        for value, prod in parts:
-            out.append(f"    term = {prod}")
-            out.append(f"    total = total + _s({value}, term) * term")
+        for pattern, heads in groups.items():
+            if not pattern:
+                (_, value), = heads[()]
+                out.append(f"    total = total + _s({printer.doprint(value)}, idx)")
+                continue
+            (ul, vl) = pattern[-1]
+            for head, tail in heads.items():
+                combo = " + ".join(f"_m({printer.doprint(value)}) * W.words[{J}]"
+                                   for J, value in tail)
+                factors = [f"W({J}, idx[{u}], idx[{v}])" for (u, v), J in zip(pattern, head)]
+                factors.append(f"_g({combo}, idx[{ul}], idx[{vl}])")
+                out.append("    term = " + " * ".join(factors))
+                out.append("    total = total + term")
         out.append("    return total")
     out += ["", "", "_KINDS = {" + ", ".join(f"{k!r}: _{k}" for k in sorted(recipes)) + "}"]
     body = "\n".join(out) + "\n"
@@ -305,28 +324,47 @@ def _assign(name: str, expr, printer) -> list:
 
 
 def render_diffusion_entries_module(model: Model) -> str:
-    """The entry route's ``D`` for ``model``'s structure (readouts and parameters are arguments)."""
+    """The entry route's ``D`` for ``model``'s structure (readouts and parameters are arguments).
+
+    ``D``'s entries are sparse polynomials with exact rational coefficients
+    (:func:`symquad.symbolic.diffusion.diffusion_polynomials`); the module holds
+    their monomials (exponents over the generators, shared by all entries) and
+    coefficients as compressed arrays, evaluated by
+    :func:`symquad.runtime.diffusion_engine.sparse_polynomials`.  (Printed as
+    code, the same polynomials took minutes of common-subexpression
+    elimination at ``p = 2``.)
+    """
+    import base64
+    import zlib
+
+    import numpy as np
+
     from ..numeric.layout import state_layout
-    from ..symbolic.diffusion import diffusion_entries
-    from ..symbolic.symbols import overlap_symbols, readout_symbols
-    from .render import _cse, _unpack
-    D = diffusion_entries(model)
+    from ..symbolic.diffusion import diffusion_polynomials
+    gens, entries = diffusion_polynomials(model)
     p, k = model.p, model.p_star
     layout = state_layout(model)
-    Qs, Rs, Ts = overlap_symbols(p, k)
-    a_syms, b_syms = readout_symbols(p, k)
-    where = {}
-    for mat, arg in ((Qs, "Q"), (Rs, "rho"), (Ts, "T")):
-        for i in range(mat.rows):
-            for j in range(mat.cols):
-                where.setdefault(mat[i, j], f"{arg}[..., {i}, {j}]")
-    for syms, arg in ((a_syms, "a"), (b_syms, "b")):
-        for i, sym in enumerate(syms):
-            where[sym] = f"{arg}[..., {i}]"
-    printer = ScalarPrinter()
-    pairs = [(i, j) for i in range(layout.dim) for j in range(i, layout.dim)]
-    flat = [D[i, j] for i, j in pairs]
-    reps, reduced = _cse(flat)
+    monomials: dict = {}
+    rows, cols, nums, dens = [], [], [], []
+    pairs = sorted(entries)
+    for n, key in enumerate(pairs):
+        for num, den, expo in entries[key]:
+            rows.append(n)
+            cols.append(monomials.setdefault(expo, len(monomials)))
+            nums.append(num)
+            dens.append(den)
+    exps = np.zeros((len(monomials), len(gens)), dtype=np.uint8)
+    for expo, i in monomials.items():
+        if max(expo) > 255:  # pragma: no cover - degrees are far below
+            raise ValueError("exponent beyond 255")
+        exps[i] = expo
+    big = max(max(map(abs, nums), default=0), max(dens, default=1))
+    if big >= 2**53:  # pragma: no cover - exact as float64 up to 2**53
+        raise ValueError("a coefficient is not exact in float64")
+
+    def blob(array):
+        return base64.b64encode(zlib.compress(np.ascontiguousarray(array).tobytes(), 9)) \
+            .decode("ascii")
     act = f"activation={model.activation_str!r}"
     if not model.is_default("teacher_activation"):
         act += f", teacher_activation={model.teacher_activation_str!r}"
@@ -336,34 +374,31 @@ def render_diffusion_entries_module(model: Model) -> str:
     doc = textwrap.dedent(f'''\
         """Entry-by-entry diffusion matrix of Model(p={p}, p_star={k}, {act}), {readout} readout.
 
-        Derived by symquad.symbolic.diffusion.diffusion_entries (Wick/Isserlis
-        covariances of the per-sample increments of symquad.symbolic.update, entry
-        by entry, divided by the batch size); state order: {', '.join(layout.names)}.
+        Derived by symquad.symbolic.diffusion (Wick/Isserlis covariances of the
+        per-sample increments of symquad.symbolic.update, entry by entry, divided by
+        the batch size): every entry of the upper triangle is a sparse polynomial in
+        GENERATORS with exact rational coefficients NUMERATORS/DENOMINATORS on the
+        monomials EXPONENTS (compressed arrays, {len(monomials)} monomials, {len(nums)} terms).
+        State order: {', '.join(layout.names)}.
         """
         ''')
-    used = set().union(*(e.free_symbols for e in flat)) - set(PARAMS)
-    out = [BANNER, doc, "import numpy\n", "", f"P = {p}", f"P_STAR = {k}", f"DIM = {layout.dim}",
+    out = [BANNER, doc, "import numpy\n", "from symquad.runtime import diffusion_engine as _engine",
+           "", f"P = {p}", f"P_STAR = {k}", f"DIM = {layout.dim}",
            f"NAMES = {layout.names!r}",
-           "PARAMS = " + repr(tuple(x.name for x in PARAMS)), "", "",
+           "PARAMS = " + repr(tuple(x.name for x in PARAMS)),
+           f"GENERATORS = {tuple(gens)!r}",
+           f"PAIRS = {tuple(pairs)!r}",
+           f"N_MONOMIALS = {len(monomials)}",
+           f"EXPONENTS = {blob(exps)!r}",
+           f"ROWS = {blob(np.array(rows, dtype=np.int32))!r}",
+           f"COLUMNS = {blob(np.array(cols, dtype=np.int32))!r}",
+           f"NUMERATORS = {blob(np.array(nums, dtype=np.float64))!r}",
+           f"DENOMINATORS = {blob(np.array(dens, dtype=np.float64))!r}",
+           "", "_POLY = _engine.SparsePolynomials(GENERATORS, N_MONOMIALS, EXPONENTS, ROWS, "
+           "COLUMNS, NUMERATORS, DENOMINATORS, len(PAIRS))", "", "",
            "def diffusion(Q, rho, T, a, b, params):",
            '    """D in state order, shape (..., DIM, DIM)."""',
-           "    Q = numpy.asarray(Q, dtype=float)",
-           "    rho = numpy.asarray(rho, dtype=float)",
-           "    T = numpy.asarray(T, dtype=float)",
-           "    a = numpy.asarray(a, dtype=float)",
-           "    b = numpy.asarray(b, dtype=float)",
-           "    " + ", ".join(x.name for x in PARAMS) + " = params"]
-    out += _unpack(used, where.__getitem__)
-    for sym, val in reps:
-        out += _assign(str(sym), val, printer)
-    out.append("    zero = numpy.zeros(numpy.broadcast_shapes(Q.shape[:-2], rho.shape[:-2], "
-               "T.shape[:-2], a.shape[:-1], b.shape[:-1]))")
-    out.append("    D = numpy.empty(zero.shape + (DIM, DIM))")
-    for n, (i, j) in enumerate(pairs):
-        out += _assign("_entry", reduced[n], printer)
-        out.append(f"    D[..., {i}, {j}] = zero + _entry")
-        if i != j:
-            out.append(f"    D[..., {j}, {i}] = D[..., {i}, {j}]")
-    out.append("    return D")
+           "    values = _engine.entry_generators(GENERATORS, Q, rho, T, a, b, dict(zip(PARAMS, params)))",
+           "    return _engine.fill_symmetric(_POLY(values), PAIRS, DIM)"]
     body = "\n".join(out) + "\n"
     return body + checksum_line(body)

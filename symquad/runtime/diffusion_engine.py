@@ -33,8 +33,8 @@ import numpy
 
 from . import tensor_engine as _tensor
 
-__all__ = ["block_indices", "assemble", "gather", "KindArrays", "tensor_kinds",
-           "BLOCK_PAIRS"]
+__all__ = ["block_indices", "assemble", "gather", "KindArrays", "WordGather", "tensor_kinds",
+           "BLOCK_PAIRS", "SparsePolynomials", "entry_generators", "fill_symmetric"]
 
 #: Blocks of ``D`` in state order (the others are transposes).
 BLOCK_PAIRS = (("Q", "Q"), ("Q", "rho"), ("Q", "a"), ("rho", "rho"), ("rho", "a"), ("a", "a"))
@@ -80,6 +80,26 @@ def assemble(blocks, p, ps, trained, batch):
             D[..., sy, sx] = numpy.swapaxes(value, -1, -2)
     # the (X, X) blocks are symmetric in exact arithmetic; make them so to the last bit
     return 0.5 * (D + numpy.swapaxes(D, -1, -2))
+
+
+class WordGather:
+    """``W_J[..., x, y]`` of the matrix route's words, each gathered once per pair of index arrays.
+
+    The words are symmetric, so ``(x, y)`` and ``(y, x)`` share an entry; the
+    index arrays are kept referenced so their ids stay unique while cached.
+    """
+
+    def __init__(self, words):
+        self.words = words
+        self.cache = {}
+
+    def __call__(self, J, x, y):
+        key = (J,) + tuple(sorted((id(x), id(y))))
+        hit = self.cache.get(key)
+        if hit is None:
+            hit = (gather(self.words[J], x, y), x, y)
+            self.cache[key] = hit
+        return hit[0]
 
 
 class KindArrays:
@@ -188,3 +208,75 @@ def _symmetrise(array, roles, nbatch):
                 perm[v] = w
         out += numpy.transpose(array, tuple(range(nbatch)) + tuple(nbatch + v for v in perm))
     return out
+
+
+# ---- entry route: sparse polynomials ----------------------------------------------
+
+def _unblob(text, dtype):
+    import base64
+    import zlib
+    return numpy.frombuffer(zlib.decompress(base64.b64decode(text)), dtype=dtype)
+
+
+class SparsePolynomials:
+    """Many sparse polynomials sharing their monomials: ``P_e(x) = Σ_t c_{et} ∏_v x_v^{E_tv}``.
+
+    The monomials are evaluated once (products of per-generator power tables),
+    then every polynomial is a weighted sum of them.
+    """
+
+    def __init__(self, generators, n_monomials, exponents, rows, columns, numerators,
+                 denominators, n_polynomials):
+        self.n_gens = len(generators)
+        self.exponents = _unblob(exponents, numpy.uint8).reshape(n_monomials, self.n_gens)
+        rows = _unblob(rows, numpy.int32)
+        cols = _unblob(columns, numpy.int32)
+        coeff = _unblob(numerators, numpy.float64) / _unblob(denominators, numpy.float64)
+        self.matrix = numpy.zeros((n_polynomials, n_monomials))
+        numpy.add.at(self.matrix, (rows, cols), coeff)
+        self.used = [v for v in range(self.n_gens) if self.exponents[:, v].any()]
+
+    def __call__(self, values):
+        """``values`` (..., n_gens) -> the polynomials (..., n_polynomials)."""
+        values = numpy.asarray(values, dtype=float)
+        mono = numpy.ones(values.shape[:-1] + (self.exponents.shape[0],))
+        for v in self.used:
+            e = self.exponents[:, v]
+            top = int(e.max())
+            powers = values[..., v, None] ** numpy.arange(top + 1)
+            mono *= powers[..., e]
+        return mono @ self.matrix.T
+
+
+def entry_generators(generators, Q, rho, T, a, b, params):
+    """Values of the entry route's generators (entry symbols, readouts, parameters, inverses)."""
+    Q, rho, T, a, b = (numpy.asarray(x, dtype=float) for x in (Q, rho, T, a, b))
+    batch = numpy.broadcast_shapes(Q.shape[:-2], rho.shape[:-2], T.shape[:-2], a.shape[:-1],
+                                   b.shape[:-1])
+    cols = []
+    for name in generators:
+        head, _, rest = name.partition("_")
+        if name == "inv_batch_size":
+            value = 1.0 / params["batch_size"]
+        elif name == "sqrt_Delta":
+            value = numpy.sqrt(params["Delta"])
+        elif name.startswith("inv_Q_"):
+            i = int(name.split("_")[2]) - 1
+            value = 1.0 / Q[..., i, i]
+        elif name in params:
+            value = params[name]
+        else:
+            idx = [int(x) - 1 for x in rest.split("_")]
+            value = {"Q": Q, "rho": rho, "T": T, "a": a, "b": b}[head][(Ellipsis,) + tuple(idx)]
+        cols.append(numpy.broadcast_to(value, batch))
+    return numpy.stack(cols, axis=-1)
+
+
+def fill_symmetric(values, pairs, dim):
+    """The symmetric (..., dim, dim) matrix whose upper-triangle entries ``pairs`` are ``values``."""
+    I = numpy.array([i for i, _ in pairs])
+    J = numpy.array([j for _, j in pairs])
+    D = numpy.empty(values.shape[:-1] + (dim, dim))
+    D[..., I, J] = values
+    D[..., J, I] = values
+    return D

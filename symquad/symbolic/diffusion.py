@@ -54,7 +54,7 @@ from .wick import RingGaussianFields
 
 __all__ = ["UNITS_Y", "BLOCK_PAIRS", "per_sample", "covariance_expressions",
            "diffusion_entries", "moment_diffusion", "MomentDiffusion", "kind_name",
-           "TEACHER_FIELD", "parse_kind", "used_kinds", "entry_diffusion_estimate", "check_entry_diffusion_size"]
+           "TEACHER_FIELD", "parse_kind", "used_kinds", "diffusion_polynomials", "entry_diffusion_estimate", "check_entry_diffusion_size"]
 
 #: Units of the second entry ``Y`` of ``D_XY`` (students ``K, L``, teacher ``M``).
 UNITS_Y = tuple(sp.Symbol(name, integer=True, positive=True) for name in ("K", "L", "M"))
@@ -268,14 +268,14 @@ class _RingEntries:
 
 
 @lru_cache(maxsize=16)
-def _diffusion_entries(model: Model) -> sp.Matrix:
+def _diffusion_ring(model: Model):
+    """``(engine, {(I, J): ring element})`` of ``D`` over the upper triangle (state order)."""
     from ..numeric.layout import state_layout
     engine = _RingEntries(model)
     cov = covariance_expressions(model)
-    layout = state_layout(model)
-    entries = layout.entries
-    D = sp.zeros(layout.dim, layout.dim)
+    entries = state_layout(model).entries
     order = {"Q": 0, "rho": 1, "a": 2}
+    out = {}
     for I, (bx, i, j) in enumerate(entries):
         for J in range(I, len(entries)):
             by, i2, j2 = entries[J]
@@ -285,8 +285,43 @@ def _diffusion_entries(model: Model) -> sp.Matrix:
             else:
                 key, ux, uy = (by, bx), _entry_units(bx, i, j, UNITS_Y), \
                     _entry_units(by, i2, j2, UNITS)
-            value = engine.convert(cov[key].xreplace({**ux, **uy}))
-            D[I, J] = D[J, I] = engine.to_expr(value)
+            out[(I, J)] = engine.convert(cov[key].xreplace({**ux, **uy}))
+    return engine, out
+
+
+def diffusion_polynomials(model: Model):
+    """The entry route's ``D`` as sparse polynomials (what the entry kernels evaluate).
+
+    Returns ``(generators, entries)``: the names of the polynomial ring's
+    generators (entry symbols, readouts, parameters, ``inv_batch_size = 1/b``,
+    ``inv_Q_k_k = 1/Q_kk``, ``sqrt_Delta = √Δ``) and ``{(I, J): [(numerator,
+    denominator, exponents), ...]}`` over the upper triangle ``I <= J``.
+    The size is checked first (:func:`check_entry_diffusion_size`).
+    """
+    from .entries import _structure
+    check_entry_diffusion_size(model)
+    engine, ring_entries = _diffusion_ring(_structure(model))
+    randoms = len(engine.fields.fields)
+    gens = [str(g) for g in engine.R.symbols][:-randoms]
+    out = {}
+    for key, element in ring_entries.items():
+        terms = []
+        for monom, coeff in sorted(element.terms()):
+            if any(monom[-randoms:]):  # pragma: no cover - the expectation removed them
+                raise AssertionError("a random field survived the expectation")
+            terms.append((int(coeff.numerator), int(coeff.denominator), monom[:-randoms]))
+        out[key] = terms
+    return gens, out
+
+
+@lru_cache(maxsize=16)
+def _diffusion_entries(model: Model) -> sp.Matrix:
+    from ..numeric.layout import state_layout
+    engine, ring_entries = _diffusion_ring(model)
+    dim = state_layout(model).dim
+    D = sp.zeros(dim, dim)
+    for (I, J), element in ring_entries.items():
+        D[I, J] = D[J, I] = engine.to_expr(element)
     return D
 
 
