@@ -323,39 +323,29 @@ def _assign(name: str, expr, printer) -> list:
     return lines
 
 
-def render_diffusion_entries_module(model: Model) -> str:
-    """The entry route's ``D`` for ``model``'s structure (readouts and parameters are arguments).
+def _sparse_data(gens, polys):
+    """Module lines holding polynomials ``[[(num, den, exponents), ...], ...]`` as compressed arrays.
 
-    ``D``'s entries are sparse polynomials with exact rational coefficients
-    (:func:`symquad.symbolic.diffusion.diffusion_polynomials`); the module holds
-    their monomials (exponents over the generators, shared by all entries) and
-    coefficients as compressed arrays, evaluated by
-    :func:`symquad.runtime.diffusion_engine.sparse_polynomials`.  (Printed as
-    code, the same polynomials took minutes of common-subexpression
-    elimination at ``p = 2``.)
+    The monomials are shared by all polynomials (``EXPONENTS``, one row per
+    monomial over ``GENERATORS``); term ``t`` adds ``NUMERATORS[t]/DENOMINATORS[t]``
+    times monomial ``COLUMNS[t]`` to polynomial ``ROWS[t]``.  Returns the lines
+    and a short description.
     """
     import base64
     import zlib
 
     import numpy as np
-
-    from ..numeric.layout import state_layout
-    from ..symbolic.diffusion import diffusion_polynomials
-    gens, entries = diffusion_polynomials(model)
-    p, k = model.p, model.p_star
-    layout = state_layout(model)
     monomials: dict = {}
     rows, cols, nums, dens = [], [], [], []
-    pairs = sorted(entries)
-    for n, key in enumerate(pairs):
-        for num, den, expo in entries[key]:
+    for n, terms in enumerate(polys):
+        for num, den, expo in terms:
             rows.append(n)
-            cols.append(monomials.setdefault(expo, len(monomials)))
+            cols.append(monomials.setdefault(tuple(expo), len(monomials)))
             nums.append(num)
             dens.append(den)
     exps = np.zeros((len(monomials), len(gens)), dtype=np.uint8)
     for expo, i in monomials.items():
-        if max(expo) > 255:  # pragma: no cover - degrees are far below
+        if expo and max(expo) > 255:  # pragma: no cover - degrees are far below
             raise ValueError("exponent beyond 255")
         exps[i] = expo
     big = max(max(map(abs, nums), default=0), max(dens, default=1))
@@ -365,40 +355,97 @@ def render_diffusion_entries_module(model: Model) -> str:
     def blob(array):
         return base64.b64encode(zlib.compress(np.ascontiguousarray(array).tobytes(), 9)) \
             .decode("ascii")
+    lines = [f"GENERATORS = {tuple(gens)!r}",
+             f"N_MONOMIALS = {len(monomials)}",
+             f"N_POLYNOMIALS = {len(polys)}",
+             f"EXPONENTS = {blob(exps)!r}",
+             f"ROWS = {blob(np.array(rows, dtype=np.int32))!r}",
+             f"COLUMNS = {blob(np.array(cols, dtype=np.int32))!r}",
+             f"NUMERATORS = {blob(np.array(nums, dtype=np.float64))!r}",
+             f"DENOMINATORS = {blob(np.array(dens, dtype=np.float64))!r}",
+             "", "_POLY = _engine.SparsePolynomials(GENERATORS, N_MONOMIALS, EXPONENTS, ROWS, "
+             "COLUMNS, NUMERATORS, DENOMINATORS, N_POLYNOMIALS)"]
+    return lines, f"{len(monomials)} monomials, {len(nums)} terms"
+
+
+def _model_text(model: Model) -> str:
     act = f"activation={model.activation_str!r}"
     if not model.is_default("teacher_activation"):
         act += f", teacher_activation={model.teacher_activation_str!r}"
     if model.constraint != "none":
         act += f", constraint={model.constraint!r}"
     readout = "trained" if model.readout_trained else "fixed"
+    return f"Model(p={model.p}, p_star={model.p_star}, {act}), {readout} readout"
+
+
+def render_diffusion_entries_module(model: Model) -> str:
+    """The entry route's ``D`` for ``model``'s structure (readouts and parameters are arguments).
+
+    ``D``'s entries are sparse polynomials with exact rational coefficients
+    (:func:`symquad.symbolic.diffusion.diffusion_polynomials`); the module holds
+    their monomials and coefficients as compressed arrays (:func:`_sparse_data`),
+    evaluated by :class:`symquad.runtime.diffusion_engine.SparsePolynomials`.
+    (Printed as code, the same polynomials took minutes of common-subexpression
+    elimination at ``p = 2``.)
+    """
+    from ..numeric.layout import state_layout
+    from ..symbolic.diffusion import diffusion_polynomials
+    gens, entries = diffusion_polynomials(model)
+    layout = state_layout(model)
+    pairs = sorted(entries)
+    data, size = _sparse_data(gens, [entries[key] for key in pairs])
     doc = textwrap.dedent(f'''\
-        """Entry-by-entry diffusion matrix of Model(p={p}, p_star={k}, {act}), {readout} readout.
+        """Entry-by-entry diffusion matrix of {_model_text(model)}.
 
         Derived by symquad.symbolic.diffusion (Wick/Isserlis covariances of the
         per-sample increments of symquad.symbolic.update, entry by entry, divided by
-        the batch size): every entry of the upper triangle is a sparse polynomial in
-        GENERATORS with exact rational coefficients NUMERATORS/DENOMINATORS on the
-        monomials EXPONENTS (compressed arrays, {len(monomials)} monomials, {len(nums)} terms).
+        the batch size): every entry of the upper triangle (PAIRS) is a sparse
+        polynomial in GENERATORS with exact rational coefficients ({size}).
         State order: {', '.join(layout.names)}.
         """
         ''')
     out = [BANNER, doc, "import numpy\n", "from symquad.runtime import diffusion_engine as _engine",
-           "", f"P = {p}", f"P_STAR = {k}", f"DIM = {layout.dim}",
-           f"NAMES = {layout.names!r}",
-           "PARAMS = " + repr(tuple(x.name for x in PARAMS)),
-           f"GENERATORS = {tuple(gens)!r}",
-           f"PAIRS = {tuple(pairs)!r}",
-           f"N_MONOMIALS = {len(monomials)}",
-           f"EXPONENTS = {blob(exps)!r}",
-           f"ROWS = {blob(np.array(rows, dtype=np.int32))!r}",
-           f"COLUMNS = {blob(np.array(cols, dtype=np.int32))!r}",
-           f"NUMERATORS = {blob(np.array(nums, dtype=np.float64))!r}",
-           f"DENOMINATORS = {blob(np.array(dens, dtype=np.float64))!r}",
-           "", "_POLY = _engine.SparsePolynomials(GENERATORS, N_MONOMIALS, EXPONENTS, ROWS, "
-           "COLUMNS, NUMERATORS, DENOMINATORS, len(PAIRS))", "", "",
-           "def diffusion(Q, rho, T, a, b, params):",
-           '    """D in state order, shape (..., DIM, DIM)."""',
-           "    values = _engine.entry_generators(GENERATORS, Q, rho, T, a, b, dict(zip(PARAMS, params)))",
-           "    return _engine.fill_symmetric(_POLY(values), PAIRS, DIM)"]
+           "", f"DIM = {layout.dim}", f"NAMES = {layout.names!r}",
+           "PARAMS = " + repr(tuple(x.name for x in PARAMS)), f"PAIRS = {tuple(pairs)!r}"]
+    out += data
+    out += ["", "",
+            "def diffusion(Q, rho, T, a, b, params):",
+            '    """D in state order, shape (..., DIM, DIM)."""',
+            "    values = _engine.entry_generators(GENERATORS, Q, rho, T, a, b, "
+            "dict(zip(PARAMS, params)))",
+            "    return _engine.fill_symmetric(_POLY(values), PAIRS, DIM)"]
+    body = "\n".join(out) + "\n"
+    return body + checksum_line(body)
+
+
+def render_jacobian_entries_module(model: Model) -> str:
+    """The exact Jacobian of the drift and the gradient of the risk, entry route (one structure)."""
+    from ..numeric.layout import state_layout
+    from ..symbolic.jacobian import jacobian_polynomials
+    gens, jac, grad = jacobian_polynomials(model)
+    layout = state_layout(model)
+    data, size = _sparse_data(gens, jac + grad)
+    doc = textwrap.dedent(f'''\
+        """Jacobian of the drift and gradient of the risk of {_model_text(model)}.
+
+        Derived by symquad.symbolic.jacobian: the entry route's drift and risk
+        (symquad.symbolic.entries) differentiated exactly with respect to every state
+        entry, as sparse polynomials in GENERATORS ({size}); the first DIM*DIM are
+        J[I, J] = d f_I / d X_J row by row, the last DIM the risk's gradient.
+        State order: {', '.join(layout.names)}.
+        """
+        ''')
+    out = [BANNER, doc, "import numpy\n", "from symquad.runtime import diffusion_engine as _engine",
+           "", f"DIM = {layout.dim}", f"NAMES = {layout.names!r}",
+           "PARAMS = " + repr(tuple(x.name for x in PARAMS))]
+    out += data
+    out += ["", "",
+            "def jacobian(Q, rho, T, a, b, params):",
+            '    """(J, grad risk): shapes (..., DIM, DIM) and (..., DIM)."""',
+            "    values = _engine.entry_generators(GENERATORS, Q, rho, T, a, b, "
+            "dict(zip(PARAMS, params)))",
+            "    flat = _POLY(values)",
+            "    J = flat[..., :DIM * DIM].reshape(flat.shape[:-1] + (DIM, DIM))",
+            "    return J, flat[..., DIM * DIM:]"]
     body = "\n".join(out) + "\n"
     return body + checksum_line(body)

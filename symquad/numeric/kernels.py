@@ -150,6 +150,22 @@ class Kernels:
         Q, rho, T, a = self._arrays(Q, rho, T, a)
         return _diffusion_function(self.model, self.form)(Q, rho, T, a)
 
+    def jacobian(self, Q, rho, T, a=None):
+        r"""Exact Jacobian ``J_IJ = ∂f_I/∂X_J`` of the drift in the state order of :attr:`layout`.
+
+        Derived by differentiating the entry route's drift symbolically
+        (:mod:`symquad.symbolic.jacobian`), whatever this kernel's form: its cost
+        grows fast with ``p`` (checked first; ``σ = z²`` reaches ``p ≈ 10``).
+        Shape ``(..., dim, dim)``.
+        """
+        Q, rho, T, a = self._arrays(Q, rho, T, a)
+        return _jacobian_function(self.model)(Q, rho, T, a)[0]
+
+    def risk_gradient(self, Q, rho, T, a=None):
+        """Exact gradient ``∂ε/∂X`` of the population risk in the state order; ``(..., dim)``."""
+        Q, rho, T, a = self._arrays(Q, rho, T, a)
+        return _jacobian_function(self.model)(Q, rho, T, a)[1]
+
     def moments(self, Q, rho, T, a=None):
         """The moment kinds ``(G, Gt, B, R)`` of :mod:`symquad.symbolic.moments` (matrix and
         tensor forms; ``R`` only for a trained readout)."""
@@ -246,6 +262,21 @@ def _diffusion_function(model: Model, form: str):
         batch = np.broadcast_shapes(Q.shape[:-2], rho.shape[:-2], T.shape[:-2], a.shape[:-1])
         return assemble(Q, rho, a, source(Q, rho, T, a), params, trained, batch)
     return D
+
+
+def _jacobian_function(model: Model):
+    """``(J, grad ε)(Q, rho, T, a)`` of `model` from its generated entry-route Jacobian module."""
+    from ..spec import require
+    require(model, "the Jacobian", _DIFFUSION_FIELDS)
+    params = _params(model)
+    b = np.array([float(c) for c in model.teacher_readout])
+
+    def render():
+        from ..codegen.diffusion_render import render_jacobian_entries_module
+        return render_jacobian_entries_module(model)
+    key = model.structure_key + ("_trained" if model.readout_trained else "")
+    mod, _ = _cached("jacobian_entries", key, render, required=("jacobian",))
+    return lambda Q, rho, T, a: mod.jacobian(Q, rho, T, a, b, params)
 
 
 #: Specification fields the diffusion matrix follows (every field of the model).

@@ -232,8 +232,9 @@ class SparsePolynomials:
         rows = _unblob(rows, numpy.int32)
         cols = _unblob(columns, numpy.int32)
         coeff = _unblob(numerators, numpy.float64) / _unblob(denominators, numpy.float64)
-        self.matrix = numpy.zeros((n_polynomials, n_monomials))
-        numpy.add.at(self.matrix, (rows, cols), coeff)
+        from scipy import sparse
+        # (polynomials × monomials), duplicates summed; sparse: Jacobians have ~dim² rows
+        self.matrix = sparse.csr_matrix((coeff, (rows, cols)), shape=(n_polynomials, n_monomials))
         self.used = [v for v in range(self.n_gens) if self.exponents[:, v].any()]
 
     def __call__(self, values):
@@ -245,7 +246,9 @@ class SparsePolynomials:
             top = int(e.max())
             powers = values[..., v, None] ** numpy.arange(top + 1)
             mono *= powers[..., e]
-        return mono @ self.matrix.T
+        flat = mono.reshape(-1, mono.shape[-1])
+        out = numpy.asarray((self.matrix @ flat.T).T)
+        return out.reshape(mono.shape[:-1] + (self.matrix.shape[0],))
 
 
 def entry_generators(generators, Q, rho, T, a, b, params):
