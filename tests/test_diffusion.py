@@ -144,7 +144,7 @@ def test_diffusion_matches_monte_carlo_hermite():
     # z³ − 3z: the covariances are of degree-20 polynomials (heavy tails)
     model = sq.Model(2, 1, 0.05, noise=0.3, activation="z**3 - 3*z", batch_size=2,
                      weight_decay=0.2)
-    assert mc_check(model, n=3_000_000, seed=14, precision=0.07) < 5
+    assert mc_check(model, n=3_000_000, seed=14, precision=0.1, scale=0.5) < 5
 
 
 # ---- wide networks, the hand formula, structure -------------------------------------

@@ -323,7 +323,7 @@ def _assign(name: str, expr, printer) -> list:
     return lines
 
 
-def _sparse_data(gens, polys):
+def _sparse_data(gens, polys, trained):
     """Module lines holding polynomials ``[[(num, den, exponents), ...], ...]`` as compressed arrays.
 
     The monomials are shared by all polynomials (``EXPONENTS``, one row per
@@ -364,7 +364,7 @@ def _sparse_data(gens, polys):
              f"NUMERATORS = {blob(np.array(nums, dtype=np.float64))!r}",
              f"DENOMINATORS = {blob(np.array(dens, dtype=np.float64))!r}",
              "", "_POLY = _engine.SparsePolynomials(GENERATORS, N_MONOMIALS, EXPONENTS, ROWS, "
-             "COLUMNS, NUMERATORS, DENOMINATORS, N_POLYNOMIALS)"]
+             f"COLUMNS, NUMERATORS, DENOMINATORS, N_POLYNOMIALS, trained={bool(trained)!r})"]
     return lines, f"{len(monomials)} monomials, {len(nums)} terms"
 
 
@@ -393,7 +393,7 @@ def render_diffusion_entries_module(model: Model) -> str:
     gens, entries = diffusion_polynomials(model)
     layout = state_layout(model)
     pairs = sorted(entries)
-    data, size = _sparse_data(gens, [entries[key] for key in pairs])
+    data, size = _sparse_data(gens, [entries[key] for key in pairs], model.readout_trained)
     doc = textwrap.dedent(f'''\
         """Entry-by-entry diffusion matrix of {_model_text(model)}.
 
@@ -424,7 +424,7 @@ def render_jacobian_entries_module(model: Model) -> str:
     from ..symbolic.jacobian import jacobian_polynomials
     gens, jac, grad = jacobian_polynomials(model)
     layout = state_layout(model)
-    data, size = _sparse_data(gens, jac + grad)
+    data, size = _sparse_data(gens, jac + grad, model.readout_trained)
     doc = textwrap.dedent(f'''\
         """Jacobian of the drift and gradient of the risk of {_model_text(model)}.
 

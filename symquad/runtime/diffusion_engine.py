@@ -222,33 +222,70 @@ class SparsePolynomials:
     """Many sparse polynomials sharing their monomials: ``P_e(x) = Σ_t c_{et} ∏_v x_v^{E_tv}``.
 
     The monomials are evaluated once (products of per-generator power tables),
-    then every polynomial is a weighted sum of them.
+    then every polynomial is a weighted sum of them.  Generators that do not
+    describe the state (``T``, the teacher readout, the parameters — every name
+    not starting with ``Q_``, ``rho_``, ``inv_Q_`` or, when `trained`, ``a_``) are the same for
+    every element of a batch and from call to call: they are substituted once
+    per set of values, which merges the monomials that differ only in them
+    (the polynomial in the state alone is cached for the last few sets).
     """
 
+    _STATE = ("Q_", "rho_", "a_", "inv_Q_")
+
     def __init__(self, generators, n_monomials, exponents, rows, columns, numerators,
-                 denominators, n_polynomials):
+                 denominators, n_polynomials, trained=True):
+        from scipy import sparse
         self.n_gens = len(generators)
         self.exponents = _unblob(exponents, numpy.uint8).reshape(n_monomials, self.n_gens)
         rows = _unblob(rows, numpy.int32)
         cols = _unblob(columns, numpy.int32)
         coeff = _unblob(numerators, numpy.float64) / _unblob(denominators, numpy.float64)
-        from scipy import sparse
         # (polynomials × monomials), duplicates summed; sparse: Jacobians have ~dim² rows
         self.matrix = sparse.csr_matrix((coeff, (rows, cols)), shape=(n_polynomials, n_monomials))
-        self.used = [v for v in range(self.n_gens) if self.exponents[:, v].any()]
+        state = self._STATE if trained else tuple(x for x in self._STATE if x != "a_")
+        self.state = numpy.array([g.startswith(state) for g in generators])
+        self.constant = ~self.state
+        self._reduced: dict = {}
+
+    def _reduce(self, const_values):
+        """Coefficient matrix and state exponents with the constant generators substituted."""
+        key = tuple(float(v) for v in const_values)
+        hit = self._reduced.get(key)
+        if hit is not None:
+            return hit
+        from scipy import sparse
+        E_const = self.exponents[:, self.constant]
+        factor = numpy.prod(numpy.asarray(const_values, float)[None, :] ** E_const, axis=1)
+        E_state = self.exponents[:, self.state]
+        unique, inverse = numpy.unique(E_state, axis=0, return_inverse=True)
+        merge = sparse.csr_matrix((factor, (numpy.arange(len(factor)), inverse.ravel())),
+                                  shape=(len(factor), len(unique)))
+        matrix = (self.matrix @ merge).tocsr()
+        if len(self._reduced) >= 8:
+            self._reduced.pop(next(iter(self._reduced)))
+        self._reduced[key] = (matrix, unique)
+        return matrix, unique
 
     def __call__(self, values):
         """``values`` (..., n_gens) -> the polynomials (..., n_polynomials)."""
         values = numpy.asarray(values, dtype=float)
-        mono = numpy.ones(values.shape[:-1] + (self.exponents.shape[0],))
-        for v in self.used:
-            e = self.exponents[:, v]
-            top = int(e.max())
-            powers = values[..., v, None] ** numpy.arange(top + 1)
-            mono *= powers[..., e]
-        flat = mono.reshape(-1, mono.shape[-1])
-        out = numpy.asarray((self.matrix @ flat.T).T)
-        return out.reshape(mono.shape[:-1] + (self.matrix.shape[0],))
+        flat = values.reshape(-1, self.n_gens)
+        const = flat[:, self.constant]
+        if len(flat) and numpy.all(const == const[:1]):
+            matrix, E = self._reduce(const[0])
+            vals = flat[:, self.state]
+        else:                      # constants vary across the batch: the full polynomials
+            matrix, E, vals = self.matrix, self.exponents, flat
+        mono = numpy.ones((len(flat), E.shape[0]))
+        for v in range(E.shape[1]):
+            e = E[:, v]
+            top = int(e.max()) if e.size else 0
+            if top == 0:
+                continue
+            powers = vals[:, v, None] ** numpy.arange(top + 1)
+            mono *= powers[:, e]
+        out = numpy.asarray((matrix @ mono.T).T)
+        return out.reshape(values.shape[:-1] + (matrix.shape[0],))
 
 
 def entry_generators(generators, Q, rho, T, a, b, params):
