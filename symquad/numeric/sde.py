@@ -52,7 +52,7 @@ from .layout import state_layout
 __all__ = ["simulate_sde", "DEFAULT_DT", "RELATIVE_STEP", "sde_form", "MAX_SDE_DIM"]
 
 #: Largest SDE time step (time unit ``t = steps/N``).
-DEFAULT_DT = 0.05
+DEFAULT_DT = 0.2
 #: Largest relative change of a state entry through the drift in one step.
 RELATIVE_STEP = 0.01
 #: Largest state dimension the SDE accepts (a ``dim × dim`` eigendecomposition per

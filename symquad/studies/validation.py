@@ -782,7 +782,7 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start=None, seed=0, *,
              escape_fraction=0.5, overlap=0.5, alpha=ALPHA, fss=True, fss_N=None,
              fss_t_max=None, fss_replicas=None, fss_start="informed", invariant=True,
              invariant_N=(250, 500, 1000, 2000), invariant_replicas=16, workers=1,
-             progress=False):
+             progress=False, whole_run=True):
     r"""Compare SGD with the ODE theory for `model`; return a :class:`ValidationReport`.
 
     The report carries a PASS/FAIL verdict (``report.passed``,
@@ -857,6 +857,10 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start=None, seed=0, *,
         process (e.g. a pool worker) the studies always run serially.
     progress : bool
         tqdm progress bars (main comparison only when studies run in workers).
+    whole_run : bool
+        Add the whole-run criteria (:mod:`symquad.studies.whole_run`): SGD
+        against the order-parameter SDE from the same starts, and the replica
+        spread against the linear-noise prediction.
 
     Returns
     -------
@@ -965,6 +969,13 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start=None, seed=0, *,
     if skipped:
         numbers["invariant_drift_skipped"] = skipped
     numbers["verdict"] = _decide(numbers, replicas, alpha)
+    if whole_run:
+        from .whole_run import add_whole_run
+        tick = time.perf_counter()
+        numbers["verdict"] = add_whole_run(numbers, model, run.t, run.Q[ok], run.rho[ok],
+                                           run.risk[ok], run.T, N, alpha, seed=seed,
+                                           shared=shared)
+        phases["whole_run"] = time.perf_counter() - tick
     numbers["runtime_s"] = time.perf_counter() - t_start
     numbers["runtime_phases_s"] = phases
 
@@ -1136,7 +1147,7 @@ def _as_trajectories(model, t, Q, rho, T):
 
 
 def compare(model, t, Q, rho, T=None, *, band=(2.5, 97.5), escape_fraction=0.5, escape=None,
-            alpha=ALPHA, progress=False) -> ValidationReport:
+            alpha=ALPHA, progress=False, N=None, whole_run=None, seed=0) -> ValidationReport:
     r"""Compare trajectories you supply with the ODE theory of `model`: report and verdict.
 
     For each replica the ODE is integrated from that replica's own first
@@ -1172,6 +1183,13 @@ def compare(model, t, Q, rho, T=None, *, band=(2.5, 97.5), escape_fraction=0.5, 
     progress : bool
         Accepted for symmetry with :func:`validate` (the ODE solve of all
         replicas is one batched call).
+    N : int, optional
+        The input dimension of the data: needed by the whole-run criteria.
+    whole_run : bool, optional
+        Add the whole-run criteria (:mod:`symquad.studies.whole_run`; default:
+        when `N` is given).
+    seed : int
+        Seed of the SDE ensemble of the whole-run criteria.
 
     Returns
     -------
@@ -1203,10 +1221,19 @@ def compare(model, t, Q, rho, T=None, *, band=(2.5, 97.5), escape_fraction=0.5, 
         model, t, Q, rho, risk, np.ones(R, bool), T, band=band,
         escape_fraction=escape_fraction, escape=escape, progress=progress)
     numbers["verdict"] = _decide(numbers, R, alpha)
+    if whole_run is None:
+        whole_run = N is not None
+    if whole_run:
+        if N is None:
+            raise ValueError("whole_run=True needs N (the input dimension of the data)")
+        from .whole_run import add_whole_run
+        numbers["verdict"] = add_whole_run(numbers, model, t, Q, rho, risk, T,
+                                           _check_int(N, "N", 1), alpha, seed=seed,
+                                           shared=shared)
     total = time.perf_counter() - t_start
     numbers["runtime_s"] = total
     numbers["runtime_phases_s"] = {"ode": t_ode, "analysis": total - t_ode}
-    config = {**_model_config(model), "source": "user data", "N": None,
+    config = {**_model_config(model), "source": "user data", "N": N,
               "t_max": float(t[-1]), "replicas": R, "n_times": int(t.size),
               "T_is_identity": bool(np.array_equal(T, np.eye(model.p_star))),
               "replicas_share_ode": bool(shared), "alpha": alpha,
