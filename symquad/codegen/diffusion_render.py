@@ -422,9 +422,9 @@ def render_jacobian_entries_module(model: Model) -> str:
     """The exact Jacobian of the drift and the gradient of the risk, entry route (one structure)."""
     from ..numeric.layout import state_layout
     from ..symbolic.jacobian import jacobian_polynomials
-    gens, jac, grad = jacobian_polynomials(model)
+    gens, jac, grad, hess = jacobian_polynomials(model)
     layout = state_layout(model)
-    data, size = _sparse_data(gens, jac + grad, model.readout_trained)
+    data, size = _sparse_data(gens, jac + grad + hess, model.readout_trained)
     doc = textwrap.dedent(f'''\
         """Jacobian of the drift and gradient of the risk of {_model_text(model)}.
 
@@ -441,11 +441,13 @@ def render_jacobian_entries_module(model: Model) -> str:
     out += data
     out += ["", "",
             "def jacobian(Q, rho, T, a, b, params):",
-            '    """(J, grad risk): shapes (..., DIM, DIM) and (..., DIM)."""',
+            '    """(J, grad risk, Hessian of the risk): (..., DIM, DIM), (..., DIM), (..., DIM, DIM)."""',
             "    values = _engine.entry_generators(GENERATORS, Q, rho, T, a, b, "
             "dict(zip(PARAMS, params)))",
             "    flat = _POLY(values)",
-            "    J = flat[..., :DIM * DIM].reshape(flat.shape[:-1] + (DIM, DIM))",
-            "    return J, flat[..., DIM * DIM:]"]
+            "    n = DIM * DIM",
+            "    J = flat[..., :n].reshape(flat.shape[:-1] + (DIM, DIM))",
+            "    H = flat[..., n + DIM:].reshape(flat.shape[:-1] + (DIM, DIM))",
+            "    return J, flat[..., n:n + DIM], H"]
     body = "\n".join(out) + "\n"
     return body + checksum_line(body)

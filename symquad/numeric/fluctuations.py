@@ -10,7 +10,9 @@ order in ``N^{-1/2}`` (van Kampen's system-size expansion) gives a linear SDE
 .. math::  \dot Σ = J Σ + Σ J^T + D, \qquad J = ∂f/∂X \text{ (exact, } \text{Kernels.jacobian)} .
 
 Then ``Cov[X(t)] ≈ Σ(t)/N`` and the risk spreads by
-``Var ε ≈ ∇εᵀ Σ ∇ε / N`` (``∇ε`` exact, :meth:`Kernels.risk_gradient`).
+``Var ε ≈ ∇εᵀ Σ ∇ε / N + ½ tr(HΣHΣ)/N²`` (``∇ε``, ``H`` exact,
+:meth:`Kernels.risk_gradient`, :meth:`Kernels.risk_hessian`; the second term is the
+spread near a minimum, where ``∇ε → 0``).
 
 **Validity.**  The expansion needs ``ζ/√N`` to stay small compared with the scale
 on which ``f`` and ``D`` change: it holds at all times along trajectories that
@@ -63,6 +65,8 @@ class Fluctuations:
     layout : StateLayout
     risk_gradient : ndarray (n, dim)
         ``∂ε/∂X`` along ``x(t)``.
+    risk_hessian : ndarray (n, dim, dim)
+        ``∂²ε/∂X∂X`` along ``x(t)``.
     """
 
     model: object
@@ -75,6 +79,7 @@ class Fluctuations:
     covariance: np.ndarray = field(repr=False)
     layout: StateLayout = field(repr=False)
     risk_gradient: np.ndarray = field(repr=False)
+    risk_hessian: np.ndarray = field(repr=False)
 
     @property
     def state_covariance(self) -> np.ndarray:
@@ -83,10 +88,20 @@ class Fluctuations:
 
     @property
     def risk_std(self) -> np.ndarray:
-        """Predicted spread of the risk across replicas, ``√(∇εᵀ Σ ∇ε / N)``; (n,)."""
-        g = self.risk_gradient
-        var = np.einsum("ti,tij,tj->t", g, self.covariance, g) / self.N
-        return np.sqrt(np.maximum(var, 0.0))
+        r"""Predicted spread of the risk across replicas; (n,).
+
+        With ``X = x + ζ/√N``, ``ζ ~ N(0, Σ)``: ``ε(X) = ε + gᵀζ/√N + ½ ζᵀHζ/N + …`` and
+
+        .. math::  \mathrm{Var}\,ε = g^T Σ g / N + \tfrac12 \operatorname{tr}(HΣHΣ)/N^2 ,
+
+        the second term (Gaussian ``ζ``; the cross term vanishes by symmetry) being
+        what remains near a minimum of the risk, where ``g → 0``.
+        """
+        g, H, S = self.risk_gradient, self.risk_hessian, self.covariance
+        first = np.einsum("ti,tij,tj->t", g, S, g) / self.N
+        HS = H @ S
+        second = 0.5 * np.einsum("tij,tji->t", HS, HS) / self.N**2
+        return np.sqrt(np.maximum(first + second, 0.0))
 
     @property
     def state_std(self) -> np.ndarray:
@@ -112,7 +127,7 @@ class Fluctuations:
         """The same prediction at another ``N`` (``Σ`` does not depend on it)."""
         N = check_int(N, "N", 1)
         return Fluctuations(self.model, N, self.t, self.Q, self.rho, self.readout, self.risk,
-                            self.covariance, self.layout, self.risk_gradient)
+                            self.covariance, self.layout, self.risk_gradient, self.risk_hessian)
 
     def __repr__(self) -> str:
         return (f"Fluctuations(N={self.N}, {len(self.t)} times in [{self.t[0]:.3g}, "
@@ -248,4 +263,5 @@ def fluctuations(model, Q0, rho0, T, N, t_eval, start: str = "fixed", q0: float 
     Q, rho, a = lay.unpack(X)
     risk = np.asarray(k.risk(Q, rho, T, a), dtype=float).reshape(-1)
     grad = k.risk_gradient(Q, rho, T, a)
-    return Fluctuations(model, N, sol.t, Q, rho, a, risk, S, lay, grad)
+    hess = k.risk_hessian(Q, rho, T, a)
+    return Fluctuations(model, N, sol.t, Q, rho, a, risk, S, lay, grad, hess)

@@ -166,6 +166,11 @@ class Kernels:
         Q, rho, T, a = self._arrays(Q, rho, T, a)
         return _jacobian_function(self.model)(Q, rho, T, a)[1]
 
+    def risk_hessian(self, Q, rho, T, a=None):
+        """Exact Hessian ``∂²ε/∂X∂X`` of the population risk in the state order; ``(..., dim, dim)``."""
+        Q, rho, T, a = self._arrays(Q, rho, T, a)
+        return _jacobian_function(self.model)(Q, rho, T, a)[2]
+
     def moments(self, Q, rho, T, a=None):
         """The moment kinds ``(G, Gt, B, R)`` of :mod:`symquad.symbolic.moments` (matrix and
         tensor forms; ``R`` only for a trained readout)."""

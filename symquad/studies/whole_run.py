@@ -52,6 +52,11 @@ MIN_REPLICAS = 16
 STATISTICS = ("risk", "tr Q / p", "|rho|_F^2", "tr (rho^T rho)^2", "tr Q^2 / p")
 #: LNA criterion: largest relative standard error of the replicas' variance.
 _LNA_PRECISION = 0.25
+#: LNA criterion: tested while the predicted spread of every state entry is at most this
+#: fraction of the state's scale (the expansion parameter of the linearisation).
+_LNA_VALIDITY = 0.05
+#: ... and while the second-order term of the risk's variance is at most this fraction.
+_LNA_SECOND_ORDER = 0.05
 
 
 def invariant_statistics(risk, Q, rho):
@@ -186,6 +191,26 @@ def _lna_numbers(model, t, sgd_Q, sgd_rho, sgd_risk, T, N, idx, form):
     except (ValueError, ArithmeticError) as exc:        # too large for the entry route, ...
         return {"applies": False, "reason": f"no linear-noise prediction: {exc}"}
     kernels(model)
+    # the expansion's own validity: the predicted spread of the state small against the
+    # state (beyond it — e.g. along a flat manifold of minima, where Σ grows linearly —
+    # the linearisation has broken down and is not tested)
+    X = fl.layout.pack(fl.Q, fl.rho, fl.readout)
+    small = np.max(fl.state_std, axis=1) <= _LNA_VALIDITY * np.maximum(
+        1.0, np.max(np.abs(X), axis=1))
+    # ... and the risk's spread first order in ζ: near a curved manifold of minima the
+    # quadratic term takes over and the straight-line displacements of the linearisation
+    # leave the manifold (measured: the replicas' variance falls to 0.4 of the prediction)
+    g, H, S = fl.risk_gradient, fl.risk_hessian, fl.covariance
+    first = np.einsum("ti,tij,tj->t", g, S, g) / N
+    HS = H @ S
+    second = 0.5 * np.einsum("tij,tji->t", HS, HS) / N**2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        linear = second <= _LNA_SECOND_ORDER * (first + second)
+    idx = idx[small[idx] & linear[idx]]
+    if len(idx) < 3:
+        return {"applies": False, "reason": f"the linear-noise expansion is valid (state "
+                f"spread <= {_LNA_VALIDITY:.0%} of the state, second-order part of the risk's "
+                f"variance <= {_LNA_SECOND_ORDER:.0%}) at fewer than 3 tested times"}
     pred = fl.risk_std[idx] ** 2
     x = sgd_risk[:, idx]
     R = x.shape[0]

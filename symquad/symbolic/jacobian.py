@@ -1,4 +1,4 @@
-r"""The exact Jacobian of the drift and the gradient of the risk (entry route).
+r"""The exact Jacobian of the drift, the gradient and the Hessian of the risk (entry route).
 
 The linear-noise approximation (:func:`symquad.fluctuations`) needs
 ``J = ∂f/∂X`` along the ODE and ``∇ε`` to turn the covariance of the state into
@@ -78,10 +78,11 @@ def _terms(element):
 
 
 def jacobian_polynomials(model: Model):
-    """``(generators, J, grad)``: the Jacobian and the risk gradient as sparse polynomials.
+    """``(generators, J, grad, hess)``: Jacobian, risk gradient and risk Hessian as sparse polynomials.
 
     ``J`` is a list of ``dim²`` polynomials (row ``I`` = ``f_I``, column ``J`` =
-    state entry ``X_J``, row by row), ``grad`` of ``dim``; each a list of
+    state entry ``X_J``, row by row), ``grad`` of ``dim``, ``hess`` of ``dim²``
+    (``∂²ε/∂X_I∂X_J`` row by row); each a list of
     ``(numerator, denominator, exponents over generators)``.  Only the model's
     structure matters (cached); the entry route's size is checked first.
     """
@@ -112,5 +113,7 @@ def _jacobian_polynomials(model: Model):
     drift = [ring.convert(sp.expand(f)) for f in drift]
     jac = [_terms(ring.derivative(f, x)) for f in drift for x in state]
     r = ring.convert(sp.expand(risk))
-    grad = [_terms(ring.derivative(r, x)) for x in state]
-    return [str(g) for g in ring.gens], jac, grad
+    first = [ring.derivative(r, x) for x in state]
+    grad = [_terms(g) for g in first]
+    hess = [_terms(ring.derivative(g, y)) for g in first for y in state]
+    return [str(g) for g in ring.gens], jac, grad, hess
