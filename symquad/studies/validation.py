@@ -120,6 +120,11 @@ tested (``report.verdict`` is ``"PASS"``, ``"FAIL"`` or ``"INCONCLUSIVE"``;
    Not tested when fewer than half of the replicas escaped in both.
 5. **Divergence** (``divergence``): SGD and the ODE diverge in the same
    replicas, up to 10 % of them.
+6. **Whole run** (``whole_run_law``, ``lna_spread``; ``whole_run=True``, and
+   :func:`compare` given ``N``): the replicas against the order-parameter SDE
+   from the same starts, and their spread against the linear-noise
+   prediction — see :mod:`symquad.studies.whole_run`, which also says how they
+   enter the verdict.
 
 Calibration (tests/test_validation_verdict.py): the default model passes;
 the same SGD data compared with the ODE of a model whose learning rate is
