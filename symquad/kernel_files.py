@@ -54,6 +54,9 @@ GENERATOR_SOURCES = (
     "symbolic/matrix_form.py", "symbolic/quadforms.py",
     "codegen/printer.py", "codegen/render.py", "codegen/tensor_render.py",
     "codegen/assembly.py", "codegen/matrix_block.py", "runtime/tensor_engine.py",
+    "symbolic/diffusion.py", "symbolic/diffusion_matrix.py", "symbolic/diffusion_tensor.py",
+    "symbolic/jacobian.py", "codegen/diffusion_render.py", "runtime/diffusion_engine.py",
+    "numeric/layout.py",
 )
 
 

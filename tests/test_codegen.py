@@ -114,7 +114,11 @@ def test_generated_files_have_banner_checksum_and_numpy_only_imports():
         imports = [l for l in text.splitlines() if l.startswith(("import ", "from "))]
         # numpy, and the hand-written runtime the tensor and matrix modules import
         assert set(imports) <= {"import numpy",
-                                "from symquad.runtime import tensor_engine as _engine"}, \
+                                "from symquad.runtime import tensor_engine as _engine",
+                                "from symquad.runtime import diffusion_engine as _engine",
+                                "from symquad.runtime.diffusion_engine import WordGather "
+                                "as _WordGather",
+                                "from symquad.runtime.diffusion_engine import gather as _g"}, \
             (f.name, imports)
         if f.name != "__init__.py":
             assert verify_checksum(text), f.name

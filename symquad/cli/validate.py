@@ -105,6 +105,9 @@ def register(subparsers) -> None:
     ps.add_argument("--no-fss", action="store_true", help="skip the finite-size scaling")
     ps.add_argument("--no-invariant", action="store_true",
                     help="skip the finite-N drift study of the invariant S = ρ(ρᵀρ)^(-1/2)")
+    ps.add_argument("--no-whole-run", action="store_true",
+                    help="skip the whole-run criteria (SGD vs the order-parameter SDE from "
+                         "the same starts, replica spread vs the linear-noise prediction)")
     ps.add_argument("--workers", type=_positive_int, default=1,
                     help="processes: > 1 runs the finite-size scaling and the drift study "
                          "in worker processes beside the main comparison (pays on idle cores; "
@@ -255,7 +258,7 @@ def _simulation_kwargs(args) -> dict:
     kwargs.setdefault("method", "reduced")
     kwargs.setdefault("seed", 0)
     kwargs.update(fss=not args.no_fss, invariant=not args.no_invariant, workers=args.workers,
-                  progress=not args.no_progress)
+                  progress=not args.no_progress, whole_run=not args.no_whole_run)
     return kwargs
 
 

@@ -334,10 +334,13 @@ def render_all() -> dict:
     """``{relative path under symquad/_generated: text}`` of every committed generated file."""
     from ..symbolic.latex_outputs import render_tex_files
     from .assembly import render_assembly_module
+    from .diffusion_render import render_diffusion_assembly, render_diffusion_matrix_module
     from .matrix_block import render_uniform_matrix_module
     files = {"quadratic_matrix.py": render_matrix_module(),
              "quadratic_matrix_uniform.py": render_uniform_matrix_module(),
-             "assembly.py": render_assembly_module()}
+             "assembly.py": render_assembly_module(),
+             "diffusion_assembly.py": render_diffusion_assembly(),
+             "diffusion_matrix.py": render_diffusion_matrix_module()}
     for model in CANONICAL_ENTRY_MODELS:
         files[entries_module_name(model) + ".py"] = render_entries_module(model)
     files.update(render_tex_files())

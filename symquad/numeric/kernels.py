@@ -115,6 +115,8 @@ class Kernels:
     blocks : tuple of str
         The state blocks :meth:`rhs` returns derivatives of: ``("Q", "rho")``,
         plus ``"a"`` when the readout is trained.
+    layout : StateLayout
+        The order of the state vector (rows and columns of :meth:`diffusion`).
     """
 
     model: Model
@@ -139,6 +141,11 @@ class Kernels:
     @property
     def blocks(self) -> tuple:
         return ("Q", "rho", "a") if self.model.readout_trained else ("Q", "rho")
+
+    @property
+    def layout(self):
+        from .layout import state_layout
+        return state_layout(self.model)
 
     def _arrays(self, Q, rho, T, a):
         # complex input refused (never truncated); non-finite allowed inside solvers
@@ -187,6 +194,42 @@ class Kernels:
         else:
             out = self._risk(Q, rho, T, readout, self._exact[1])
         return float(out) if np.ndim(out) == 0 else out
+
+    def diffusion(self, Q, rho, T, a=None):
+        r"""Diffusion matrix ``D`` of the order parameters at ``(Q, ρ, T)`` (and ``a``).
+
+        ``D_XY = Cov[φ_X, φ_Y]/b``, the covariance of the per-sample increments
+        of one SGD step (:mod:`symquad.symbolic.diffusion`): over a unit of time
+        the state ``X`` (:attr:`layout`: upper triangle of ``Q`` row by row, ``ρ``
+        row-major, ``a`` when trained) moves by ``f dt + √(D/N) dB``.  Returns
+        shape ``(..., dim, dim)``, symmetric positive semi-definite; leading batch
+        dimensions allowed.  The first call of a form generates its module if
+        needed (tensor: once per activation pair, entries: once per structure;
+        both check their size first).
+        """
+        Q, rho, T, a = self._arrays(Q, rho, T, a)
+        return _diffusion_function(self.model, self.form)(Q, rho, T, a)
+
+    def jacobian(self, Q, rho, T, a=None):
+        r"""Exact Jacobian ``J_IJ = ∂f_I/∂X_J`` of the drift in the state order of :attr:`layout`.
+
+        Derived by differentiating the entry route's drift symbolically
+        (:mod:`symquad.symbolic.jacobian`), whatever this kernel's form: its cost
+        grows fast with ``p`` (checked first; ``σ = z²`` reaches ``p ≈ 10``).
+        Shape ``(..., dim, dim)``.
+        """
+        Q, rho, T, a = self._arrays(Q, rho, T, a)
+        return _jacobian_function(self.model)(Q, rho, T, a)[0]
+
+    def risk_gradient(self, Q, rho, T, a=None):
+        """Exact gradient ``∂ε/∂X`` of the population risk in the state order; ``(..., dim)``."""
+        Q, rho, T, a = self._arrays(Q, rho, T, a)
+        return _jacobian_function(self.model)(Q, rho, T, a)[1]
+
+    def risk_hessian(self, Q, rho, T, a=None):
+        """Exact Hessian ``∂²ε/∂X∂X`` of the population risk in the state order; ``(..., dim, dim)``."""
+        Q, rho, T, a = self._arrays(Q, rho, T, a)
+        return _jacobian_function(self.model)(Q, rho, T, a)[2]
 
     def moments(self, Q, rho, T, a=None):
         """The moment kinds ``(G, Gt, B, R)`` of :mod:`symquad.symbolic.moments` (matrix and
@@ -265,6 +308,108 @@ def _write_and_load(path, name, text, required, distrust=None):
         warnings.warn(f"{distrust}; it was not executed, the kernel was regenerated into a "
                       f"fresh file", RuntimeWarning, stacklevel=5)
     return load_module_text(text, name, str(path), required), str(path)
+
+
+def _diffusion_function(model: Model, form: str):
+    """``D(Q, rho, T, a)`` of `model` in `form` (modules loaded once, see :func:`kernels`)."""
+    params = _params(model)
+    b = np.array([float(c) for c in model.teacher_readout])
+    trained = model.readout_trained
+    if form == "entries":
+        from .._generated import ENTRY_MODULES  # noqa: F401 - the registry is imported first
+        from ..spec import require
+        require(model, "the diffusion matrix", _DIFFUSION_FIELDS)
+
+        def render():
+            from ..codegen.diffusion_render import render_diffusion_entries_module
+            return render_diffusion_entries_module(model)
+        key = model.structure_key + ("_trained" if trained else "")
+        mod, _ = _cached("diffusion_entries", key, render, required=("diffusion",))
+        return lambda Q, rho, T, a: mod.diffusion(Q, rho, T, a, b, params)
+    assembly, _ = _committed("diffusion_assembly", required=("diffusion_none",
+                                                             "diffusion_sphere"))
+    assemble = assembly.DIFFUSION[model.constraint]
+    names = assembly.KINDS[(model.constraint, trained)]
+    if form == "matrix":
+        mod, _ = _committed("diffusion_matrix", required=("kinds",))
+        act = tuple(float(c[j]) for c, j in ((model.activation, 2), (model.teacher_activation, 2),
+                                              (model.activation, 0),
+                                              (model.teacher_activation, 0)))
+
+        def source(Q, rho, T, a):
+            return mod.kinds(Q, rho, T, a, b, model.noise, *act)
+    else:
+        mod = _diffusion_tensor_module(model)
+
+        def source(Q, rho, T, a):
+            return mod.kinds(Q, rho, T, a, b, model.noise, names)
+
+    def D(Q, rho, T, a):
+        batch = np.broadcast_shapes(Q.shape[:-2], rho.shape[:-2], T.shape[:-2], a.shape[:-1])
+        return assemble(Q, rho, a, source(Q, rho, T, a), params, trained, batch)
+    return D
+
+
+def _jacobian_function(model: Model):
+    """``(J, grad ε)(Q, rho, T, a)`` of `model` from its generated entry-route Jacobian module."""
+    from ..spec import require
+    require(model, "the Jacobian", _DIFFUSION_FIELDS)
+    params = _params(model)
+    b = np.array([float(c) for c in model.teacher_readout])
+
+    def render():
+        from ..codegen.diffusion_render import render_jacobian_entries_module
+        return render_jacobian_entries_module(model)
+    key = model.structure_key + ("_trained" if model.readout_trained else "")
+    mod, _ = _cached("jacobian_entries", key, render, required=("jacobian",))
+    return lambda Q, rho, T, a: mod.jacobian(Q, rho, T, a, b, params)
+
+
+#: Specification fields the diffusion matrix follows (every field of the model).
+_DIFFUSION_FIELDS = ("teacher_activation", "readout", "teacher_readout", "lr_readout",
+                     "weight_decay", "batch_size", "constraint")
+
+
+#: Largest activation degree (student or teacher) of the tensor-route diffusion: its
+#: multigraph plan grows steeply with the degree — for z³ − 3z the largest kind has
+#: 127285 multigraphs (563 orbits, 24 s to derive), for z² 1706 (17 orbits); degree 4
+#: would have millions.
+MAX_TENSOR_DIFFUSION_DEGREE = 3
+
+
+def check_tensor_diffusion_size(model: Model) -> None:
+    """Refuse, before any work, a tensor-route diffusion whose plan would be too large.
+
+    Cost law: the largest kind, ``E[σ'σ'σ'σ' δ⁴]``, is a sum over multigraphs on
+    4 external and 4 summed vertices, each a contraction of cost up to
+    ``O(p⁴ n⁴)`` (``n = p + p*``); ``D`` has ``O(p⁴)`` entries.
+    """
+    deg = max(model.degree, model.teacher_degree)
+    if deg > MAX_TENSOR_DIFFUSION_DEGREE:
+        raise ValueError(
+            f"the tensor-route diffusion matrix supports activations of degree <= "
+            f"{MAX_TENSOR_DIFFUSION_DEGREE} (its 8-point multigraph plan grows too fast), got "
+            f"degree {deg} ({model.activation_str!r}, teacher {model.teacher_activation_str!r}); "
+            f"use form='entries' (small p) or a quadratic activation (form='matrix')")
+    n = model.p + model.p_star
+    if model.p ** 4 * n ** 4 > 10 ** 12:
+        raise ValueError(
+            f"the tensor-route diffusion matrix costs O(p^4 (p+p*)^4) = "
+            f"{model.p ** 4 * n ** 4:.2g} operations per term at p={model.p}, "
+            f"p_star={model.p_star} (limit 1e12); use a quadratic activation (form='matrix', "
+            f"any width) or a smaller p")
+
+
+def _diffusion_tensor_module(model: Model):
+    check_tensor_diffusion_size(model)
+
+    def render():
+        from ..codegen.diffusion_render import render_diffusion_tensor_module
+        from ..kernel_files import generator_version
+        return render_diffusion_tensor_module(model.activation, model.teacher_activation,
+                                              generator=generator_version())
+    mod, _ = _cached("diffusion_tensor", activation_key(model), render, required=("kinds",))
+    return mod
 
 
 def _assembly():

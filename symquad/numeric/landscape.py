@@ -50,8 +50,9 @@ __all__ = [
     "POINTS", "PlateauFixedPoint", "EscapePrediction",
     "overlaps", "weight_risk", "weight_hessian", "sign_counts",
     "critical_weights", "gradient_flow_plateau_q", "minimum_overlaps", "minimum_risk",
-    "plateau", "rho_diffusion", "escape_threshold", "escape_times",
-    "escape_time", "escape_prediction", "noisy_floor", "random_start", "ode_escape_times",
+    "plateau", "rho_diffusion", "plateau_rho_diffusion", "escape_threshold", "escape_times",
+    "escape_time", "escape_prediction", "sde_escape_prediction", "ESCAPE_METHODS",
+    "noisy_floor", "random_start", "ode_escape_times",
 ]
 
 #: Names of the critical points handled by the landscape functions.
@@ -695,6 +696,24 @@ def rho_diffusion(m: Model, q):
     return eta ** 2 * alpha ** 2 * moment / m.batch_size
 
 
+def plateau_rho_diffusion(m: Model, q):
+    r"""The SGD noise of ρ at ``ρ = 0``, ``Q = q I``, ``T = I`` from the diffusion matrix.
+
+    ``D_{ρ_km ρ_km}`` of :meth:`symquad.numeric.kernels.Kernels.diffusion` (the
+    covariance of the per-sample increments, derived symbolically for every
+    field of the model), averaged over the entries of ρ (they are equal by
+    isotropy); for the classic model it equals the hand formula
+    :func:`rho_diffusion` (``tests/test_diffusion.py``).  Vectorised over `q`.
+    """
+    q = np.atleast_1d(np.asarray(q, dtype=float))
+    k = kernels(m)
+    lay = k.layout
+    D = k.diffusion(q[:, None, None] * np.eye(m.p), np.zeros(q.shape + (m.p, m.p_star)),
+                    _identity_teacher(m))
+    block = lay.slices()["rho"]
+    return np.mean(np.diagonal(D[..., block, block], axis1=-2, axis2=-1), axis=-1)
+
+
 # --------------------------------------------------------------------------- escape times
 def escape_threshold(m: Model, fraction: float = 0.5, fp: PlateauFixedPoint | None = None):
     """Risk level ``ε_pl − fraction·(ε_pl − ε_min)`` whose first crossing defines escape.
@@ -842,6 +861,7 @@ class EscapePrediction:
     seed_noise: float
     threshold: float
     sgd_noise: bool = True
+    method: str = "plateau"
 
     def quantile(self, qs):
         """Quantiles of the predicted escape time (samples that never escaped are ignored)."""
@@ -862,9 +882,10 @@ class EscapePrediction:
 
     def __repr__(self) -> str:
         lo, _, hi = self.quartiles
-        who = "SGD" if self.sgd_noise else "ODE"
+        who = ("SDE" if self.method == "sde" else "SGD") if self.sgd_noise else "ODE"
         return (f"EscapePrediction({who}, N={self.N}: median t_esc {self.median:.4g}, "
                 f"quartiles [{lo:.4g}, {hi:.4g}], kappa {self.rate:.4g}, "
+                f"escaped {np.mean(np.isfinite(self.samples)):.0%}, "
                 f"c {self.log_prefactor:.4g}, {self.n_samples} samples; {self.model!r})")
 
 
@@ -937,7 +958,8 @@ def escape_prediction(m: Model, N: int, q0: float = 1.0, sgd_noise: bool = True,
     lin = np.cumprod(norms < 100 * norms[0]).astype(bool)
     if sgd_noise:
         q_t = np.trace(Q[0], axis1=-2, axis2=-1) / p
-        J = float(_spint.trapezoid(rho_diffusion(m, q_t[lin]) * np.exp(-2 * G[lin]), t[lin]))
+        J = float(_spint.trapezoid(plateau_rho_diffusion(m, q_t[lin]) * np.exp(-2 * G[lin]),
+                                   t[lin]))
     else:
         J = 0.0
     sigma2 = q0 + J
@@ -1021,10 +1043,23 @@ def ode_escape_times(m: Model, Q0, rho0, t_max: float, fraction: float = 0.5,
 
 def escape_time(m: Model, N: int, q0: float = 1.0, sgd_noise: bool = True,
                 n_samples: int = 256, seed: int = 0, fraction: float = 0.5,
-                delta: float = 1e-4, n_eval: int = 6000, Z=None) -> EscapePrediction:
+                delta: float = 1e-4, n_eval: int = 6000, Z=None, *, method: str = "plateau",
+                t_max: float | None = None, threshold: float | None = None,
+                dt: float | None = None, form: str | None = None) -> EscapePrediction:
     r"""Predicted escape time from a random start: median, quantiles and samples.
 
-    The law comes from the linearisation at the plateau and the statistics of ρ(0).
+    Two laws (`method`):
+
+    * ``"plateau"`` (default; ``σ = c z²``, classic model): from the
+      linearisation at the plateau and the statistics of ρ(0), below;
+    * ``"sde"`` (any model): first-passage times of `n_samples` runs of the
+      order-parameter SDE (``simulate(method="sde")``) from the exact law of the
+      random start ``w_k ~ N(0, I_N)``, ``T = I`` — the O(1) random part of the
+      escape included, at a cost independent of ``N``.  Needs ``t_max`` (and
+      ``threshold`` when the model has no closed-form plateau, i.e. a
+      non-quadratic activation); runs that have not escaped by ``t_max`` are
+      censored (``samples = inf``), so the quantiles stay unbiased while more
+      than that fraction escaped.
 
     Model of the escape (T = I, start ``w_k ~ N(0, q0 I)``):
 
@@ -1077,6 +1112,18 @@ def escape_time(m: Model, N: int, q0: float = 1.0, sgd_noise: bool = True,
     Z : array (n, p, p*), optional
         Directions to use instead of a fresh Gaussian sample, e.g.
         ``ρ(0)·√(N/q0)`` of realised starts for a paired comparison.
+    method : {"plateau", "sde"}
+        See above.  The plateau law's SGD-noise seed ``J`` uses the diffusion
+        matrix of the model (:func:`plateau_rho_diffusion`).
+    t_max : float, optional
+        ``method="sde"``: the horizon (default for quadratic models: four times
+        the plateau law's upper quartile).
+    threshold : float, optional
+        ``method="sde"``: the risk level whose first crossing is the escape
+        (default :func:`escape_threshold` with `fraction`, quadratic models).
+    dt, form
+        ``method="sde"``: the SDE's largest step and kernels (see
+        :func:`symquad.simulate`).
 
     Returns
     -------
@@ -1088,8 +1135,70 @@ def escape_time(m: Model, N: int, q0: float = 1.0, sgd_noise: bool = True,
     """
     _check_escape_model(m, sgd_noise)
     _check_int(N, "N", m.p + m.p_star)
+    if method not in ESCAPE_METHODS:
+        raise ValueError(f"method must be one of {ESCAPE_METHODS}, got {method!r}")
+    if method == "sde":
+        return sde_escape_prediction(m, N, q0=q0, sgd_noise=sgd_noise, n_samples=n_samples,
+                                     seed=seed, fraction=fraction, n_eval=n_eval, Z=Z,
+                                     t_max=t_max, threshold=threshold, dt=dt, form=form)
+    if t_max is not None or threshold is not None or dt is not None or form is not None:
+        raise ValueError("t_max, threshold, dt and form apply to method='sde' only")
     return escape_prediction(m, N, q0=q0, sgd_noise=sgd_noise, n_samples=n_samples, seed=seed,
                              fraction=fraction, delta=delta, n_eval=n_eval, Z=Z)
+
+
+#: Laws of :func:`escape_time`.
+ESCAPE_METHODS = ("plateau", "sde")
+
+
+def sde_escape_prediction(m: Model, N: int, q0: float = 1.0, sgd_noise: bool = True,
+                          n_samples: int = 256, seed: int = 0, fraction: float = 0.5,
+                          n_eval: int = 6000, Z=None, t_max=None, threshold=None, dt=None,
+                          form=None) -> EscapePrediction:
+    """Implementation of ``escape_time(method="sde")`` (same arguments and result)."""
+    from .simulate import simulate
+    N = _check_int(N, "N", m.p + m.p_star)
+    if not isinstance(sgd_noise, (bool, np.bool_)) or not sgd_noise:
+        raise ValueError("method='sde' is the law of SGD (sgd_noise=True); the ODE from a "
+                         "realised start is method='plateau' with sgd_noise=False")
+    if check_positive("q0", q0) != 1.0:
+        raise ValueError("method='sde' starts from the simulators' random start w_k ~ N(0, I_N)"
+                         f" (q0 = 1), got q0={q0}")
+    if Z is not None:
+        raise ValueError("Z (directions of rho(0)) applies to method='plateau' only")
+    n_samples = _check_int(n_samples, "n_samples", 1, MAX_ESCAPE_SAMPLES)
+    check_seed(seed)
+    n_eval = _check_int(n_eval, "n_eval", 100, 10 ** 6)
+    fp = None
+    if threshold is None or t_max is None:
+        if not m.is_quadratic:
+            raise ValueError("escape_time(method='sde') for a non-quadratic activation needs "
+                             "threshold= and t_max= (there is no closed-form plateau)")
+        fp = plateau(m)
+    thr = escape_threshold(m, fraction, fp) if threshold is None else \
+        check_real("threshold", threshold)
+    if t_max is None:
+        law = escape_prediction(m, N, n_samples=64, seed=seed, fraction=fraction)
+        t_max = 4.0 * law.quartiles[2]
+    t_max = check_positive("t_max", t_max)
+    run = simulate(m, N=N, t_max=t_max, replicas=n_samples, seed=seed, method="sde",
+                   t_eval=np.linspace(0.0, t_max, n_eval), on_divergence="stop", dt=dt,
+                   form=form)
+    samples = escape_times(run.t, run.risk, thr)
+    samples[np.isnan(samples) & ~run.diverged] = np.inf          # censored at t_max
+    if run.n_diverged:
+        warnings.warn(f"{run.n_diverged} of {n_samples} SDE runs diverged (reported as NaN)",
+                      RuntimeWarning, stacklevel=3)
+    if np.mean(np.isinf(samples)) > 0.25:
+        warnings.warn(f"{int(np.isinf(samples).sum())} of {n_samples} SDE runs did not escape by "
+                      f"t_max = {t_max:.4g}; raise t_max for the upper quantiles",
+                      RuntimeWarning, stacklevel=3)
+    med = float(np.nanmedian(samples))
+    kappa = fp.rate if fp is not None else float("nan")
+    return EscapePrediction(model=m, N=N, median=med, samples=samples, rate=kappa,
+                            log_prefactor=kappa * med - 0.5 * math.log(N),
+                            sigma2=float("nan"), seed_noise=float("nan"), threshold=thr,
+                            sgd_noise=True, method="sde")
 
 
 # --------------------------------------------------------------------------- noisy solutions

@@ -102,8 +102,8 @@ __all__ = ["simulate", "SimulationRun", "population_risk", "DEFAULT_Q0", "METHOD
 
 #: Variance of the default random initialisation ``w_k ~ N(0, q0 I_N)``.
 DEFAULT_Q0 = 1.0
-#: Simulation methods.
-METHODS = ("reduced", "full")
+#: Simulation methods (``"sde"``: the order-parameter SDE of :mod:`symquad.numeric.sde`).
+METHODS = ("reduced", "full", "sde")
 #: Reduced simulator: steps between two divergence checks (made in its kernel).
 _REDUCED_CHECK_EVERY = 16
 #: Full simulator: steps between two divergence checks (the Gram matrix costs
@@ -1066,9 +1066,21 @@ def _record_steps(t_max, N, t_eval):
     return n_steps, steps
 
 
+def _sde_record_times(t_max, t_eval):
+    """Recorded times of an SDE run too long to count in SGD steps."""
+    if t_eval is None:
+        return np.linspace(0.0, t_max, 101)
+    t_eval = as_real_array(t_eval, "t_eval")
+    if (t_eval.ndim != 1 or t_eval.size == 0 or np.any(t_eval < 0)
+            or np.any(t_eval > t_max * (1 + 1e-12)) or np.any(np.diff(t_eval) <= 0)):
+        raise ValueError(f"t_eval must be a strictly increasing 1-d array in [0, t_max] = "
+                         f"[0, {t_max}]")
+    return t_eval
+
+
 def simulate(model, N=2000, t_max=20.0, replicas=64, seed=0, method="reduced",
              Q0=None, rho0=None, T=None, t_eval=None, on_divergence="raise",
-             blowup=1e8, progress=False, _residual=True):
+             blowup=1e8, progress=False, _residual=True, dt=None, form=None):
     """Monte Carlo simulation of one-pass SGD for `model`.
 
     Parameters
@@ -1086,9 +1098,12 @@ def simulate(model, N=2000, t_max=20.0, replicas=64, seed=0, method="reduced",
         Seed of :class:`numpy.random.SeedSequence` (teacher, initialisation,
         inputs and label noise get independent child streams).  Same seed,
         same numbers.
-    method : {"reduced", "full"}
-        ``"reduced"`` (exact in law, cost per step independent of ``N``) or
-        ``"full"`` (explicit ``N``-dimensional weights).  See the module
+    method : {"reduced", "full", "sde"}
+        ``"reduced"`` (exact in law, cost per step independent of ``N``),
+        ``"full"`` (explicit ``N``-dimensional weights), or ``"sde"``: the
+        order-parameter SDE ``dX = f dt + √(D/N) dB`` (leading order in ``1/N``;
+        cost independent of ``N`` *and* of the number of SGD steps, so ``N = 10⁹``
+        costs what ``10³`` does; :mod:`symquad.numeric.sde`).  See the module
         docstring.
     Q0, rho0 : array_like, optional
         Initial overlaps, shape ``(p, p)`` / ``(p, p*)`` or with a leading
@@ -1110,6 +1125,13 @@ def simulate(model, N=2000, t_max=20.0, replicas=64, seed=0, method="reduced",
     progress : bool
         Progress on stderr (:mod:`symquad.progress`): a tqdm bar on a terminal,
         plain lines (every 10 % or 10 s, with the time left) otherwise.
+    dt : float, optional
+        ``method="sde"`` only: the largest time step (default
+        :data:`symquad.numeric.sde.DEFAULT_DT`; the step is also limited by the
+        drift, see :mod:`symquad.numeric.sde`).
+    form : {"matrix", "tensor", "entries"}, optional
+        ``method="sde"`` only: the kernels of ``f`` and ``D`` (default
+        :func:`symquad.numeric.sde.sde_form`).
 
     Returns
     -------
@@ -1135,8 +1157,16 @@ def simulate(model, N=2000, t_max=20.0, replicas=64, seed=0, method="reduced",
         raise ValueError(f"seed must be an integer >= 0 or None, got {seed!r}")
     if N > MAX_N:
         raise ValueError(f"N must be <= 2**53 (allowed range 1..{MAX_N}), got {N}")
-    n_steps, rec_steps = _record_steps(t_max, N, t_eval)
-    seconds = _check_sizes(method, N, replicas, n_steps, len(rec_steps), model.p, model.p_star)
+    if method != "sde" and (dt is not None or form is not None):
+        raise ValueError("dt and form apply to method='sde' only")
+    if method == "sde" and t_max * N > MAX_REPLICA_STEPS:
+        # no SGD steps are made: record at the requested times themselves
+        rec_steps = _sde_record_times(t_max, t_eval) * N
+        n_steps = 0
+    else:
+        n_steps, rec_steps = _record_steps(t_max, N, t_eval)
+    seconds = _check_sizes(method, N, replicas, n_steps if method != "sde" else 0,
+                           len(rec_steps), model.p, model.p_star)
     if seconds > WARN_SECONDS:
         warnings.warn(f"simulate: {replicas} replicas x {n_steps:.3g} steps (N={N}, p="
                       f"{model.p}) are estimated to take at least {_duration(seconds)}",
@@ -1148,6 +1178,12 @@ def simulate(model, N=2000, t_max=20.0, replicas=64, seed=0, method="reduced",
         np.random.default_rng(s) for s in ss.spawn(5))
     X0, T = _initial_coordinates(model, N, replicas, Q0, rho0, T, rng_init)
     p, ps = model.p, model.p_star
+    if method == "sde":
+        from ..spec import require
+        from .sde import simulate_sde
+        require(model, "simulate(method='sde')", SIMULATED_FIELDS)
+        return simulate_sde(model, N, t_max, replicas, seed, X0, T, rec_steps, on_divergence,
+                            blowup, dt=dt, form=form, progress=progress)
     if method == "full":
         stepper = _FullStepper(model, N, replicas, X0, rng_teacher, rng_init, rng_data,
                                rng_noise, random_student=Q0 is None)

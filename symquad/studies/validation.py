@@ -137,6 +137,11 @@ tested (``report.verdict`` is ``"PASS"``, ``"FAIL"`` or ``"INCONCLUSIVE"``;
    Not tested when fewer than half of the replicas escaped in both.
 5. **Divergence** (``divergence``): SGD and the ODE diverge in the same
    replicas, up to 10 % of them.
+6. **Whole run** (``whole_run_law``, ``lna_spread``; ``whole_run=True``, and
+   :func:`compare` given ``N``): the replicas against the order-parameter SDE
+   from the same starts, and their spread against the linear-noise
+   prediction — see :mod:`symquad.studies.whole_run`, which also says how they
+   enter the verdict.
 
 Calibration (tests/test_validation_verdict.py): the default model passes;
 the same SGD data compared with the ODE of a model whose learning rate is
@@ -188,14 +193,44 @@ def informed_start(model, overlap=0.5):
     matrix (the same for every seed), so its singular values are all 1 and
     every student unit has a non-zero overlap with the teacher; with
     ``0 < α < 1`` the Gram matrix ``[[I, αP], [αPᵀ, I]]`` is positive definite
-    (eigenvalues ``1 ± α``).  ``ρ(0)`` of order one: no plateau.
+    (eigenvalues ``1 ± α``).  ``ρ(0)`` of order one: no plateau.  The signs of
+    the rows of ``P`` are chosen so that the start is aligned with the teacher
+    (:func:`_aligned_signs`; it matters for odd activations only).
     """
     if isinstance(overlap, bool) or not isinstance(overlap, Real) or not 0 < overlap < 1:
         raise ValueError(f"overlap must be in (0, 1), got {overlap!r}")
     p, ps = model.p, model.p_star
     A = np.random.default_rng(20240229).standard_normal((p, ps))
     U, _, Vt = np.linalg.svd(A, full_matrices=False)
-    return np.eye(p), overlap * (U @ Vt)
+    return np.eye(p), overlap * _aligned_signs(model, U @ Vt, overlap)
+
+
+def _aligned_signs(model, P, overlap):
+    """``P`` with student rows flipped (``w_k → −w_k``) while that lowers the starting risk.
+
+    For an even activation (``σ = c z²``) the risk does not depend on the signs and
+    ``P`` is returned unchanged.  For an odd one (``z³ − 3z``) a row of ``P`` whose
+    correlation with the teacher has the wrong sign makes the "informed" start
+    worse than the zero predictor (risk 4.85 against 3 for ``z³ − 3z`` at
+    ``p = 2, p* = 1``) and puts the ODE on a saddle; flipping such rows (greedy,
+    one row at a time, only on a strict decrease, ``T = I``) aligns the start.
+    """
+    from ..numeric.simulate import population_risk
+    eye, T = np.eye(model.p), np.eye(model.p_star)
+
+    def risk(M):
+        return float(population_risk(model, eye, overlap * M, T))
+    best = risk(P)
+    improved = True
+    while improved:
+        improved = False
+        for k in range(model.p):
+            trial = P.copy()
+            trial[k] *= -1
+            value = risk(trial)
+            if value < best - 1e-12 * max(1.0, abs(best)):
+                P, best, improved = trial, value, True
+    return P
 
 
 def _ode_per_replica(model, Q0, rho0, T, t, a0=None, progress=False):
@@ -922,7 +957,7 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start=None, seed=0, *,
              escape_fraction=0.5, overlap=0.5, alpha=ALPHA, fss=True, fss_N=None,
              fss_t_max=None, fss_replicas=None, fss_start="informed", invariant=True,
              invariant_N=(250, 500, 1000, 2000), invariant_replicas=16, workers=1,
-             progress=False):
+             progress=False, whole_run=True):
     r"""Compare SGD with the ODE theory for `model`; return a :class:`ValidationReport`.
 
     The report carries a PASS/FAIL verdict (``report.passed``,
@@ -1007,6 +1042,10 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start=None, seed=0, *,
         progress of the simulations and ODE solves, as tqdm bars on a terminal
         and plain lines (every 10 % or 10 s, with the time left) otherwise
         (main comparison only when the side studies run in workers).
+    whole_run : bool
+        Add the whole-run criteria (:mod:`symquad.studies.whole_run`): SGD
+        against the order-parameter SDE from the same starts, and the replica
+        spread against the linear-noise prediction.
 
     Returns
     -------
@@ -1146,6 +1185,13 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start=None, seed=0, *,
     if skipped:
         numbers["invariant_drift_skipped"] = skipped
     numbers["verdict"] = _decide(numbers, replicas, alpha)
+    if whole_run:
+        from .whole_run import add_whole_run
+        tick = time.perf_counter()
+        numbers["verdict"] = add_whole_run(numbers, model, run.t, run.Q[ok], run.rho[ok],
+                                           run.risk[ok], run.T, N, alpha, seed=seed,
+                                           shared=shared)
+        phases["whole_run"] = time.perf_counter() - tick
     numbers["runtime_s"] = time.perf_counter() - t_start
     numbers["runtime_phases_s"] = phases
 
@@ -1469,7 +1515,8 @@ def _check_ode_horizon(model, t, Q, rho, T):
 
 
 def compare(model, t, Q, rho, T=None, readout=None, *, band=(2.5, 97.5), escape_fraction=0.5,
-            escape=None, alpha=ALPHA, progress=False) -> ValidationReport:
+            escape=None, alpha=ALPHA, progress=False, N=None, whole_run=None,
+            seed=0) -> ValidationReport:
     r"""Compare trajectories you supply with the ODE theory of `model`: report and verdict.
 
     For each replica the ODE is integrated from that replica's own first
@@ -1516,6 +1563,13 @@ def compare(model, t, Q, rho, T=None, readout=None, *, band=(2.5, 97.5), escape_
         Family-wise level of the verdict's tests.
     progress : bool
         Progress of the ODE solve on stderr, as in :func:`validate`.
+    N : int, optional
+        The input dimension of the data: needed by the whole-run criteria.
+    whole_run : bool, optional
+        Add the whole-run criteria (:mod:`symquad.studies.whole_run`; default:
+        when `N` is given).
+    seed : int
+        Seed of the SDE ensemble of the whole-run criteria.
 
     Returns
     -------
@@ -1552,10 +1606,19 @@ def compare(model, t, Q, rho, T=None, readout=None, *, band=(2.5, 97.5), escape_
         model, t, Q, rho, risk, np.ones(R, bool), T, band=band,
         escape_fraction=escape_fraction, escape=escape, progress=progress, sgd_readout=a)
     numbers["verdict"] = _decide(numbers, R, alpha)
+    if whole_run is None:
+        whole_run = N is not None
+    if whole_run:
+        if N is None:
+            raise ValueError("whole_run=True needs N (the input dimension of the data)")
+        from .whole_run import add_whole_run
+        numbers["verdict"] = add_whole_run(numbers, model, t, Q, rho, risk, T,
+                                           _check_int(N, "N", 1), alpha, seed=seed,
+                                           shared=shared)
     total = time.perf_counter() - t_start
     numbers["runtime_s"] = total
     numbers["runtime_phases_s"] = {"ode": t_ode, "analysis": total - t_ode}
-    config = {**_model_config(model), "source": "user data", "N": None,
+    config = {**_model_config(model), "source": "user data", "N": N,
               "t_max": float(t[-1]), "replicas": R, "n_times": int(t.size),
               "T_is_identity": bool(np.array_equal(T, np.eye(model.p_star))),
               "replicas_share_ode": bool(shared), "alpha": alpha,

@@ -118,3 +118,52 @@ def expect_outer(forms) -> dict:
     {('C',): tr(AC), ('C', 'A', 'C'): 2}
     """
     return dict(_expect_outer(tuple(sorted(_canonical_form(tuple(w)) for w in forms))))
+
+
+# ---- moments with open legs: E[z_{x_1} … z_{x_L} (zᵀAz)^f] ---------------------------
+
+@lru_cache(maxsize=None)
+def _expect_legs(depths: tuple, forms: int) -> tuple:
+    """Recursion of :func:`expect_legs` on legs ``((CA)^{j} z)_x`` of the given depths ``j``.
+
+    Gaussian integration by parts on the first leg, ``E[(Mz)_x Φ] = Σ_y (MC)_{xy}
+    E[∂_y Φ]``: the derivative either closes the leg with another one,
+    ``(CA)^j C ((CA)^{j'})ᵀ = (CA)^{j+j'} C``, or hits a form,
+    ``∂_y (zᵀAz)^f = 2f (zᵀAz)^{f−1} (Az)_y``, which deepens the leg by one.
+    Returns ``((pairs, coefficient), ...)`` with ``pairs`` a sorted tuple of
+    ``(leg, leg', J)`` (leg numbers relative to `depths`).
+    """
+    if not depths:
+        return (((), _expect_forms((("A",),) * forms)),)
+    acc: dict = defaultdict(lambda: sp.Integer(0))
+    j0, rest = depths[0], depths[1:]
+    for pos, j in enumerate(rest):
+        others = rest[:pos] + rest[pos + 1:]
+        for pairs, coeff in _expect_legs(others, forms):
+            # renumber: legs of `others` -> legs of `depths` (skip 0 and pos + 1)
+            names = [i + 1 for i in range(len(rest)) if i != pos]
+            moved = tuple((names[a], names[b], J) for a, b, J in pairs)
+            key = tuple(sorted(moved + ((0, pos + 1, j0 + j),)))
+            acc[key] += coeff
+    if forms:
+        for pairs, coeff in _expect_legs((j0 + 1,) + rest, forms - 1):
+            acc[pairs] += 2 * forms * coeff
+    return tuple((k, sp.expand(c)) for k, c in sorted(acc.items()) if sp.expand(c) != 0)
+
+
+def expect_legs(n_legs: int, forms: int) -> dict:
+    """``E[z_{x_1} … z_{x_L} (zᵀAz)^f]`` as ``{pairing: coefficient}``.
+
+    Each key is a perfect matching of the legs ``0..L−1`` with a word per
+    pair, ``((a, b, J), ...)`` for the factor ``[(CA)^J C]_{x_a x_b}``; the
+    coefficients are polynomials in trace placeholders ``tr((AC)^j)``.  Zero
+    for an odd number of legs.
+
+    Examples
+    --------
+    >>> expect_legs(2, 1)
+    {((0, 1, 0),): tr(AC), ((0, 1, 1),): 2}
+    """
+    if n_legs % 2:
+        return {}
+    return dict(_expect_legs((0,) * n_legs, forms))

@@ -281,27 +281,36 @@ def drift(model: Model) -> Drift:
 
 
 @lru_cache(maxsize=8)
-def _increments(constraint: str, trained: bool):
+def _increments(constraint: str, trained: bool, batched: bool = False):
     probe = Model(1, 1, 1.0, constraint=constraint, lr_readout=1.0 if trained else 0.0,
                   batch_size=1)
     k, l, m = UNITS
     q_new, rho_new, a_new = step_map(probe, k, l, m)
-    unbatched = {BATCH: 1}
+    unbatched = {} if batched else {BATCH: 1}
 
     def integrand(expr):
         first = _first_order(expr).subs(unbatched)
-        # one sample: the batch mean is the sample itself
+        # one sample: the batch mean is the sample itself (batched: the summand of
+        # the batch mean; the pair terms carry r_× = O(N^-1/2) and drop out)
         return sp.expand(first.replace(MEAN, lambda f: f).replace(PAIR, lambda f: 0))
     return (integrand(q_new), integrand(rho_new),
             None if a_new is None else integrand(a_new))
 
 
-def increments(model: Model):
+def increments(model: Model, batched: bool = False):
     """Per-sample increments ``F = N ΔX`` of one sample (``b = 1``), before the expectation.
 
     Returns ``(F_Q(k,l), F_ρ(k,m), F_a(k) or None)`` in the per-sample symbols
     ``g, h, λ, ν, r``; ``dX/dt = E[F_X]`` with ``r → 1``.  A mini-batch of
     ``b`` samples averages ``b`` independent copies of the first-order part
     (:func:`drift` divides the ``η²`` term by ``b``).
+
+    With ``batched=True`` the batch size stays the symbol ``b``
+    (:data:`~symquad.symbolic.symbols.BATCH`) and the result is the summand
+    ``φ`` of the step's first-order part ``N ΔX = Mean_μ[φ^μ] +
+    (b−1)/b·PairMean[…]``: each term of ``∂X'/∂ε`` holds one batch mean, so
+    the mean can be taken outside (``φ`` has ``η²/b`` where ``F`` has
+    ``η²``); the pair term holds ``r_× = x^μ·x^ν/N = O(N^{-1/2})`` with mean
+    ``O(1/N)`` and is dropped.  At ``b = 1`` it is ``F``.
     """
-    return _increments(model.constraint, model.readout_trained)
+    return _increments(model.constraint, model.readout_trained, bool(batched))

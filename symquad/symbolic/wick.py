@@ -84,3 +84,68 @@ class GaussianFields:
             return sp.expand(expr)
         poly = sp.Poly(sp.expand(expr), *self.fields)
         return sp.expand(sp.Add(*[coeff * self._moment(monom) for monom, coeff in poly.terms()]))
+
+
+class RingGaussianFields:
+    """The same Isserlis recursion as :class:`GaussianFields`, in a sparse polynomial ring.
+
+    For large polynomials with symbolic coefficients the expression-level
+    ``expand`` of :class:`GaussianFields` dominates; here every quantity is an
+    element of a :func:`sympy.polys.rings.ring` (dict-based sparse polynomials
+    over ``QQ``), whose products and sums are much cheaper.
+
+    Parameters
+    ----------
+    ring : PolyRing
+        Contains the field generators and every symbol of the covariance and
+        of the coefficients.
+    fields : sequence of PolyElement
+        The field generators ``z_1..z_n`` (generators of `ring`).
+    covariance : sequence of sequences of PolyElement
+        ``C_ij`` as ring elements (symmetric).
+    """
+
+    def __init__(self, ring, fields, covariance):
+        self.ring = ring
+        self.fields = tuple(fields)
+        self.positions = tuple(ring.gens.index(f) for f in self.fields)
+        n = len(self.fields)
+        self.covariance = [[ring(covariance[i][j]) for j in range(n)] for i in range(n)]
+        self._memo = {(0,) * n: ring.one}
+
+    def moment(self, a: tuple):
+        """``E[Π_j z_j^{a_j}]`` as a ring element (the recursion of :meth:`GaussianFields.moment`)."""
+        cached = self._memo.get(a)
+        if cached is not None:
+            return cached
+        if sum(a) % 2:
+            result = self.ring.zero
+        else:
+            i = next(k for k, e in enumerate(a) if e)
+            rest = list(a)
+            rest[i] -= 1
+            result = self.ring.zero
+            for j, e in enumerate(rest):
+                if e and self.covariance[i][j]:
+                    lower = list(rest)
+                    lower[j] -= 1
+                    result += self.covariance[i][j] * e * self.moment(tuple(lower))
+        self._memo[a] = result
+        return result
+
+    def expectation(self, element):
+        """``E[element]`` for a ring element polynomial in the fields (other generators constant)."""
+        pos = self.positions
+        out = self.ring.zero
+        groups: dict = {}
+        for monom, coeff in element.terms():
+            key = tuple(monom[p] for p in pos)
+            rest = list(monom)
+            for p in pos:
+                rest[p] = 0
+            groups.setdefault(key, []).append((tuple(rest), coeff))
+        for key, terms in groups.items():
+            moment = self.moment(key)
+            if moment:
+                out += moment * self.ring.from_dict(dict(terms))
+        return out

@@ -1,0 +1,169 @@
+"""Calibrate the verdict of ``symquad validate``: false-FAIL rate and power, measured.
+
+For each configuration (start random or informed, ``T = I`` or ``T ≠ I``) and each
+seed, :func:`symquad.validate` runs the true model (SGD and theory agree, so every
+FAIL is a false FAIL).  The same SGD trajectories are then compared
+(:func:`symquad.compare` with the whole-run criteria, ``N`` given) with the theory of
+wrong models — learning rate ±2 % and ±5 %, label noise 0.05 where the data have
+none, batch size 2 where the data have 1, a 5 % wrong activation coefficient — and
+every FAIL there is a detection (power).  Each run's outcome (verdict and the status
+of every criterion) is written as one JSON file under ``--out`` the moment it
+finishes (atomically), so an interrupted calibration resumes where it stopped;
+``--table`` prints the markdown table from what is there.
+
+The rates come with exact (Clopper–Pearson) 95 % intervals: with 20 seeds a measured
+false-FAIL rate of 0/20 bounds the true rate by 17 %, so a stated ``alpha = 0.01``
+is *checked*, not proven, at that size; use ``--seeds`` to tighten it.
+
+Usage::
+
+    OMP_NUM_THREADS=1 python benchmarks/calibrate_verdict.py --out runs/calib --seeds 20
+    python benchmarks/calibrate_verdict.py --out runs/calib --table
+    python benchmarks/calibrate_verdict.py --out runs/quick --quick     # smoke test
+
+Defaults: the default model (p = 4, p* = 2, lr = 0.1), N = 1000, 32 replicas,
+``validate``'s default t_max, no finite-size scaling and no drift study of S (those
+criteria have their own calibration, tests/test_validation_verdict.py); pass
+``--full`` to include the finite-size scaling.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+import symquad as sq
+from symquad._atomic import atomic_file
+
+#: ``T ≠ I`` of the calibration (a teacher with unequal norms and an overlap).
+T_OTHER = np.array([[1.0, 0.3], [0.3, 0.7]])
+
+
+def wrong_models(model):
+    """``{label: model}`` of the theories the true data must FAIL against."""
+    c = float(model.activation[2])
+    return {"lr +2%": model.replace(lr=model.lr * 1.02),
+            "lr -2%": model.replace(lr=model.lr * 0.98),
+            "lr +5%": model.replace(lr=model.lr * 1.05),
+            "lr -5%": model.replace(lr=model.lr * 0.95),
+            "noise 0.05": model.replace(noise=0.05),
+            "batch 2": model.replace(batch_size=2),
+            "activation x1.05": model.replace(activation=(0, 0, 1.05 * c))}
+
+
+def configurations():
+    return {"random, T = I": dict(start="random", T=None),
+            "random, T != I": dict(start="random", T=T_OTHER),
+            "informed, T = I": dict(start="informed", T=None),
+            "informed, T != I": dict(start="informed", T=T_OTHER)}
+
+
+def _summary(report):
+    return {"verdict": report.verdict,
+            "checks": {c["name"]: c["status"] for c in report.numbers["verdict"]["checks"]}}
+
+
+def run_one(out: Path, config_name, seed, args):
+    path = out / f"{config_name.replace(' ', '_').replace(',', '').replace('!=', 'ne')}" \
+                 f"_seed{seed}.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    cfg = configurations()[config_name]
+    model = sq.DEFAULT_MODEL
+    t0 = time.perf_counter()
+    rep = sq.validate(model, N=args.N, replicas=args.replicas, seed=seed, start=cfg["start"],
+                      T=cfg["T"], fss=args.full, invariant=False, whole_run=True,
+                      n_times=args.n_times)
+    result = {"config": config_name, "seed": seed, "true": _summary(rep), "wrong": {}}
+    T = rep.T
+    for label, wrong in wrong_models(model).items():
+        cmp = sq.compare(wrong, rep.t, rep.sgd_Q, rep.sgd_rho, T, N=args.N, seed=seed)
+        result["wrong"][label] = _summary(cmp)
+    result["seconds"] = time.perf_counter() - t0
+    with atomic_file(path, "w", encoding="utf-8") as handle:
+        json.dump(result, handle, indent=1)
+    print(f"{config_name} seed {seed}: {rep.verdict}, "
+          f"{sum(v['verdict'] == 'FAIL' for v in result['wrong'].values())}/"
+          f"{len(result['wrong'])} wrong models FAIL ({result['seconds']:.0f} s)", flush=True)
+    return result
+
+
+def _interval(k, n):
+    from scipy.stats import beta
+    lo = beta.ppf(0.025, k, n - k + 1) if k > 0 else 0.0
+    hi = beta.ppf(0.975, k + 1, n - k) if k < n else 1.0
+    return lo, hi
+
+
+def table(out: Path) -> str:
+    results = [json.loads(p.read_text()) for p in sorted(out.glob("*.json"))]
+    if not results:
+        return "(no runs yet)"
+    labels = list(wrong_models(sq.DEFAULT_MODEL))
+    lines = ["| start, teacher | runs | false FAIL (95 % CI) | INCONCLUSIVE | "
+             + " | ".join(f"FAIL vs {x}" for x in labels) + " |",
+             "|" + "---|" * (4 + len(labels))]
+    for name in configurations():
+        rs = [r for r in results if r["config"] == name]
+        if not rs:
+            continue
+        n = len(rs)
+        k = sum(r["true"]["verdict"] == "FAIL" for r in rs)
+        inc = sum(r["true"]["verdict"] == "INCONCLUSIVE" for r in rs)
+        lo, hi = _interval(k, n)
+        power = [f"{sum(r['wrong'][x]['verdict'] == 'FAIL' for r in rs)}/{n}" for x in labels]
+        lines.append(f"| {name} | {n} | {k}/{n} ({100 * lo:.0f}-{100 * hi:.0f} %) | {inc}/{n} | "
+                     + " | ".join(power) + " |")
+    # which criteria produced the false FAILs
+    crit = {}
+    for r in results:
+        if r["true"]["verdict"] == "FAIL":
+            for c, s in r["true"]["checks"].items():
+                if s == "fail":
+                    crit[c] = crit.get(c, 0) + 1
+    if crit:
+        lines.append("")
+        lines.append("False FAILs by criterion: " + ", ".join(f"{c} {k}" for c, k in
+                                                             sorted(crit.items())))
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", required=True, type=Path, help="folder of the run files")
+    parser.add_argument("--seeds", type=int, default=20)
+    parser.add_argument("--first-seed", type=int, default=0)
+    parser.add_argument("--N", type=int, default=1000)
+    parser.add_argument("--replicas", type=int, default=32)
+    parser.add_argument("--n-times", type=int, default=201)
+    parser.add_argument("--configs", nargs="*", default=None,
+                        help=f"a subset of {list(configurations())}")
+    parser.add_argument("--full", action="store_true", help="include the finite-size scaling")
+    parser.add_argument("--quick", action="store_true", help="2 seeds, 16 replicas, N = 500")
+    parser.add_argument("--table", action="store_true", help="only print the table")
+    args = parser.parse_args(argv)
+    if args.seeds < 1 or args.N < 10 or args.replicas < 16:
+        parser.error("seeds >= 1, N >= 10 and replicas >= 16 are needed")
+    configs = args.configs or list(configurations())
+    unknown = set(configs) - set(configurations())
+    if unknown:
+        parser.error(f"unknown configurations {sorted(unknown)}; choose from "
+                     f"{list(configurations())}")
+    if args.quick:
+        args.seeds, args.replicas, args.N = 2, 16, 500
+    args.out.mkdir(parents=True, exist_ok=True)
+    if not args.table:
+        for seed in range(args.first_seed, args.first_seed + args.seeds):
+            for name in configs:
+                run_one(args.out, name, seed, args)
+    print(table(args.out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,453 @@
+r"""Render the diffusion matrix: its assembly from moment kinds, and the route modules.
+
+* :func:`render_diffusion_assembly` → ``symquad/_generated/diffusion_assembly.py``:
+  the blocks of ``D`` (:func:`symquad.symbolic.diffusion.moment_diffusion`, one
+  function per constraint) as broadcasting numpy code in gathered arrays
+  (:mod:`symquad.runtime.diffusion_engine`);
+* :func:`render_diffusion_matrix_module` → ``symquad/_generated/diffusion_matrix.py``:
+  the moment kinds for ``σ = c z² + c0``, ``σ* = c* z² + c0*`` as words
+  ``(CA)^J C`` read at index arrays (:mod:`symquad.symbolic.diffusion_matrix`);
+* :func:`render_diffusion_tensor_module`: the multigraph plan of the kinds for
+  one pair of polynomial activations (generated on demand into the kernel
+  cache; :mod:`symquad.symbolic.diffusion_tensor`);
+* :func:`render_diffusion_entries_module`: the entry route, ``D`` entry by
+  entry for one model structure (kernel cache).
+"""
+
+from __future__ import annotations
+
+import pprint
+import textwrap
+
+import sympy as sp
+
+from ..kernel_files import BANNER, checksum_line
+from ..spec import CONSTRAINTS, Model
+from ..symbolic.symbols import PARAMS
+from .printer import ScalarPrinter
+
+__all__ = ["render_diffusion_assembly", "render_diffusion_matrix_module",
+           "render_diffusion_tensor_module", "render_diffusion_entries_module"]
+
+
+def _atom_code(atom, index_names) -> str:
+    """numpy code of one atom of a block expression, gathered at the unit index arrays."""
+    from ..symbolic.diffusion import TEACHER_FIELD, Af, Qf, RHOf, parse_kind
+
+    def unit(u):
+        return index_names[u]
+    f, args = atom.func, atom.args
+    if f is Qf:
+        return f"_g(Q, {unit(args[0])}, {unit(args[1])})"
+    if f is RHOf:
+        return f"_g(rho, {unit(args[0])}, {unit(args[1])})"
+    if f is Af:
+        return f"_g(a, {unit(args[0])})"
+    name = f.__name__
+    nd, nx, ns = parse_kind(name)
+    codes = []
+    for pos, arg in enumerate(args):
+        if nd <= pos < nd + nx:                      # a field: λ_u or ν_m
+            codes.append(f"(p + {unit(arg.args[0])})" if arg.func is TEACHER_FIELD
+                         else unit(arg))
+        else:
+            codes.append(unit(arg))
+    return f"kinds({name!r}, {', '.join(codes)})"
+
+
+def _block_lines(x, y, expr, printer) -> list:
+    from ..symbolic.diffusion import KY, LY, MY, K, L, M
+    index_names = {K: "i_k", L: "i_l", M: "i_m", KY: "i_K", LY: "i_L", MY: "i_M"}
+    row_units = {"Q": "i_k, i_l", "rho": "i_k, i_m", "a": "i_k"}[x]
+    col_units = {"Q": "i_K, i_L", "rho": "i_K, i_M", "a": "i_K"}[y]
+    tag = f"{x}_{y}"
+    lines = [f"    # block ({x}, {y})",
+             f"    ({row_units},), ({col_units},) = _engine.block_indices({x!r}, {y!r}, p, ps)"]
+    from ..symbolic.diffusion import TEACHER_FIELD
+    atoms = sorted((a for a in expr.atoms(sp.Function) if a.func is not TEACHER_FIELD),
+                   key=sp.default_sort_key)
+    symbols = {a: sp.Symbol(f"_{tag}_{i}") for i, a in enumerate(atoms)}
+    lines += [f"    {symbols[a]} = {_atom_code(a, index_names)}" for a in atoms]
+    reps, (reduced,) = sp.cse([expr.xreplace(symbols)],
+                              symbols=sp.numbered_symbols(f"_{tag}x"), order="canonical")
+    lines += [f"    {s} = {printer.doprint(v)}" for s, v in reps]
+    lines.append(f"    blocks[({x!r}, {y!r})] = {printer.doprint(reduced)}")
+    return lines
+
+
+def _diffusion_function(constraint: str, printer) -> tuple:
+    from ..symbolic.diffusion import moment_diffusion
+    md = moment_diffusion(Model(2, 1, 1.0, constraint=constraint, lr_readout=1.0))
+    fixed = moment_diffusion(Model(2, 1, 1.0, constraint=constraint))
+    args = ", ".join(s.name for s in PARAMS)
+    out = [f"def diffusion_{constraint}(Q, rho, a, kinds, params, trained, batch):",
+           f'    """D with constraint {constraint!r} in state order (batch + (dim, dim)).',
+           "",
+           "    ``kinds(name, *index_arrays)`` returns a moment kind read at index arrays;",
+           "    the readout blocks are computed when `trained`.",
+           '    """',
+           f"    {args} = params",
+           "    p, ps = rho.shape[-2:]",
+           "    blocks = {}"]
+    for (x, y), expr in md.blocks.items():
+        if "a" in (x, y):
+            continue
+        out += _block_lines(x, y, expr, printer)
+    out.append("    if trained:")
+    for (x, y), expr in md.blocks.items():
+        if "a" not in (x, y):
+            continue
+        out += ["    " + line for line in _block_lines(x, y, expr, printer)]
+    out.append("    return _engine.assemble(blocks, p, ps, trained, batch)")
+    return out, {True: md.kinds(), False: fixed.kinds()}
+
+
+def render_diffusion_assembly() -> str:
+    """The generated diffusion assembly (one ``diffusion_<constraint>`` per constraint)."""
+    printer = ScalarPrinter()
+    doc = textwrap.dedent('''\
+        """The diffusion matrix D assembled from its moment kinds: one function per constraint.
+
+        Derived by symquad.symbolic.diffusion (the covariance of the per-sample
+        increments of symquad.symbolic.update, divided by the batch size) and
+        rendered by symquad.codegen.diffusion_render; every block is evaluated on
+        the state entries through index arrays (symquad.runtime.diffusion_engine).
+
+        Arguments (leading batch dimensions allowed):
+            Q      (..., p, p)    student-student overlaps
+            rho    (..., p, p*)   student-teacher overlaps
+            a      (..., p)       student readout
+            kinds  callable       kinds(name, *index_arrays): moment kind M<d><x><s>
+                                  E[prod sigma'(lam_i) prod u_j prod sigma(lam_k) delta^(d+s)]
+                                  read at index arrays (fields: students 0..p-1,
+                                  teachers p..p+p*-1)
+            params tuple          PARAMS, in this order (symquad.Model.kernel_params)
+            trained bool          whether the readout is part of the state
+            batch  tuple          the leading batch shape
+        State order: symquad.numeric.layout.StateLayout (upper triangle of Q row by
+        row, rho row-major, a).  Time is t = steps/N; the noise of one unit of
+        time is D/N.
+        """
+        ''')
+    out = [BANNER, doc, "from symquad.runtime import diffusion_engine as _engine\n", "",
+           "PARAMS = " + repr(tuple(s.name for s in PARAMS)), "_g = _engine.gather", ""]
+    kinds = {}
+    for constraint in CONSTRAINTS:
+        lines, used = _diffusion_function(constraint, printer)
+        out += [""] + lines + [""]
+        for trained, names in used.items():
+            kinds[(constraint, trained)] = names
+    out += ["", "#: (constraint, trained readout) -> the moment kinds the assembly reads",
+            "KINDS = " + pprint.pformat(kinds, width=96, compact=True),
+            "DIFFUSION = {" + ", ".join(f"{c!r}: diffusion_{c}" for c in CONSTRAINTS) + "}"]
+    body = "\n".join(out) + "\n"
+    return body + checksum_line(body)
+
+
+# ---- matrix route --------------------------------------------------------------------
+
+def render_diffusion_matrix_module() -> str:
+    """Moment kinds of the diffusion for ``σ = c z² + c0``, ``σ* = c* z² + c0*`` (any width)."""
+    from ..symbolic.diffusion_matrix import MAX_WORD, kind_recipes
+    from ..symbolic.matrix_form import ACT_SYMBOLS, KAPPA
+    from ..symbolic.symbols import NOISE
+    printer = ScalarPrinter()
+    recipes = kind_recipes()
+    doc = textwrap.dedent(f'''\
+        """Matrix-form moment kinds of the diffusion for σ = c z² + c0, σ* = c* z² + c0*, any width.
+
+        Derived by symquad.symbolic.diffusion_matrix: with σ'(x) = 2c x and
+        σ(x) = c x² + c0 every kind is a sum of Gaussian moments with open legs,
+        E[z_x1 … z_xL δ^r], δ = zᵀAz + κ − √Δ ξ, which Gaussian integration by parts
+        reduces to products of the words W_J = (CA)^J C (J <= {MAX_WORD}) read at the
+        legs' indices and traces tr((AC)^j) (symquad.symbolic.quadforms.expect_legs).
+        A = diag(c a, −c* b), κ = c0 Σa − c0* Σb.  Cost O((p + p*)^3) for the words,
+        then O(1) per entry of D.
+
+        Arguments (leading batch dimensions allowed): Q (..., p, p), rho (..., p, p*),
+        T (..., p*, p*), a (..., p), b (..., p*), Delta, c, c_star, c0, c0_star.
+        """
+        ''')
+    c, c_star, c0, c0_star = ACT_SYMBOLS
+    out = [BANNER, doc, "import numpy\n", "from symquad.runtime import tensor_engine as _engine",
+           "from symquad.runtime.diffusion_engine import WordGather as _WordGather",
+           "from symquad.runtime.diffusion_engine import gather as _g", "", "",
+           "def _m(x):",
+           '    """A scalar per batch element as shape (..., 1, 1) (against the words)."""',
+           "    return numpy.asarray(x, dtype=float)[..., None, None]", "", "",
+           "def _s(x, idx):",
+           '    """A scalar per batch element broadcast against arrays gathered at `idx`."""',
+           "    x = numpy.asarray(x, dtype=float)",
+           "    return x.reshape(x.shape + (1,) * len(numpy.broadcast_shapes(*[i.shape for i in idx])))",
+           "", "",
+           "def kinds(Q, rho, T, a, b, Delta, c, c_star, c0, c0_star):",
+           '    """A kind source: kinds(name, *index_arrays) (see symquad.runtime.diffusion_engine)."""',
+           "    C, p = _engine.combine(Q, rho, T)",
+           "    a = numpy.asarray(a, dtype=float)",
+           "    b = numpy.asarray(b, dtype=float)",
+           "    wA = _engine.weights(c * a, c_star * b)",
+           "    kappa = c0 * a.sum(-1) - c0_star * b.sum(-1)",
+           "    batch = numpy.broadcast_shapes(C.shape[:-2], wA.shape[:-1])",
+           "    C = numpy.broadcast_to(C, batch + C.shape[-2:])",
+           "    CA = C * wA[..., None, :]",
+           "    W = [C]"]
+    out += [f"    for _ in range({MAX_WORD}):",
+            "        W.append(CA @ W[-1])",
+            "    AC = numpy.swapaxes(CA, -1, -2)",
+            "    P = AC"]
+    traces = sorted({s for r in recipes.values() for coeff, _ in r for s in coeff.free_symbols
+                     if s.name.startswith("tr(")}, key=lambda s: len(s.name))
+    names = {}
+    for t in traces:
+        j = t.name.count("A")
+        names[t] = sp.Symbol(f"tr_{j}")
+    out.append("    tr = {}")
+    out += [f"    for j in range(1, {max([t.name.count('A') for t in traces], default=1) + 1}):",
+            "        tr[j] = numpy.trace(P, axis1=-2, axis2=-1)",
+            "        P = P @ AC"]
+    out += [f"    tr_{j} = tr[{j}]" for j in sorted({t.name.count("A") for t in traces})]
+    out += ["", "    words = _WordGather(W)", "",
+            "    def source(name, *idx):", "        return _KINDS[name](words, idx, locals_)", "",
+            "    locals_ = dict(Delta=Delta, c=c, c_star=c_star, c0=c0, c0_star=c0_star,",
+            "                   kappa=kappa, " + ", ".join(f"tr_{j}=tr_{j}" for j in
+                                                       sorted({t.name.count('A')
+                                                               for t in traces})) + ")",
+            "    return source", ""]
+    scalars = (NOISE, c, c_star, c0, c0_star, KAPPA) + tuple(names.values())
+    for kind, terms in sorted(recipes.items()):
+        out += ["", f"def _{kind}(W, idx, s):",
+                f'    """{kind}: gathered at idx (one index array per vertex)."""']
+        out.append("    " + ", ".join(sym.name for sym in scalars) + ", = ("
+                   + ", ".join(f"s[{sym.name!r}]" if sym.name != "Delta" else "s['Delta']"
+                               for sym in scalars) + ",)")
+        coeffs = [sp.expand(coeff.xreplace(names)) for coeff, _ in terms]
+        reps, reduced = sp.cse(coeffs, symbols=sp.numbered_symbols("x"), order="canonical")
+        out += [f"    {sym} = {printer.doprint(val)}" for sym, val in reps]
+        # group by the vertex pattern of the pairs: Σ_{J1,J2} c W_J1[u,v] W_J2[w,x]
+        # = Σ_J1 W_J1[u,v] · (Σ_J2 c W_J2)[w,x]: the inner sums are n×n matrices
+        groups: dict = {}
+        for value, (_, pairing) in zip(reduced, terms):
+            pattern = tuple((u, v) for u, v, _ in pairing)
+            Js = tuple(J for _, _, J in pairing)
+            groups.setdefault(pattern, {}).setdefault(Js[:-1], []).append(
+                (Js[-1] if Js else None, value))
+        out.append("    total = 0.0")
+        for pattern, heads in groups.items():
+            if not pattern:
+                (_, value), = heads[()]
+                out.append(f"    total = total + _s({printer.doprint(value)}, idx)")
+                continue
+            (ul, vl) = pattern[-1]
+            for head, tail in heads.items():
+                combo = " + ".join(f"_m({printer.doprint(value)}) * W.words[{J}]"
+                                   for J, value in tail)
+                factors = [f"W({J}, idx[{u}], idx[{v}])" for (u, v), J in zip(pattern, head)]
+                factors.append(f"_g({combo}, idx[{ul}], idx[{vl}])")
+                out.append("    term = " + " * ".join(factors))
+                out.append("    total = total + term")
+        out.append("    return total")
+    out += ["", "", "_KINDS = {" + ", ".join(f"{k!r}: _{k}" for k in sorted(recipes)) + "}"]
+    body = "\n".join(out) + "\n"
+    return body + checksum_line(body)
+
+
+# ---- tensor route --------------------------------------------------------------------
+
+_TENSOR_API = '''
+
+PLAN = dict(KINDS)
+PLAN["__phi__"] = phi
+PLAN["__top__"] = TOP
+
+
+def kinds(Q, rho, T, a, b, Delta, names):
+    """A kind source with the kinds `names` (symquad.runtime.diffusion_engine.tensor_kinds)."""
+    return _engine.tensor_kinds(PLAN, Q, rho, T, a, b, Delta, names)
+'''
+
+
+def render_diffusion_tensor_module(activation, teacher_activation=None,
+                                   generator: str | None = None) -> str:
+    """Tensor-route moment kinds of the diffusion for ``(σ, σ*)`` (a multigraph plan)."""
+    from ..symbolic.diffusion_tensor import kind_plans
+    from ..symbolic.tensor import derive_tensor_form
+    from .tensor_render import _phi_source
+    activation = tuple(activation)
+    teacher_activation = activation if teacher_activation is None else tuple(teacher_activation)
+    tf = derive_tensor_form(activation, teacher_activation)
+    probe = Model(1, 1, 1.0, activation=activation, teacher_activation=teacher_activation)
+    plans, top = kind_plans(activation, teacher_activation)
+    counts = {k: sum(len(t) for _, _, t in v[1]) for k, v in plans.items()}
+    pair = f"σ(z) = {probe.activation_str}" + (
+        "" if tf.same_activation else f", σ*(z) = {probe.teacher_activation_str}")
+    doc = textwrap.dedent(f'''\
+        """Tensor-form moment kinds of the diffusion for {pair}, any width.
+
+        Derived by symquad.symbolic.diffusion_tensor (multigraph expansion of
+        E[∏σ'(u_i) ∏u_j ∏σ(u_k) δ^r], δ = Σ_a w_a σ_a(u_a) − √Δ ξ, with the clean
+        error's factors as summed vertices; terms per kind: {counts});
+        evaluated by symquad.runtime.diffusion_engine.tensor_kinds.
+        """
+        ''')
+    out = [BANNER, doc, "import numpy\n",
+           "from symquad.runtime import diffusion_engine as _engine", "",
+           f"ACTIVATION = {probe.activation_str!r}",
+           f"TEACHER_ACTIVATION = {probe.teacher_activation_str!r}", f"TOP = {top}"]
+    if not tf.same_activation:
+        out.append("STUDENT, TEACHER = 0, 1")
+    if generator is not None:
+        out.append(f"GENERATOR = {generator!r}")
+    out += ["", "# kind -> (roles, ((noise coefficient, power of Delta), q, "
+                "((multiplicity, edges, orders), ...)), ...)",
+            "KINDS = " + pprint.pformat(plans, width=96, compact=True), "", ""]
+    out += _phi_source(tf)
+    body = "\n".join(out) + "\n" + _TENSOR_API
+    return body + checksum_line(body)
+
+
+# ---- entry route ---------------------------------------------------------------------
+
+#: Terms per line of a long sum (Python's compiler recurses once per binary operator).
+_TERMS_PER_LINE = 40
+
+
+def _assign(name: str, expr, printer) -> list:
+    """``name = expr`` as lines; a long sum is accumulated a few terms per line."""
+    terms = sp.Add.make_args(expr) if expr.is_Add else (expr,)
+    if len(terms) <= _TERMS_PER_LINE:
+        return [f"    {name} = {printer.doprint(expr)}"]
+    lines = []
+    for start in range(0, len(terms), _TERMS_PER_LINE):
+        chunk = printer.doprint(sp.Add(*terms[start:start + _TERMS_PER_LINE]))
+        lines.append(f"    {name} = {chunk}" if start == 0 else f"    {name} = {name} + ({chunk})")
+    return lines
+
+
+def _sparse_data(gens, polys, trained):
+    """Module lines holding polynomials ``[[(num, den, exponents), ...], ...]`` as compressed arrays.
+
+    The monomials are shared by all polynomials (``EXPONENTS``, one row per
+    monomial over ``GENERATORS``); term ``t`` adds ``NUMERATORS[t]/DENOMINATORS[t]``
+    times monomial ``COLUMNS[t]`` to polynomial ``ROWS[t]``.  Returns the lines
+    and a short description.
+    """
+    import base64
+    import zlib
+
+    import numpy as np
+    monomials: dict = {}
+    rows, cols, nums, dens = [], [], [], []
+    for n, terms in enumerate(polys):
+        for num, den, expo in terms:
+            rows.append(n)
+            cols.append(monomials.setdefault(tuple(expo), len(monomials)))
+            nums.append(num)
+            dens.append(den)
+    exps = np.zeros((len(monomials), len(gens)), dtype=np.uint8)
+    for expo, i in monomials.items():
+        if expo and max(expo) > 255:  # pragma: no cover - degrees are far below
+            raise ValueError("exponent beyond 255")
+        exps[i] = expo
+    big = max(max(map(abs, nums), default=0), max(dens, default=1))
+    if big >= 2**53:  # pragma: no cover - exact as float64 up to 2**53
+        raise ValueError("a coefficient is not exact in float64")
+
+    def blob(array):
+        return base64.b64encode(zlib.compress(np.ascontiguousarray(array).tobytes(), 9)) \
+            .decode("ascii")
+    lines = [f"GENERATORS = {tuple(gens)!r}",
+             f"N_MONOMIALS = {len(monomials)}",
+             f"N_POLYNOMIALS = {len(polys)}",
+             f"EXPONENTS = {blob(exps)!r}",
+             f"ROWS = {blob(np.array(rows, dtype=np.int32))!r}",
+             f"COLUMNS = {blob(np.array(cols, dtype=np.int32))!r}",
+             f"NUMERATORS = {blob(np.array(nums, dtype=np.float64))!r}",
+             f"DENOMINATORS = {blob(np.array(dens, dtype=np.float64))!r}",
+             "", "_POLY = _engine.SparsePolynomials(GENERATORS, N_MONOMIALS, EXPONENTS, ROWS, "
+             f"COLUMNS, NUMERATORS, DENOMINATORS, N_POLYNOMIALS, trained={bool(trained)!r})"]
+    return lines, f"{len(monomials)} monomials, {len(nums)} terms"
+
+
+def _model_text(model: Model) -> str:
+    act = f"activation={model.activation_str!r}"
+    if not model.is_default("teacher_activation"):
+        act += f", teacher_activation={model.teacher_activation_str!r}"
+    if model.constraint != "none":
+        act += f", constraint={model.constraint!r}"
+    readout = "trained" if model.readout_trained else "fixed"
+    return f"Model(p={model.p}, p_star={model.p_star}, {act}), {readout} readout"
+
+
+def render_diffusion_entries_module(model: Model) -> str:
+    """The entry route's ``D`` for ``model``'s structure (readouts and parameters are arguments).
+
+    ``D``'s entries are sparse polynomials with exact rational coefficients
+    (:func:`symquad.symbolic.diffusion.diffusion_polynomials`); the module holds
+    their monomials and coefficients as compressed arrays (:func:`_sparse_data`),
+    evaluated by :class:`symquad.runtime.diffusion_engine.SparsePolynomials`.
+    (Printed as code, the same polynomials took minutes of common-subexpression
+    elimination at ``p = 2``.)
+    """
+    from ..numeric.layout import state_layout
+    from ..symbolic.diffusion import diffusion_polynomials
+    gens, entries = diffusion_polynomials(model)
+    layout = state_layout(model)
+    pairs = sorted(entries)
+    data, size = _sparse_data(gens, [entries[key] for key in pairs], model.readout_trained)
+    doc = textwrap.dedent(f'''\
+        """Entry-by-entry diffusion matrix of {_model_text(model)}.
+
+        Derived by symquad.symbolic.diffusion (Wick/Isserlis covariances of the
+        per-sample increments of symquad.symbolic.update, entry by entry, divided by
+        the batch size): every entry of the upper triangle (PAIRS) is a sparse
+        polynomial in GENERATORS with exact rational coefficients ({size}).
+        State order: {', '.join(layout.names)}.
+        """
+        ''')
+    out = [BANNER, doc, "import numpy\n", "from symquad.runtime import diffusion_engine as _engine",
+           "", f"DIM = {layout.dim}", f"NAMES = {layout.names!r}",
+           "PARAMS = " + repr(tuple(x.name for x in PARAMS)), f"PAIRS = {tuple(pairs)!r}"]
+    out += data
+    out += ["", "",
+            "def diffusion(Q, rho, T, a, b, params):",
+            '    """D in state order, shape (..., DIM, DIM)."""',
+            "    values = _engine.entry_generators(GENERATORS, Q, rho, T, a, b, "
+            "dict(zip(PARAMS, params)))",
+            "    return _engine.fill_symmetric(_POLY(values), PAIRS, DIM)"]
+    body = "\n".join(out) + "\n"
+    return body + checksum_line(body)
+
+
+def render_jacobian_entries_module(model: Model) -> str:
+    """The exact Jacobian of the drift and the gradient of the risk, entry route (one structure)."""
+    from ..numeric.layout import state_layout
+    from ..symbolic.jacobian import jacobian_polynomials
+    gens, jac, grad, hess = jacobian_polynomials(model)
+    layout = state_layout(model)
+    data, size = _sparse_data(gens, jac + grad + hess, model.readout_trained)
+    doc = textwrap.dedent(f'''\
+        """Jacobian of the drift and gradient of the risk of {_model_text(model)}.
+
+        Derived by symquad.symbolic.jacobian: the entry route's drift and risk
+        (symquad.symbolic.entries) differentiated exactly with respect to every state
+        entry, as sparse polynomials in GENERATORS ({size}); the first DIM*DIM are
+        J[I, J] = d f_I / d X_J row by row, the last DIM the risk's gradient.
+        State order: {', '.join(layout.names)}.
+        """
+        ''')
+    out = [BANNER, doc, "import numpy\n", "from symquad.runtime import diffusion_engine as _engine",
+           "", f"DIM = {layout.dim}", f"NAMES = {layout.names!r}",
+           "PARAMS = " + repr(tuple(x.name for x in PARAMS))]
+    out += data
+    out += ["", "",
+            "def jacobian(Q, rho, T, a, b, params):",
+            '    """(J, grad risk, Hessian of the risk): (..., DIM, DIM), (..., DIM), (..., DIM, DIM)."""',
+            "    values = _engine.entry_generators(GENERATORS, Q, rho, T, a, b, "
+            "dict(zip(PARAMS, params)))",
+            "    flat = _POLY(values)",
+            "    n = DIM * DIM",
+            "    J = flat[..., :n].reshape(flat.shape[:-1] + (DIM, DIM))",
+            "    H = flat[..., n + DIM:].reshape(flat.shape[:-1] + (DIM, DIM))",
+            "    return J, flat[..., n:n + DIM], H"]
+    body = "\n".join(out) + "\n"
+    return body + checksum_line(body)

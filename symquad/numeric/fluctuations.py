@@ -1,0 +1,267 @@
+r"""Linear-noise approximation: the O(N^{-1/2}) fluctuations of the order parameters around the ODE.
+
+At finite ``N`` the state ``X`` (:class:`~symquad.numeric.layout.StateLayout`)
+moves by ``dX = f(X) dt + √(D(X)/N) dB`` at leading order
+(:meth:`~symquad.numeric.kernels.Kernels.diffusion`).  Writing
+``X = x(t) + N^{-1/2} ζ`` with ``x`` the ODE solution and expanding to first
+order in ``N^{-1/2}`` (van Kampen's system-size expansion) gives a linear SDE
+``dζ = J(x) ζ dt + D(x)^{1/2} dB`` whose covariance ``Σ = Cov ζ`` obeys
+
+.. math::  \dot Σ = J Σ + Σ J^T + D, \qquad J = ∂f/∂X \text{ (exact, } \text{Kernels.jacobian)} .
+
+Then ``Cov[X(t)] ≈ Σ(t)/N`` and the risk spreads by
+``Var ε ≈ ∇εᵀ Σ ∇ε / N + ½ tr(HΣHΣ)/N²`` (``∇ε``, ``H`` exact,
+:meth:`Kernels.risk_gradient`, :meth:`Kernels.risk_hessian`; the second term is the
+spread near a minimum, where ``∇ε → 0``).
+
+**Validity.**  The expansion needs ``ζ/√N`` to stay small compared with the scale
+on which ``f`` and ``D`` change: it holds at all times along trajectories that
+stay away from unstable fixed points (a start near a minimum, the descent from
+an informed start), with errors ``O(N^{-1/2})`` relative.  It breaks down on
+the plateau's escape: there ``J`` has a positive eigenvalue ``κ``, ``Σ`` grows like
+``e^{2κt}`` and the linearisation fails once ``Σ/N`` reaches the size of the
+overlaps — the escape *time* then has an O(1) random part (see
+:func:`symquad.escape_time`) that no Gaussian approximation of the state
+captures.  On a flat manifold of minima (``p > p*``) ``J`` has zero modes and ``Σ``
+grows linearly along them: the overlaps wander while the risk stays put.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..spec import check_model
+from .checks import as_overlaps, as_real_array, check_choice, check_int, check_positive
+from .errors import DivergenceError, describe_state
+from .kernels import kernels
+from .layout import StateLayout, state_layout
+
+__all__ = ["fluctuations", "Fluctuations", "random_start_covariance", "STARTS"]
+
+#: ``"fixed"``: the given start, ``Σ(0) = 0``; ``"random"``: the mean of the random start
+#: ``w_k ~ N(0, q0 I_N)`` with ``Σ(0)`` its exact leading-order covariance.
+STARTS = ("fixed", "random")
+
+
+@dataclass
+class Fluctuations:
+    """The linear-noise prediction along one ODE trajectory.
+
+    Attributes
+    ----------
+    model : Model
+    N : int
+    t : ndarray (n,)
+    Q, rho : ndarray (n, p, p), (n, p, p*)
+        The ODE solution ``x(t)``.
+    readout : ndarray (n, p) or None
+        A trained readout's ODE solution.
+    risk : ndarray (n,)
+        The risk along ``x(t)``.
+    covariance : ndarray (n, dim, dim)
+        ``Σ(t) = N Cov[X(t)]`` (independent of ``N``) in the state order of `layout`.
+    layout : StateLayout
+    risk_gradient : ndarray (n, dim)
+        ``∂ε/∂X`` along ``x(t)``.
+    risk_hessian : ndarray (n, dim, dim)
+        ``∂²ε/∂X∂X`` along ``x(t)``.
+    """
+
+    model: object
+    N: int
+    t: np.ndarray
+    Q: np.ndarray = field(repr=False)
+    rho: np.ndarray = field(repr=False)
+    readout: np.ndarray | None = field(repr=False)
+    risk: np.ndarray = field(repr=False)
+    covariance: np.ndarray = field(repr=False)
+    layout: StateLayout = field(repr=False)
+    risk_gradient: np.ndarray = field(repr=False)
+    risk_hessian: np.ndarray = field(repr=False)
+
+    @property
+    def state_covariance(self) -> np.ndarray:
+        """``Cov[X(t)] = Σ(t)/N`` at this ``N``; (n, dim, dim)."""
+        return self.covariance / self.N
+
+    @property
+    def risk_std(self) -> np.ndarray:
+        r"""Predicted spread of the risk across replicas; (n,).
+
+        With ``X = x + ζ/√N``, ``ζ ~ N(0, Σ)``: ``ε(X) = ε + gᵀζ/√N + ½ ζᵀHζ/N + …`` and
+
+        .. math::  \mathrm{Var}\,ε = g^T Σ g / N + \tfrac12 \operatorname{tr}(HΣHΣ)/N^2 ,
+
+        the second term (Gaussian ``ζ``; the cross term vanishes by symmetry) being
+        what remains near a minimum of the risk, where ``g → 0``.
+        """
+        g, H, S = self.risk_gradient, self.risk_hessian, self.covariance
+        first = np.einsum("ti,tij,tj->t", g, S, g) / self.N
+        HS = H @ S
+        second = 0.5 * np.einsum("tij,tji->t", HS, HS) / self.N**2
+        return np.sqrt(np.maximum(first + second, 0.0))
+
+    @property
+    def state_std(self) -> np.ndarray:
+        """Spread of every state entry, ``√(Σ_II/N)``; (n, dim)."""
+        return np.sqrt(np.maximum(np.diagonal(self.covariance, axis1=1, axis2=2), 0) / self.N)
+
+    @property
+    def Q_std(self) -> np.ndarray:
+        """Spread of each ``Q_ij`` across replicas; (n, p, p)."""
+        return self.layout.unpack(self.state_std)[0]
+
+    @property
+    def rho_std(self) -> np.ndarray:
+        """Spread of each ``ρ_im`` across replicas; (n, p, p*)."""
+        return self.layout.unpack(self.state_std)[1]
+
+    @property
+    def readout_std(self):
+        """Spread of a trained readout ``a_i``; (n, p), or None."""
+        return self.layout.unpack(self.state_std)[2]
+
+    def at(self, N: int) -> "Fluctuations":
+        """The same prediction at another ``N`` (``Σ`` does not depend on it)."""
+        N = check_int(N, "N", 1)
+        return Fluctuations(self.model, N, self.t, self.Q, self.rho, self.readout, self.risk,
+                            self.covariance, self.layout, self.risk_gradient, self.risk_hessian)
+
+    def __repr__(self) -> str:
+        return (f"Fluctuations(N={self.N}, {len(self.t)} times in [{self.t[0]:.3g}, "
+                f"{self.t[-1]:.3g}], risk std at the end {self.risk_std[-1]:.3g}; "
+                f"{self.model!r})")
+
+
+def random_start_covariance(model, T, q0: float = 1.0) -> np.ndarray:
+    r"""``N Cov[X(0)]`` of the random start ``w_k ~ N(0, q0 I_N)`` at leading order.
+
+    With ``ρ(0) = W W*ᵀ/N`` and ``Q(0) = W Wᵀ/N``: ``N Cov[ρ_im, ρ_jn] = q0 δ_ij T_mn``,
+    ``N Cov[Q_ij, Q_kl] = q0² (δ_ik δ_jl + δ_il δ_jk)``, ``Q`` and ``ρ`` uncorrelated
+    (odd moments); on the sphere (rows of norm ``√N``, ``q0 = 1``) the diagonal of
+    ``Q`` is exact and ``N Var Q_ij = 1`` for ``i < j``; a trained readout starts at
+    its fixed value.
+    """
+    lay = state_layout(model)
+    S = np.zeros((lay.dim, lay.dim))
+    sphere = model.constraint == "sphere"
+    q = 1.0 if sphere else q0
+    for I, (block, i, j) in enumerate(lay.entries):
+        if block == "Q":
+            S[I, I] = 0.0 if (i == j and sphere) else (2 * q**2 if i == j else q**2)
+        elif block == "rho":
+            for J, (b2, i2, j2) in enumerate(lay.entries):
+                if b2 == "rho" and i2 == i:
+                    S[I, J] = q * T[j, j2]
+    return S
+
+
+def fluctuations(model, Q0, rho0, T, N, t_eval, start: str = "fixed", q0: float = 1.0,
+                 a0=None, form: str | None = None, rtol: float = 1e-7, atol: float = 1e-10,
+                 method: str = "RK45", max_norm: float = 1e8) -> Fluctuations:
+    r"""Linear-noise covariance of the order parameters along the ODE (see the module docstring).
+
+    Integrates ``dx/dt = f(x)`` and ``dΣ/dt = JΣ + ΣJᵀ + D`` together.
+
+    Parameters
+    ----------
+    model : Model
+    Q0, rho0 : array_like (p, p), (p, p*), or None
+        The start (``start="fixed"``); None with ``start="random"``.
+    T : array_like (p*, p*)
+    N : int >= 1
+        Input dimension: ``Cov[X] = Σ/N``.
+    t_eval : array_like
+        Increasing times ``>= 0`` at which to record; the integration starts at 0.
+    start : {"fixed", "random"}
+        ``"fixed"``: ``Σ(0) = 0`` (a given start); ``"random"``: ``x(0)`` is the mean of
+        the random start ``w_k ~ N(0, q0 I_N)`` (``Q = q0 I`` or ``I`` on the sphere,
+        ``ρ = 0``) and ``Σ(0)`` its covariance (:func:`random_start_covariance`) —
+        valid until ``ρ`` grows off the plateau (see the module docstring).
+    a0 : array_like (p,), optional
+        Start of a trained readout (default the model's).
+    form : {"matrix", "tensor", "entries"}, optional
+        Kernels of the drift and of ``D`` (default: :func:`~symquad.numeric.kernels.kernels`'s).
+        ``J`` and ``∇ε`` always come from the entry route (exact; its size is checked).
+    rtol, atol, method
+        :func:`scipy.integrate.solve_ivp` settings.
+    max_norm : float
+        A state or covariance entry beyond this is a divergence.
+
+    Returns
+    -------
+    Fluctuations
+
+    Raises
+    ------
+    DivergenceError
+        If the ODE or ``Σ`` blows up (with the last finite time and state).
+    """
+    from scipy.integrate import solve_ivp
+    check_model(model)
+    N = check_int(N, "N", 1)
+    check_choice("start", start, STARTS)
+    q0 = check_positive("q0", q0)
+    rtol, atol = check_positive("rtol", rtol), check_positive("atol", atol)
+    max_norm = check_positive("max_norm", max_norm)
+    t_eval = as_real_array(t_eval, "t_eval")
+    if t_eval.ndim != 1 or t_eval.size == 0 or np.any(t_eval < 0) or np.any(np.diff(t_eval) <= 0):
+        raise ValueError("t_eval must be a non-empty 1-d array of increasing times >= 0")
+    p, ps = model.p, model.p_star
+    T = as_real_array(T, "T")
+    if start == "random":
+        if Q0 is not None or rho0 is not None:
+            raise ValueError("start='random' uses the mean of the random start: pass "
+                             "Q0=None, rho0=None")
+        Q0 = (1.0 if model.constraint == "sphere" else q0) * np.eye(p)
+        rho0 = np.zeros((p, ps))
+    Q0, rho0, T = as_overlaps(model, Q0, rho0, T)
+    if model.constraint == "sphere":
+        from .integrate import check_sphere
+        check_sphere(model, Q0)
+    k = kernels(model, form)
+    lay = state_layout(model)
+    if model.readout_trained:
+        a0 = (np.array([float(c) for c in model.readout]) if a0 is None
+              else as_real_array(a0, "a0"))
+        if a0.shape != (p,):
+            raise ValueError(f"a0 must have shape ({p},), got {a0.shape}")
+    elif a0 is not None:
+        raise ValueError("a0 is the start of a trained readout (lr_readout > 0)")
+    x0 = lay.pack(Q0, rho0, a0)
+    S0 = random_start_covariance(model, T, q0) if start == "random" else np.zeros((lay.dim,) * 2)
+    dim = lay.dim
+
+    def rhs(_, y):
+        x, S = y[:dim], y[dim:].reshape(dim, dim)
+        Q, rho, a = lay.unpack(x)
+        f = lay.pack(*k.rhs(Q, rho, T, a))
+        J = k.jacobian(Q, rho, T, a)
+        D = k.diffusion(Q, rho, T, a)
+        JS = J @ S
+        return np.concatenate([f, (JS + JS.T + D).ravel()])
+
+    def blown(_, y):
+        return max_norm - np.max(np.abs(y)) if np.all(np.isfinite(y)) else -1.0
+    blown.terminal = True
+    with np.errstate(over="ignore", invalid="ignore"):
+        sol = solve_ivp(rhs, (0.0, float(t_eval[-1])), np.concatenate([x0, S0.ravel()]),
+                        t_eval=t_eval, method=method, rtol=rtol, atol=atol, events=blown)
+    if sol.status == 1 or not sol.success or sol.y.shape[1] < len(t_eval):
+        last = sol.y[:, -1] if sol.y.size else np.concatenate([x0, S0.ravel()])
+        Qd, rd, _ = lay.unpack(last[:dim])
+        t_fail = float(sol.t[-1]) if sol.t.size else 0.0
+        raise DivergenceError(
+            f"the linear-noise integration stopped at t = {t_fail:.4g} ({sol.message}); last "
+            f"state {describe_state({'Q': Qd, 'rho': rd})}", t_fail,
+            {"t": t_fail, "Q": Qd, "rho": rd})
+    X = sol.y[:dim].T
+    S = sol.y[dim:].T.reshape(-1, dim, dim)
+    S = 0.5 * (S + np.swapaxes(S, 1, 2))
+    Q, rho, a = lay.unpack(X)
+    risk = np.asarray(k.risk(Q, rho, T, a), dtype=float).reshape(-1)
+    grad = k.risk_gradient(Q, rho, T, a)
+    hess = k.risk_hessian(Q, rho, T, a)
+    return Fluctuations(model, N, sol.t, Q, rho, a, risk, S, lay, grad, hess)

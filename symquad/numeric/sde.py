@@ -1,0 +1,203 @@
+r"""The order-parameter SDE: finite-``N`` SGD at a cost independent of ``N``.
+
+``simulate(model, ..., method="sde")`` integrates, for every replica, the Itô SDE
+
+.. math::  dX = f(X)\,dt + \sqrt{D(X)/N}\; dB_t
+
+of the state ``X`` (:class:`~symquad.numeric.layout.StateLayout`: upper triangle of
+``Q``, ``ρ``, a trained readout), with ``f`` the ODE's drift
+(:meth:`Kernels.rhs`) and ``D`` the diffusion matrix of one SGD step
+(:meth:`Kernels.diffusion`): the first two moments of SGD's increments over a
+time ``dt`` (``N dt`` steps) at leading order in ``1/N``.  The Itô form is the
+right one: each SGD step's noise is evaluated at the state before the step,
+and the second-order terms of the update (the ``η²`` part of ``dQ``, the sphere's
+renormalisation) are already in ``f``.
+
+**Scheme.**  Euler–Maruyama, ``X ← X + f h + √(h/N) L ξ``, ``L Lᵀ = D`` (Cholesky,
+see :func:`_sqrt_psd`), ``ξ`` standard normal.  Weak order 1 in ``h``.
+
+**Step-size control.**  ``h = min(dt, c / max_i |f_i(X)|/(|X_i| + N^{-1/2}))`` with
+``c = 0.01`` (:data:`RELATIVE_STEP`), the maximum over the entries and the live
+replicas: no step changes an order parameter by more than 1 % of its size
+(or of the noise scale ``N^{-1/2}``, for entries near zero) through the drift.
+For exponential growth or decay at rate ``κ`` this is ``κh ≤ 0.01``: Euler's
+rate error is ``κ²h/2``, so a growth over ``L`` e-folds (an escape from the
+plateau: ``L ≈ ½ log N``) is timed to a relative ``κh/2 ≤ 0.5 %``.  ``dt``
+(default :data:`DEFAULT_DT`) caps the step where nothing moves.  The recorded
+times are hit exactly.  The tests check that at ``N → ∞`` the scheme converges
+to the ODE at first order in ``h`` and that a step twice as small does not
+change the law of the risk and of the escape time beyond their statistical
+error.
+
+**Constraint.**  On the sphere the rows of ``D`` and the drift of every ``Q_kk``
+vanish, so ``Q_kk`` stays at its start; after every step the state is projected
+back (``Q ← S Q S``, ``ρ ← S ρ`` with ``S = diag(√(Q_kk(0)/Q_kk))``) to remove
+rounding.
+
+**Cost** per step ``O(R · (cost of f and D) + R · dim³)`` (the square root),
+independent of ``N``.  Random numbers: the same seed streams as the other
+simulators (teacher, initialisation, data, ...): the same ``seed`` gives the same
+random start as ``method="reduced"``, and the increments come from the data stream.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .errors import DivergenceError
+from .layout import state_layout
+
+__all__ = ["simulate_sde", "DEFAULT_DT", "RELATIVE_STEP", "sde_form", "MAX_SDE_DIM"]
+
+#: Largest SDE time step (time unit ``t = steps/N``).
+DEFAULT_DT = 0.2
+#: Largest relative change of a state entry through the drift in one step.
+RELATIVE_STEP = 0.01
+#: Largest state dimension the SDE accepts (a ``dim × dim`` eigendecomposition per
+#: replica and step): p = 64, p* = 2 has dim = 2208.
+MAX_SDE_DIM = 2500
+
+
+def sde_form(model) -> str:
+    """Kernels of the SDE: ``"matrix"`` for quadratic activations, else ``"entries"`` for
+    ``p + p* <= 4`` (fast explicit polynomials), else ``"tensor"``."""
+    if model.is_quadratic:
+        return "matrix"
+    return "entries" if model.p + model.p_star <= 4 else "tensor"
+
+
+def _sqrt_psd(D):
+    """A factor ``L`` with ``L Lᵀ = D`` of a batch of PSD matrices.
+
+    Cholesky of ``D + ε I`` with ``ε = 10⁻¹³·max|D|`` (the zero rows of the sphere's
+    ``Q_kk`` make ``D`` singular; the jitter adds a noise variance 13 orders of
+    magnitude below the rest); a batch Cholesky refuses falls back to the
+    symmetric square root from ``eigh`` (negative rounding eigenvalues clipped).
+    """
+    scale = np.max(np.abs(D), axis=(-2, -1), keepdims=True)
+    jitter = 1e-13 * np.where(scale > 0, scale, 1.0) * np.eye(D.shape[-1])
+    try:
+        return np.linalg.cholesky(D + jitter)
+    except np.linalg.LinAlgError:
+        w, V = np.linalg.eigh(D)
+        return V * np.sqrt(np.clip(w, 0.0, None))[..., None, :]
+
+
+def simulate_sde(model, N, t_max, replicas, seed, X0, T, rec_steps, on_divergence, blowup,
+                 dt=None, form=None, progress=False):
+    """Implementation of ``simulate(method="sde")`` (arguments checked by the caller).
+
+    ``X0`` are the initial coordinates of :func:`symquad.numeric.simulate._initial_coordinates`
+    (so the start has the same law, and for the same seed the same values, as for
+    the other methods); ``rec_steps`` the recorded times in SGD steps.
+    """
+    from .kernels import kernels
+    from .simulate import SimulationRun, population_risk
+    dt = DEFAULT_DT if dt is None else float(dt)
+    if not (math.isfinite(dt) and dt > 0):
+        raise ValueError(f"dt must be a finite number > 0, got {dt!r}")
+    lay = state_layout(model)
+    if lay.dim > MAX_SDE_DIM:
+        raise ValueError(f"method='sde' with p={model.p}, p_star={model.p_star} has a state of "
+                         f"{lay.dim} entries (limit {MAX_SDE_DIM}: a dim^3 square root per "
+                         f"replica and step)")
+    k = kernels(model, form or sde_form(model))
+    p, ps = model.p, model.p_star
+    C0 = X0 @ np.swapaxes(X0, -1, -2)
+    Q = C0[:, :p, :p].copy()
+    rho = C0[:, :p, p:].copy()
+    a = (np.tile([float(c) for c in model.readout], (replicas, 1)) if model.readout_trained
+         else None)
+    x = lay.pack(Q, rho, a)
+    sphere = model.constraint == "sphere"
+    q_diag = np.diagonal(Q, axis1=-2, axis2=-1).copy()
+    ss = np.random.SeedSequence(seed)
+    rng_data = np.random.default_rng(ss.spawn(5)[2])
+    times = np.asarray(rec_steps, dtype=float) / N
+    n_rec = len(times)
+    Qs = np.full((replicas, n_rec, p, p), np.nan)
+    rhos = np.full((replicas, n_rec, p, ps), np.nan)
+    readouts = np.full((replicas, n_rec, p), np.nan) if model.readout_trained else None
+    status = np.array(["ok"] * replicas, dtype=object)
+    t_div = np.full(replicas, np.nan)
+    alive = np.ones(replicas, dtype=bool)
+    last = {"t": np.zeros(replicas), "Q": Q.copy(), "rho": rho.copy()}
+    if model.readout_trained:
+        last["readout"] = a.copy()
+    floor = 1.0 / math.sqrt(N)
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+        bar = tqdm(total=float(times[-1]), unit="t", leave=False,
+                   desc=f"SDE (N={N}, {replicas} replicas)")
+
+    def record(i):
+        Qr, rr, ar = lay.unpack(x[alive])
+        Qs[alive, i], rhos[alive, i] = Qr, rr
+        if readouts is not None:
+            readouts[alive, i] = ar
+
+    t = 0.0
+    i_rec = 0
+    while i_rec < n_rec and times[i_rec] <= 0.0:
+        record(i_rec)
+        i_rec += 1
+    steps = 0
+    with np.errstate(over="ignore", invalid="ignore"):
+        while i_rec < n_rec and alive.any():
+            live = np.nonzero(alive)[0]
+            Qa, ra, aa = lay.unpack(x[live])
+            out = k.rhs(Qa, ra, T, aa)
+            f = lay.pack(*out)
+            rate = np.max(np.abs(f) / (np.abs(x[live]) + floor)) if f.size else 0.0
+            h = dt if not rate > 0 else min(dt, RELATIVE_STEP / rate)
+            h = min(h, times[i_rec] - t)
+            if not np.isfinite(h) or h <= 0:
+                h = times[i_rec] - t
+            D = k.diffusion(Qa, ra, T, aa)
+            L = _sqrt_psd(0.5 * (D + np.swapaxes(D, -1, -2)))
+            xi = rng_data.standard_normal((replicas, lay.dim))[live]
+            x[live] = x[live] + f * h + math.sqrt(h / N) * np.einsum("rij,rj->ri", L, xi)
+            if sphere:
+                Qn, rn, an = lay.unpack(x[live])
+                s = np.sqrt(q_diag[live] / np.diagonal(Qn, axis1=-2, axis2=-1))
+                x[live] = lay.pack(Qn * s[:, :, None] * s[:, None, :], rn * s[:, :, None], an)
+            t += h
+            steps += 1
+            if bar is not None:
+                bar.update(h)
+            bad = live[~(np.all(np.isfinite(x[live]), axis=1)
+                         & (np.max(np.abs(x[live]), axis=1) < blowup))]
+            if bad.size:
+                status[bad] = "diverged"
+                t_div[bad] = t
+                alive[bad] = False
+            good = np.nonzero(alive)[0]
+            Qg, rg, ag = lay.unpack(x[good])
+            last["t"][good] = t
+            last["Q"][good], last["rho"][good] = Qg, rg
+            if model.readout_trained:
+                last["readout"][good] = ag
+            while i_rec < n_rec and t >= times[i_rec] - 1e-12 * max(1.0, times[i_rec]):
+                record(i_rec)
+                i_rec += 1
+    if bar is not None:
+        bar.close()
+    risk = population_risk(model, Qs, rhos, T, readouts)
+    run = SimulationRun(model=model, N=N, method="sde", seed=seed, t=times, Q=Qs, rho=rhos,
+                        risk=risk, T=T, status=status.astype(str), t_diverged=t_div,
+                        last_finite=last, check_every=1, readout=readouts)
+    run.sde_steps = steps
+    if run.n_diverged and on_divergence == "raise":
+        first = int(np.nanargmin(t_div))
+        state = {"t": last["t"][first], "Q": last["Q"][first], "rho": last["rho"][first]}
+        from .errors import describe_state
+        raise DivergenceError(
+            f"the order-parameter SDE diverged in {run.n_diverged}/{replicas} replicas (first "
+            f"at t = {t_div[first]:.6g}, replica {first}); last finite state at t = "
+            f"{last['t'][first]:.6g}: {describe_state(state)}. Lower the learning rate, or "
+            f"pass on_divergence='stop' to keep the partial run.", t_div[first], state,
+            partial=run)
+    return run

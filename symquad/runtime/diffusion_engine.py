@@ -1,0 +1,322 @@
+r"""Evaluation of the diffusion matrix ``D`` from its moment kinds (imported by generated code).
+
+The generated diffusion assembly (:mod:`symquad.codegen.diffusion_render`)
+writes each block of ``D`` — ``(Q, Q)``, ``(Q, ρ)``, ``(Q, a)``, ``(ρ, ρ)``,
+``(ρ, a)``, ``(a, a)`` — as one broadcasting expression in *gathered* arrays:
+every unit of a block (``k, l, m`` of the row entry, ``K, L, M`` of the
+column entry) is an integer index array over the block's rows or columns in
+state order (:func:`block_indices`), and every atom (``Q_kL``, ``ρ_kM``,
+``a_K``, a moment kind ``M_{dxs}(…)``) is read at those indices.  So the
+expression is evaluated directly on the ``dim × dim`` entries of the state,
+never on ``p⁴`` index grids, and repeated units (``Q_kk``) need no special
+case.
+
+The moment kinds come from a *kind source* (:class:`KindArrays` for the
+tensor route: whole arrays over students ``p`` and fields ``n = p + p*``; the
+generated matrix module for ``σ = c z²``: word matrices read at the indices).
+
+Tensor route (:func:`tensor_kinds`): a kind
+``E[∏_{d} σ'(u_i) ∏_{x} u_j ∏_{s} σ(u_k) δ^r]`` with
+``δ = Σ_a w_a σ_a(u_a) − √Δ ξ`` is, after the label noise is integrated out
+(``δ^r → Σ_{s even} binom(r,s)(s−1)!! Δ^{s/2} δ_c^{r−s}``), a sum over
+multigraphs on the external vertices and ``q = r − s`` summed vertices
+(:mod:`symquad.symbolic.diffusion_tensor`); each multigraph is one
+``numpy.einsum`` of Hadamard powers ``C^{∘m}/m!`` and vertex vectors
+``φ_j(D) (w)``, with a contraction path computed once per shape.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy
+
+from . import tensor_engine as _tensor
+
+__all__ = ["block_indices", "assemble", "gather", "KindArrays", "WordGather", "tensor_kinds",
+           "BLOCK_PAIRS", "SparsePolynomials", "entry_generators", "fill_symmetric"]
+
+#: Blocks of ``D`` in state order (the others are transposes).
+BLOCK_PAIRS = (("Q", "Q"), ("Q", "rho"), ("Q", "a"), ("rho", "rho"), ("rho", "a"), ("a", "a"))
+
+
+def _units(block, p, ps):
+    """Index arrays of one block's units, in state order: ``Q -> (k, l)``, ``rho -> (k, m)``, ``a -> (k,)``."""
+    if block == "Q":
+        iu, ju = numpy.triu_indices(p)
+        return iu, ju
+    if block == "rho":
+        return numpy.repeat(numpy.arange(p), ps), numpy.tile(numpy.arange(ps), p)
+    return (numpy.arange(p),)
+
+
+def block_indices(x, y, p, ps):
+    """Unit index arrays of block ``(x, y)``: rows as ``(n, 1)`` columns, columns as ``(1, n)`` rows."""
+    rows = tuple(u[:, None] for u in _units(x, p, ps))
+    cols = tuple(u[None, :] for u in _units(y, p, ps))
+    return rows, cols
+
+
+def gather(array, *idx):
+    """``array[..., idx_0, idx_1, …]`` over its last ``len(idx)`` axes (batch axes kept)."""
+    return array[(Ellipsis,) + tuple(idx)]
+
+
+def assemble(blocks, p, ps, trained, batch):
+    """The symmetric ``D`` (batch + (dim, dim)) from its blocks in state order."""
+    n = {"Q": p * (p + 1) // 2, "rho": p * ps, "a": p if trained else 0}
+    names = ("Q", "rho", "a") if trained else ("Q", "rho")
+    start = dict(zip(names, itertools.accumulate([0] + [n[b] for b in names])))
+    dim = sum(n[b] for b in names)
+    D = numpy.empty(batch + (dim, dim))
+    for (x, y), value in blocks.items():
+        if x not in names or y not in names:
+            continue
+        sx = slice(start[x], start[x] + n[x])
+        sy = slice(start[y], start[y] + n[y])
+        value = numpy.broadcast_to(value, batch + (n[x], n[y]))
+        D[..., sx, sy] = value
+        if x != y:
+            D[..., sy, sx] = numpy.swapaxes(value, -1, -2)
+    # the (X, X) blocks are symmetric in exact arithmetic; make them so to the last bit
+    return 0.5 * (D + numpy.swapaxes(D, -1, -2))
+
+
+class WordGather:
+    """``W_J[..., x, y]`` of the matrix route's words, each gathered once per pair of index arrays.
+
+    The words are symmetric, so ``(x, y)`` and ``(y, x)`` share an entry; the
+    index arrays are kept referenced so their ids stay unique while cached.
+    """
+
+    def __init__(self, words):
+        self.words = words
+        self.cache = {}
+
+    def __call__(self, J, x, y):
+        key = (J,) + tuple(sorted((id(x), id(y))))
+        hit = self.cache.get(key)
+        if hit is None:
+            hit = (gather(self.words[J], x, y), x, y)
+            self.cache[key] = hit
+        return hit[0]
+
+
+class KindArrays:
+    """A kind source holding each kind as a whole array (``(..., p|n, …)``)."""
+
+    def __init__(self, arrays: dict):
+        self.arrays = arrays
+
+    def __call__(self, name, *idx):
+        return gather(self.arrays[name], *idx)
+
+
+# ---- tensor route -----------------------------------------------------------------
+
+_LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+_PATHS: dict = {}
+
+
+def _term_operands(term, roles, Cp, vstud, vsum, p):
+    """Subscripts and operands of one multigraph term (see :func:`tensor_kinds`)."""
+    edges, orders = term
+    letters = _LETTERS[:len(roles)]
+    subs, ops = [], []
+
+    def span(v):
+        return slice(0, p) if roles[v] in ("d", "s") else slice(None)
+    for (u, v), m in edges:
+        subs.append("..." + letters[u] + letters[v])
+        ops.append(Cp[m][..., span(u), span(v)])
+    for v, role in enumerate(roles):
+        j = orders[v]
+        if role in ("d", "s"):
+            subs.append("..." + letters[v])
+            ops.append(vstud[j])
+        elif role == "q":
+            subs.append("..." + letters[v])
+            ops.append(vsum[j])
+    out = "..." + "".join(letters[v] for v, r in enumerate(roles) if r != "q")
+    return ",".join(subs) + "->" + out, ops
+
+
+def _einsum(key, subscripts, ops):
+    shapes = tuple(o.shape for o in ops)
+    path = _PATHS.get((key, shapes))
+    if path is None:
+        path = numpy.einsum_path(subscripts, *ops, optimize="greedy")[0]
+        _PATHS[(key, shapes)] = path
+    return numpy.einsum(subscripts, *ops, optimize=path)
+
+
+def tensor_kinds(plan, Q, rho, T, a, b, Delta, names):
+    """The kinds ``names`` of a tensor diffusion plan as whole arrays (a :class:`KindArrays`).
+
+    ``plan[name]`` is ``(roles, ((noise, q, terms), …))``: ``roles`` the
+    external vertices (``"d"`` for ``σ'``, ``"x"`` for a field, ``"s"`` for
+    ``σ``), then per power ``q`` of the clean error the noise factor
+    ``noise = (coefficient, power of Δ)`` and the multigraph terms
+    ``((size, |G|), edges, orders)`` (weight ``size/|G|``; ``edges`` as ``((u, v), m)`` pairs,
+    ``orders[v]`` the order of vertex ``v``'s vertex function; summed
+    vertices come last; one term per orbit of the permutations of the summed
+    vertices and of the external vertices of one role, so the weighted sum is
+    symmetrised over the latter).  Output axes: students (``p``) for
+    ``d``/``s`` vertices, fields (``n``) for ``x`` vertices.
+    """
+    C, p = _tensor.combine(Q, rho, T)
+    w = _tensor.weights(a, b)
+    batch = numpy.broadcast_shapes(C.shape[:-2], w.shape[:-1])
+    C = numpy.broadcast_to(C, batch + C.shape[-2:])
+    w = numpy.broadcast_to(w, batch + w.shape[-1:])
+    D = numpy.diagonal(C, axis1=-2, axis2=-1)
+    phi = plan["__phi__"](D, p)
+    zero = numpy.zeros(batch + (C.shape[-1],))
+    phi = [zero if f is None else numpy.broadcast_to(f, zero.shape) for f in phi]
+    top = plan["__top__"]
+    phi += [zero] * (top + 2 - len(phi))
+    vstud = [f[..., :p] for f in phi]
+    vsum = [f * w for f in phi]
+    Cp = _tensor._hadamard_powers(C, top)
+    n = C.shape[-1]
+    out = {}
+    for name in names:
+        roles, parts = plan[name]
+        shape = batch + tuple(p if r in ("d", "s") else n for r in roles)
+        total = numpy.zeros(shape)
+        for (coeff, dpow), q, terms in parts:
+            full = tuple(roles) + ("q",) * q
+            acc = numpy.zeros(shape)
+            for i, ((size, group), edges, orders) in enumerate(terms):
+                subs, ops = _term_operands((edges, orders), full, Cp, vstud, vsum, p)
+                acc += (size / group) * _einsum((name, q, i), subs, ops)
+            total += (coeff * Delta ** dpow) * acc
+        out[name] = _symmetrise(total, roles, len(batch))
+    return KindArrays(out)
+
+
+def _symmetrise(array, roles, nbatch):
+    """``Σ_π π(array)`` over the permutations of the axes of equal role."""
+    groups = {}
+    for v, role in enumerate(roles):
+        groups.setdefault(role, []).append(v)
+    out = numpy.zeros_like(array)
+    for choice in itertools.product(*[itertools.permutations(g) for g in groups.values()]):
+        perm = list(range(len(roles)))
+        for g, images in zip(groups.values(), choice):
+            for v, w in zip(g, images):
+                perm[v] = w
+        out += numpy.transpose(array, tuple(range(nbatch)) + tuple(nbatch + v for v in perm))
+    return out
+
+
+# ---- entry route: sparse polynomials ----------------------------------------------
+
+def _unblob(text, dtype):
+    import base64
+    import zlib
+    return numpy.frombuffer(zlib.decompress(base64.b64decode(text)), dtype=dtype)
+
+
+class SparsePolynomials:
+    """Many sparse polynomials sharing their monomials: ``P_e(x) = Σ_t c_{et} ∏_v x_v^{E_tv}``.
+
+    The monomials are evaluated once (products of per-generator power tables),
+    then every polynomial is a weighted sum of them.  Generators that do not
+    describe the state (``T``, the teacher readout, the parameters — every name
+    not starting with ``Q_``, ``rho_``, ``inv_Q_`` or, when `trained`, ``a_``) are the same for
+    every element of a batch and from call to call: they are substituted once
+    per set of values, which merges the monomials that differ only in them
+    (the polynomial in the state alone is cached for the last few sets).
+    """
+
+    _STATE = ("Q_", "rho_", "a_", "inv_Q_")
+
+    def __init__(self, generators, n_monomials, exponents, rows, columns, numerators,
+                 denominators, n_polynomials, trained=True):
+        from scipy import sparse
+        self.n_gens = len(generators)
+        self.exponents = _unblob(exponents, numpy.uint8).reshape(n_monomials, self.n_gens)
+        rows = _unblob(rows, numpy.int32)
+        cols = _unblob(columns, numpy.int32)
+        coeff = _unblob(numerators, numpy.float64) / _unblob(denominators, numpy.float64)
+        # (polynomials × monomials), duplicates summed; sparse: Jacobians have ~dim² rows
+        self.matrix = sparse.csr_matrix((coeff, (rows, cols)), shape=(n_polynomials, n_monomials))
+        state = self._STATE if trained else tuple(x for x in self._STATE if x != "a_")
+        self.state = numpy.array([g.startswith(state) for g in generators])
+        self.constant = ~self.state
+        self._reduced: dict = {}
+
+    def _reduce(self, const_values):
+        """Coefficient matrix and state exponents with the constant generators substituted."""
+        key = tuple(float(v) for v in const_values)
+        hit = self._reduced.get(key)
+        if hit is not None:
+            return hit
+        from scipy import sparse
+        E_const = self.exponents[:, self.constant]
+        factor = numpy.prod(numpy.asarray(const_values, float)[None, :] ** E_const, axis=1)
+        E_state = self.exponents[:, self.state]
+        unique, inverse = numpy.unique(E_state, axis=0, return_inverse=True)
+        merge = sparse.csr_matrix((factor, (numpy.arange(len(factor)), inverse.ravel())),
+                                  shape=(len(factor), len(unique)))
+        matrix = (self.matrix @ merge).tocsr()
+        if len(self._reduced) >= 8:
+            self._reduced.pop(next(iter(self._reduced)))
+        self._reduced[key] = (matrix, unique)
+        return matrix, unique
+
+    def __call__(self, values):
+        """``values`` (..., n_gens) -> the polynomials (..., n_polynomials)."""
+        values = numpy.asarray(values, dtype=float)
+        flat = values.reshape(-1, self.n_gens)
+        const = flat[:, self.constant]
+        if len(flat) and numpy.all(const == const[:1]):
+            matrix, E = self._reduce(const[0])
+            vals = flat[:, self.state]
+        else:                      # constants vary across the batch: the full polynomials
+            matrix, E, vals = self.matrix, self.exponents, flat
+        mono = numpy.ones((len(flat), E.shape[0]))
+        for v in range(E.shape[1]):
+            e = E[:, v]
+            top = int(e.max()) if e.size else 0
+            if top == 0:
+                continue
+            powers = vals[:, v, None] ** numpy.arange(top + 1)
+            mono *= powers[:, e]
+        out = numpy.asarray((matrix @ mono.T).T)
+        return out.reshape(values.shape[:-1] + (matrix.shape[0],))
+
+
+def entry_generators(generators, Q, rho, T, a, b, params):
+    """Values of the entry route's generators (entry symbols, readouts, parameters, inverses)."""
+    Q, rho, T, a, b = (numpy.asarray(x, dtype=float) for x in (Q, rho, T, a, b))
+    batch = numpy.broadcast_shapes(Q.shape[:-2], rho.shape[:-2], T.shape[:-2], a.shape[:-1],
+                                   b.shape[:-1])
+    cols = []
+    for name in generators:
+        head, _, rest = name.partition("_")
+        if name == "inv_batch_size":
+            value = 1.0 / params["batch_size"]
+        elif name == "sqrt_Delta":
+            value = numpy.sqrt(params["Delta"])
+        elif name.startswith("inv_Q_"):
+            i = int(name.split("_")[2]) - 1
+            value = 1.0 / Q[..., i, i]
+        elif name in params:
+            value = params[name]
+        else:
+            idx = [int(x) - 1 for x in rest.split("_")]
+            value = {"Q": Q, "rho": rho, "T": T, "a": a, "b": b}[head][(Ellipsis,) + tuple(idx)]
+        cols.append(numpy.broadcast_to(value, batch))
+    return numpy.stack(cols, axis=-1)
+
+
+def fill_symmetric(values, pairs, dim):
+    """The symmetric (..., dim, dim) matrix whose upper-triangle entries ``pairs`` are ``values``."""
+    I = numpy.array([i for i, _ in pairs])
+    J = numpy.array([j for _, j in pairs])
+    D = numpy.empty(values.shape[:-1] + (dim, dim))
+    D[..., I, J] = values
+    D[..., J, I] = values
+    return D

@@ -1,0 +1,332 @@
+r"""Whole-run criteria of the verdict: SGD against the order-parameter SDE, and the LNA spread.
+
+The ODE criteria of :mod:`symquad.studies.validation` compare SGD with the
+ODE started at each replica's realised overlaps.  After an escape from the
+plateau that comparison is the wrong one: SGD and the ODE escape at times
+that differ by O(1) and end at different points of the zero-risk manifold,
+whatever ``N``.  The finite-``N`` theory makes a prediction for the *law* of the
+whole run instead: the order-parameter SDE ``dX = f dt + √(D/N) dB``
+(:mod:`symquad.numeric.sde`), run from the same starts.
+
+**Criterion ``whole_run_law``.**  The SDE ensemble is simulated from the SGD
+replicas' own initial overlaps (one SDE run per replica, independent noise).
+At ``n_test`` recorded times (equally spaced over the run, the start excluded)
+the two samples of each of five statistics are compared by the two-sample
+Kolmogorov–Smirnov test: the risk and four statistics of the overlaps that are
+invariant under rotations of the student units (and, for ``T = I``, of the
+teacher): ``tr Q / p``, ``‖ρ‖²_F``, ``tr((ρᵀρ)²)`` and ``tr(Q²)/p``.  Multiple
+testing: Holm's step-down correction over all ``5 · n_test`` p-values (valid under
+any dependence between them), family level ``alpha``.  Precision first: not tested
+with fewer than 16 replicas (the KS test cannot reject at small levels below
+that).
+
+**Criterion ``lna_spread``** (replicas that share one start, no plateau, the
+linear-noise prediction available): the replicas' variance of the risk at
+``n_test`` times against ``∇εᵀΣ∇ε/N`` (:func:`symquad.fluctuations`), the
+standard error of the variance from the sample fourth moment, Bonferroni over
+the times at level ``alpha`` (the standard error of the variance under the
+hypothesis: predicted variance and sample kurtosis); not tested when that
+relative standard error exceeds 0.25.  Both criteria are skipped, with the
+reason, when their cost is out of proportion (:func:`sde_cost_reason`).
+
+Both are in :func:`whole_run_checks`; :func:`decide_whole_run` adds them to the
+verdict of :func:`symquad.studies.verdict.decide`.  Their calibration (false-FAIL
+rate of the true model, power against wrong models) is measured by
+``benchmarks/calibrate_verdict.py`` (README).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+__all__ = ["invariant_statistics", "whole_run_numbers", "whole_run_checks",
+           "decide_whole_run", "N_TEST", "MIN_REPLICAS", "STATISTICS"]
+
+#: Recorded times tested (equally spaced over the run).
+N_TEST = 20
+#: Fewest replicas for the law criterion.
+MIN_REPLICAS = 16
+#: Names of the statistics compared at each time.
+STATISTICS = ("risk", "tr Q / p", "|rho|_F^2", "tr (rho^T rho)^2", "tr Q^2 / p")
+#: LNA criterion: largest relative standard error of the replicas' variance.
+_LNA_PRECISION = 0.25
+#: LNA criterion: tested while the predicted spread of every state entry is at most this
+#: fraction of the state's scale (the expansion parameter of the linearisation).
+_LNA_VALIDITY = 0.05
+#: ... and while the second-order term of the risk's variance is at most this fraction.
+_LNA_SECOND_ORDER = 0.05
+
+
+def invariant_statistics(risk, Q, rho):
+    """The five statistics of :data:`STATISTICS`; shape ``(5,) + risk.shape``."""
+    p = Q.shape[-1]
+    rtr = np.swapaxes(rho, -1, -2) @ rho
+    return np.stack([risk,
+                     np.trace(Q, axis1=-2, axis2=-1) / p,
+                     np.trace(rtr, axis1=-2, axis2=-1),
+                     np.sum(rtr * rtr, axis=(-2, -1)),
+                     np.sum(Q * Q, axis=(-2, -1)) / p])
+
+
+def _holm(pvalues, alpha):
+    """Holm's step-down adjusted p-values (monotone) and the rejections at `alpha`."""
+    p = np.asarray(pvalues, float)
+    order = np.argsort(p)
+    m = len(p)
+    adjusted = np.empty(m)
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p[i]))
+        adjusted[i] = running
+    return adjusted, adjusted <= alpha
+
+
+def _test_indices(t, n_test):
+    idx = np.unique(np.round(np.linspace(0, len(t) - 1, n_test + 1)).astype(int))[1:]
+    return idx
+
+
+def whole_run_numbers(model, t, sgd_Q, sgd_rho, sgd_risk, T, N, *, seed=0, n_test=N_TEST,
+                      dt=None, form=None, lna=True, sde_model=None):
+    """Numbers of the whole-run criteria (module docstring); JSON-serialisable.
+
+    Parameters
+    ----------
+    model : Model
+        The theory (its SDE and LNA).
+    t, sgd_Q, sgd_rho, sgd_risk
+        The SGD replicas (``(R, n, …)``), finite.
+    T : array (p*, p*)
+    N : int
+        The input dimension of the data.
+    seed : int
+        Seed of the SDE noise.
+    sde_model : Model, optional
+        Run the SDE of this model instead (used to measure power).
+    """
+    from scipy.stats import ks_2samp
+
+    from ..numeric.simulate import simulate
+    R = sgd_Q.shape[0]
+    out = {"replicas": int(R), "N": int(N), "n_test": int(n_test)}
+    t = np.asarray(t, float)
+    t0 = float(t[0])
+    theory = sde_model or model
+    too_costly = sde_cost_reason(theory, form)
+    if too_costly:
+        out.update(skipped=too_costly, law={"pvalues": [], "tests": [], "times": []},
+                   lna={"applies": False, "reason": too_costly}, sde_diverged=0)
+        return out
+    run = simulate(theory, N=N, t_max=float(t[-1] - t0) if t[-1] > t0 else 1.0 / N,
+                   replicas=R, seed=seed, method="sde", Q0=sgd_Q[:, 0], rho0=sgd_rho[:, 0],
+                   T=T, t_eval=t - t0, on_divergence="stop", dt=dt, form=form)
+    ok = run.status == "ok"
+    out["sde_diverged"] = int(np.sum(~ok))
+    out["sde_steps"] = int(getattr(run, "sde_steps", 0))
+    idx = _test_indices(t, n_test)
+    a = invariant_statistics(sgd_risk, sgd_Q, sgd_rho)
+    b = invariant_statistics(run.risk, run.Q, run.rho)
+    pvals, where = [], []
+    for s in range(len(STATISTICS)):
+        for i in idx:
+            x, y = a[s][:, i], b[s][ok, i]
+            x, y = x[np.isfinite(x)], y[np.isfinite(y)]
+            if len(x) < 2 or len(y) < 2:
+                continue
+            pvals.append(float(ks_2samp(x, y).pvalue))
+            where.append((STATISTICS[s], float(t[i])))
+    out["law"] = {"pvalues": pvals, "tests": [list(w) for w in where],
+                  "sde_risk_mean": [float(v) for v in np.nanmean(run.risk, 0)[idx]],
+                  "sgd_risk_mean": [float(v) for v in np.nanmean(sgd_risk, 0)[idx]],
+                  "times": [float(v) for v in t[idx]]}
+    shared = bool(np.allclose(sgd_Q[:, 0], sgd_Q[:1, 0], atol=1e-14)
+                  and np.allclose(sgd_rho[:, 0], sgd_rho[:1, 0], atol=1e-14))
+    out["lna"] = {"applies": False, "reason": ""}
+    if not lna:
+        out["lna"]["reason"] = "not requested"
+    elif not shared:
+        out["lna"]["reason"] = ("the replicas start from different overlaps (a random start: "
+                                "the linear-noise expansion breaks down at the escape)")
+    else:
+        out["lna"] = _lna_numbers(theory, t, sgd_Q, sgd_rho, sgd_risk, T, N, idx, form)
+    return out
+
+
+#: Largest state of the whole-run SDE with the matrix kernels (σ = c z²), and of the
+#: LNA (its Jacobian comes from the entry route: σ = z² at p = 8, p* = 2 has 52 entries
+#: and takes 60 s to derive once).
+MAX_SDE_STATE = 600
+MAX_LNA_STATE = 60
+
+
+def sde_cost_reason(model, form=None) -> str:
+    """Why the whole-run SDE is not run for `model` (empty when it is affordable)."""
+    from ..numeric.layout import state_layout
+    from ..numeric.sde import sde_form
+    dim = state_layout(model).dim
+    form = form or sde_form(model)
+    if form == "matrix" and dim > MAX_SDE_STATE:
+        return (f"the SDE of a state of {dim} entries is too costly for the verdict "
+                f"(limit {MAX_SDE_STATE})")
+    if form == "tensor" and model.p > 4:
+        return (f"the tensor-route diffusion costs O(p^4 (p+p*)^4) per term: too costly for "
+                f"the verdict at p = {model.p} (limit p = 4)")
+    return ""
+
+
+def _lna_numbers(model, t, sgd_Q, sgd_rho, sgd_risk, T, N, idx, form):
+    from ..numeric.fluctuations import fluctuations
+    from ..numeric.kernels import kernels
+    from ..numeric.layout import state_layout
+    dim = state_layout(model).dim
+    if dim > MAX_LNA_STATE or (not model.is_quadratic and model.p + model.p_star > 6):
+        return {"applies": False, "reason": f"the entry-route Jacobian of the linear-noise "
+                f"prediction is too costly here ({dim} state entries, limit {MAX_LNA_STATE}; "
+                f"non-quadratic: p + p* <= 6)"}
+    try:
+        fl = fluctuations(model, sgd_Q[0, 0], sgd_rho[0, 0], T, N, t - t[0],
+                          form=form or ("matrix" if model.is_quadratic else None))
+    except (ValueError, ArithmeticError) as exc:        # too large for the entry route, ...
+        return {"applies": False, "reason": f"no linear-noise prediction: {exc}"}
+    kernels(model)
+    # the expansion's own validity: the predicted spread of the state small against the
+    # state (beyond it — e.g. along a flat manifold of minima, where Σ grows linearly —
+    # the linearisation has broken down and is not tested)
+    X = fl.layout.pack(fl.Q, fl.rho, fl.readout)
+    small = np.max(fl.state_std, axis=1) <= _LNA_VALIDITY * np.maximum(
+        1.0, np.max(np.abs(X), axis=1))
+    # ... and the risk's spread first order in ζ: near a curved manifold of minima the
+    # quadratic term takes over and the straight-line displacements of the linearisation
+    # leave the manifold (measured: the replicas' variance falls to 0.4 of the prediction)
+    g, H, S = fl.risk_gradient, fl.risk_hessian, fl.covariance
+    first = np.einsum("ti,tij,tj->t", g, S, g) / N
+    HS = H @ S
+    second = 0.5 * np.einsum("tij,tji->t", HS, HS) / N**2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        linear = second <= _LNA_SECOND_ORDER * (first + second)
+    idx = idx[small[idx] & linear[idx]]
+    if len(idx) < 3:
+        return {"applies": False, "reason": f"the linear-noise expansion is valid (state "
+                f"spread <= {_LNA_VALIDITY:.0%} of the state, second-order part of the risk's "
+                f"variance <= {_LNA_SECOND_ORDER:.0%}) at fewer than 3 tested times"}
+    pred = fl.risk_std[idx] ** 2
+    x = sgd_risk[:, idx]
+    R = x.shape[0]
+    c = x - x.mean(0)
+    s2 = (c**2).sum(0) / (R - 1)
+    m4 = (c**4).mean(0)
+    se = np.sqrt(np.maximum(m4 - s2**2 * (R - 3) / (R - 1), 0) / R)
+    # under the hypothesis the variance is `pred`: its standard error from the sample
+    # kurtosis (not from s² itself, which is correlated with s² and makes |z| heavy-tailed
+    # at a few dozen replicas)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        kurtosis = m4 / s2**2
+        se0 = pred * np.sqrt(np.maximum(kurtosis - (R - 3) / (R - 1), 0) / R)
+        z = (s2 - pred) / se0
+        rel = se0 / pred
+    return {"applies": True, "reason": "", "times": [float(v) for v in t[idx]],
+            "sgd_variance": [float(v) for v in s2], "predicted_variance": [float(v) for v in pred],
+            "z": [float(v) for v in z], "relative_se": [float(v) for v in rel]}
+
+
+def whole_run_checks(numbers, alpha):
+    """The criteria ``whole_run_law`` and ``lna_spread`` from :func:`whole_run_numbers`'s output."""
+    from scipy.stats import norm
+
+    from .verdict import _check
+    checks = []
+    law = numbers["law"]
+    R = numbers["replicas"]
+    if numbers.get("skipped"):      # too costly: the reason is in the numbers, no criterion
+        pass
+    elif R < MIN_REPLICAS or not law["pvalues"]:
+        checks.append(_check("whole_run_law", "not tested",
+                             f"whole-run law vs the SDE: needs >= {MIN_REPLICAS} replicas"))
+    elif numbers["sde_diverged"] > 0.1 * R:
+        checks.append(_check("whole_run_law", "fail",
+                             f"whole-run law vs the SDE: the SDE diverged in "
+                             f"{numbers['sde_diverged']} of {R} runs", value=1.0))
+    else:
+        adjusted, reject = _holm(law["pvalues"], alpha)
+        k = int(np.argmin(adjusted))
+        stat, when = law["tests"][k]
+        ok = not reject.any()
+        checks.append(_check(
+            "whole_run_law", "pass" if ok else "fail",
+            f"whole-run law vs the SDE (same starts, {R} runs each): smallest Holm-adjusted "
+            f"KS p-value {adjusted[k]:.3g} ({stat} at t = {when:.4g}) "
+            f"{'>' if ok else '<='} alpha={alpha:g} over {len(adjusted)} tests "
+            f"({len(STATISTICS)} statistics x {len(law['times'])} times)",
+            value=float(adjusted[k])))
+    lna = numbers["lna"]
+    if lna.get("applies"):      # (where it does not apply, the reason is in the numbers)
+        rel = np.asarray(lna["relative_se"])
+        z = np.abs(np.asarray(lna["z"]))
+        crit = float(norm.ppf(1 - alpha / (2 * len(z))))
+        if not np.all(np.isfinite(rel)) or np.max(rel) > _LNA_PRECISION:
+            checks.append(_check("lna_spread", "not tested",
+                                 f"replica spread vs the linear-noise prediction: the replicas' "
+                                 f"variance is resolved to {np.nanmax(rel):.0%} only (> "
+                                 f"{_LNA_PRECISION:.0%}; more replicas)"))
+        else:
+            ok = bool(np.max(z) <= crit)
+            checks.append(_check(
+                "lna_spread", "pass" if ok else "fail",
+                f"replica spread vs the linear-noise prediction: max |s^2 - sigma^2| = "
+                f"{np.max(z):.2f} s.e. {'<=' if ok else '>'} {crit:.2f} (Bonferroni over "
+                f"{len(z)} times, alpha={alpha:g}; variance ratio "
+                f"{np.min(np.asarray(lna['sgd_variance']) / np.asarray(lna['predicted_variance'])):.3g}"
+                f"-{np.max(np.asarray(lna['sgd_variance']) / np.asarray(lna['predicted_variance'])):.3g})",
+                value=float(np.max(z)), threshold=crit))
+    return checks
+
+
+def decide_whole_run(verdict, numbers, alpha):
+    """The verdict of :func:`symquad.studies.verdict.decide` with the whole-run criteria added.
+
+    The whole-run criteria join the others: any FAIL fails the verdict.  When
+    the law criterion was tested and passed, it stands in for the ODE
+    criteria that compare single trajectories over a window containing an
+    escape: a ``mean_deviation`` whose window is the whole run of a start with
+    a plateau (``escape`` analysis not applicable, e.g. ``T ≠ I`` or a
+    non-quadratic activation, from a random start) is reported but does not
+    decide (it compares SGD with the ODE after SGD escaped and the ODE did
+    not); PASS then needs the band criterion or the law criterion.
+    """
+    checks = list(verdict["checks"]) + whole_run_checks(numbers["whole_run"], alpha)
+    status = {c["name"]: c["status"] for c in checks}
+    law_ok = status.get("whole_run_law") == "pass"
+    demoted = []
+    if law_ok and numbers["whole_run"].get("random_start_without_escape_analysis"):
+        for c in checks:
+            if c["name"] in ("mean_deviation", "band") and c["status"] == "fail":
+                c["status"] = "not tested"
+                c["text"] += (" [not deciding: a whole-run comparison of single trajectories "
+                              "from a start with a plateau; the law criterion decides]")
+                demoted.append(c["name"])
+        status = {c["name"]: c["status"] for c in checks}
+    if "fail" in status.values():
+        outcome = "FAIL"
+    elif (status.get("mean_deviation") == "pass" and status.get("band") == "pass") or \
+            (law_ok and status.get("mean_deviation") != "fail" and status.get("band") != "fail"):
+        outcome = "PASS"
+    else:
+        outcome = "INCONCLUSIVE"
+    return {**verdict, "verdict": outcome, "passed": outcome == "PASS", "checks": checks,
+            "demoted": demoted}
+
+
+def add_whole_run(numbers, model, t, Q, rho, risk, T, N, alpha, *, seed=0, shared=False,
+                  dt=None, form=None):
+    """Compute the whole-run numbers into ``numbers["whole_run"]`` and return the new verdict.
+
+    ``numbers`` are a report's numbers with ``numbers["verdict"]`` from
+    :func:`symquad.studies.verdict.decide`; ``Q, rho, risk`` the finite replicas.
+    """
+    wr = whole_run_numbers(model, t, Q, rho, risk, T, N, seed=seed, dt=dt, form=form)
+    wr["random_start_without_escape_analysis"] = bool(
+        not shared and not numbers["escape"].get("defined"))
+    numbers["whole_run"] = wr
+    return decide_whole_run(numbers["verdict"], numbers, alpha)

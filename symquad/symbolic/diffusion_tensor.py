@@ -1,0 +1,238 @@
+r"""Tensor-route moment kinds of the diffusion for any polynomial activations.
+
+A kind of :mod:`symquad.symbolic.diffusion`,
+
+.. math::  M_{dxs} = E\Big[\prod_{i=1}^{d} σ'(u_{v_i}) \prod_{j=1}^{x} u_{v_{d+j}}
+           \prod_{k=1}^{s} σ(u_{v_{d+x+k}})\; δ^{r}\Big], \qquad r = d + s,
+
+with ``δ = Σ_a w_a σ_a(u_a) − √Δ ξ`` (``w = (a, −b)``, ``σ_a`` the student's or the
+teacher's polynomial), is evaluated in two steps:
+
+1. the label noise is integrated out exactly,
+   ``E_ξ[δ^r] = Σ_{t even} binom(r, t) (t−1)!! Δ^{t/2} δ_c^{r−t}``;
+2. ``δ_c^q = Σ_{a_1..a_q} ∏ w_{a_i} σ_{a_i}(u_{a_i})`` adds ``q`` *summed* vertices,
+   and the multigraph expansion of :mod:`symquad.symbolic.tensor` turns the
+   ``(d + x + s + q)``-point function into a sum over loop-free multigraphs
+   (edge multiplicities ``m_uv``) of ``∏ C_uv^{m_uv}/m_uv! ∏_v φ_{v, j_v}(D_v)``:
+   ``j_v = deg(v) + 1`` at a ``σ'`` vertex, ``deg(v)`` at a ``σ`` or summed vertex, an
+   identity vertex has exactly one edge and factor 1.  A term is dropped when one of
+   its vertex functions vanishes identically.
+
+The summed vertices are interchangeable, and so are the external vertices of
+one role (the kind is symmetric in them): the terms are collected into orbits
+under these permutations, and the runtime sums one representative per orbit,
+weighted, and symmetrises over the external permutations.  Each remaining term is one
+tensor contraction over ``≤ 4`` external and ``≤ 4`` summed indices, cost up to
+``O(p⁴ n⁴)`` (:func:`symquad.runtime.diffusion_engine.tensor_kinds`).  The number of
+terms grows fast with the degree: for ``σ = σ* = z³ − 3z`` the largest kind
+(``M400``, ``q = 4``) has 127285 multigraphs in 563 orbits, ``z²`` 1706 in 17; degree 4 is refused
+(:data:`symquad.numeric.kernels.MAX_TENSOR_DIFFUSION_DEGREE`).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from itertools import permutations, product
+from math import comb
+
+from .diffusion import parse_kind, used_kinds
+from .tensor import derive_tensor_form
+
+__all__ = ["kind_plans", "kind_terms"]
+
+
+def _double_factorial(k: int) -> int:
+    out = 1
+    while k > 1:
+        out *= k
+        k -= 2
+    return out
+
+
+def _enumerate(caps, allowed):
+    """Edge multiplicities of loop-free multigraphs with vertex degrees in ``allowed[v]``.
+
+    Pairs are filled row by row, so vertex ``v`` is complete after its row:
+    its degree is checked there (pruning the rest of the search).
+    """
+    V = len(caps)
+    pairs = [(u, v) for u in range(V) for v in range(u + 1, V)]
+    last_of_row = {}
+    for i, (u, v) in enumerate(pairs):
+        last_of_row[u] = i
+    deg = [0] * V
+    chosen = [0] * len(pairs)
+
+    def rec(i):
+        if i == len(pairs):
+            if deg[V - 1] in allowed[V - 1]:
+                yield tuple(chosen)
+            return
+        u, v = pairs[i]
+        top = min(caps[u] - deg[u], caps[v] - deg[v])
+        for m in range(top + 1):
+            deg[u] += m
+            deg[v] += m
+            chosen[i] = m
+            if last_of_row.get(u) != i or deg[u] in allowed[u]:
+                yield from rec(i + 1)
+            deg[u] -= m
+            deg[v] -= m
+        chosen[i] = 0
+    if V == 1:
+        if 0 in allowed[0]:
+            yield ()
+        return
+    yield from rec(0)
+
+
+def _canonical(mult, pairs, n_ext, V, orders):
+    """Representative of a multigraph under permutations of the summed vertices ``n_ext..V−1``."""
+    m = {}
+    for (u, v), k in zip(pairs, mult):
+        if k:
+            m[(u, v)] = k
+    summed = list(range(n_ext, V))
+    if len(summed) <= 1:
+        return tuple(sorted(m.items()))
+
+    def signature(s):
+        return (orders[s],) + tuple(m.get((min(e, s), max(e, s)), 0) for e in range(n_ext))
+    ordered = sorted(summed, key=signature)
+    groups, current = [], [ordered[0]]
+    for s in ordered[1:]:
+        if signature(s) == signature(current[-1]):
+            current.append(s)
+        else:
+            groups.append(current)
+            current = [s]
+    groups.append(current)
+    best = None
+    for choice in product(*[permutations(g) for g in groups]):
+        seq = [s for g in choice for s in g]
+        relabel = {old: n_ext + i for i, old in enumerate(seq)}
+        relabel.update({e: e for e in range(n_ext)})
+        key = tuple(sorted(((min(relabel[u], relabel[v]), max(relabel[u], relabel[v])), k)
+                           for (u, v), k in m.items()))
+        if best is None or key < best:
+            best = key
+    return best
+
+
+def kind_terms(tf, roles, q):
+    """Orbit representatives ``(((size, |G|), edges, orders), ...)`` of one kind at ``δ_c^q``.
+
+    The orbits are those of the permutations of the summed vertices and of
+    the external vertices of one role; the weight ``size/|G|`` is the orbit's
+    size over the number of role-preserving permutations ``G`` of the
+    external vertices, so that the
+    kind is ``Σ_{π∈G} π(Σ weight · term)`` (the runtime symmetrises).
+    """
+    ds = len(tf.activation) - 1
+    d = tf.degree
+    student_nz = [f != 0 for f in tf.phi] + [False] * 8
+    any_nz = list(tf.nonzero) + [False] * 8
+    full = tuple(roles) + ("q",) * q
+    caps, allowed, shift = [], [], []
+    for role in full:
+        if role == "d":
+            caps.append(ds - 1)
+            allowed.append({k for k in range(ds) if student_nz[k + 1]})
+            shift.append(1)
+        elif role == "s":
+            caps.append(ds)
+            allowed.append({k for k in range(ds + 1) if student_nz[k]})
+            shift.append(0)
+        elif role == "x":
+            caps.append(1)
+            allowed.append({1})
+            shift.append(None)
+        else:
+            caps.append(d)
+            allowed.append({k for k in range(d + 1) if any_nz[k]})
+            shift.append(0)
+    V = len(full)
+    n_ext = len(roles)
+    pairs = [(u, v) for u in range(V) for v in range(u + 1, V)]
+    counts: dict = {}
+    for mult in _enumerate(caps, allowed):
+        deg = [0] * V
+        for (u, v), k in zip(pairs, mult):
+            deg[u] += k
+            deg[v] += k
+        orders = tuple(None if shift[v] is None else deg[v] + shift[v] for v in range(V))
+        key = (_canonical(mult, pairs, n_ext, V, orders), orders)
+        # the orders of the summed vertices follow their degrees: canonical edges fix them
+        counts[key[0]] = counts.get(key[0], 0) + 1
+    # external vertices of one role are interchangeable too (the kind is symmetric in
+    # them): collect the orbits under both groups; the runtime symmetrises the sum
+    ext_perms = _role_permutations(roles)
+    merged: dict = {}
+    for edges, count in counts.items():
+        best = None
+        for perm in ext_perms:
+            relabel = {**{v: perm[v] for v in range(n_ext)}, **{v: v for v in range(n_ext, V)}}
+            m = {(min(relabel[u], relabel[v]), max(relabel[u], relabel[v])): k
+                 for (u, v), k in edges}
+            mult = [m.get(pq, 0) for pq in pairs]
+            deg = [0] * V
+            for (u, v), k in m.items():
+                deg[u] += k
+                deg[v] += k
+            orders = tuple(None if shift[v] is None else deg[v] + shift[v] for v in range(V))
+            key = _canonical(mult, pairs, n_ext, V, orders)
+            if best is None or key < best:
+                best = key
+        merged[best] = merged.get(best, 0) + count
+    out = []
+    for edges, count in sorted(merged.items()):
+        deg = [0] * V
+        for (u, v), k in edges:
+            deg[u] += k
+            deg[v] += k
+        orders = tuple(None if shift[v] is None else deg[v] + shift[v] for v in range(V))
+        out.append(((count, len(ext_perms)), edges, orders))
+    return tuple(out)
+
+
+def _role_permutations(roles):
+    """Permutations of the external vertices that keep every vertex's role."""
+    groups = {}
+    for v, role in enumerate(roles):
+        groups.setdefault(role, []).append(v)
+    out = []
+    for choice in product(*[permutations(g) for g in groups.values()]):
+        perm = {}
+        for g, images in zip(groups.values(), choice):
+            perm.update(dict(zip(g, images)))
+        out.append(tuple(perm[v] for v in range(len(roles))))
+    return out
+
+
+@lru_cache(maxsize=16)
+def kind_plans(activation, teacher_activation=None):
+    """``({kind: (roles, parts)}, top)`` for every kind of the diffusion (see the module docstring).
+
+    ``parts`` is ``(((coefficient, power of Δ), q, terms), ...)`` over the
+    powers ``q`` of the clean error; ``top`` is the largest vertex order or
+    edge multiplicity (Hadamard powers and vertex functions needed).
+    """
+    activation = tuple(activation)
+    teacher_activation = activation if teacher_activation is None else tuple(teacher_activation)
+    tf = derive_tensor_form(activation, teacher_activation)
+    plans = {}
+    top = 1
+    for name in used_kinds():
+        nd, nx, ns = parse_kind(name)
+        roles = ("d",) * nd + ("x",) * nx + ("s",) * ns
+        r = nd + ns
+        parts = []
+        for t in range(0, r + 1, 2):
+            terms = kind_terms(tf, roles, r - t)
+            if not terms:
+                continue
+            for _, edges, orders in terms:
+                top = max([top] + [k for _, k in edges] + [j for j in orders if j is not None])
+            parts.append(((comb(r, t) * _double_factorial(t - 1), t // 2), r - t, terms))
+        plans[name] = (roles, tuple(parts))
+    return plans, top

@@ -1,0 +1,92 @@
+"""The whole-run criteria of the verdict (studies/whole_run.py) and the aligned informed start."""
+
+import numpy as np
+import pytest
+
+import symquad as sq
+from symquad.numeric.simulate import population_risk
+from symquad.studies.validation import informed_start
+from symquad.studies.whole_run import _holm, invariant_statistics
+
+
+def _status(report, name):
+    return {c["name"]: c["status"] for c in report.numbers["verdict"]["checks"]}[name]
+
+
+@pytest.fixture(scope="module")
+def random_run():
+    model = sq.Model(2, 1, 0.2)
+    run = sq.simulate(model, N=1000, t_max=30.0, replicas=48, seed=21,
+                      t_eval=np.linspace(0, 30, 121))
+    return model, run
+
+
+def test_true_model_passes_the_whole_run_law(random_run):
+    model, run = random_run
+    rep = sq.compare(model, run.t, run.Q, run.rho, N=1000, seed=1)
+    assert _status(rep, "whole_run_law") == "pass"
+    assert "lna_spread" not in {c["name"] for c in rep.numbers["verdict"]["checks"]}
+    assert "random start" in rep.numbers["whole_run"]["lna"]["reason"]
+    assert rep.numbers["whole_run"]["replicas"] == 48
+
+
+def test_wrong_learning_rate_fails_the_whole_run_law(random_run):
+    model, run = random_run
+    rep = sq.compare(model.replace(lr=0.26), run.t, run.Q, run.rho, N=1000, seed=1)
+    assert _status(rep, "whole_run_law") == "fail" and rep.verdict == "FAIL"
+
+
+def test_lna_spread_criterion_from_an_informed_start():
+    model = sq.Model(4, 2, 0.3, noise=0.1)
+    Q0, rho0 = informed_start(model)
+    run = sq.simulate(model, N=1000, t_max=6.0, replicas=200, seed=5, Q0=Q0, rho0=rho0,
+                      t_eval=np.linspace(0, 6, 61))
+    good = sq.compare(model, run.t, run.Q, run.rho, N=1000, seed=2)
+    assert _status(good, "lna_spread") == "pass"
+    wrong_N = sq.compare(model, run.t, run.Q, run.rho, N=2000, seed=2)
+    assert _status(wrong_N, "lna_spread") == "fail"
+
+
+def test_compare_needs_N_for_the_whole_run():
+    model = sq.Model(2, 1, 0.2)
+    run = sq.simulate(model, N=300, t_max=2.0, replicas=4, seed=0)
+    rep = sq.compare(model, run.t, run.Q, run.rho)
+    assert "whole_run" not in rep.numbers
+    with pytest.raises(ValueError, match="needs N"):
+        sq.compare(model, run.t, run.Q, run.rho, whole_run=True)
+
+
+def test_holm_correction():
+    adjusted, reject = _holm([0.01, 0.04, 0.03, 0.2], 0.05)
+    # sorted 0.01, 0.03, 0.04, 0.2 -> 4*0.01, 3*0.03, 2*0.04 (monotone), 0.2
+    np.testing.assert_allclose(adjusted, [0.04, 0.09, 0.09, 0.2])
+    assert list(reject) == [True, False, False, False]
+
+
+def test_invariant_statistics_are_rotation_invariant():
+    rng = np.random.default_rng(0)
+    G = rng.standard_normal((6, 9))
+    C = G @ G.T / 9
+    Q, rho = C[:4, :4], C[:4, 4:]
+    O = np.linalg.qr(rng.standard_normal((4, 4)))[0]          # rotate the student units
+    V = np.linalg.qr(rng.standard_normal((2, 2)))[0]          # and the teacher (T = I)
+    a = invariant_statistics(np.array(1.0), Q, rho)
+    b = invariant_statistics(np.array(1.0), O @ Q @ O.T, O @ rho @ V)
+    np.testing.assert_allclose(a, b, rtol=1e-12)
+
+
+def test_informed_start_is_aligned_for_an_odd_activation():
+    odd = sq.Model(2, 1, 0.01, activation="z**3 - 3*z")
+    Q, rho = informed_start(odd)
+    A = np.random.default_rng(20240229).standard_normal((2, 1))
+    U, _, Vt = np.linalg.svd(A, full_matrices=False)
+    old = population_risk(odd, Q, 0.5 * U @ Vt, np.eye(1))
+    new = population_risk(odd, Q, rho, np.eye(1))
+    assert new < old - 0.5                          # 4.15 instead of 4.85
+    np.testing.assert_allclose(np.abs(rho), np.abs(0.5 * U @ Vt))
+    sol = sq.integrate(odd, Q, rho, np.eye(1), t_max=300, t_eval=[0, 300])
+    assert sol.risk[-1] < 0.1                       # descends (the old start sat at 3.05)
+    even = sq.Model(4, 2, 0.1)                      # unchanged for σ = z²
+    A = np.random.default_rng(20240229).standard_normal((4, 2))
+    U, _, Vt = np.linalg.svd(A, full_matrices=False)
+    np.testing.assert_array_equal(informed_start(even)[1], 0.5 * (U @ Vt))
