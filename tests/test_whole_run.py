@@ -90,3 +90,30 @@ def test_informed_start_is_aligned_for_an_odd_activation():
     A = np.random.default_rng(20240229).standard_normal((4, 2))
     U, _, Vt = np.linalg.svd(A, full_matrices=False)
     np.testing.assert_array_equal(informed_start(even)[1], 0.5 * (U @ Vt))
+
+
+def test_variance_test_of_lna_spread_is_calibrated_for_gaussian_replicas():
+    """The p-values of the replicas' variance hold their level at R = 32 (Monte Carlo).
+
+    Independent route: Gaussian samples of known variance; the rejection rate at
+    the per-time Bonferroni level of 20 times must be at most the level (to 4
+    standard errors of the Monte Carlo) and not far below it (the test keeps power).
+    """
+    from symquad.studies.whole_run import _variance_pvalues
+    rng = np.random.default_rng(3)
+    n, R, level = 200_000, 32, 0.01 / 20
+    se = np.sqrt(level * (1 - level) / n)
+    assert se < 0.15 * level                       # the Monte Carlo resolves the level
+    x = 1.7 * rng.standard_normal((n, R))
+    c = x - x.mean(1, keepdims=True)
+    s2 = (c**2).sum(1) / (R - 1)
+    kurt = np.maximum((c**4).mean(1) / s2**2, 3.0)
+    v = (kurt - (R - 3) / (R - 1)) / R
+    rate = np.mean(_variance_pvalues(s2 / 1.7**2, 2 / v) <= level)
+    assert rate <= level + 4 * se
+    assert rate >= 0.5 * level
+    # power against a 3x variance: that of the exact chi-square test (0.883), to 0.03
+    from scipy.stats import chi2
+    exact = chi2.sf(chi2.ppf(1 - level / 2, R - 1) / 3, R - 1)
+    power = np.mean(_variance_pvalues(s2 / (1.7**2 / 3), 2 / v) <= level)
+    assert abs(power - exact) < 0.03

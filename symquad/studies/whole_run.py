@@ -21,13 +21,22 @@ with fewer than 16 replicas (the KS test cannot reject at small levels below
 that).
 
 **Criterion ``lna_spread``** (replicas that share one start, no plateau, the
-linear-noise prediction available): the replicas' variance of the risk at
-``n_test`` times against ``∇εᵀΣ∇ε/N`` (:func:`symquad.fluctuations`), the
-standard error of the variance from the sample fourth moment, Bonferroni over
-the times at level ``alpha`` (the standard error of the variance under the
-hypothesis: predicted variance and sample kurtosis); not tested when that
-relative standard error exceeds 0.25.  Both criteria are skipped, with the
-reason, when their cost is out of proportion (:func:`sde_cost_reason`).
+linear-noise prediction available): the replicas' variance ``s²`` of the risk at
+``n_test`` times against ``σ² = ∇εᵀΣ∇ε/N`` (:func:`symquad.fluctuations`).  The
+sampling law of ``s²`` is skewed at a few dozen replicas (for Gaussian data
+``(R−1)s²/σ² ~ χ²_{R−1}``): a normal approximation with the standard error of
+``s²`` puts 11 times too much weight in the tails at ``R = 32`` and level
+0.01/13 (measured: 2 false FAILs in 15 runs from informed starts).  So ``s²/σ²`` is referred
+to the moment-matched scaled chi-square ``χ²_ν/ν`` with
+``ν = 2/v``, ``v = (κ − (R−3)/(R−1))/R`` the variance of ``s²/σ²`` for a
+population kurtosis ``κ`` (exact ``χ²_{R−1}`` for Gaussian data, ``κ = 3``), ``κ`` the
+sample kurtosis but at least 3 (the linear-noise law is Gaussian; a sample
+kurtosis below it is noise and would make the test strict); two-sided
+p-values, Bonferroni over the times at level ``alpha``; not tested when the
+relative standard error ``√v`` exceeds 0.3 (``√(2/(R−1))`` for Gaussian data:
+at least 24 replicas, where a 3× variance error is found 75 % of the time at
+one time and level 0.01/20).  Both criteria are skipped, with the reason, when
+their cost is out of proportion (:func:`sde_cost_reason`).
 
 Both are in :func:`whole_run_checks`; :func:`decide_whole_run` adds them to the
 verdict of :func:`symquad.studies.verdict.decide`.  Their calibration (false-FAIL
@@ -51,7 +60,7 @@ MIN_REPLICAS = 16
 #: Names of the statistics compared at each time.
 STATISTICS = ("risk", "tr Q / p", "|rho|_F^2", "tr (rho^T rho)^2", "tr Q^2 / p")
 #: LNA criterion: largest relative standard error of the replicas' variance.
-_LNA_PRECISION = 0.25
+_LNA_PRECISION = 0.3
 #: LNA criterion: tested while the predicted spread of every state entry is at most this
 #: fraction of the state's scale (the expansion parameter of the linearisation).
 _LNA_VALIDITY = 0.05
@@ -218,23 +227,31 @@ def _lna_numbers(model, t, sgd_Q, sgd_rho, sgd_risk, T, N, idx, form):
     s2 = (c**2).sum(0) / (R - 1)
     m4 = (c**4).mean(0)
     se = np.sqrt(np.maximum(m4 - s2**2 * (R - 3) / (R - 1), 0) / R)
-    # under the hypothesis the variance is `pred`: its standard error from the sample
-    # kurtosis (not from s² itself, which is correlated with s² and makes |z| heavy-tailed
-    # at a few dozen replicas)
+    # under the hypothesis the variance is `pred`: the law of s²/pred is a scaled
+    # chi-square matched to its variance v (from the sample kurtosis, at least Gaussian)
     with np.errstate(divide="ignore", invalid="ignore"):
-        kurtosis = m4 / s2**2
-        se0 = pred * np.sqrt(np.maximum(kurtosis - (R - 3) / (R - 1), 0) / R)
-        z = (s2 - pred) / se0
-        rel = se0 / pred
+        kurtosis = np.maximum(m4 / s2**2, 3.0)
+        v = np.maximum(kurtosis - (R - 3) / (R - 1), 0) / R
+        rel = np.sqrt(v)
+        z = (s2 - pred) / (pred * rel)
+        pvalues = _variance_pvalues(s2 / pred, 2.0 / v)
     return {"applies": True, "reason": "", "times": [float(v) for v in t[idx]],
             "sgd_variance": [float(v) for v in s2], "predicted_variance": [float(v) for v in pred],
-            "z": [float(v) for v in z], "relative_se": [float(v) for v in rel]}
+            "z": [float(v) for v in z], "relative_se": [float(v) for v in rel],
+            "pvalues": [float(v) for v in pvalues]}
+
+
+def _variance_pvalues(ratio, dof):
+    """Two-sided p-values of variance ratios ``s²/σ²`` under ``χ²_ν/ν`` (``ν = dof``)."""
+    from scipy.stats import chi2
+    x = np.asarray(ratio, float) * dof
+    lower = chi2.cdf(x, dof)
+    upper = chi2.sf(x, dof)
+    return np.minimum(1.0, 2.0 * np.minimum(lower, upper))
 
 
 def whole_run_checks(numbers, alpha):
     """The criteria ``whole_run_law`` and ``lna_spread`` from :func:`whole_run_numbers`'s output."""
-    from scipy.stats import norm
-
     from .verdict import _check
     checks = []
     law = numbers["law"]
@@ -264,22 +281,24 @@ def whole_run_checks(numbers, alpha):
     if lna.get("applies"):      # (where it does not apply, the reason is in the numbers)
         rel = np.asarray(lna["relative_se"])
         z = np.abs(np.asarray(lna["z"]))
-        crit = float(norm.ppf(1 - alpha / (2 * len(z))))
+        pvalues = np.asarray(lna["pvalues"])
+        level = alpha / len(pvalues)
         if not np.all(np.isfinite(rel)) or np.max(rel) > _LNA_PRECISION:
             checks.append(_check("lna_spread", "not tested",
                                  f"replica spread vs the linear-noise prediction: the replicas' "
                                  f"variance is resolved to {np.nanmax(rel):.0%} only (> "
                                  f"{_LNA_PRECISION:.0%}; more replicas)"))
         else:
-            ok = bool(np.max(z) <= crit)
+            ratio = np.asarray(lna["sgd_variance"]) / np.asarray(lna["predicted_variance"])
+            ok = bool(np.min(pvalues) > level)
             checks.append(_check(
                 "lna_spread", "pass" if ok else "fail",
-                f"replica spread vs the linear-noise prediction: max |s^2 - sigma^2| = "
-                f"{np.max(z):.2f} s.e. {'<=' if ok else '>'} {crit:.2f} (Bonferroni over "
-                f"{len(z)} times, alpha={alpha:g}; variance ratio "
-                f"{np.min(np.asarray(lna['sgd_variance']) / np.asarray(lna['predicted_variance'])):.3g}"
-                f"-{np.max(np.asarray(lna['sgd_variance']) / np.asarray(lna['predicted_variance'])):.3g})",
-                value=float(np.max(z)), threshold=crit))
+                f"replica spread vs the linear-noise prediction: smallest p-value of the "
+                f"variance ratio {np.min(pvalues):.3g} {'>' if ok else '<='} alpha/n = "
+                f"{level:.3g} (scaled chi-square, Bonferroni over {len(pvalues)} times, "
+                f"alpha={alpha:g}; variance ratio {np.min(ratio):.3g}-{np.max(ratio):.3g}, "
+                f"largest |z| {np.max(z):.2f})",
+                value=float(np.min(pvalues)), threshold=level))
     return checks
 
 
