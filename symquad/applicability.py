@@ -210,7 +210,7 @@ RULES = {
         "lr_readout": _TRAINED_PLATEAU,
         "weight_decay": None,
         "batch_size": None,
-        "constraint": None,               # q0 = 1, and no SGD-noise seed (see rho_diffusion)
+        "constraint": None,               # q0 = 1; the noise seed from the derived D
     },
     # SGD-noise variance of rho at the isotropic plateau (closed form)
     "rho_diffusion": {

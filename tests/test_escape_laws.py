@@ -62,3 +62,21 @@ def test_censored_runs_and_arguments():
         sq.escape_time(m, 1000, t_max=10.0)
     with pytest.raises(ValueError, match="q0 = 1"):
         sq.escape_time(m, 1000, method="sde", q0=2.0, t_max=10.0)
+
+
+def test_plateau_law_on_the_sphere_matches_sgd():
+    """The sphere's plateau law with the SGD-noise seed from the derived D, against SGD.
+
+    Power: the same law without the noise seed (sgd_noise=False) is rejected.
+    """
+    m = sq.Model(2, 1, 0.2, constraint="sphere")
+    pred = sq.escape_time(m, 1000, n_samples=400, seed=3)
+    assert pred.seed_noise > 0
+    t_max = float(np.nanmax(pred.samples)) + 20
+    run = sq.simulate(m, N=1000, t_max=t_max, replicas=200, seed=4,
+                      t_eval=np.linspace(0, t_max, 800))
+    sgd = sq.escape_times(run.t, run.risk, pred.threshold)
+    assert np.all(np.isfinite(sgd))
+    assert ks_2samp(pred.samples, sgd).pvalue > 0.01
+    ode_only = sq.escape_time(m, 1000, n_samples=400, seed=3, sgd_noise=False)
+    assert ks_2samp(ode_only.samples, sgd).pvalue < 0.01

@@ -899,9 +899,9 @@ def _check_escape_model(m: Model, sgd_noise) -> None:
     _check_model(m)
     if not isinstance(sgd_noise, (bool, np.bool_)):
         raise TypeError(f"sgd_noise must be True or False, got {sgd_noise!r}")
+    # the SGD-noise seed comes from the derived diffusion matrix (plateau_rho_diffusion),
+    # which covers every field the escape law does (the sphere included)
     _check_analysis(m, "escape_time")
-    if sgd_noise:
-        _check_analysis(m, "escape_time (sgd_noise=True: the SGD-noise seed)", "rho_diffusion")
     _check_quadratic(m, "escape_time")
 
 
@@ -1085,9 +1085,11 @@ def escape_time(m: Model, N: int, q0: float = 1.0, sgd_noise: bool = True,
     Model changes (docs/model.md §8.2): those that keep the isotropic plateau
     (weight decay, mini-batches, uniform readouts, ``σ* = c* z² + c0*``, the
     sphere with ``q0 = 1``) are covered, because the law is built from the
-    plateau's rate and a batched ODE solve of the model's own kernels; the
-    SGD-noise seed ``J`` needs :func:`rho_diffusion`, which does not cover the
-    sphere (``sgd_noise=True`` is refused there).  Non-uniform readouts (ρ's
+    plateau's rate and a batched ODE solve of the model's own kernels, and the
+    SGD-noise seed ``J`` from the derived diffusion matrix
+    (:func:`plateau_rho_diffusion`; on the sphere the renormalisation adds
+    nothing to the noise of ρ at ρ = 0 at first order, and the derived ``D``
+    includes it).  Non-uniform readouts (ρ's
     directions grow at different rates), a trained readout (no plateau fixed
     point) and non-quadratic activations are refused by name.
 
@@ -1133,10 +1135,13 @@ def escape_time(m: Model, N: int, q0: float = 1.0, sgd_noise: bool = True,
         random starts; ``result.rate`` is ``κ`` and ``result.log_prefactor``
         is ``c``.
     """
-    _check_escape_model(m, sgd_noise)
-    _check_int(N, "N", m.p + m.p_star)
     if method not in ESCAPE_METHODS:
         raise ValueError(f"method must be one of {ESCAPE_METHODS}, got {method!r}")
+    if method == "plateau":
+        _check_escape_model(m, sgd_noise)     # the linearised law's fields, before any work
+    else:
+        _check_model(m)                       # the SDE law holds for every model
+    _check_int(N, "N", m.p + m.p_star)
     if method == "sde":
         return sde_escape_prediction(m, N, q0=q0, sgd_noise=sgd_noise, n_samples=n_samples,
                                      seed=seed, fraction=fraction, n_eval=n_eval, Z=Z,
