@@ -220,8 +220,8 @@ RULES = {
                                     "makes the noise of rho differ per teacher unit"),
         "weight_decay": None,             # deterministic: adds no noise
         "batch_size": None,               # the mean of b independent increments: D/b
-        "constraint": ("on the sphere the renormalisation's contribution to the noise of "
-                       "rho is not derived (issue 16)"),
+        "constraint": ("the closed form leaves out the sphere's renormalisation; "
+                       "plateau_rho_diffusion (from the derived diffusion matrix) covers it"),
         "lr_readout": _TRAINED_PLATEAU,
     },
     # Hessian of the objective eps + (lambda/2) tr Q at its critical points
