@@ -117,3 +117,17 @@ def test_variance_test_of_lna_spread_is_calibrated_for_gaussian_replicas():
     exact = chi2.sf(chi2.ppf(1 - level / 2, R - 1) / 3, R - 1)
     power = np.mean(_variance_pvalues(s2 / (1.7**2 / 3), 2 / v) <= level)
     assert abs(power - exact) < 0.03
+
+
+def test_compare_checks_the_whole_run_arguments_before_any_work(monkeypatch):
+    """A trained readout's data must start at model.readout (the SDE's start); bad values named."""
+    import symquad.studies.validation as V
+    m = sq.Model(2, 1, 0.1, lr_readout=0.2)
+    run = sq.simulate(m, N=200, t_max=1.0, replicas=2, seed=0, t_eval=np.linspace(0, 1, 5))
+    monkeypatch.setattr(V, "_analyse", lambda *a, **k: pytest.fail("_analyse was called"))
+    with pytest.raises(ValueError, match="readout: the whole-run criteria start the SDE"):
+        sq.compare(m.replace(readout=0.3), run.t, run.Q, run.rho, readout=run.readout, N=200)
+    with pytest.raises(ValueError, match="whole_run must be None, True or False"):
+        sq.compare(m, run.t, run.Q, run.rho, readout=run.readout, whole_run="yes")
+    with pytest.raises(ValueError, match="whole_run=True needs N"):
+        sq.compare(m, run.t, run.Q, run.rho, readout=run.readout, whole_run=True)

@@ -1514,6 +1514,31 @@ def _check_ode_horizon(model, t, Q, rho, T):
         warnings.warn(text, RuntimeWarning, stacklevel=3)
 
 
+def _check_whole_run(model, whole_run, N, a):
+    """``(whole_run, N)`` of :func:`compare`, checked before any work.
+
+    The SDE ensemble of the whole-run criteria starts from the data's overlaps
+    and from ``model.readout``, so a trained readout's data must start there.
+    """
+    if whole_run not in (None, True, False):
+        raise ValueError(f"whole_run must be None, True or False, got {whole_run!r}")
+    if whole_run is None:
+        whole_run = N is not None
+    if not whole_run:
+        return False, N
+    if N is None:
+        raise ValueError("whole_run=True needs N (the input dimension of the data)")
+    N = _check_int(N, "N", 1)
+    if a is not None:
+        a0 = np.asarray([float(v) for v in model.readout])
+        if not np.allclose(a[:, 0], a0, rtol=1e-9, atol=1e-12):
+            raise ValueError(f"readout: the whole-run criteria start the SDE from "
+                             f"model.readout = {a0.tolist()}, but the data's readout starts at "
+                             f"{a[0, 0].tolist()} (first replica): give the model that "
+                             f"readout, or whole_run=False")
+    return True, N
+
+
 def compare(model, t, Q, rho, T=None, readout=None, *, band=(2.5, 97.5), escape_fraction=0.5,
             escape=None, alpha=ALPHA, progress=False, N=None, whole_run=None,
             seed=0) -> ValidationReport:
@@ -1598,6 +1623,7 @@ def compare(model, t, Q, rho, T=None, readout=None, *, band=(2.5, 97.5), escape_
     _check_ode_horizon(model, t, Q, rho, T)
     R = Q.shape[0]
     a = _as_readout(model, readout, t, R)
+    whole_run, N = _check_whole_run(model, whole_run, N, a)
     if model.constraint == "sphere":
         from ..numeric.integrate import check_sphere
         check_sphere(model, Q[:, 0], name="Q[:, 0]", tol=1e-6)
@@ -1606,15 +1632,10 @@ def compare(model, t, Q, rho, T=None, readout=None, *, band=(2.5, 97.5), escape_
         model, t, Q, rho, risk, np.ones(R, bool), T, band=band,
         escape_fraction=escape_fraction, escape=escape, progress=progress, sgd_readout=a)
     numbers["verdict"] = _decide(numbers, R, alpha)
-    if whole_run is None:
-        whole_run = N is not None
     if whole_run:
-        if N is None:
-            raise ValueError("whole_run=True needs N (the input dimension of the data)")
         from .whole_run import add_whole_run
-        numbers["verdict"] = add_whole_run(numbers, model, t, Q, rho, risk, T,
-                                           _check_int(N, "N", 1), alpha, seed=seed,
-                                           shared=shared)
+        numbers["verdict"] = add_whole_run(numbers, model, t, Q, rho, risk, T, N, alpha,
+                                           seed=seed, shared=shared)
     total = time.perf_counter() - t_start
     numbers["runtime_s"] = total
     numbers["runtime_phases_s"] = {"ode": t_ode, "analysis": total - t_ode}
