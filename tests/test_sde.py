@@ -15,6 +15,7 @@ from scipy.stats import ks_2samp
 
 import symquad as sq
 from symquad.numeric import sde as sde_module
+from symquad.studies.validation import informed_start
 
 ALPHA = 0.01
 
@@ -97,8 +98,8 @@ def test_sde_agrees_in_law_for_a_non_quadratic_activation_cheap():
     assert sde_module.sde_form(model) == "entries"
 
 
-def test_sde_converges_to_the_ode_at_first_order(monkeypatch):
-    """N = 10^12 (no noise): Euler's error against the ODE halves with the step."""
+def test_sde_converges_to_the_ode_at_second_order(monkeypatch):
+    """N = 2^53 (noise ~1e-8): Heun's drift error against the ODE falls 4x per halving."""
     model = sq.Model(3, 2, 0.3, noise=0.1)
     rho0 = np.array([[0.5, 0.1], [-0.2, 0.4], [0.3, 0.3]])
     Q0 = rho0 @ rho0.T + 0.5 * np.eye(3)
@@ -107,17 +108,34 @@ def test_sde_converges_to_the_ode_at_first_order(monkeypatch):
                        atol=1e-13)
     monkeypatch.setattr(sde_module, "RELATIVE_STEP", np.inf)       # the fixed step alone
     errors = []
-    for dt in (0.04, 0.02, 0.01):
-        run = sq.simulate(model, N=10**12, t_max=10, replicas=1, seed=0, Q0=Q0, rho0=rho0,
+    for dt in (0.2, 0.1, 0.05):
+        run = sq.simulate(model, N=2**53, t_max=10, replicas=1, seed=0, Q0=Q0, rho0=rho0,
                           t_eval=times, method="sde", dt=dt)
         errors.append(np.max(np.abs(run.risk[0] - ode.risk)))
     ratios = errors[0] / errors[1], errors[1] / errors[2]
-    assert all(1.7 < r < 2.3 for r in ratios), (errors, ratios)
+    assert all(3.5 < r < 4.5 for r in ratios), (errors, ratios)
     monkeypatch.undo()
-    # the default control (1 % relative change per step, dt <= 0.2): 0.23 % of the risk here
-    run = sq.simulate(model, N=10**12, t_max=10, replicas=1, seed=0, Q0=Q0, rho0=rho0,
+    # the default control (1 % relative change per step, dt <= 0.2): 8e-5 of the risk here
+    run = sq.simulate(model, N=2**53, t_max=10, replicas=1, seed=0, Q0=Q0, rho0=rho0,
                       t_eval=times, method="sde")
-    assert np.max(np.abs(run.risk[0] - ode.risk)) < 5e-3 * np.max(ode.risk)
+    assert np.max(np.abs(run.risk[0] - ode.risk) / ode.risk) < 1e-3
+
+
+def test_sde_mean_risk_has_no_bias_late_in_a_converging_run():
+    """The approach to a fixed point, where the step reaches dt: mean SDE risk == ODE.
+
+    Euler's first-order drift biased it by -5 % (30 standard errors) at t = 15 here.
+    """
+    model = sq.Model(3, 2, 0.3, batch_size=4)
+    Q0, rho0 = informed_start(model)
+    times = np.linspace(0, 15, 4)
+    run = sq.simulate(model, N=2000, t_max=15, replicas=400, seed=2, Q0=Q0, rho0=rho0,
+                      t_eval=times, method="sde")
+    ode = sq.integrate(model, Q0, rho0, np.eye(2), t_max=15, t_eval=times, rtol=1e-10,
+                       atol=1e-12)
+    se = run.risk.std(0, ddof=1)[1:] / np.sqrt(400)
+    assert np.all(se < 0.01 * ode.risk[1:])          # resolves a 1 % bias
+    assert np.all(np.abs(run.risk.mean(0)[1:] - ode.risk[1:]) < 4 * se)
 
 
 def test_halving_the_step_does_not_change_the_law():

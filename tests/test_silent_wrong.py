@@ -99,6 +99,10 @@ COMPLEX_CASES = [
     ("invariant_drift_study", "T",
      lambda r: sq.invariant_drift_study(M, [100, 400], 1.0, 2, 0, T=cplx(T))),
     ("population_risk", "Q", lambda r: population_risk(M.activation, cplx(Q0), RHO0, T)),
+    ("fluctuations", "Q0", lambda r: sq.fluctuations(M, cplx(Q0), RHO0, T, 100, [0.0, 1.0])),
+    ("fluctuations", "rho0", lambda r: sq.fluctuations(M, Q0, cplx(RHO0), T, 100, [0.0, 1.0])),
+    ("fluctuations", "T", lambda r: sq.fluctuations(M, Q0, RHO0, cplx(T), 100, [0.0, 1.0])),
+    ("fluctuations", "t_eval", lambda r: sq.fluctuations(M, Q0, RHO0, T, 100, cplx([0.0, 1.0]))),
 ]
 
 

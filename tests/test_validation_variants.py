@@ -72,8 +72,12 @@ def test_validate_passes_the_variants_true_model(name):
     m = _model(name)
     rep = _report(name)
     status = _status(rep)
-    # precision first: every criterion of the verdict was tested
-    assert set(status) == {"divergence", "mean_deviation", "band"}
+    # precision first: every criterion of the verdict was tested (the linear-noise
+    # spread may be unresolved at 32 replicas: its own precision gate says so)
+    assert set(status) == {"divergence", "mean_deviation", "band", "whole_run_law",
+                           "lna_spread"}
+    lna = status.pop("lna_spread")
+    assert lna == "pass" or (lna == "not tested" and "resolved to" in " ".join(rep.reasons))
     assert "not tested" not in status.values(), rep.reasons
     assert rep.passed and rep.verdict == "PASS", rep.reasons
     # the classic analyses refuse every changed field they were not derived for, by name
@@ -115,7 +119,9 @@ def test_validate_passes_the_variants_true_model(name):
 
 def test_classic_baseline_passes_with_the_same_statistics():
     rep = _report("classic")
-    assert "not tested" not in _status(rep).values(), rep.reasons
+    status = _status(rep)
+    assert status.pop("lna_spread") in ("pass", "not tested")
+    assert "not tested" not in status.values(), rep.reasons
     assert rep.passed, rep.reasons
     assert rep.config["changed_fields"] == [] and rep.config["start_reason"] == "requested"
 

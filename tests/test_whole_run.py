@@ -131,3 +131,35 @@ def test_compare_checks_the_whole_run_arguments_before_any_work(monkeypatch):
         sq.compare(m, run.t, run.Q, run.rho, readout=run.readout, whole_run="yes")
     with pytest.raises(ValueError, match="whole_run=True needs N"):
         sq.compare(m, run.t, run.Q, run.rho, readout=run.readout, whole_run=True)
+
+
+@pytest.mark.parametrize("activation", ["erf", "relu"])
+def test_non_polynomial_activations_are_refused_by_name_where_D_is_needed(activation):
+    """D is derived for polynomials: every route that needs it says so, naming the field."""
+    m = sq.Model(2, 1, 0.1, activation=activation)
+    Q, rho, T = np.eye(2), np.zeros((2, 1)), np.eye(1)
+    calls = [lambda: sq.simulate(m, N=100, t_max=1.0, replicas=2, method="sde"),
+             lambda: sq.kernels(m).diffusion(Q, rho, T),
+             lambda: sq.fluctuations(m, Q, rho, T, 100, [0.0, 1.0]),
+             lambda: sq.escape_time(m, 100, method="sde", t_max=5.0, threshold=0.1)]
+    for call in calls:
+        with pytest.raises(ValueError, match=f"activation='{activation}'.*is not one"):
+            call()
+    from symquad.studies.whole_run import sde_cost_reason
+    assert "polynomial activations" in sde_cost_reason(m)
+
+
+def test_statistics_fixed_by_the_sphere_are_not_tested():
+    """tr Q / p = 1 for SGD and SDE alike on the sphere: KS would only compare rounding."""
+    from symquad.studies.whole_run import whole_run_checks, whole_run_numbers
+    m = sq.Model(3, 2, 0.3, constraint="sphere")
+    Q0, rho0 = informed_start(m)
+    sgd = sq.simulate(m, N=2000, t_max=4.0, replicas=16, seed=1, Q0=Q0, rho0=rho0,
+                      t_eval=np.linspace(0, 4, 9))
+    wr = whole_run_numbers(m, sgd.t, sgd.Q, sgd.rho, sgd.risk, np.eye(2), 2000, seed=2,
+                           n_test=8, lna=False)
+    tested = {name for name, _ in wr["law"]["tests"]}
+    assert "tr Q / p" not in tested and "risk" in tested
+    assert len(wr["law"]["pvalues"]) == 4 * 8
+    (check,) = whole_run_checks(wr, 0.01)
+    assert check["status"] == "pass" and "those the model fixes left out" in check["text"]

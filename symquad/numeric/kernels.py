@@ -310,8 +310,28 @@ def _write_and_load(path, name, text, required, distrust=None):
     return load_module_text(text, name, str(path), required), str(path)
 
 
+def require_polynomial_diffusion(model: Model, what: str = "the diffusion matrix") -> None:
+    """Refuse, naming the activation, a model whose diffusion matrix is not derived.
+
+    ``D`` (and the exact Jacobian) are Gaussian moments of products of up to
+    eight activations, derived for polynomials only; erf and ReLU would need
+    closed forms of those 8-point moments, which are not derived.  Everything
+    that needs ``D`` — ``simulate(method="sde")``, :func:`symquad.fluctuations`,
+    ``escape_time(method="sde")``, the whole-run criteria — calls this first.
+    """
+    from ..spec import activation_label
+    for name in ("activation", "teacher_activation"):
+        value = getattr(model, name)
+        if isinstance(value, str):
+            raise ValueError(f"{what} is derived for polynomial activations; {name}={value!r} "
+                             f"({activation_label(value)}) is not one (its 8-point Gaussian "
+                             f"moments are not derived): use method='reduced' or 'full' for "
+                             f"finite-N SGD of this model")
+
+
 def _diffusion_function(model: Model, form: str):
     """``D(Q, rho, T, a)`` of `model` in `form` (modules loaded once, see :func:`kernels`)."""
+    require_polynomial_diffusion(model)
     params = _params(model)
     b = np.array([float(c) for c in model.teacher_readout])
     trained = model.readout_trained
@@ -353,6 +373,7 @@ def _diffusion_function(model: Model, form: str):
 def _jacobian_function(model: Model):
     """``(J, grad ε)(Q, rho, T, a)`` of `model` from its generated entry-route Jacobian module."""
     from ..spec import require
+    require_polynomial_diffusion(model, "the exact Jacobian")
     require(model, "the Jacobian", _DIFFUSION_FIELDS)
     params = _params(model)
     b = np.array([float(c) for c in model.teacher_readout])

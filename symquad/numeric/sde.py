@@ -13,28 +13,39 @@ right one: each SGD step's noise is evaluated at the state before the step,
 and the second-order terms of the update (the ``η²`` part of ``dQ``, the sphere's
 renormalisation) are already in ``f``.
 
-**Scheme.**  Euler–Maruyama, ``X ← X + f h + √(h/N) L ξ``, ``L Lᵀ = D`` (Cholesky,
-see :func:`_sqrt_psd`), ``ξ`` standard normal.  Weak order 1 in ``h``.
+**Scheme.**  Heun's predictor–corrector for the drift with the Itô noise of
+Euler–Maruyama: ``X̃ = X + f(X) h``, ``X ← X + ½(f(X) + f(X̃)) h + √(h/N) L ξ``,
+``L Lᵀ = D(X)`` (see :func:`_sqrt_psd`), ``ξ`` standard normal.  The noise is
+taken at the state before the step (Itô); the drift is integrated at second
+order, so the deterministic error is ``O(h²)`` and the remaining bias of the
+law is ``O(h/N)`` (the noise's own weak order 1, at the noise's scale ``1/N``).
+Plain Euler–Maruyama was first-order in the drift: with the step control
+below it biased the mean risk of a converging run (``p = 3, p* = 2, η = 0.3,
+b = 4``, ``N = 2000``, ``t = 15``) by −5 % — 30 standard errors of 400 replicas
+— because the control bounds the change of the state, not of its distance to
+the fixed point it approaches.
 
 **Step-size control.**  ``h = min(dt, c / max_i |f_i(X)|/(|X_i| + N^{-1/2}))`` with
 ``c = 0.01`` (:data:`RELATIVE_STEP`), the maximum over the entries and the live
 replicas: no step changes an order parameter by more than 1 % of its size
 (or of the noise scale ``N^{-1/2}``, for entries near zero) through the drift.
-For exponential growth or decay at rate ``κ`` this is ``κh ≤ 0.01``: Euler's
-rate error is ``κ²h/2``, so a growth over ``L`` e-folds (an escape from the
-plateau: ``L ≈ ½ log N``) is timed to a relative ``κh/2 ≤ 0.5 %``.  ``dt``
-(default :data:`DEFAULT_DT`) caps the step where nothing moves.  The recorded
-times are hit exactly.  The tests check that at ``N → ∞`` the scheme converges
-to the ODE at first order in ``h`` and that a step twice as small does not
-change the law of the risk and of the escape time beyond their statistical
-error.
+For exponential growth or decay at rate ``κ`` this is ``κh ≤ 0.01``: Heun's
+rate error is ``(κh)²κ/6``, so a growth over ``L`` e-folds (an escape from the
+plateau: ``L ≈ ½ log N``) is timed to a relative ``(κh)²/6 < 10⁻⁴``.  ``dt``
+(default :data:`DEFAULT_DT`) caps the step where nothing moves; there (the
+approach to a fixed point at rate ``λ``) the relative error of the distance to
+it grows like ``λ³h²t/6``.  The recorded times are hit exactly.  The tests check
+that at ``N → ∞`` the scheme converges to the ODE at second order in ``h``, that
+the mean risk has no bias against SGD late in a converging run, and that a step
+twice as small does not change the law of the risk and of the escape time
+beyond their statistical error.
 
 **Constraint.**  On the sphere the rows of ``D`` and the drift of every ``Q_kk``
 vanish, so ``Q_kk`` stays at its start; after every step the state is projected
 back (``Q ← S Q S``, ``ρ ← S ρ`` with ``S = diag(√(Q_kk(0)/Q_kk))``) to remove
 rounding.
 
-**Cost** per step ``O(R · (cost of f and D) + R · dim³)`` (the square root),
+**Cost** per step ``O(R · (cost of 2 f and 1 D) + R · dim³)`` (the square root),
 independent of ``N``.  Random numbers: the same seed streams as the other
 simulators (teacher, initialisation, data, ...): the same ``seed`` gives the same
 random start as ``method="reduced"``, and the increments come from the data stream.
@@ -63,6 +74,8 @@ MAX_SDE_DIM = 2500
 def sde_form(model) -> str:
     """Kernels of the SDE: ``"matrix"`` for quadratic activations, else ``"entries"`` for
     ``p + p* <= 4`` (fast explicit polynomials), else ``"tensor"``."""
+    from .kernels import require_polynomial_diffusion
+    require_polynomial_diffusion(model, "the order-parameter SDE (its diffusion matrix)")
     if model.is_quadratic:
         return "matrix"
     return "entries" if model.p + model.p_star <= 4 else "tensor"
@@ -159,7 +172,10 @@ def simulate_sde(model, N, t_max, replicas, seed, X0, T, rec_steps, on_divergenc
             D = k.diffusion(Qa, ra, T, aa)
             L = _sqrt_psd(0.5 * (D + np.swapaxes(D, -1, -2)))
             xi = rng_data.standard_normal((replicas, lay.dim))[live]
-            x[live] = x[live] + f * h + math.sqrt(h / N) * np.einsum("rij,rj->ri", L, xi)
+            Qp, rp, ap = lay.unpack(x[live] + f * h)
+            f_pred = lay.pack(*k.rhs(Qp, rp, T, ap))
+            x[live] = (x[live] + 0.5 * (f + f_pred) * h
+                       + math.sqrt(h / N) * np.einsum("rij,rj->ri", L, xi))
             if sphere:
                 Qn, rn, an = lay.unpack(x[live])
                 s = np.sqrt(q_diag[live] / np.diagonal(Qn, axis1=-2, axis2=-1))
