@@ -50,7 +50,7 @@ import sympy as sp
 from ..spec import Model
 from .symbols import BATCH
 from .update import E, G, H, LAM, NU, R_NORM, UNITS, Af, Qf, RHOf, increments
-from .wick import RingGaussianFields
+from .wick import RingGaussianFields, to_ring
 
 __all__ = ["UNITS_Y", "BLOCK_PAIRS", "per_sample", "covariance_expressions",
            "diffusion_entries", "moment_diffusion", "MomentDiffusion", "kind_name",
@@ -243,19 +243,9 @@ class _RingEntries:
 
     def convert(self, expr):
         """A covariance expression at concrete units as a ring element."""
-        if expr.is_Add:
-            return sum((self.convert(t) for t in expr.args), self.R.zero)
-        if expr.is_Mul:
-            out = self.R.one
-            for t in expr.args:
-                out *= self.convert(t)
-            return out
-        if expr.is_Pow and expr.exp.is_Integer:
-            if expr.exp < 0:
-                return self.inverse[expr.base] ** int(-expr.exp)
-            return self.convert(expr.base) ** int(expr.exp)
-        if expr.is_Rational:
-            return self.R(sp.QQ(int(expr.p), int(expr.q)))
+        return to_ring(expr, self.R, self.inverse, self._leaf)
+
+    def _leaf(self, expr):
         if expr.func == E:
             return self.expectation(expr.args[0])
         if expr in self.state:

@@ -25,6 +25,7 @@ import sympy as sp
 from ..spec import Model
 from .entries import _structure, check_entry_route_size, derive_entries
 from .symbols import BATCH, PARAMS, overlap_symbols, readout_symbols
+from .wick import to_ring
 
 __all__ = ["jacobian_polynomials"]
 
@@ -49,20 +50,7 @@ class _Ring:
         self.diag_inverse = {Q[i, i]: self.gen[self.inv_q[i]] for i in range(p)}
 
     def convert(self, expr):
-        if expr.is_Add:
-            return sum((self.convert(t) for t in expr.args), self.R.zero)
-        if expr.is_Mul:
-            out = self.R.one
-            for t in expr.args:
-                out *= self.convert(t)
-            return out
-        if expr.is_Pow and expr.exp.is_Integer:
-            if expr.exp < 0:
-                return self.inverse[expr.base] ** int(-expr.exp)
-            return self.convert(expr.base) ** int(expr.exp)
-        if expr.is_Rational:
-            return self.R(sp.QQ(int(expr.p), int(expr.q)))
-        return self.gen[expr]
+        return to_ring(expr, self.R, self.inverse, self.gen.__getitem__)
 
     def derivative(self, element, symbol):
         """``d element / d symbol`` with the chain rule through ``1/Q_kk``."""

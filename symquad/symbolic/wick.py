@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sympy as sp
 
-__all__ = ["GaussianFields"]
+__all__ = ["GaussianFields", "RingGaussianFields", "to_ring"]
 
 
 class GaussianFields:
@@ -149,3 +149,26 @@ class RingGaussianFields:
             if moment:
                 out += moment * self.ring.from_dict(dict(terms))
         return out
+
+
+def to_ring(expr, R, inverse, leaf):
+    """A SymPy expression of sums, products, integer powers and rationals as an element of `R`.
+
+    Negative powers are taken through ``inverse`` (``{base: ring element of 1/base}``);
+    any other subexpression is a leaf, converted by ``leaf(expr)``.  Used by the
+    diffusion matrix and the Jacobian, whose polynomials live in sparse rings.
+    """
+    if expr.is_Add:
+        return sum((to_ring(t, R, inverse, leaf) for t in expr.args), R.zero)
+    if expr.is_Mul:
+        out = R.one
+        for t in expr.args:
+            out *= to_ring(t, R, inverse, leaf)
+        return out
+    if expr.is_Pow and expr.exp.is_Integer:
+        if expr.exp < 0:
+            return inverse[expr.base] ** int(-expr.exp)
+        return to_ring(expr.base, R, inverse, leaf) ** int(expr.exp)
+    if expr.is_Rational:
+        return R(sp.QQ(int(expr.p), int(expr.q)))
+    return leaf(expr)
