@@ -80,3 +80,14 @@ def test_plateau_law_on_the_sphere_matches_sgd():
     assert ks_2samp(pred.samples, sgd).pvalue > 0.01
     ode_only = sq.escape_time(m, 1000, n_samples=400, seed=3, sgd_noise=False)
     assert ks_2samp(ode_only.samples, sgd).pvalue < 0.01
+
+
+@pytest.mark.parametrize("m", [sq.Model(4, 2, 0.1), sq.Model(3, 2, 0.1, batch_size=3,
+                                                              weight_decay=0.1, noise=0.2),
+                               sq.Model(3, 2, 0.2, teacher_readout=0.3, readout=0.25)],
+                         ids=repr)
+def test_plateau_noise_cubic_in_q_equals_the_direct_evaluation(m):
+    """The five-node cubic of plateau_rho_diffusion against D evaluated at every q."""
+    q = np.linspace(0.2, 2.5, 37)
+    np.testing.assert_allclose(L.plateau_rho_diffusion(m, q), L._rho_diffusion_at(m, q),
+                               rtol=1e-12)
