@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
+import numbers
 import os
 import signal
 import sys
@@ -94,7 +95,8 @@ def _silence_stdout() -> None:
 def run_main(func, *args, prog: str | None = None, **kwargs) -> int:
     """Run ``func(*args, **kwargs)`` as an entry point; return its exit status.
 
-    ``func`` returns an exit status (``None`` counts as 0).  Whatever it
+    ``func`` returns an exit status (``None``, or any result that is not an
+    integer, counts as 0).  Whatever it
     raises ends as one line on stderr and a status (module docstring); a
     ``SystemExit`` (``sys.exit``, argparse) keeps its own.  Use it as
     ``raise SystemExit(sq.run_main(main, prog="my_script.py"))``.
@@ -113,7 +115,8 @@ def run_main(func, *args, prog: str | None = None, **kwargs) -> int:
             with terminate_cleanly():
                 status = func(*args, **kwargs)
             sys.stdout.flush()                 # a broken pipe shows here, not at exit
-            return int(status or 0)
+            # a script's main may return its results (a solution, a dict): that is success
+            return int(status) if isinstance(status, numbers.Integral) else 0
         except Terminated as exc:
             # raised by SIGTERM: the finally blocks on the way here stopped the worker
             # processes and removed the temporary files

@@ -193,3 +193,18 @@ def test_quiet_close_restores_logging(caplog):
         assert not caplog.records
         logging.getLogger("symquad.test").warning("after")
     assert [r.getMessage() for r in caplog.records] == ["after"]
+
+
+def test_run_main_counts_a_returned_result_as_success():
+    """A script's main may return its results (examples/phases.py returns the ODE solution)."""
+    assert sq.run_main(lambda: {"risk": 0.1}, prog="x") == 0
+    assert sq.run_main(lambda: None, prog="x") == 0
+    assert sq.run_main(lambda: 3, prog="x") == 3
+
+
+def test_phases_example_runs(tmp_path):
+    out = subprocess.run([sys.executable, str(ROOT / "examples" / "phases.py"), "--t-max", "60",
+                          "--out", str(tmp_path / "ph")], capture_output=True, text=True,
+                         env=_env(), cwd=tmp_path, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "ph" / "phases.png").is_file()
