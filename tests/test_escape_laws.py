@@ -70,7 +70,7 @@ def test_plateau_law_on_the_sphere_matches_sgd():
     Power: the same law without the noise seed (sgd_noise=False) is rejected.
     """
     m = sq.Model(2, 1, 0.2, constraint="sphere")
-    pred = sq.escape_time(m, 1000, n_samples=400, seed=3)
+    pred = sq.escape_time(m, 1000, n_samples=200, seed=3, n_eval=2000)
     assert pred.seed_noise > 0
     t_max = float(np.nanmax(pred.samples)) + 20
     run = sq.simulate(m, N=1000, t_max=t_max, replicas=200, seed=4,
@@ -78,7 +78,7 @@ def test_plateau_law_on_the_sphere_matches_sgd():
     sgd = sq.escape_times(run.t, run.risk, pred.threshold)
     assert np.all(np.isfinite(sgd))
     assert ks_2samp(pred.samples, sgd).pvalue > 0.01
-    ode_only = sq.escape_time(m, 1000, n_samples=400, seed=3, sgd_noise=False)
+    ode_only = sq.escape_time(m, 1000, n_samples=200, seed=3, sgd_noise=False, n_eval=2000)
     assert ks_2samp(ode_only.samples, sgd).pvalue < 0.01
 
 

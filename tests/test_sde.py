@@ -138,6 +138,7 @@ def test_sde_mean_risk_has_no_bias_late_in_a_converging_run():
     assert np.all(np.abs(run.risk.mean(0)[1:] - ode.risk[1:]) < 4 * se)
 
 
+@pytest.mark.slow       # 11 s; the default run checks the scheme's order against the ODE
 def test_halving_the_step_does_not_change_the_law():
     model = sq.Model(2, 1, 0.2)
     a = sq.simulate(model, N=1000, t_max=30, replicas=200, seed=5, method="sde",
