@@ -84,7 +84,9 @@ def test_sde_agrees_in_law_with_sgd_large(model, t_max, replicas, N):
 def test_sde_agrees_in_law_for_an_escaping_hermite_activation():
     """σ = z³ − 3z (information exponent 3): no linear growth of ρ, the noise starts the escape."""
     model = sq.Model(2, 1, 0.01, activation="z**3 - 3*z")
-    assert_same_law(model, 500, 2500.0, 128, seed=13, n_times=25, threshold=1.5, dt=0.25)
+    # t_max 3500: by 2500 only 74 % of the SGD runs (seed 13) and 76 % of the SDE runs had
+    # escaped (medians 941 and 908), below the 80 % the escape-time comparison needs
+    assert_same_law(model, 500, 3500.0, 128, seed=13, n_times=25, threshold=1.5, dt=0.25)
 
 
 def test_sde_agrees_in_law_for_a_non_quadratic_activation_cheap():
