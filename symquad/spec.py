@@ -30,7 +30,8 @@ from numbers import Integral, Rational, Real
 
 __all__ = ["Model", "LR_SCALINGS", "CONSTRAINTS", "MAX_DEGREE", "MAX_BATCH_SIZE", "CLASSIC_FIELDS",
            "check_model", "require", "model_fields", "default_readout", "parse_polynomial",
-           "NAMED_ACTIVATIONS", "ACTIVATION_LABELS", "activation_label", "activation_kind"]
+           "NAMED_ACTIVATIONS", "ACTIVATION_LABELS", "activation_label", "activation_kind",
+           "activation_key", "activation_tag", "special_module_name"]
 
 #: Learning-rate conventions.  ``"fixed"``: the SGD step size is ``η = lr``
 #: whatever the width.  ``"width"``: ``η = lr · p`` (the convention under which
@@ -88,6 +89,41 @@ _ALLOWED_SYNTAX = "numbers, the variable z, + - * / ** (non-negative integer exp
 #: ``"erf"`` is **erf(z/√2)** = 2Φ(z) − 1, the convention of Saad & Solla (1995) and Goldt
 #: et al. (2019) (σ'(z) = √(2/π) e^{−z²/2}); ``"relu"`` is max(0, z).
 NAMED_ACTIVATIONS = ("erf", "relu")
+
+
+def activation_key(act):
+    """Canonical hashable form: ``"erf"``, ``"relu"`` or a tuple of Fractions.
+
+    Raises
+    ------
+    ValueError
+        For an unknown name, an empty tuple or a polynomial of degree 0.
+    """
+    if isinstance(act, str):
+        if act not in NAMED_ACTIVATIONS:
+            raise ValueError(f"activation must be one of {NAMED_ACTIVATIONS} or a coefficient "
+                             f"tuple, got {act!r}")
+        return act
+    coeffs = tuple(Fraction(c) for c in act)
+    while len(coeffs) > 1 and coeffs[-1] == 0:
+        coeffs = coeffs[:-1]
+    if len(coeffs) < 2:
+        raise ValueError(f"a polynomial activation must have degree >= 1, got {act!r}")
+    return coeffs
+
+
+def activation_tag(act) -> str:
+    """An activation as a Python identifier part: ``erf``, ``relu`` or ``poly_<coefficients>``."""
+    act = activation_key(act)
+    if isinstance(act, str):
+        return act
+    return "poly_" + "_".join(str(c).replace("/", "o").replace("-", "m") for c in act)
+
+
+def special_module_name(student, teacher) -> str:
+    """``special_<student>_<teacher>`` (polynomials by their coefficients)."""
+    return f"special_{activation_tag(student)}_{activation_tag(teacher)}"
+
 
 #: Text and LaTeX of each named activation, as every description prints it.
 ACTIVATION_LABELS = {

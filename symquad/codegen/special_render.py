@@ -47,7 +47,7 @@ import sympy as sp
 from sympy.printing.numpy import NumPyPrinter
 
 from ..kernel_files import checksum_line
-from ..numeric.special import _name, special_module_name
+from ..spec import activation_tag, special_module_name
 from ..symbolic import special as sym
 
 __all__ = ["SPECIAL_BUILTINS", "render_special_module", "render_special_files",
@@ -245,7 +245,7 @@ def render_special_module(student, teacher) -> str:
         bound to the ReLU quadrature by symquad.numeric.special.special_kernels.
         """
         ''')
-    out = [_BANNER, doc, "import numpy\n", "", f"STUDENT = {_name(f)!r}", f"TEACHER = {_name(t)!r}",
+    out = [_BANNER, doc, "import numpy\n", "", f"STUDENT = {activation_tag(f)!r}", f"TEACHER = {activation_tag(t)!r}",
            "#: I4 functions without a closed form: (sigma_a, sigma_b) of the ReLU quadrature",
            "#: (symquad.numeric.special.relu_four_point, bound by special_kernels)",
            f"QUADRATURE = {dict(sorted(quadrature.items()))!r}",

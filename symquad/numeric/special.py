@@ -70,6 +70,8 @@ from pathlib import Path
 import numpy as np
 from numba import njit, prange
 
+from ..spec import NAMED_ACTIVATIONS, activation_key, activation_tag, special_module_name
+
 __all__ = ["relu_four_point", "relu_four_point_sums", "inner_relu_relu", "inner_relu_erf", "inner_erf_erf",
            "NAMED_ACTIVATIONS", "activation_key", "special_module_name", "SpecialKernels",
            "special_kernels", "FUNCTIONS",
@@ -603,44 +605,8 @@ def relu_four_point(C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb,
 
 # ---- activation names and the kernel modules -----------------------------------------
 
-#: Names of the non-polynomial activations (restricted names, never code).
-NAMED_ACTIVATIONS = ("erf", "relu")
-
 #: The functions every kernel module provides (see :mod:`symquad.codegen.special_render`).
 FUNCTIONS = ("I2_ss", "I2_st", "I2_tt", "J2", "I3_s", "I3_t", "I4_ss", "I4_st", "I4_tt")
-
-
-def activation_key(act):
-    """Canonical hashable form: ``"erf"``, ``"relu"`` or a tuple of Fractions.
-
-    Raises
-    ------
-    ValueError
-        For an unknown name, an empty tuple or a polynomial of degree 0.
-    """
-    if isinstance(act, str):
-        if act not in NAMED_ACTIVATIONS:
-            raise ValueError(f"activation must be one of {NAMED_ACTIVATIONS} or a coefficient "
-                             f"tuple, got {act!r}")
-        return act
-    coeffs = tuple(Fraction(c) for c in act)
-    while len(coeffs) > 1 and coeffs[-1] == 0:
-        coeffs = coeffs[:-1]
-    if len(coeffs) < 2:
-        raise ValueError(f"a polynomial activation must have degree >= 1, got {act!r}")
-    return coeffs
-
-
-def _name(act) -> str:
-    act = activation_key(act)
-    if isinstance(act, str):
-        return act
-    return "poly_" + "_".join(str(c).replace("/", "o").replace("-", "m") for c in act)
-
-
-def special_module_name(student, teacher) -> str:
-    """``special_<student>_<teacher>`` (polynomials by their coefficients)."""
-    return f"special_{_name(student)}_{_name(teacher)}"
 
 
 @dataclass(frozen=True)
@@ -679,7 +645,7 @@ class SpecialKernels:
                 if n.startswith("I4_") and n not in FUNCTIONS}
 
     def __repr__(self):
-        return (f"SpecialKernels(student={_name(self.student)!r}, teacher={_name(self.teacher)!r}"
+        return (f"SpecialKernels(student={activation_tag(self.student)!r}, teacher={activation_tag(self.teacher)!r}"
                 f", quadrature={self.quadrature})")
 
 

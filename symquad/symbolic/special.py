@@ -116,7 +116,7 @@ from math import comb, factorial
 
 import sympy as sp
 
-from ..numeric.special import NAMED_ACTIVATIONS, activation_key
+from ..spec import NAMED_ACTIVATIONS, activation_key
 
 __all__ = [
     "NAMED_ACTIVATIONS", "activation_key", "activation_label", "MU", "VARIANCE",
