@@ -28,6 +28,7 @@ from ..symbolic.moments import MB, MG, MGT, MR, moment_drift
 from ..symbolic.symbols import PARAMS
 from ..symbolic.update import UNITS, Af, Qf, RHOf
 from .printer import ScalarPrinter
+from .render import _emit_assignments
 
 __all__ = ["render_assembly_module"]
 
@@ -62,17 +63,22 @@ def _array_code(atom, space: str) -> str:
     raise NotImplementedError(f"no array form of {atom} in index space {space}")
 
 
+def cse_block_lines(expr, atoms, atom_code, tag, printer, target):
+    """Lines assigning `target` from `expr`: each atom read once into ``_<tag>_<i>``
+    (``atom_code(atom)`` its array code), common subexpressions ``_<tag>x<j>``, one sum."""
+    symbols = {a: sp.Symbol(f"_{tag}_{i}") for i, a in enumerate(atoms)}
+    lines = [f"    {symbols[a]} = {atom_code(a)}" for a in atoms]
+    reps, (reduced,) = sp.cse([expr.xreplace(symbols)],
+                              symbols=sp.numbered_symbols(f"_{tag}x"), order="canonical")
+    lines += _emit_assignments(reps, printer)
+    lines.append(f"    {target} = {printer.doprint(reduced)}")
+    return lines
+
+
 def _render_expression(expr, space, printer, name):
     """Lines computing `name` from an index-generic expression (CSE, then one sum)."""
     atoms = sorted(expr.atoms(sp.Function), key=sp.default_sort_key)
-    codes = {a: _array_code(a, space) for a in atoms}
-    symbols = {a: sp.Symbol(f"_{name}_{i}") for i, a in enumerate(atoms)}
-    lines = [f"    {symbols[a]} = {codes[a]}" for a in atoms]
-    reps, (reduced,) = sp.cse([expr.xreplace(symbols)],
-                              symbols=sp.numbered_symbols(f"_{name}x"), order="canonical")
-    lines += [f"    {s} = {printer.doprint(v)}" for s, v in reps]
-    lines.append(f"    {name} = {printer.doprint(reduced)}")
-    return lines
+    return cse_block_lines(expr, atoms, lambda a: _array_code(a, space), name, printer, name)
 
 
 def _drift_function(constraint: str, printer) -> list:

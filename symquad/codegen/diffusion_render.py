@@ -24,6 +24,7 @@ import sympy as sp
 from ..kernel_files import BANNER, checksum_line
 from ..spec import CONSTRAINTS, Model
 from ..symbolic.symbols import PARAMS
+from .assembly import cse_block_lines
 from .printer import ScalarPrinter
 
 __all__ = ["render_diffusion_assembly", "render_diffusion_matrix_module",
@@ -66,13 +67,8 @@ def _block_lines(x, y, expr, printer) -> list:
     from ..symbolic.diffusion import TEACHER_FIELD
     atoms = sorted((a for a in expr.atoms(sp.Function) if a.func is not TEACHER_FIELD),
                    key=sp.default_sort_key)
-    symbols = {a: sp.Symbol(f"_{tag}_{i}") for i, a in enumerate(atoms)}
-    lines += [f"    {symbols[a]} = {_atom_code(a, index_names)}" for a in atoms]
-    reps, (reduced,) = sp.cse([expr.xreplace(symbols)],
-                              symbols=sp.numbered_symbols(f"_{tag}x"), order="canonical")
-    lines += [f"    {s} = {printer.doprint(v)}" for s, v in reps]
-    lines.append(f"    blocks[({x!r}, {y!r})] = {printer.doprint(reduced)}")
-    return lines
+    return lines + cse_block_lines(expr, atoms, lambda a: _atom_code(a, index_names), tag,
+                                   printer, f"blocks[({x!r}, {y!r})]")
 
 
 def _diffusion_function(constraint: str, printer) -> tuple:
