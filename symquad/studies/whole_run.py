@@ -202,7 +202,6 @@ def sde_cost_reason(model, form=None) -> str:
 
 def _lna_numbers(model, t, sgd_Q, sgd_rho, sgd_risk, T, N, idx, form):
     from ..numeric.fluctuations import fluctuations
-    from ..numeric.kernels import kernels
     from ..numeric.layout import state_layout
     dim = state_layout(model).dim
     if dim > MAX_LNA_STATE or (not model.is_quadratic and model.p + model.p_star > 6):
@@ -214,7 +213,6 @@ def _lna_numbers(model, t, sgd_Q, sgd_rho, sgd_risk, T, N, idx, form):
                           form=form or ("matrix" if model.is_quadratic else None))
     except (ValueError, ArithmeticError) as exc:        # too large for the entry route, ...
         return {"applies": False, "reason": f"no linear-noise prediction: {exc}"}
-    kernels(model)
     # the expansion's own validity: the predicted spread of the state small against the
     # state (beyond it — e.g. along a flat manifold of minima, where Σ grows linearly —
     # the linearisation has broken down and is not tested)
