@@ -239,14 +239,40 @@ def test_cli_data(tmp_path, capsys):
     assert "VERDICT:" in capsys.readouterr().out
 
 
+def test_cli_data_with_N_runs_the_whole_run_criteria(tmp_path, capsys):
+    """``--data FILE --N N``: the user's data get the whole-run criteria; without --N they
+    are listed as not tested, with the flag that turns them on."""
+    m = sq.Model(p=2, p_star=1, lr=0.1)
+    from symquad.studies.validation import informed_start
+    Q0, rho0 = informed_start(m)
+    run = sq.simulate(m, N=500, t_max=3.0, replicas=48, seed=3, Q0=Q0, rho0=rho0,
+                      t_eval=np.linspace(0, 3, 31))
+    data = _write_npz(tmp_path / "run.npz", t=run.t, Q=run.Q, rho=run.rho)
+    rc = main(["validate", "--data", data, "--p", "2", "--p-star", "1", "--lr", "0.1",
+               "--N", "500", "--out", str(tmp_path / "with")])
+    out = capsys.readouterr().out
+    rep = ValidationReport.load(tmp_path / "with")
+    status = {c["name"]: c["status"] for c in rep.numbers["verdict"]["checks"]}
+    assert rep.config["N"] == 500
+    assert status["whole_run_law"] in ("pass", "fail") and status["lna_spread"] in (
+        "pass", "fail"), rep.reasons
+    assert "whole-run law vs the SDE (same starts, 48 runs each)" in out
+    assert rc == {"PASS": 0, "FAIL": 1, "INCONCLUSIVE": 4}[rep.verdict]
+    rc = main(["validate", "--data", data, "--p", "2", "--p-star", "1", "--lr", "0.1",
+               "--out", str(tmp_path / "without")])
+    out = capsys.readouterr().out
+    assert "not tested: whole-run law vs the SDE: not run" in out and "--N N" in out
+    assert "of 7 criteria" in out
+
+
 @pytest.mark.parametrize("arrays, extra_args, match", [
     (dict(t=np.arange(3.0), Q=np.zeros((3, 4, 4)), rho=np.zeros((3, 4, 2)), code=np.ones(2)),
      [], r"unexpected array\(s\) \['code'\]"),
     (dict(t=np.arange(3.0), Q=np.zeros((3, 4, 4))), [], r"lacks the array\(s\) \['rho'\]"),
     (dict(t=np.arange(3.0), Q=np.zeros((3, 4, 4)), rho=np.array([{"a": 1}] * 3)), [],
      "Python objects"),
-    (dict(t=np.arange(3.0), Q=np.zeros((3, 4, 4)), rho=np.zeros((3, 4, 2))), ["--N", "100"],
-     "--N describe a simulation"),
+    (dict(t=np.arange(3.0), Q=np.zeros((3, 4, 4)), rho=np.zeros((3, 4, 2))),
+     ["--replicas", "100"], "--replicas describe a simulation"),
     (dict(t=np.arange(3.0), Q=np.zeros((3, 3, 3)), rho=np.zeros((3, 3, 2))), [],
      "Q must have shape"),
 ])

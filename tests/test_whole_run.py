@@ -25,7 +25,7 @@ def test_true_model_passes_the_whole_run_law(random_run):
     model, run = random_run
     rep = sq.compare(model, run.t, run.Q, run.rho, N=1000, seed=1)
     assert _status(rep, "whole_run_law") == "pass"
-    assert "lna_spread" not in {c["name"] for c in rep.numbers["verdict"]["checks"]}
+    assert _status(rep, "lna_spread") == "not tested"       # listed, with the reason
     assert "random start" in rep.numbers["whole_run"]["lna"]["reason"]
     assert rep.numbers["whole_run"]["replicas"] == 48
 
@@ -161,8 +161,10 @@ def test_statistics_fixed_by_the_sphere_are_not_tested():
     tested = {name for name, _ in wr["law"]["tests"]}
     assert "tr Q / p" not in tested and "risk" in tested
     assert len(wr["law"]["pvalues"]) == 4 * 8
-    (check,) = whole_run_checks(wr, 0.01)
+    check, lna = whole_run_checks(wr, 0.01)
     assert check["status"] == "pass" and "those the model fixes left out" in check["text"]
+    assert lna["name"] == "lna_spread" and lna["status"] == "not tested"
+    assert "not requested" in lna["text"]
 
 
 @pytest.mark.slow

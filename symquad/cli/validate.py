@@ -45,7 +45,7 @@ import sys
 _QUICK = dict(N=400, replicas=32, fss_N=[50, 200, 800, 3200], fss_replicas=16, fss_t_max=4.0,
               n_times=121, invariant_N=(100, 400), invariant_replicas=4)
 # flags that describe a simulation, meaningless with --data
-_SIMULATION_FLAGS = ("N", "t_max", "replicas", "seed", "start", "method", "quick")
+_SIMULATION_FLAGS = ("t_max", "replicas", "seed", "start", "method", "quick")
 _DATA_KEYS = ("t", "Q", "rho", "T", "readout")
 
 
@@ -88,7 +88,8 @@ def register(subparsers) -> None:
     # from the defaults (DEFAULT_MODEL, or the model saved in a --data run file).
     add_model_arguments(ps, suppress_defaults=True)
     ps.add_argument("--N", type=_positive_int, default=None,
-                    help="input dimension (default 2000; 400 with --quick)")
+                    help="input dimension (default 2000; 400 with --quick); with --data, the "
+                         "data's input dimension, which turns on the whole-run criteria")
     ps.add_argument("--t-max", type=_positive_float, default=None,
                     help="final time steps/N (default: 2.5·log(N)/(2κ) from the plateau "
                          "growth rate κ for a random start, 10/η otherwise)")
@@ -283,8 +284,10 @@ def run(args) -> int:
                 return _fail("--Q0/--rho0 give the start of a simulation; with --data the ODE "
                              "starts at each replica's first recorded state")
             model, data = _read_data_file(args)
+            # --N: the data's input dimension, which the whole-run criteria need
             report = compare(model, data["t"], data["Q"], data["rho"], data.get("T"),
-                             data.get("readout"), progress=not args.no_progress)
+                             data.get("readout"), progress=not args.no_progress, N=args.N,
+                             whole_run=args.N is not None and not args.no_whole_run)
         else:
             if args.seed is not None and args.seed < 0:
                 return _fail(f"--seed must be >= 0, got {args.seed}")

@@ -170,7 +170,7 @@ import numpy as np
 from ..numeric.checks import MAX_TIMES, check_int as _check_int
 from ..numeric.persist import json_default
 from ..progress import note
-from .verdict import ALPHA, ESCAPE_TOL, decide as _decide
+from .verdict import ALPHA, ESCAPE_TOL, decide as _decide, verdict_headline
 
 __all__ = ["validate", "compare", "ValidationReport", "finite_size_scaling", "informed_start",
            "STARTS"]
@@ -789,7 +789,7 @@ class ValidationReport:
         if n.get("runtime_s") is not None:
             lines.append(f"  runtime: {n['runtime_s']:.1f} s")
         lines.append("")
-        lines.append(f"  VERDICT: {self.verdict}")
+        lines.append(f"  {verdict_headline(self.numbers['verdict'])}")
         lines.extend(f"    {r}" for r in self.reasons)
         return "\n".join(lines)
 
@@ -1178,6 +1178,8 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start=None, seed=0, *,
     phases.update(study_times)
     if fss:
         numbers["finite_size_scaling"] = results["finite_size_scaling"]
+    else:
+        numbers["finite_size_scaling_skipped"] = "fss=False (symquad validate --no-fss)"
     study = results.get("invariant_drift")
     if study is not None:
         from .invariant_drift import summarize_drift_study
@@ -1192,6 +1194,10 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start=None, seed=0, *,
                                            run.risk[ok], run.T, N, alpha, seed=seed,
                                            shared=shared)
         phases["whole_run"] = time.perf_counter() - tick
+    else:
+        from .whole_run import whole_run_not_run
+        numbers["verdict"] = whole_run_not_run(
+            numbers["verdict"], "whole_run=False (symquad validate --no-whole-run)")
     numbers["runtime_s"] = time.perf_counter() - t_start
     numbers["runtime_phases_s"] = phases
 
@@ -1631,11 +1637,19 @@ def compare(model, t, Q, rho, T=None, readout=None, *, band=(2.5, 97.5), escape_
     numbers, ode, shared, t_ode = _analyse(
         model, t, Q, rho, risk, np.ones(R, bool), T, band=band,
         escape_fraction=escape_fraction, escape=escape, progress=progress, sgd_readout=a)
+    numbers["finite_size_scaling_skipped"] = ("user data at one N: the finite-size scaling "
+                                              "needs simulations at several N (validate)")
     numbers["verdict"] = _decide(numbers, R, alpha)
     if whole_run:
         from .whole_run import add_whole_run
         numbers["verdict"] = add_whole_run(numbers, model, t, Q, rho, risk, T, N, alpha,
                                            seed=seed, shared=shared)
+    else:
+        from .whole_run import whole_run_not_run
+        numbers["verdict"] = whole_run_not_run(
+            numbers["verdict"], "whole_run=False" if N is not None else
+            "the data's input dimension N is not given: compare(..., N=) or "
+            "symquad validate --data FILE --N N")
     total = time.perf_counter() - t_start
     numbers["runtime_s"] = total
     numbers["runtime_phases_s"] = {"ode": t_ode, "analysis": total - t_ode}

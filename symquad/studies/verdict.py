@@ -11,7 +11,12 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["ALPHA", "ESCAPE_TOL", "decide"]
+__all__ = ["ALPHA", "ESCAPE_TOL", "CRITERIA", "decide", "tested_criteria", "verdict_headline"]
+
+#: Every criterion of the verdict, in the order it is printed.  Each report lists all of
+#: them: tested (``"pass"``/``"fail"``, with its numbers) or ``"not tested"`` with the reason.
+CRITERIA = ("divergence", "mean_deviation", "band", "finite_size_exponent", "escape_time",
+            "whole_run_law", "lna_spread")
 
 #: Family-wise level of the verdict's tests.
 ALPHA = 0.01
@@ -133,8 +138,16 @@ def decide(numbers, replicas, alpha=ALPHA) -> dict:
               _check_band(numbers["band"], used)]
     if numbers.get("finite_size_scaling"):
         checks.append(_check_fss(numbers["finite_size_scaling"], alpha))
+    else:
+        checks.append(_check("finite_size_exponent", "not tested",
+                             "finite-size exponent: not run ("
+                             + numbers.get("finite_size_scaling_skipped", "no finite-size "
+                                           "scaling in this run") + ")"))
     if numbers["escape"].get("defined"):
         checks.append(_check_escape(numbers["escape"], alpha))
+    else:
+        checks.append(_check("escape_time", "not tested", "escape time: not analysed ("
+                             + (numbers["escape"].get("reason") or "no plateau") + ")"))
     status = {c["name"]: c["status"] for c in checks}
     if "fail" in status.values():
         outcome = "FAIL"
@@ -143,3 +156,20 @@ def decide(numbers, replicas, alpha=ALPHA) -> dict:
     else:
         outcome = "INCONCLUSIVE"
     return {"verdict": outcome, "passed": outcome == "PASS", "alpha": alpha, "checks": checks}
+
+
+def tested_criteria(verdict) -> tuple:
+    """``(tested, total)``: criteria with a pass/fail outcome, and all criteria listed."""
+    checks = verdict["checks"]
+    return sum(c["status"] in ("pass", "fail") for c in checks), len(checks)
+
+
+def verdict_headline(verdict) -> str:
+    """``"VERDICT: PASS (all 7 criteria tested)"`` or ``"VERDICT: PASS on 3 of 7 criteria
+    (4 not tested: …)"``: a verdict on fewer criteria reads differently from a full one."""
+    tested, total = tested_criteria(verdict)
+    if tested == total:
+        return f"VERDICT: {verdict['verdict']} (all {total} criteria tested)"
+    missing = [c["name"] for c in verdict["checks"] if c["status"] not in ("pass", "fail")]
+    return (f"VERDICT: {verdict['verdict']} on {tested} of {total} criteria "
+            f"({len(missing)} not tested: {', '.join(missing)}; reasons below)")

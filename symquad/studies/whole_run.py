@@ -52,7 +52,7 @@ import math
 import numpy as np
 
 __all__ = ["invariant_statistics", "whole_run_numbers", "whole_run_checks",
-           "decide_whole_run", "N_TEST", "MIN_REPLICAS", "STATISTICS"]
+           "decide_whole_run", "whole_run_not_run", "N_TEST", "MIN_REPLICAS", "STATISTICS"]
 
 #: Recorded times tested (equally spaced over the run).
 N_TEST = 20
@@ -269,8 +269,9 @@ def whole_run_checks(numbers, alpha):
     checks = []
     law = numbers["law"]
     R = numbers["replicas"]
-    if numbers.get("skipped"):      # too costly: the reason is in the numbers, no criterion
-        pass
+    if numbers.get("skipped"):      # too costly: listed with the reason
+        checks.append(_check("whole_run_law", "not tested",
+                             f"whole-run law vs the SDE: skipped ({numbers['skipped']})"))
     elif R < MIN_REPLICAS or not law["pvalues"]:
         checks.append(_check("whole_run_law", "not tested",
                              f"whole-run law vs the SDE: needs >= {MIN_REPLICAS} replicas"))
@@ -293,7 +294,11 @@ def whole_run_checks(numbers, alpha):
                * len(law["times"]) else ")"),
             value=float(adjusted[k])))
     lna = numbers["lna"]
-    if lna.get("applies"):      # (where it does not apply, the reason is in the numbers)
+    if not lna.get("applies"):
+        checks.append(_check("lna_spread", "not tested",
+                             "replica spread vs the linear-noise prediction: not applicable ("
+                             + (lna.get("reason") or "no linear-noise prediction") + ")"))
+    else:
         rel = np.asarray(lna["relative_se"])
         z = np.abs(np.asarray(lna["z"]))
         pvalues = np.asarray(lna["pvalues"])
@@ -350,6 +355,16 @@ def decide_whole_run(verdict, numbers, alpha):
         outcome = "INCONCLUSIVE"
     return {**verdict, "verdict": outcome, "passed": outcome == "PASS", "checks": checks,
             "demoted": demoted}
+
+
+def whole_run_not_run(verdict, reason):
+    """The verdict with both whole-run criteria listed as not tested, for `reason`."""
+    from .verdict import _check
+    checks = list(verdict["checks"]) + [
+        _check("whole_run_law", "not tested", f"whole-run law vs the SDE: not run ({reason})"),
+        _check("lna_spread", "not tested",
+               f"replica spread vs the linear-noise prediction: not run ({reason})")]
+    return {**verdict, "checks": checks}
 
 
 def add_whole_run(numbers, model, t, Q, rho, risk, T, N, alpha, *, seed=0, shared=False,
