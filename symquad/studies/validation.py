@@ -599,6 +599,22 @@ def _analyse(model, t, sgd_Q, sgd_rho, sgd_risk, sgd_ok, T, *, band, escape_frac
     return numbers, arrays, shared, t_ode
 
 
+def _add_resolution(numbers, model, t, sgd_risk, ode, sgd_Q, sgd_rho, T, sgd_readout, shared):
+    """``numbers["resolution"]``: the smallest parameter changes the run detects
+    (:mod:`symquad.studies.resolution`), from the mean-deviation test's window and critical
+    value and the replicas' standard errors."""
+    from .resolution import resolution_numbers
+    orisk = ode["ode_risk"]
+    good = np.all(np.isfinite(sgd_risk), axis=1) & np.all(np.isfinite(orisk), axis=1)
+    md = next(c for c in numbers["verdict"]["checks"] if c["name"] == "mean_deviation")
+    window, _ = _mean_deviation_window(t, ode["ode_rho"][good],
+                                       bool(numbers["escape"].get("defined")))
+    a0 = None if sgd_readout is None else sgd_readout[good, 0]
+    numbers["resolution"] = resolution_numbers(
+        model, t, sgd_risk[good] - orisk[good], sgd_Q[good, 0], sgd_rho[good, 0], T, a0,
+        window, md.get("critical") if md["status"] != "not tested" else None, shared=shared)
+
+
 def _exchangeable_coverage(R, band):
     """Chance that a curve distributed like the R replicas lies in their percentile band.
 
@@ -693,6 +709,13 @@ class ValidationReport:
         """One line per criterion: ``"pass: …"``, ``"FAIL: …"`` or ``"not tested: …"``."""
         label = {"pass": "pass", "fail": "FAIL", "not tested": "not tested"}
         return [f"{label[c['status']]}: {c['text']}" for c in self.numbers["verdict"]["checks"]]
+
+    @property
+    def resolution(self) -> dict:
+        """Parameter name → the smallest change this run's mean-deviation test detects
+        (about 50 % power; :mod:`symquad.studies.resolution`); None: not detectable.
+        Empty when not computed (``numbers["resolution"]["reason"]`` says why)."""
+        return dict(self.numbers.get("resolution", {}).get("values", {}))
 
     def __repr__(self) -> str:
         c = self.config
@@ -791,6 +814,13 @@ class ValidationReport:
         lines.append("")
         lines.append(f"  {verdict_headline(self.numbers['verdict'])}")
         lines.extend(f"    {r}" for r in self.reasons)
+        res = n.get("resolution")
+        if res and res["values"]:
+            from .resolution import format_resolution
+            lines.append(f"  RESOLUTION (smallest change the mean-deviation test detects, about "
+                         f"50% power): {format_resolution(res)}")
+        elif res:
+            lines.append(f"  resolution: not computed ({res['reason']})")
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -957,7 +987,7 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start=None, seed=0, *,
              escape_fraction=0.5, overlap=0.5, alpha=ALPHA, fss=True, fss_N=None,
              fss_t_max=None, fss_replicas=None, fss_start="informed", invariant=True,
              invariant_N=(250, 500, 1000, 2000), invariant_replicas=16, workers=1,
-             progress=False, whole_run=True):
+             progress=False, whole_run=True, resolution=True):
     r"""Compare SGD with the ODE theory for `model`; return a :class:`ValidationReport`.
 
     The report carries a PASS/FAIL verdict (``report.passed``,
@@ -1046,6 +1076,11 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start=None, seed=0, *,
         Add the whole-run criteria (:mod:`symquad.studies.whole_run`): SGD
         against the order-parameter SDE from the same starts, and the replica
         spread against the linear-noise prediction.
+    resolution : bool
+        Add ``report.resolution``: the smallest change of each parameter (lr, label
+        noise, weight decay, batch size, a trained readout's rate, each activation
+        coefficient) this run's mean-deviation test detects
+        (:mod:`symquad.studies.resolution`).
 
     Returns
     -------
@@ -1179,7 +1214,7 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start=None, seed=0, *,
     if fss:
         numbers["finite_size_scaling"] = results["finite_size_scaling"]
     else:
-        numbers["finite_size_scaling_skipped"] = "fss=False (symquad validate --no-fss)"
+        numbers["finite_size_scaling_skipped"] = "fss=False, symquad validate --no-fss"
     study = results.get("invariant_drift")
     if study is not None:
         from .invariant_drift import summarize_drift_study
@@ -1187,6 +1222,11 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start=None, seed=0, *,
     if skipped:
         numbers["invariant_drift_skipped"] = skipped
     numbers["verdict"] = _decide(numbers, replicas, alpha)
+    if resolution:
+        tick = time.perf_counter()
+        _add_resolution(numbers, model, run.t, run.risk, ode, run.Q, run.rho, run.T,
+                        run.readout, shared)
+        phases["resolution"] = time.perf_counter() - tick
     if whole_run:
         from .whole_run import add_whole_run
         tick = time.perf_counter()
@@ -1197,7 +1237,7 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start=None, seed=0, *,
     else:
         from .whole_run import whole_run_not_run
         numbers["verdict"] = whole_run_not_run(
-            numbers["verdict"], "whole_run=False (symquad validate --no-whole-run)")
+            numbers["verdict"], "whole_run=False, symquad validate --no-whole-run")
     numbers["runtime_s"] = time.perf_counter() - t_start
     numbers["runtime_phases_s"] = phases
 
@@ -1547,7 +1587,7 @@ def _check_whole_run(model, whole_run, N, a):
 
 def compare(model, t, Q, rho, T=None, readout=None, *, band=(2.5, 97.5), escape_fraction=0.5,
             escape=None, alpha=ALPHA, progress=False, N=None, whole_run=None,
-            seed=0) -> ValidationReport:
+            seed=0, resolution=True) -> ValidationReport:
     r"""Compare trajectories you supply with the ODE theory of `model`: report and verdict.
 
     For each replica the ODE is integrated from that replica's own first
@@ -1601,6 +1641,8 @@ def compare(model, t, Q, rho, T=None, readout=None, *, band=(2.5, 97.5), escape_
         when `N` is given).
     seed : int
         Seed of the SDE ensemble of the whole-run criteria.
+    resolution : bool
+        Add ``report.resolution`` (as in :func:`validate`).
 
     Returns
     -------
@@ -1640,6 +1682,8 @@ def compare(model, t, Q, rho, T=None, readout=None, *, band=(2.5, 97.5), escape_
     numbers["finite_size_scaling_skipped"] = ("user data at one N: the finite-size scaling "
                                               "needs simulations at several N (validate)")
     numbers["verdict"] = _decide(numbers, R, alpha)
+    if resolution:
+        _add_resolution(numbers, model, t, risk, ode, Q, rho, T, a, shared)
     if whole_run:
         from .whole_run import add_whole_run
         numbers["verdict"] = add_whole_run(numbers, model, t, Q, rho, risk, T, N, alpha,
