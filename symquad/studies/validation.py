@@ -464,12 +464,68 @@ def _mean_deviation_window(t, ode_rho, escape_defined):
     return mask, float(t[max(end - 1, 0)])
 
 
+#: The O(1/N) correction of the mean is used by the verdict for states up to this size
+#: (its Jacobian and drift Hessian come from the entry route, as for the LNA).
+MAX_CORRECTION_STATE = 60
+
+
+def _finite_n_correction(model, t, Q0, rho0, T, a0, N):
+    """``(c_ε(t), valid(t), reason)``: the O(1/N) correction of the mean risk from one start.
+
+    ``E[ε_SGD(t) | start] = ε_ODE(t) + c_ε(t)/N + O(N⁻²)`` (:func:`symquad.fluctuations`,
+    Σ(0) = 0: the ODE starts at the replica's realised overlaps).  Replicas with their own
+    starts share ``c_ε`` up to ``O(N^-1/2)`` relative (their starts differ by that much), so
+    one start serves them all.  ``valid`` is the expansion's own validity flag; where it is
+    False the correction is not applied.  None and a reason where it is not available.
+    """
+    from ..numeric.layout import state_layout
+    if N is None:
+        return None, None, ("the data's input dimension N is not given (compare(..., N=) or "
+                            "--N): tested against the N -> infinity ODE")
+    if not model.is_polynomial:
+        return None, None, "not derived for erf and relu: tested against the ODE"
+    dim = state_layout(model).dim
+    if dim > MAX_CORRECTION_STATE or (not model.is_quadratic and model.p + model.p_star > 6):
+        return None, None, (f"too costly here ({dim} state entries, limit "
+                            f"{MAX_CORRECTION_STATE}; non-quadratic: p + p* <= 6): tested "
+                            f"against the ODE")
+    from ..numeric.errors import DivergenceError
+    from ..numeric.fluctuations import fluctuations
+    try:
+        fl = fluctuations(model, Q0, rho0, T, N, t - t[0], a0=a0)
+    except (ValueError, ArithmeticError, NotImplementedError, DivergenceError) as exc:
+        return None, None, f"not available ({exc}): tested against the ODE"
+    c = np.asarray(fl.risk_mean_correction, float)
+    valid = np.asarray(fl.expansion_valid, bool) & np.isfinite(c)
+    return np.where(valid, c, 0.0), valid, ""
+
+
+def _finite_n_numbers(t, N, window, mean_dev, se, c, valid, reason, z_plain):
+    """``numbers["finite_n_bias"]``: N·(mean SGD − ODE) next to the predicted ``c_ε``."""
+    if c is None:
+        return {"applies": False, "reason": reason}
+    idx = np.nonzero(window & valid)[0]
+    pick = idx[np.unique(np.round(np.linspace(0, len(idx) - 1, min(5, len(idx))))
+                         .astype(int))] if len(idx) else idx
+    return {"applies": True, "reason": "", "N": int(N),
+            "valid_fraction": float(np.mean(valid[window])) if window.any() else 0.0,
+            "times": [float(v) for v in t[pick]],
+            "N_times_mean_deviation": [float(v) for v in N * mean_dev[pick]],
+            "N_times_se": [float(v) for v in N * se[pick]],
+            "predicted": [float(v) for v in c[pick]],
+            "max_z_against_ode": _finite_float(np.max(z_plain[window])) if window.any()
+            else None,
+            "description": "E[risk_SGD] = risk_ODE + c/N + O(N^-2): the mean-deviation and band "
+                           "criteria compare SGD with ODE + c/N where the expansion holds"}
+
+
 def _analyse(model, t, sgd_Q, sgd_rho, sgd_risk, sgd_ok, T, *, band, escape_fraction, escape,
-             progress, sgd_readout=None):
+             progress, sgd_readout=None, N=None):
     """ODE from every replica's start and all summary numbers (no verdict).
 
     `sgd_readout` (replicas, n, p): the recorded readouts of a trained readout
-    (the ODE starts from each replica's ``a(0)``); None for a fixed one.
+    (the ODE starts from each replica's ``a(0)``); None for a fixed one.  `N`: the input
+    dimension, for the O(1/N) correction of the mean (None: against the ODE alone).
     """
     tick = time.perf_counter()
     oQ, orho, orisk, ostatus, shared, oa = _ode_per_replica(
@@ -544,19 +600,32 @@ def _analyse(model, t, sgd_Q, sgd_rho, sgd_risk, sgd_ok, T, *, band, escape_frac
             dev[name]["readout_rms"] = _describe(_rms_over(mask, d_a))
     numbers["deviation"] = dev
 
+    # the O(1/N) correction of the mean: SGD is compared with ODE + c/N where it holds, with
+    # the O(N^-2) remainder bounded by |c|/N^(3/2) (conservative) in the standard error
+    first = int(np.nonzero(good)[0][0])
+    c, c_valid, c_reason = _finite_n_correction(
+        model, t, sgd_Q[first, 0], sgd_rho[first, 0], T,
+        None if sgd_readout is None else sgd_readout[first, 0], N)
+    shift = np.zeros(len(t)) if c is None else c / N
+    remainder = np.zeros(len(t)) if c is None else np.abs(c) / N ** 1.5
+
     # bands and the mean deviation
     sr = sgd_risk[good]
     lo, hi = np.percentile(sr, band[0], axis=0), np.percentile(sr, band[1], axis=0)
     scale = np.maximum(1.0, np.abs(sr).max(0))
-    oc = orisk[good]
+    oc = orisk[good] + shift
     inside = (oc >= lo - _BAND_TOL * scale) & (oc <= hi + _BAND_TOL * scale)
     inside_t = inside[0] if shared else inside.mean(0)
-    mean_dev = d_risk[good].mean(0)
-    se = d_risk[good].std(0, ddof=1) / math.sqrt(n_good) if n_good > 1 \
+    plain_dev = d_risk[good].mean(0)
+    mean_dev = plain_dev - shift
+    se_sgd = d_risk[good].std(0, ddof=1) / math.sqrt(n_good) if n_good > 1 \
         else np.full(len(t), np.nan)
+    se = np.sqrt(se_sgd ** 2 + remainder ** 2)
     with np.errstate(invalid="ignore", divide="ignore"):
         z = np.where(se > 0, np.abs(mean_dev) / se,
                      np.where(np.abs(mean_dev) <= _BAND_TOL * scale, 0.0, np.inf))
+        z_plain = np.where(se_sgd > 0, np.abs(plain_dev) / se_sgd,
+                           np.where(np.abs(plain_dev) <= _BAND_TOL * scale, 0.0, np.inf))
     pre = t < np.min(t_split)
     numbers["band_before_escape"] = {
         "t_end": float(t[pre][-1]) if pre.any() else None,
@@ -593,7 +662,10 @@ def _analyse(model, t, sgd_Q, sgd_rho, sgd_risk, sgd_ok, T, *, band, escape_frac
         "ode_risk_range": float(np.ptp(omean[window | (t == t[0])])),
         "window": ("relaxation onto the plateau: times before the median ODE |rho|^2 has "
                    f"grown {_RHO_GROWTH:g}-fold" if threshold is not None else "whole run"),
+        "reference": "ODE + c/N" if c is not None else "ODE",
     }
+    numbers["finite_n_bias"] = _finite_n_numbers(t, N, window, plain_dev, se_sgd, c, c_valid,
+                                                 c_reason, z_plain)
     numbers["final_risk"] = {"sgd": _describe(sr[:, -1]), "ode": _describe(oc[:, -1])}
     arrays = dict(ode_Q=oQ, ode_rho=orho, ode_risk=orisk, ode_readout=oa)
     return numbers, arrays, shared, t_ode
@@ -774,6 +846,15 @@ class ValidationReport:
             lines.append(f"  max |mean SGD risk - ODE| / s.e., whole run: {b['max_mean_z']:.2f} "
                          f"(inside ±3 s.e. at {100 * b['mean_inside_3se_fraction']:.1f}% of "
                          f"times; the verdict tests the pre-escape window below)")
+        fb = n.get("finite_n_bias")
+        if fb and fb.get("applies") and fb["times"]:
+            pairs = "; ".join(f"t={tt:.3g}: {m:.3g} ± {s:.2g} vs {c:.3g}" for tt, m, s, c in zip(
+                fb["times"], fb["N_times_mean_deviation"], fb["N_times_se"], fb["predicted"]))
+            lines.append(f"  finite-N bias, N·(mean SGD - ODE) vs the O(1/N) theory c: {pairs}")
+            lines.append(f"  (the verdict compares SGD with ODE + c/N; against the ODE alone the "
+                         f"largest deviation is {fb['max_z_against_ode'] or 0:.2f} s.e.)")
+        elif fb:
+            lines.append(f"  finite-N bias: no O(1/N) correction ({fb['reason']})")
         e = n["escape"]
         if e.get("defined"):
             s, o, dd = e["sgd"], e["ode"], e["difference"]
@@ -1207,7 +1288,7 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start=None, seed=0, *,
         numbers, ode, shared, phases["ode"] = _analyse(
             model, run.t, run.Q, run.rho, run.risk, ok, run.T, band=band,
             escape_fraction=escape_fraction, escape=escape, progress=progress,
-            sgd_readout=run.readout)
+            sgd_readout=run.readout, N=N)
         phases["analysis"] = time.perf_counter() - tick - phases["ode"]
         results, study_times = studies.results()
     phases.update(study_times)
@@ -1678,7 +1759,7 @@ def compare(model, t, Q, rho, T=None, readout=None, *, band=(2.5, 97.5), escape_
     risk = population_risk(model, Q, rho, T, a)
     numbers, ode, shared, t_ode = _analyse(
         model, t, Q, rho, risk, np.ones(R, bool), T, band=band,
-        escape_fraction=escape_fraction, escape=escape, progress=progress, sgd_readout=a)
+        escape_fraction=escape_fraction, escape=escape, progress=progress, sgd_readout=a, N=N)
     numbers["finite_size_scaling_skipped"] = ("user data at one N: the finite-size scaling "
                                               "needs simulations at several N (validate)")
     numbers["verdict"] = _decide(numbers, R, alpha)

@@ -57,7 +57,9 @@ def _check_mean_deviation(md, replicas, alpha):
     zmax = md["max_z"] if md["max_z"] is not None else math.inf
     ok = zmax <= crit
     return _check(name, "pass" if ok else "fail",
-                  f"mean risk deviation ({window}): max |mean SGD - ODE| = {zmax:.2f} s.e. "
+                  f"mean risk deviation ({window}): max |mean SGD - "
+                  f"{'(ODE + c/N)' if md.get('reference') == 'ODE + c/N' else 'ODE'}| = "
+                  f"{zmax:.2f} s.e. "
                   f"{'<=' if ok else '>'} {crit:.2f} (t-test, Bonferroni, alpha={alpha:g}; "
                   f"resolves {resolution:.2g})", critical=crit, value=zmax,
                   resolution=resolution)
