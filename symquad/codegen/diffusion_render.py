@@ -28,7 +28,8 @@ from .assembly import cse_block_lines
 from .printer import ScalarPrinter
 
 __all__ = ["render_diffusion_assembly", "render_diffusion_matrix_module",
-           "render_diffusion_tensor_module", "render_diffusion_entries_module"]
+           "render_diffusion_tensor_module", "render_diffusion_entries_module",
+           "render_second_order_entries_module"]
 
 
 def _atom_code(atom, index_names) -> str:
@@ -445,5 +446,42 @@ def render_jacobian_entries_module(model: Model) -> str:
             "    J = flat[..., :n].reshape(flat.shape[:-1] + (DIM, DIM))",
             "    H = flat[..., n + DIM:].reshape(flat.shape[:-1] + (DIM, DIM))",
             "    return J, flat[..., n:n + DIM], H"]
+    body = "\n".join(out) + "\n"
+    return body + checksum_line(body)
+
+
+def render_second_order_entries_module(model: Model) -> str:
+    """The O(1/N) mean source ``f_1`` and the drift's second derivatives, entry route (one structure).
+
+    :func:`symquad.symbolic.second_order.second_order_polynomials`: ``f_1`` (the
+    ``1/N`` term of one step's mean increment) and ``∂²f_I/∂X_J∂X_K`` as sparse
+    polynomials, rendered like the Jacobian's module (kernel cache, never committed).
+    """
+    from ..numeric.layout import state_layout
+    from ..symbolic.second_order import second_order_polynomials
+    gens, f1, hess = second_order_polynomials(model)
+    layout = state_layout(model)
+    data, size = _sparse_data(gens, f1 + hess, model.readout_trained)
+    doc = textwrap.dedent(f'''\
+        """O(1/N) mean source and drift Hessian of {_model_text(model)}.
+
+        Derived by symquad.symbolic.second_order (entry route, exact): sparse
+        polynomials in GENERATORS ({size}); the first DIM are f1_I (E[N dX] = f +
+        f1/N + O(1/N^2)), the next DIM**3 d2 f_I / dX_J dX_K at (I*DIM + J)*DIM + K.
+        State order: {', '.join(layout.names)}.
+        """
+        ''')
+    out = [BANNER, doc, "import numpy\n", "from symquad.runtime import diffusion_engine as _engine",
+           "", f"DIM = {layout.dim}", f"NAMES = {layout.names!r}",
+           "PARAMS = " + repr(tuple(x.name for x in PARAMS))]
+    out += data
+    out += ["", "",
+            "def second_order(Q, rho, T, a, b, params):",
+            '    """(f1, drift Hessian): (..., DIM), (..., DIM, DIM, DIM)."""',
+            "    values = _engine.entry_generators(GENERATORS, Q, rho, T, a, b, "
+            "dict(zip(PARAMS, params)))",
+            "    flat = _POLY(values)",
+            "    H = flat[..., DIM:].reshape(flat.shape[:-1] + (DIM, DIM, DIM))",
+            "    return flat[..., :DIM], H"]
     body = "\n".join(out) + "\n"
     return body + checksum_line(body)

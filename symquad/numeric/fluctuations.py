@@ -35,10 +35,11 @@ import numpy as np
 from ..spec import check_model
 from .checks import as_overlaps, as_real_array, check_choice, check_int, check_positive
 from .errors import DivergenceError, describe_state
-from .kernels import kernels
+from .kernels import SECOND_ORDER_FIELDS, kernels
 from .layout import StateLayout, state_layout
 
-__all__ = ["fluctuations", "Fluctuations", "random_start_covariance", "STARTS"]
+__all__ = ["fluctuations", "Fluctuations", "random_start_covariance", "STARTS",
+           "mean_correction_rhs", "expansion_valid", "SECOND_ORDER_FIELDS"]
 
 #: ``"fixed"``: the given start, ``Σ(0) = 0``; ``"random"``: the mean of the random start
 #: ``w_k ~ N(0, q0 I_N)`` with ``Σ(0)`` its exact leading-order covariance.
@@ -67,6 +68,15 @@ class Fluctuations:
         ``∂ε/∂X`` along ``x(t)``.
     risk_hessian : ndarray (n, dim, dim)
         ``∂²ε/∂X∂X`` along ``x(t)``.
+    mean_correction : ndarray (n, dim) or None
+        ``c(t)`` with ``E[X(t)] = x(t) + c(t)/N + O(N⁻²)`` in the state order
+        (:func:`mean_correction_rhs`; None when computed with ``second_order=False``).
+    risk_mean_correction : ndarray (n,) or None
+        ``c_ε(t) = ∇ε·c + ½ ∇²ε : Σ``, so that ``E[ε] = ε(x) + c_ε/N + O(N⁻²)``.
+    expansion_tol : float
+        The tolerance of :attr:`expansion_valid`.
+    T : ndarray (p*, p*)
+        The teacher overlaps (scale of ``ρ`` in :attr:`expansion_valid`).
     """
 
     model: object
@@ -80,6 +90,60 @@ class Fluctuations:
     layout: StateLayout = field(repr=False)
     risk_gradient: np.ndarray = field(repr=False)
     risk_hessian: np.ndarray = field(repr=False)
+    mean_correction: np.ndarray | None = field(default=None, repr=False)
+    risk_mean_correction: np.ndarray | None = field(default=None, repr=False)
+    expansion_tol: float = field(default=0.2, repr=False)
+    T: np.ndarray | None = field(default=None, repr=False)
+
+    def _need_second_order(self, what):
+        if self.mean_correction is None:
+            raise ValueError(f"{what} needs the O(1/N) correction of the mean: call "
+                             "fluctuations(..., second_order=True) (the default)")
+
+    @property
+    def risk_mean(self) -> np.ndarray:
+        """``E[ε(t)] ≈ ε(x(t)) + c_ε(t)/N`` at this ``N``; (n,). See :attr:`expansion_valid`."""
+        self._need_second_order("risk_mean")
+        return self.risk + self.risk_mean_correction / self.N
+
+    @property
+    def state_mean(self) -> np.ndarray:
+        """``E[X(t)] ≈ x(t) + c(t)/N`` in the state order; (n, dim)."""
+        self._need_second_order("state_mean")
+        return self.layout.pack(self.Q, self.rho, self.readout) + self.mean_correction / self.N
+
+    @property
+    def Q_mean(self) -> np.ndarray:
+        """Corrected mean of ``Q`` at this ``N``; (n, p, p)."""
+        return self.layout.unpack(self.state_mean)[0]
+
+    @property
+    def rho_mean(self) -> np.ndarray:
+        """Corrected mean of ``ρ`` at this ``N``; (n, p, p*)."""
+        return self.layout.unpack(self.state_mean)[1]
+
+    @property
+    def readout_mean(self):
+        """Corrected mean of a trained readout; (n, p), or None for a fixed readout."""
+        return self.layout.unpack(self.state_mean)[2]
+
+    @property
+    def expansion_valid(self) -> np.ndarray:
+        r"""Where the expansion in ``1/N`` holds at this ``N``; (n,) bool.
+
+        Rule (:func:`expansion_valid`): at every time up to ``t``, every state entry's
+        spread ``√(Σ_II/N)`` and its mean shift ``|c_I|/N`` are at most
+        :attr:`expansion_tol` times the entry's natural scale ``s_I`` (``√(Q_ii Q_jj)``
+        for ``Q_ij``, ``√(Q_ii T_mm)`` for ``ρ_im``, the largest ``|a_j|`` so far for ``a_i``).  Where it
+        is False the corrected means are still returned (finite) but are not a
+        prediction: the linearisation has failed (typically a noise-seeded escape from
+        a plateau, where ``Σ`` grows like ``e^{2κt}``) and the whole-run law against
+        the SDE is the comparison to make.
+        """
+        self._need_second_order("expansion_valid")
+        return expansion_valid(self.layout, self.Q, self.rho, self.readout, self.T,
+                               self.covariance, self.mean_correction, self.N,
+                               self.expansion_tol)
 
     @property
     def state_covariance(self) -> np.ndarray:
@@ -126,13 +190,66 @@ class Fluctuations:
     def at(self, N: int) -> "Fluctuations":
         """The same prediction at another ``N`` (``Σ`` does not depend on it)."""
         N = check_int(N, "N", 1)
-        return Fluctuations(self.model, N, self.t, self.Q, self.rho, self.readout, self.risk,
-                            self.covariance, self.layout, self.risk_gradient, self.risk_hessian)
+        out = Fluctuations(self.model, N, self.t, self.Q, self.rho, self.readout, self.risk,
+                           self.covariance, self.layout, self.risk_gradient, self.risk_hessian,
+                           self.mean_correction, self.risk_mean_correction, self.expansion_tol,
+                           self.T)
+        return out
 
     def __repr__(self) -> str:
+        extra = ""
+        if self.mean_correction is not None:
+            valid = self.expansion_valid
+            extra = (f", N*(mean risk - ODE) at the end {self.risk_mean_correction[-1]:.3g}"
+                     + ("" if valid.all() else f" (expansion invalid at {int((~valid).sum())} "
+                        "times)"))
         return (f"Fluctuations(N={self.N}, {len(self.t)} times in [{self.t[0]:.3g}, "
-                f"{self.t[-1]:.3g}], risk std at the end {self.risk_std[-1]:.3g}; "
+                f"{self.t[-1]:.3g}], risk std at the end {self.risk_std[-1]:.3g}{extra}; "
                 f"{self.model!r})")
+
+
+def expansion_valid(layout, Q, rho, a, T, covariance, correction, N, tol=0.2) -> np.ndarray:
+    r"""The validity flags of the ``1/N`` expansion (see :attr:`Fluctuations.expansion_valid`).
+
+    ``ok(t) = max_I √(Σ_II/N)/s_I ≤ tol  and  max_I |c_I|/N / s_I ≤ tol``, and the
+    flag at ``t`` is ``ok`` at every recorded time ``≤ t`` (once the linearisation
+    has failed, later times inherit the O(1) spread it let in).  Why this measures
+    the expansion: its terms are successive powers of ``ζ/√N`` measured on the
+    scale ``s`` on which the polynomial drift changes (``f`` is a polynomial in the
+    overlaps, homogeneous in ``s`` for quadratic activations); the first neglected
+    term of the mean is ``O(|ζ/√N|⁴/s⁴)`` relative to ``O(|ζ/√N|²/s²)``, i.e. a
+    relative error ``≲ tol²`` on the correction where the flag holds.
+    """
+    n = len(Q)
+    qd = np.sqrt(np.maximum(np.diagonal(Q, axis1=1, axis2=2), 1e-300))        # (n, p)
+    td = np.sqrt(np.maximum(np.diagonal(T), 1e-300))
+    scale = np.empty((n, layout.dim))
+    for I, (block, i, j) in enumerate(layout.entries):
+        if block == "Q":
+            scale[:, I] = qd[:, i] * qd[:, j]
+        elif block == "rho":
+            scale[:, I] = qd[:, i] * td[j]
+        else:
+            # the readout's scale so far (a trained readout may decay to 0 at a floor)
+            scale[:, I] = np.maximum(np.maximum.accumulate(np.max(np.abs(a), axis=1)), 1e-300)
+    spread = np.sqrt(np.maximum(np.diagonal(covariance, axis1=1, axis2=2), 0) / N) / scale
+    shift = np.abs(correction) / N / scale
+    ok = (np.max(spread, axis=1) <= tol) & (np.max(shift, axis=1) <= tol)
+    ok &= np.all(np.isfinite(correction), axis=1)
+    return np.logical_and.accumulate(ok)
+
+
+def mean_correction_rhs(J, f, f1, drift_hessian, S, c) -> np.ndarray:
+    r"""``dc/dt = J c + ½ ∂²f : Σ + f₁ − ½ J f`` (docs/derivation.md, "The O(1/N) mean").
+
+    With ``X_k`` after ``k`` steps, ``X_{k+1} = X_k + Φ/N``, ``E[Φ | X] = f(X) + f₁(X)/N``
+    and ``Cov X_k = Σ/N``: the mean ``m_k = E[X_k]`` obeys
+    ``m_{k+1} = m_k + h (f(m_k) + h F₂(m_k)) + O(h³)``, ``h = 1/N``,
+    ``F₂ = ½ ∂²f : Σ + f₁`` (``E[f(X)] = f(m) + ½ ∂²f : Cov X + O(N⁻²)``).  The
+    map ``m' = m + h F(m)`` is the flow of ``dm/dt = F − (h/2) F'F + O(h²)``
+    (modified equation); with ``m = x + h c`` the order ``h`` gives the equation.
+    """
+    return (J @ c + 0.5 * np.einsum("ijk,jk->i", drift_hessian, S) + f1 - 0.5 * (J @ f))
 
 
 def random_start_covariance(model, T, q0: float = 1.0) -> np.ndarray:
@@ -160,7 +277,8 @@ def random_start_covariance(model, T, q0: float = 1.0) -> np.ndarray:
 
 def fluctuations(model, Q0, rho0, T, N, t_eval, start: str = "fixed", q0: float = 1.0,
                  a0=None, form: str | None = None, rtol: float = 1e-7, atol: float = 1e-10,
-                 method: str = "RK45", max_norm: float = 1e8) -> Fluctuations:
+                 method: str = "RK45", max_norm: float = 1e8, second_order: bool = True,
+                 expansion_tol: float = 0.2) -> Fluctuations:
     r"""Linear-noise covariance of the order parameters along the ODE (see the module docstring).
 
     Integrates ``dx/dt = f(x)`` and ``dΣ/dt = JΣ + ΣJᵀ + D`` together.
@@ -189,6 +307,15 @@ def fluctuations(model, Q0, rho0, T, N, t_eval, start: str = "fixed", q0: float 
         :func:`scipy.integrate.solve_ivp` settings.
     max_norm : float
         A state or covariance entry beyond this is a divergence.
+    second_order : bool
+        Also integrate the O(1/N) correction of the mean, ``dc/dt = J c + ½ ∂²f : Σ
+        + f₁ − ½ J f`` (:func:`mean_correction_rhs`; ``c(0) = N(E[X(0)] − x(0)) = 0``
+        for both starts: the random start's mean is ``x(0)`` exactly), giving
+        :attr:`Fluctuations.risk_mean`, ``risk_mean_correction``, ``mean_correction``,
+        ``Q_mean``, ``rho_mean``, ``readout_mean`` and ``expansion_valid``.  Derived for
+        every model field (:data:`SECOND_ORDER_FIELDS`), polynomial activations.
+    expansion_tol : float in (0, 1]
+        Tolerance of :attr:`Fluctuations.expansion_valid`.
 
     Returns
     -------
@@ -208,6 +335,13 @@ def fluctuations(model, Q0, rho0, T, N, t_eval, start: str = "fixed", q0: float 
     q0 = check_positive("q0", q0)
     rtol, atol = check_positive("rtol", rtol), check_positive("atol", atol)
     max_norm = check_positive("max_norm", max_norm)
+    expansion_tol = check_positive("expansion_tol", expansion_tol)
+    if expansion_tol > 1:
+        raise ValueError(f"expansion_tol must be in (0, 1], got {expansion_tol}")
+    if second_order:
+        from ..spec import require
+        require_polynomial_diffusion(model, "the O(1/N) correction of the mean")
+        require(model, "the O(1/N) correction of the mean", SECOND_ORDER_FIELDS)
     t_eval = as_real_array(t_eval, "t_eval")
     if t_eval.ndim != 1 or t_eval.size == 0 or np.any(t_eval < 0) or np.any(np.diff(t_eval) <= 0):
         raise ValueError("t_eval must be a non-empty 1-d array of increasing times >= 0")
@@ -235,24 +369,31 @@ def fluctuations(model, Q0, rho0, T, N, t_eval, start: str = "fixed", q0: float 
     x0 = lay.pack(Q0, rho0, a0)
     S0 = random_start_covariance(model, T, q0) if start == "random" else np.zeros((lay.dim,) * 2)
     dim = lay.dim
+    n_cov = dim + dim * dim
+    # c(0) = N (E[X(0)] − x(0)): zero for a given start, and for the random start too
+    # (E[W Wᵀ/N] = q0 I, E[W W*ᵀ/N] = 0 exactly; on the sphere E[Q_ij] = δ_ij)
+    y0 = np.concatenate([x0, S0.ravel()] + ([np.zeros(dim)] if second_order else []))
 
     def rhs(_, y):
-        x, S = y[:dim], y[dim:].reshape(dim, dim)
+        x, S = y[:dim], y[dim:n_cov].reshape(dim, dim)
         Q, rho, a = lay.unpack(x)
         f = lay.pack(*k.rhs(Q, rho, T, a))
         J = k.jacobian(Q, rho, T, a)
         D = k.diffusion(Q, rho, T, a)
         JS = J @ S
-        return np.concatenate([f, (JS + JS.T + D).ravel()])
+        out = [f, (JS + JS.T + D).ravel()]
+        if second_order:
+            f1, Hf = k.second_order(Q, rho, T, a)
+            out.append(mean_correction_rhs(J, f, f1, Hf, S, y[n_cov:]))
+        return np.concatenate(out)
 
     def blown(_, y):
         return max_norm - np.max(np.abs(y)) if np.all(np.isfinite(y)) else -1.0
     blown.terminal = True
     with np.errstate(over="ignore", invalid="ignore"):
-        sol = solve_ivp(rhs, (0.0, float(t_eval[-1])), np.concatenate([x0, S0.ravel()]),
-                        t_eval=t_eval, method=method, rtol=rtol, atol=atol, events=blown)
+        sol = solve_ivp(rhs, (0.0, float(t_eval[-1])), y0, t_eval=t_eval, method=method, rtol=rtol, atol=atol, events=blown)
     if sol.status == 1 or not sol.success or sol.y.shape[1] < len(t_eval):
-        last = sol.y[:, -1] if sol.y.size else np.concatenate([x0, S0.ravel()])
+        last = sol.y[:, -1] if sol.y.size else y0
         Qd, rd, _ = lay.unpack(last[:dim])
         t_fail = float(sol.t[-1]) if sol.t.size else 0.0
         raise DivergenceError(
@@ -260,10 +401,16 @@ def fluctuations(model, Q0, rho0, T, N, t_eval, start: str = "fixed", q0: float 
             f"state {describe_state({'Q': Qd, 'rho': rd})}", t_fail,
             {"t": t_fail, "Q": Qd, "rho": rd})
     X = sol.y[:dim].T
-    S = sol.y[dim:].T.reshape(-1, dim, dim)
+    S = sol.y[dim:n_cov].T.reshape(-1, dim, dim)
     S = 0.5 * (S + np.swapaxes(S, 1, 2))
     Q, rho, a = lay.unpack(X)
     risk = np.asarray(k.risk(Q, rho, T, a), dtype=float).reshape(-1)
     grad = k.risk_gradient(Q, rho, T, a)
     hess = k.risk_hessian(Q, rho, T, a)
-    return Fluctuations(model, N, sol.t, Q, rho, a, risk, S, lay, grad, hess)
+    c = c_risk = None
+    if second_order:
+        c = sol.y[n_cov:].T
+        # E[ε(X)] = ε(x) + (∇ε·c + ½ ∇²ε : Σ)/N + O(N⁻²)
+        c_risk = np.einsum("ti,ti->t", grad, c) + 0.5 * np.einsum("tij,tij->t", hess, S)
+    return Fluctuations(model, N, sol.t, Q, rho, a, risk, S, lay, grad, hess, c, c_risk,
+                        expansion_tol, T)

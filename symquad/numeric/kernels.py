@@ -231,6 +231,19 @@ class Kernels:
         Q, rho, T, a = self._arrays(Q, rho, T, a)
         return _jacobian_function(self.model)(Q, rho, T, a)[2]
 
+    def second_order(self, Q, rho, T, a=None):
+        r"""``(f₁, ∂²f)``: the ``1/N`` term of the mean step and the drift's exact Hessian.
+
+        One step ``X' = X + Φ/N`` has ``E[Φ] = f + f₁/N + O(N⁻²)``
+        (:mod:`symquad.symbolic.second_order`: ``|x|²/N`` and its correlation with
+        the fields, the batch cross terms, the second order of weight decay and of
+        the sphere's renormalisation); ``∂²f_I/∂X_J∂X_K`` is the entry route's drift
+        differentiated twice, exactly.  Shapes ``(..., dim)``, ``(..., dim, dim, dim)``;
+        derived for polynomial activations (entry route, size checked first).
+        """
+        Q, rho, T, a = self._arrays(Q, rho, T, a)
+        return _second_order_function(self.model)(Q, rho, T, a)
+
     def moments(self, Q, rho, T, a=None):
         """The moment kinds ``(G, Gt, B, R)`` of :mod:`symquad.symbolic.moments` (matrix and
         tensor forms; ``R`` only for a trained readout)."""
@@ -384,6 +397,28 @@ def _jacobian_function(model: Model):
     key = model.structure_key + ("_trained" if model.readout_trained else "")
     mod, _ = _cached("jacobian_entries", key, render, required=("jacobian",))
     return lambda Q, rho, T, a: mod.jacobian(Q, rho, T, a, b, params)
+
+
+def _second_order_function(model: Model):
+    """``(f1, Hessian of f)(Q, rho, T, a)`` from the generated second-order entry module."""
+    from ..spec import require
+    require_polynomial_diffusion(model, "the O(1/N) correction of the mean")
+    require(model, "the O(1/N) correction of the mean", SECOND_ORDER_FIELDS)
+    params = _params(model)
+    b = np.array([float(c) for c in model.teacher_readout])
+
+    def render():
+        from ..codegen.diffusion_render import render_second_order_entries_module
+        return render_second_order_entries_module(model)
+    key = model.structure_key + ("_trained" if model.readout_trained else "")
+    mod, _ = _cached("second_order_entries", key, render, required=("second_order",))
+    return lambda Q, rho, T, a: mod.second_order(Q, rho, T, a, b, params)
+
+
+#: Specification fields the O(1/N) mean correction is derived for (every field of the
+#: model; symquad.symbolic.second_order): the one place to edit when a field is added.
+SECOND_ORDER_FIELDS = ("teacher_activation", "readout", "teacher_readout", "lr_readout",
+                       "weight_decay", "batch_size", "constraint")
 
 
 #: Specification fields the diffusion matrix follows (every field of the model).
