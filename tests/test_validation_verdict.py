@@ -88,7 +88,7 @@ def test_compare_reproduces_validate_numbers():
     """compare on validate's own SGD trajectories gives validate's numbers and verdict."""
     val = sq.validate(M, N=300, t_max=8.0, replicas=6, seed=3, start="informed", fss=False,
                       invariant=False, n_times=17)
-    cmp_ = sq.compare(M, val.t, val.sgd_Q, val.sgd_rho, escape=False)
+    cmp_ = sq.compare(M, val.t, val.sgd_Q, val.sgd_rho, escape=False, N=300)
     np.testing.assert_allclose(cmp_.ode_risk, val.ode_risk, rtol=1e-10, atol=1e-13)
     np.testing.assert_allclose(cmp_.sgd_risk, val.sgd_risk, rtol=1e-12, atol=1e-14)
     assert cmp_.numbers["band"] == val.numbers["band"]
