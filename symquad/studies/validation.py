@@ -602,10 +602,17 @@ def _analyse(model, t, sgd_Q, sgd_rho, sgd_risk, sgd_ok, T, *, band, escape_frac
 
     # the O(1/N) correction of the mean: SGD is compared with ODE + c/N where it holds, with
     # the O(N^-2) remainder bounded by |c|/N^(3/2) (conservative) in the standard error
+    # (integrated over the mean-deviation window only: beyond it a plateau's escape ends
+    # the expansion's validity, and the band criterion there tests against the ODE)
     first = int(np.nonzero(good)[0][0])
+    window, t_end = _mean_deviation_window(t, orho[good], threshold is not None)
+    upto = int(np.nonzero(window)[0][-1]) + 1 if window.any() else 1
     c, c_valid, c_reason = _finite_n_correction(
-        model, t, sgd_Q[first, 0], sgd_rho[first, 0], T,
+        model, t[:upto], sgd_Q[first, 0], sgd_rho[first, 0], T,
         None if sgd_readout is None else sgd_readout[first, 0], N)
+    if c is not None:
+        c = np.concatenate([c, np.zeros(len(t) - upto)])
+        c_valid = np.concatenate([c_valid, np.zeros(len(t) - upto, bool)])
     shift = np.zeros(len(t)) if c is None else c / N
     remainder = np.zeros(len(t)) if c is None else np.abs(c) / N ** 1.5
 
@@ -649,7 +656,6 @@ def _analyse(model, t, sgd_Q, sgd_rho, sgd_risk, sgd_ok, T, *, band, escape_frac
                         "own ODE is tested against the band" if not shared else
                         "replica band of the SGD risk vs the (common) ODE risk"),
     }
-    window, t_end = _mean_deviation_window(t, orho[good], threshold is not None)
     omean = oc.mean(0)
     numbers["mean_deviation"] = {
         "t_start": float(t[window][0]) if window.any() else None, "t_end": t_end,
