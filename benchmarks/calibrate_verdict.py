@@ -106,6 +106,8 @@ def run_one(out: Path, config_name, seed, args):
     result = {"config": config_name, "seed": seed, "true": _summary(rep), "wrong": {}}
     T = rep.T
     for label, wrong in wrong_models(model).items():
+        if args.wrong and label not in args.wrong:
+            continue
         cmp = sq.compare(wrong, rep.t, rep.sgd_Q, rep.sgd_rho, T, rep.sgd_readout, N=args.N,
                          seed=seed, whole_run=not args.no_whole_run, resolution=False)
         result["wrong"][label] = _summary(cmp)
@@ -170,6 +172,8 @@ def main(argv=None) -> int:
     parser.add_argument("--configs", nargs="*", default=None,
                         help=f"a subset of {list(configurations())}")
     parser.add_argument("--full", action="store_true", help="include the finite-size scaling")
+    parser.add_argument("--wrong", nargs="*", default=None,
+                        help=f"a subset of the wrong theories {list(WRONG_LABELS)}")
     parser.add_argument("--no-whole-run", action="store_true",
                         help="without the whole-run criteria (SDE law, LNA spread)")
     parser.add_argument("--quick", action="store_true", help="2 seeds, 16 replicas, N = 500")
@@ -182,6 +186,8 @@ def main(argv=None) -> int:
     if unknown:
         parser.error(f"unknown configurations {sorted(unknown)}; choose from "
                      f"{list(configurations())}")
+    if args.wrong and set(args.wrong) - set(WRONG_LABELS):
+        parser.error(f"unknown wrong theories {sorted(set(args.wrong) - set(WRONG_LABELS))}")
     if args.quick:
         args.seeds, args.replicas, args.N = 2, 16, 500
     args.out.mkdir(parents=True, exist_ok=True)
