@@ -211,3 +211,27 @@ def test_expansion_flagged_on_a_plateau_escape():
     assert np.all(np.isfinite(fl.risk_mean_correction))
     # once flagged, later times stay flagged
     assert np.all(np.diff(valid.astype(int)) <= 0)
+
+
+def test_sources_for_a_cubic_student():
+    """Generality: σ = z³ − 3z, σ* = z², batch 2 and weight decay, each source on its own.
+
+    The norm term's samples are heavy-tailed here (g² ~ z¹⁰), so the state is scaled
+    down (fields of variance ≤ 0.3) and that source gets more samples.
+    """
+    kw = dict(p=2, p_star=1, lr=0.3, noise=0.2, activation="z**3 - 3*z",
+              teacher_activation="z**2")
+    Q = 0.3 * np.array([[1.0, 0.2], [0.2, 0.8]])
+    rho, T = 0.3 * np.array([[0.5], [0.3]]), np.eye(1)
+
+    def f1(**extra):
+        return sq.kernels(sq.Model(**kw, **extra)).second_order(Q, rho, T)[0]
+    m = sq.Model(**kw, batch_size=2, weight_decay=0.5)
+    parts = one_step_sources(m, Q, rho, T, 20, 200_000, np.random.default_rng(5))
+    theory = {"norm": f1() / 2, "cross": f1(batch_size=2) - f1() / 2,
+              "decay": f1(weight_decay=0.5) - f1()}
+    assert np.allclose(f1(batch_size=2, weight_decay=0.5),
+                       theory["norm"] + theory["cross"] + theory["decay"])
+    for name, precision in (("norm", 0.06), ("cross", 0.3), ("decay", 0.06)):
+        mc, se = mean_and_se(parts[name])
+        _agree(mc[:3], se[:3], theory[name][:3], precision)
