@@ -98,10 +98,10 @@ def test_sphere_source():
     # measured: N(E[NΔX] − f) of Q_12, ρ_11, ρ_21 = (−0.21, −0.278, −0.198) ± (0.02, 0.009,
     # 0.008) at N = 100 against f₁ = (−0.267, −0.286, −0.206): the O(1/N) remainder shows
     # at N = 100 in Q_12, hence N = 200 here
-    parts = _mc(m, N=200, n=150_000)
+    parts = _mc(m, N=200, n=80_000)
     mc, se = mean_and_se(parts["total"])
     assert np.max(np.abs(mc[[0, 2]])) < 1e-9
-    _agree(mc[[1, 3, 4]], se[[1, 3, 4]], th[[1, 3, 4]], 0.2)
+    _agree(mc[[1, 3, 4]], se[[1, 3, 4]], th[[1, 3, 4]], 0.3)
 
 
 def test_trained_readout_has_no_source():
@@ -227,7 +227,7 @@ def test_sources_for_a_cubic_student():
     def f1(**extra):
         return sq.kernels(sq.Model(**kw, **extra)).second_order(Q, rho, T)[0]
     m = sq.Model(**kw, batch_size=2, weight_decay=0.5)
-    parts = one_step_sources(m, Q, rho, T, 20, 200_000, np.random.default_rng(5))
+    parts = one_step_sources(m, Q, rho, T, 20, 150_000, np.random.default_rng(5))
     theory = {"norm": f1() / 2, "cross": f1(batch_size=2) - f1() / 2,
               "decay": f1(weight_decay=0.5) - f1()}
     assert np.allclose(f1(batch_size=2, weight_decay=0.5),

@@ -30,7 +30,7 @@ def models():
         "unrepresentable": (sq.Model(3, 2, 0.3, activation="z**2",
                                      teacher_activation="z**3 - 3*z", lr_readout=0.2),
                             np.eye(3), np.array([[.6, .1], [.1, .6], [.3, .3]]), I2),
-        "sphere_batch4": (sq.Model(2, 1, 0.3, noise=0.2, batch_size=4, constraint="sphere"),
+        "sphere_batch4": (sq.Model(2, 1, 0.5, noise=0.5, batch_size=4, constraint="sphere"),
                           np.array([[1, .3], [.3, 1.]]), np.array([[.5], [.2]]), I1),
     }
 
@@ -54,16 +54,21 @@ def compare(model, Q0, rho0, T, N, replicas, times, seed=1):
     return risk, state
 
 
-def check(risk, state, precision=0.3, report=None):
-    """Agreement with c, and rejection of c = 0 (the ODE alone), on the same data."""
+def check(risk, state, precision=0.3, report=None, resolve=True):
+    """Agreement with c, and (`resolve`) precision and rejection of c = 0 on the same data.
+
+    The standard error of N(mean − ODE) grows like √(N/replicas): at fixed replicas the
+    resolution is asserted at the smallest N, agreement at every N.
+    """
     mc, se, th = (x[1:] for x in risk)              # t = 0: no spread, c = 0
     if report is not None:
         print(report, "N(mean-ODE):", np.round(mc, 3), "+-", np.round(se, 3), "c_eps:",
               np.round(th, 3))
-    assert np.max(se) < precision * np.max(np.abs(th)), "replicas too few to resolve c_eps"
     z_crit = norm.ppf(1 - ALPHA / (2 * (len(mc) + len(state[0]))))
+    if resolve:
+        assert np.max(se) < precision * np.max(np.abs(th)), "replicas too few to resolve c_eps"
+        assert np.max(np.abs(mc) / se) > z_crit       # the bare ODE fails on these data
     assert np.max(np.abs(mc - th) / se) < z_crit, (mc, th, se)
-    assert np.max(np.abs(mc) / se) > z_crit           # the bare ODE fails on these data
     smc, sse, sth = state
     resolved = sse > 1e-9                            # the sphere's diagonal is exact
     assert np.max(np.abs(smc - sth)[resolved] / sse[resolved]) < z_crit, (smc, sth, sse)
@@ -94,7 +99,7 @@ def test_correction_against_simulator(name):
         # a seed per model and N: the models share widths, and a shared seed would share luck
         seed = 10 * N + list(models()).index(name)
         risk, state = compare(model, Q0, rho0, T, N, 2000, times, seed=seed)
-        check(risk, state, precision=0.5, report=f"{name} N={N}")
+        check(risk, state, precision=0.5, report=f"{name} N={N}", resolve=N == 500)
         mc, se, th = (x[-1] for x in risk)
         residual.append((mc - th, se))
     # residual N(mean − ODE) − c: consistent with 0 at every N (remainder O(1/N) of c)
