@@ -39,7 +39,7 @@ def spread_check(model, N, replicas, t_max, seed, n_times=6, against_N=None, for
     Q0, rho0 = informed_start(model.p, model.p_star)
     T = np.eye(model.p_star)
     times = np.linspace(0.0, t_max, n_times + 1)
-    fl = fluctuations(model, Q0, rho0, T, N, times, form=form)
+    fl = fluctuations(model, Q0, rho0, T, N, times, form=form, second_order=False)
     run = sq.simulate(model, N=N, t_max=t_max, replicas=replicas, seed=seed, Q0=Q0, rho0=rho0,
                       T=T, t_eval=times)
     assert run.n_diverged == 0
@@ -91,7 +91,7 @@ def test_sphere_linear_noise_spread():
     rho = np.array([[0.6, 0.2], [-0.3, 0.5], [0.4, -0.4]])
     Q = rho @ rho.T + np.diag(1 - np.sum(rho**2, 1))
     times = np.linspace(0, 5, 6)
-    fl = fluctuations(model, Q, rho, np.eye(2), 1000, times)
+    fl = fluctuations(model, Q, rho, np.eye(2), 1000, times, second_order=False)
     run = sq.simulate(model, N=1000, t_max=5, replicas=300, seed=4, Q0=Q, rho0=rho,
                       T=np.eye(2), t_eval=times)
     z, rel = variance_z(run.risk[:, 1:], fl.risk_std[1:] ** 2)

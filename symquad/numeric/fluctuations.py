@@ -77,6 +77,8 @@ class Fluctuations:
         The tolerance of :attr:`expansion_valid`.
     T : ndarray (p*, p*)
         The teacher overlaps (scale of ``ρ`` in :attr:`expansion_valid`).
+    second_order_note : str
+        Why the correction was not computed (empty when it was).
     """
 
     model: object
@@ -94,11 +96,13 @@ class Fluctuations:
     risk_mean_correction: np.ndarray | None = field(default=None, repr=False)
     expansion_tol: float = field(default=0.2, repr=False)
     T: np.ndarray | None = field(default=None, repr=False)
+    second_order_note: str = field(default="", repr=False)
 
     def _need_second_order(self, what):
         if self.mean_correction is None:
-            raise ValueError(f"{what} needs the O(1/N) correction of the mean: call "
-                             "fluctuations(..., second_order=True) (the default)")
+            raise ValueError(f"{what} needs the O(1/N) correction of the mean, which was not "
+                             f"computed ({self.second_order_note or 'second_order=False'}); "
+                             "call fluctuations(..., second_order=True)")
 
     @property
     def risk_mean(self) -> np.ndarray:
@@ -193,7 +197,7 @@ class Fluctuations:
         out = Fluctuations(self.model, N, self.t, self.Q, self.rho, self.readout, self.risk,
                            self.covariance, self.layout, self.risk_gradient, self.risk_hessian,
                            self.mean_correction, self.risk_mean_correction, self.expansion_tol,
-                           self.T)
+                           self.T, self.second_order_note)
         return out
 
     def __repr__(self) -> str:
@@ -277,7 +281,7 @@ def random_start_covariance(model, T, q0: float = 1.0) -> np.ndarray:
 
 def fluctuations(model, Q0, rho0, T, N, t_eval, start: str = "fixed", q0: float = 1.0,
                  a0=None, form: str | None = None, rtol: float = 1e-7, atol: float = 1e-10,
-                 method: str = "RK45", max_norm: float = 1e8, second_order: bool = True,
+                 method: str = "RK45", max_norm: float = 1e8, second_order: bool | None = None,
                  expansion_tol: float = 0.2) -> Fluctuations:
     r"""Linear-noise covariance of the order parameters along the ODE (see the module docstring).
 
@@ -307,13 +311,18 @@ def fluctuations(model, Q0, rho0, T, N, t_eval, start: str = "fixed", q0: float 
         :func:`scipy.integrate.solve_ivp` settings.
     max_norm : float
         A state or covariance entry beyond this is a divergence.
-    second_order : bool
+    second_order : bool or None
         Also integrate the O(1/N) correction of the mean, ``dc/dt = J c + ½ ∂²f : Σ
         + f₁ − ½ J f`` (:func:`mean_correction_rhs`; ``c(0) = N(E[X(0)] − x(0)) = 0``
         for both starts: the random start's mean is ``x(0)`` exactly), giving
         :attr:`Fluctuations.risk_mean`, ``risk_mean_correction``, ``mean_correction``,
         ``Q_mean``, ``rho_mean``, ``readout_mean`` and ``expansion_valid``.  Derived for
         every model field (:data:`SECOND_ORDER_FIELDS`), polynomial activations.
+        None (default): computed when its one-time derivation per model structure is
+        estimated below :data:`~symquad.symbolic.second_order.SECOND_ORDER_AUTO_SECONDS`
+        (``σ = z²``: up to ``dim ≈ 24``, e.g. ``p = 4, p* = 2`` with a trained readout), otherwise skipped
+        (the attributes are None and say why); True computes it whatever the cost
+        (warned above that estimate, refused above an hour).
     expansion_tol : float in (0, 1]
         Tolerance of :attr:`Fluctuations.expansion_valid`.
 
@@ -338,10 +347,22 @@ def fluctuations(model, Q0, rho0, T, N, t_eval, start: str = "fixed", q0: float 
     expansion_tol = check_positive("expansion_tol", expansion_tol)
     if expansion_tol > 1:
         raise ValueError(f"expansion_tol must be in (0, 1], got {expansion_tol}")
+    note = ""
+    if second_order is None:
+        from ..symbolic.second_order import SECOND_ORDER_AUTO_SECONDS, second_order_estimate
+        estimate = second_order_estimate(model)
+        second_order = estimate <= SECOND_ORDER_AUTO_SECONDS
+        if not second_order:
+            note = (f"skipped by default: its derivation for p={model.p}, p_star={model.p_star}"
+                    f" is estimated at {estimate:.3g} s > {SECOND_ORDER_AUTO_SECONDS:.0f} s")
+    elif not second_order:
+        note = "second_order=False"
     if second_order:
         from ..spec import require
         require_polynomial_diffusion(model, "the O(1/N) correction of the mean")
         require(model, "the O(1/N) correction of the mean", SECOND_ORDER_FIELDS)
+        from ..symbolic.second_order import check_second_order_size
+        check_second_order_size(model)
     t_eval = as_real_array(t_eval, "t_eval")
     if t_eval.ndim != 1 or t_eval.size == 0 or np.any(t_eval < 0) or np.any(np.diff(t_eval) <= 0):
         raise ValueError("t_eval must be a non-empty 1-d array of increasing times >= 0")
@@ -413,4 +434,4 @@ def fluctuations(model, Q0, rho0, T, N, t_eval, start: str = "fixed", q0: float 
         # E[ε(X)] = ε(x) + (∇ε·c + ½ ∇²ε : Σ)/N + O(N⁻²)
         c_risk = np.einsum("ti,ti->t", grad, c) + 0.5 * np.einsum("tij,tij->t", hess, S)
     return Fluctuations(model, N, sol.t, Q, rho, a, risk, S, lay, grad, hess, c, c_risk,
-                        expansion_tol, T)
+                        expansion_tol, T, note)

@@ -209,8 +209,11 @@ def _lna_numbers(model, t, sgd_Q, sgd_rho, sgd_risk, T, N, idx, form):
                 f"prediction is too costly here ({dim} state entries, limit {MAX_LNA_STATE}; "
                 f"non-quadratic: p + p* <= 6)"}
     try:
+        # the spread criteria need Σ only (the O(1/N) mean, second_order=True, is not
+        # used here: skipping it keeps this criterion's cost that of the LNA)
         fl = fluctuations(model, sgd_Q[0, 0], sgd_rho[0, 0], T, N, t - t[0],
-                          form=form or ("matrix" if model.is_quadratic else None))
+                          form=form or ("matrix" if model.is_quadratic else None),
+                          second_order=False)
     except (ValueError, ArithmeticError) as exc:        # too large for the entry route, ...
         return {"applies": False, "reason": f"no linear-noise prediction: {exc}"}
     # the expansion's own validity: the predicted spread of the state small against the

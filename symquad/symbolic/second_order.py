@@ -65,7 +65,45 @@ from .symbols import BATCH, overlap_symbols
 from .update import (EPS, MEAN, PAIR, R_CROSS, R_NORM, UNITS, E, _is_random, drift, step_map)
 
 __all__ = ["ELAP", "ECROSS", "MeanCorrection", "mean_correction_expressions",
-           "mean_correction_entries", "second_order_polynomials"]
+           "mean_correction_entries", "second_order_polynomials", "second_order_estimate",
+           "check_second_order_size", "SECOND_ORDER_AUTO_SECONDS", "SECOND_ORDER_REFUSE_SECONDS"]
+
+#: :func:`symquad.fluctuations` computes the correction by default when its derivation is
+#: estimated below this (seconds), warns above it when asked explicitly ...
+SECOND_ORDER_AUTO_SECONDS = 120.0
+#: ... and refuses above this.
+SECOND_ORDER_REFUSE_SECONDS = 3600.0
+
+
+def second_order_estimate(model: Model) -> float:
+    """Rough derivation time (s, shared 2-core machine) of :func:`second_order_polynomials`.
+
+    Measured (one-time, cached per structure afterwards): ``σ = z²`` 6.9 s at
+    ``(p, p*) = (2, 2)`` (``dim = 7``), 12 s at ``(3, 2)`` with a trained readout
+    (``dim = 15``), 53 s at ``(4, 2)`` (``dim = 18``, busy machine); a ``z³ − 3z``
+    teacher at ``(3, 2)``, trained, 20 s; a ``z³ − 3z`` student at ``(2, 1)`` 15 s.
+    The ``dim³`` second derivatives dominate: ``t ≈ 7 s · (dim/7)^2.2 · 2^{deg − 2}``
+    (``deg`` the larger activation degree), an upper bound on these points.
+    """
+    p, k = model.p, model.p_star
+    dim = p * (p + 1) // 2 + p * k + (p if model.readout_trained else 0)
+    deg = max(model.degree, model.teacher_degree, 2)
+    return 7.0 * (dim / 7.0) ** 2.2 * 2.0 ** (deg - 2)
+
+
+def check_second_order_size(model: Model) -> None:
+    """Refuse (ValueError) or warn (RuntimeWarning) before a long second-order derivation."""
+    import warnings
+    estimate = second_order_estimate(model)
+    text = (f"the O(1/N) mean correction (f1 and the drift's dim^3 second derivatives) for "
+            f"p={model.p}, p_star={model.p_star}, activation {model.activation_str!r} would "
+            f"take about {estimate:.3g} s to derive")
+    if estimate > SECOND_ORDER_REFUSE_SECONDS:
+        raise ValueError(f"{text} (> {SECOND_ORDER_REFUSE_SECONDS:.0f} s allowed); use smaller "
+                         "p, p_star or fluctuations(..., second_order=False)")
+    if estimate > SECOND_ORDER_AUTO_SECONDS:
+        warnings.warn(text + " (once per model structure; cached afterwards)", RuntimeWarning,
+                      stacklevel=3)
 
 #: ``E[𝓛 F]`` of one per-sample monomial ``F`` (``𝓛 = Σ Ω_kl ∂_k ∂_l`` on the fields).
 ELAP = sp.Function("ELap")
@@ -294,6 +332,7 @@ def second_order_polynomials(model: Model):
     """
     from .entries import _structure, check_entry_route_size
     check_entry_route_size(model)
+    check_second_order_size(model)
     return _second_order_polynomials(_structure(model))
 
 
