@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..spec import check_model
+from ..stages import declare
 from .checks import as_overlaps, as_real_array, check_choice, check_int, check_positive
 from .errors import DivergenceError, describe_state
 from .kernels import kernels
@@ -200,7 +200,7 @@ def fluctuations(model, Q0, rho0, T, N, t_eval, start: str = "fixed", q0: float 
         If the ODE or ``Σ`` blows up (with the last finite time and state).
     """
     from scipy.integrate import solve_ivp
-    check_model(model)
+    declare(model, "fluctuations")
     from .kernels import require_polynomial_diffusion
     require_polynomial_diffusion(model, "the linear-noise approximation (its D and J)")
     N = check_int(N, "N", 1)
