@@ -372,7 +372,6 @@ class _ModelTask:
 
     def __init__(self, name, body, model_defaults, fields=None):
         from ..spec import model_fields
-        from ..stages import STAGES
 
         own = list(inspect.signature(body).parameters.values())
         if not own or own[0].name != "model":
@@ -381,10 +380,7 @@ class _ModelTask:
         # the fields this task implements: a built-in task's entry of symquad.stages.STAGES
         # (the one table), else what its registration declares (default: symquad 0.2's)
         self.stage = f"sweep task {name!r}"
-        if fields is None:
-            from ..stages import FIELDS_0_2
-            fields = STAGES.get(self.stage, FIELDS_0_2)
-        self.fields = tuple(fields)
+        self.fields = None if fields is None else tuple(fields)
         self.model_names = tuple(f.name for f in model_fields())
         clash = {p.name for p in own[1:]} & set(self.model_names)
         if clash:
@@ -403,7 +399,10 @@ class _ModelTask:
         args = dict(bound.arguments)
         model = task_model(**{k: args.pop(k) for k in self.model_names})
         from ..spec import require
-        require(model, self.stage, self.fields,
+        from ..stages import FIELDS_0_2, STAGES
+        implemented = self.fields if self.fields is not None else STAGES.get(self.stage,
+                                                                             FIELDS_0_2)
+        require(model, self.stage, implemented,
                 "a sweep task declares the fields it implements (symquad.stages.STAGES)")
         return self.body(model, **args)
 
