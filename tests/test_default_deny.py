@@ -246,8 +246,11 @@ def test_every_stage_has_a_call():
 def test_each_stage_declares_itself(stage, monkeypatch):
     """Every other stage opted in: this one still refuses, by its own declaration."""
     from symquad.studies import tasks
+    from symquad._generated import assembly
     model, name = synthetic_model("param")
     monkeypatch.setattr(tasks, "task_model", lambda **values: model)
+    # as if regenerated with the parameter (nothing below evaluates a kernel)
+    monkeypatch.setattr(assembly, "PARAMS", assembly.PARAMS + (name,))
     for other, implemented in list(stages.STAGES.items()):
         if other != stage:
             monkeypatch.setitem(stages.STAGES, other, implemented + (name,))
@@ -411,3 +414,13 @@ def test_the_recipe_page_names_every_stage_and_only_files_that_exist():
     for name in ("_GENERATED_FOR", "_MOMENT_MODULE_FREE"):
         assert hasattr(__import__("symquad.numeric.kernels", fromlist=["x"]), name), name
     assert "_updated_row" in (ROOT / "symquad/symbolic/update.py").read_text()
+
+
+def test_a_kernel_parameter_the_generated_code_lacks_is_not_dropped(monkeypatch):
+    """Opted in before `symquad regenerate`: the kernels refuse instead of dropping it."""
+    model, name = synthetic_model("param")
+    for form in ("matrix", "tensor", "entries"):
+        stage = f"kernels(form={form!r})"
+        monkeypatch.setitem(stages.STAGES, stage, stages.STAGES[stage] + (name,))
+        with pytest.raises(ValueError, match=f"take no parameter.*{name}.*regenerate"):
+            sq.kernels(model, form=form).rhs(*_overlaps(model))

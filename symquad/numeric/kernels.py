@@ -461,6 +461,12 @@ def check_generated_for(model: Model, what: str) -> None:
 def _params(model: Model) -> tuple:
     from .._generated.assembly import PARAMS
     values = model.kernel_params()
+    # a kernel parameter the generated code does not take would be dropped silently
+    stale = [name for name in values if name not in PARAMS]
+    if stale:
+        raise ValueError(f"the generated kernels take no parameter(s) {stale} (their PARAMS "
+                         f"are {PARAMS}): run `symquad regenerate` after adding a kernel "
+                         f"parameter to the specification")
     return tuple(values[name] for name in PARAMS)
 
 
