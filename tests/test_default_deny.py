@@ -397,12 +397,18 @@ def test_committed_modules_only_for_their_own_structure():
 
 
 def test_derive_takes_an_off_value_without_a_kernel_parameter(monkeypatch):
-    """``off=`` on a field that is not a kernel parameter (the issue: derive() crashed)."""
+    """``off=`` on a field that is not a kernel parameter (the issue: derive() crashed for
+    every model once such a field was in the specification)."""
+    from symquad.symbolic.symbols import BATCH, WEIGHT_DECAY
     from symquad.symbolic.update import switched_off
     model, name = synthetic_model("structure")
-    assert "off" in model.__dataclass_fields__[name].metadata
+    default = type(model)(p=2, p_star=1, lr=0.1)
+    assert getattr(default, name) == model.__dataclass_fields__[name].metadata["off"]
     monkeypatch.setattr(spec, "model_fields", lambda: tuple(fields(type(model))))
-    assert switched_off(model) == switched_off(sq.Model(2, 1, 0.1))
+    assert switched_off(default) == {WEIGHT_DECAY: 0, BATCH: 1}
+    plain = sq.derive(sq.Model(2, 1, 0.1))
+    assert sq.derive(default).dQ == plain.dQ and sq.derive(default).params == plain.params
+    _refused(sq.derive, model, name)
 
 
 def test_the_recipe_page_names_every_stage_and_only_files_that_exist():
