@@ -696,8 +696,13 @@ class Model:
         an analysis derived for the classic model must either handle or refuse
         (:func:`require`).
         """
-        return tuple(f.name for f in fields(self)
-                     if f.name not in CLASSIC_FIELDS and not self.is_default(f.name))
+        # memoised on the instance (it is frozen): every stage asks, some per call
+        cached = self.__dict__.get("_changed_fields")
+        if cached is None:
+            cached = tuple(f.name for f in fields(self)
+                           if f.name not in CLASSIC_FIELDS and not self.is_default(f.name))
+            object.__setattr__(self, "_changed_fields", cached)
+        return cached
 
     def kernel_params(self) -> dict:
         """Numerical values of the kernels' scalar parameters, by name (:data:`KERNEL_PARAMS`).
