@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from .spec import Model, check_model, require
 
-__all__ = ["FIELDS_0_2", "STAGES", "declare", "stage_fields"]
+__all__ = ["FIELDS_0_2", "STAGES", "declare", "stage_fields", "require_known_structure"]
 
 #: The specification fields of symquad 0.2 beyond the classic ones.  Every stage below
 #: implements them (a stage that does not handle one of them in some case refuses it itself,
@@ -93,3 +93,20 @@ def declare(model: Model, stage: str, why: str = "") -> Model:
     check_model(model)
     return require(model, stage, stage_fields(stage),
                    why or "symquad.stages.STAGES lists the fields each stage implements")
+
+
+def require_known_structure(model: Model, what: str, known, remedy: str = "") -> Model:
+    """Refuse fields that key the structure but that code built from `known` fields drops.
+
+    A cache or generated module built from a fixed set of fields (a module generated
+    for each constraint, a cache keyed by the activations and readouts) would compute
+    the old model for any other field that changes the generated code
+    (:meth:`symquad.Model.keyed_changes`: every non-default field whose role is not a
+    plain kernel parameter).  Raises ValueError naming those fields.
+    """
+    extra = model.keyed_changes(exclude=tuple(known))
+    if extra:
+        listed = ", ".join(f"{name}={model._field_text(name)}" for name in extra)
+        raise ValueError(f"{what} is built without the field(s) {listed} (it knows "
+                         f"{', '.join(known)})" + (f"; {remedy}" if remedy else ""))
+    return model

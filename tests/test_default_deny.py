@@ -430,3 +430,18 @@ def test_a_kernel_parameter_the_generated_code_lacks_is_not_dropped(monkeypatch)
         monkeypatch.setitem(stages.STAGES, stage, stages.STAGES[stage] + (name,))
         with pytest.raises(ValueError, match=f"take no parameter.*{name}.*regenerate"):
             sq.kernels(model, form=form).rhs(*_overlaps(model))
+
+
+@pytest.mark.parametrize("kind", ["structure", "time"])
+def test_analysis_caches_built_from_named_fields_refuse_others(kind, monkeypatch):
+    """An analysis opted in by a rule still cannot reuse a cache that drops the field."""
+    from symquad import applicability
+    from symquad.symbolic.fixed_points import isotropic_reduction
+    from symquad.symbolic.hessian import _risk_function
+    model, name = synthetic_model(kind)
+    for analysis in ("plateau_solution", "hessian"):
+        monkeypatch.setitem(applicability.RULES[analysis], name, None)
+    with pytest.raises(ValueError, match=f"cached isotropic reduction.*{name}"):
+        isotropic_reduction(model=model)
+    with pytest.raises(ValueError, match=f"cached risk.*{name}"):
+        _risk_function(model)

@@ -450,12 +450,10 @@ def check_generated_for(model: Model, what: str) -> None:
     The entry route (``form='entries'``) generates one module per structure and has no
     such limit.
     """
-    extra = model.keyed_changes(exclude=_GENERATED_FOR)
-    if extra:
-        listed = ", ".join(f"{name}={model._field_text(name)}" for name in extra)
-        raise ValueError(f"{what}: the generated width-independent modules are generated "
-                         f"without the field(s) {listed} (symquad/codegen/ does not know them); "
-                         f"extend the generator, or use form='entries'")
+    from ..stages import require_known_structure
+    require_known_structure(model, f"{what}: the generated width-independent code",
+                            _GENERATED_FOR, "extend the generators (symquad/codegen/), or "
+                            "use form='entries'")
 
 
 def _params(model: Model) -> tuple:
