@@ -35,7 +35,8 @@ from fractions import Fraction
 import numpy as np
 
 from .numeric.checks import as_real_array
-from .spec import Model, check_model
+from .spec import Model
+from .stages import declare
 
 __all__ = ["tau_from_t", "t_from_tau", "rate_per_tau", "from_unnormalised",
            "to_unnormalised", "overlaps_from_unnormalised", "overlaps_to_unnormalised"]
@@ -104,13 +105,13 @@ def tau_from_t(model: Model, t, *, unnormalised: bool = False):
     >>> tau_from_t(m, 100.0)
     2.5
     """
-    check_model(model)
+    declare(model, "the time conventions")
     return _as_times("t", t) * _clock_eta(model, unnormalised) / model.p
 
 
 def t_from_tau(model: Model, tau, *, unnormalised: bool = False):
     r"""``t = p τ/η``: inverse of :func:`tau_from_t`."""
-    check_model(model)
+    declare(model, "the time conventions")
     return _as_times("tau", tau) * model.p / _clock_eta(model, unnormalised)
 
 
@@ -120,7 +121,7 @@ def rate_per_tau(model: Model, rate_per_t, *, unnormalised: bool = False):
     ``dX/dτ = (p/η) dX/dt``; e.g. the plateau rate ``κ`` of
     :func:`symquad.plateau` becomes ``p κ/η``.
     """
-    check_model(model)
+    declare(model, "the time conventions")
     rate = as_real_array(rate_per_t, "rate_per_t", finite=False)
     return (rate if rate.ndim else float(rate)) * model.p / _clock_eta(model, unnormalised)
 
@@ -150,7 +151,7 @@ def to_unnormalised(model: Model) -> dict:
     Inverse of :func:`from_unnormalised`: ``lr = η/p^{2/d}`` with ``η = model.eta``;
     ``activation`` as exact coefficients (lowest order first).
     """
-    check_model(model)
+    declare(model, "the time conventions")
     a, _ = _scales(model)
     return {"p": model.p, "p_star": model.p_star, "lr": model.eta / a**2,
             "noise": model.noise, "activation": (model.activation if isinstance(
@@ -175,12 +176,12 @@ def overlaps_from_unnormalised(model: Model, Q, rho, T):
     ``model`` is the symquad model (from :func:`from_unnormalised`); arrays may
     carry leading axes (times, replicas).  ``a = p^{1/d}``, ``a* = p*^{1/d}``.
     """
-    check_model(model)
+    declare(model, "the time conventions")
     return _scale_overlaps(model, Q, rho, T, +1)
 
 
 def overlaps_to_unnormalised(model: Model, Q, rho, T):
     r"""Inverse of :func:`overlaps_from_unnormalised`: ``(Q/a², ρ/(a a*), T/a*²)``."""
-    check_model(model)
+    declare(model, "the time conventions")
     return _scale_overlaps(model, Q, rho, T, -1)
 

@@ -401,9 +401,29 @@ MAX_BATCH_SIZE = 2**20
 CLASSIC_FIELDS = ("p", "p_star", "lr", "noise", "activation", "lr_scaling")
 
 
-def _meta(kind, help, range_text, flag=None, **extra):
-    """Metadata of one Model field: validation kind, help text, allowed range, CLI flag."""
-    return {"kind": kind, "help": help, "range": range_text, "flag": flag, **extra}
+#: The kinds of Model field (metadata ``role``); a field's role decides how it enters the
+#: generated code and so every cache (:meth:`Model.structure_text`, :meth:`Model.stand_in`):
+#:
+#: * ``"structure"``: the generated code depends on its value (the widths, the activations,
+#:   the constraint, a loss): the structure key and every stand-in model hold the value;
+#: * ``"param"``: its value is an argument of the kernels at call time (a kernel parameter
+#:   with ``param=``, a readout, the learning rate): not in the structure key, except that
+#:   ``switch=ON`` puts whether it is on (not at its default) into the key, and stand-ins use
+#:   the value ``ON`` then (a trained readout adds the state block ``a``);
+#: * ``"time"``: a function of time evaluated at run time (a learning-rate schedule): the key
+#:   holds whether it is on (the kernels then take ``t``), stand-ins keep its value.
+#:
+#: Whatever the role, a field beyond :data:`CLASSIC_FIELDS` at a non-default value is refused
+#: by every stage that does not declare it (:mod:`symquad.stages`, docs/extending.md).
+FIELD_ROLES = ("structure", "param", "time")
+
+
+def _meta(kind, help, range_text, flag=None, *, role, **extra):
+    """Metadata of one Model field: validation kind, help text, allowed range, CLI flag, role."""
+    if role not in FIELD_ROLES:
+        raise ValueError(f"a Model field's role must be one of {FIELD_ROLES}, got {role!r}")
+    return {"kind": kind, "help": help, "range": range_text, "flag": flag, "role": role,
+            **extra}
 
 
 def _check_integer(name, value, lower, upper=None):
@@ -523,43 +543,47 @@ class Model:
     Model(p=3, p_star=2, lr=0.2, noise=0.0, activation='z**2', lr_scaling='fixed', weight_decay=0.1, batch_size=4)
     """
 
-    p: int = field(metadata=_meta("int", "student width", ">= 1", "--p"))
-    p_star: int = field(metadata=_meta("int", "teacher width", ">= 1", "--p-star"))
+    p: int = field(metadata=_meta("int", "student width", ">= 1", "--p", role="structure"))
+    p_star: int = field(metadata=_meta("int", "teacher width", ">= 1", "--p-star",
+                                       role="structure"))
     lr: float = field(metadata=_meta("positive", "learning rate (eta = lr, or lr*p with "
-                                     "--lr-scaling width)", "(0, inf)", "--lr"))
+                                     "--lr-scaling width)", "(0, inf)", "--lr", role="param"))
     noise: float = field(default=0.0, metadata=_meta(
-        "nonnegative", "label-noise variance Delta", "[0, inf)", "--noise",
+        "nonnegative", "label-noise variance Delta", "[0, inf)", "--noise", role="param",
         what="label-noise variance", param="Delta", latex=r"\Delta"))
     activation: tuple = field(default=(0, 0, 1), metadata=_meta(
         "activation", "student activation: a polynomial in z, or erf (meaning erf(z/sqrt(2)))"
-        " or relu (max(0, z))", f"degree 1..{MAX_DEGREE}, or erf, relu", "--activation"))
+        " or relu (max(0, z))", f"degree 1..{MAX_DEGREE}, or erf, relu", "--activation",
+        role="structure"))
     lr_scaling: str = field(default="fixed", metadata=_meta(
         "choice", "learning-rate convention: fixed (eta = lr) or width (eta = lr*p)",
-        "fixed, width", "--lr-scaling", choices=LR_SCALINGS))
+        "fixed, width", "--lr-scaling", role="param", choices=LR_SCALINGS))
     teacher_activation: tuple = field(default=None, metadata=_meta(
         "activation", "teacher activation sigma*: a polynomial in z, or erf (erf(z/sqrt(2)))"
-        " or relu", f"degree 1..{MAX_DEGREE}, or erf, relu", "--teacher-activation"))
+        " or relu", f"degree 1..{MAX_DEGREE}, or erf, relu", "--teacher-activation",
+        role="structure"))
     readout: tuple = field(default=None, metadata=_meta(
         "readout", "student output weights a: one number (every unit) or p numbers "
-        "separated by commas", "finite numbers", "--readout", width="p"))
+        "separated by commas", "finite numbers", "--readout", role="param", width="p"))
     teacher_readout: tuple = field(default=None, metadata=_meta(
         "readout", "teacher output weights b: one number or p* numbers separated by commas",
-        "finite numbers", "--teacher-readout", width="p_star"))
+        "finite numbers", "--teacher-readout", role="param", width="p_star"))
     lr_readout: float = field(default=0.0, metadata=_meta(
         "nonnegative", "learning rate eta_a of the student readout (0: fixed readout)",
-        "[0, inf)", "--lr-readout", what="readout learning rate", param="lr_readout",
-        latex=r"\eta_{a}"))
+        "[0, inf)", "--lr-readout", role="param", what="readout learning rate",
+        param="lr_readout", latex=r"\eta_{a}", switch=1.0))
     weight_decay: float = field(default=0.0, metadata=_meta(
         "nonnegative", "L2 weight decay lambda of the student weights", "[0, inf)",
-        "--weight-decay", what="L2 weight decay", param="weight_decay",
+        "--weight-decay", role="param", what="L2 weight decay", param="weight_decay",
         latex=r"\lambda_{\mathrm{wd}}", off=0))
     batch_size: int = field(default=1, metadata=_meta(
         "int", "samples per SGD step (the gradient is their mean)",
-        f"1..{MAX_BATCH_SIZE}", "--batch-size", upper=MAX_BATCH_SIZE, param="batch_size",
+        f"1..{MAX_BATCH_SIZE}", "--batch-size", role="param", upper=MAX_BATCH_SIZE,
+        param="batch_size",
         latex="B", off=1))
     constraint: str = field(default="none", metadata=_meta(
         "choice", "constraint on the student rows: none, or sphere (|w_k|^2 = N)",
-        "none, sphere", "--constraint", choices=CONSTRAINTS))
+        "none, sphere", "--constraint", role="structure", choices=CONSTRAINTS))
 
     def __post_init__(self):
         for f in fields(self):
@@ -662,7 +686,7 @@ class Model:
             return value == default_readout(self.p)
         if name == "teacher_readout":
             return value == default_readout(self.p_star)
-        f = _FIELDS[name]
+        f = self.__dataclass_fields__[name]    # this class's fields (a subclass may add some)
         return value == f.default
 
     def changed_fields(self) -> tuple:
@@ -672,8 +696,13 @@ class Model:
         an analysis derived for the classic model must either handle or refuse
         (:func:`require`).
         """
-        return tuple(f.name for f in fields(self)
-                     if f.name not in CLASSIC_FIELDS and not self.is_default(f.name))
+        # memoised on the instance (it is frozen): every stage asks, some per call
+        cached = self.__dict__.get("_changed_fields")
+        if cached is None:
+            cached = tuple(f.name for f in fields(self)
+                           if f.name not in CLASSIC_FIELDS and not self.is_default(f.name))
+            object.__setattr__(self, "_changed_fields", cached)
+        return cached
 
     def kernel_params(self) -> dict:
         """Numerical values of the kernels' scalar parameters, by name (:data:`KERNEL_PARAMS`).
@@ -689,20 +718,70 @@ class Model:
                 values[f.metadata["param"]] = float(getattr(self, f.name))
         return values
 
+    def structure_text(self, exclude=()) -> str:
+        """What generated code depends on, as text, read off the fields' ``role`` metadata.
+
+        Every ``"structure"`` field by value (the classic ones always, the others
+        when not at their default), and ``name=on`` for each ``"time"`` field and
+        each ``"param"`` field with a ``switch`` that is on; ``"param"`` fields
+        are kernel arguments and do not enter.  Nothing lists fields by hand: a
+        field added to the specification enters through its role.  `exclude`
+        names fields a cache is known not to depend on (e.g. the widths, for the
+        width-independent tensor modules).
+        """
+        parts = []
+        for f in fields(self):
+            role, name = f.metadata["role"], f.name
+            if name in exclude:
+                continue
+            if role == "structure" and (name in CLASSIC_FIELDS or not self.is_default(name)):
+                parts.append(f"{name}={self._field_text(name)}")
+            elif name in self.keyed_changes():
+                parts.append(f"{name}=on")
+        return ";".join(parts)
+
+    def keyed_changes(self, exclude=()) -> tuple:
+        """Names of the fields away from their default that enter :meth:`structure_text`.
+
+        Every non-default field whose role is not ``"param"`` (or is a switched
+        ``"param"``), except those in `exclude`: what a module generated without
+        knowing these fields would get wrong.
+        """
+        return tuple(f.name for f in fields(self)
+                     if f.name not in exclude and not self.is_default(f.name)
+                     and (f.metadata["role"] != "param" or "switch" in f.metadata))
+
     @property
     def structure_key(self) -> str:
-        """Stable hash of what generated code depends on: widths, activations, constraint.
+        """Stable hash of :meth:`structure_text`: the key of every kernel cache.
 
-        Learning rates, noise, weight decay, batch size and the readouts enter
-        the generated kernels as arguments, so models that differ only in them
-        share kernels.  Unlike ``hash()`` this does not change between processes.
+        Models that differ only in ``"param"`` fields (learning rates, noise,
+        weight decay, batch size, the readouts) share kernels: those values are
+        arguments.  Unlike ``hash()`` this does not change between processes.
         """
-        text = f"p={self.p};p_star={self.p_star};activation={self.activation_str}"
-        if not self.is_default("teacher_activation"):
-            text += f";teacher_activation={self.teacher_activation_str}"
-        if self.constraint != "none":
-            text += f";constraint={self.constraint}"
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
+        return hashlib.sha256(self.structure_text().encode()).hexdigest()[:16]
+
+    def stand_in(self, p: int = 2, p_star: int = 1, activations: bool = False) -> "Model":
+        """The model the width- and activation-independent symbolic derivations see.
+
+        Widths `p`, `p_star`, the default activations (this model's with
+        `activations`) and readouts, ``lr = 1`` and
+        every ``"param"`` field at its default (a switched one at its ``switch``
+        value when on); every other field (``"structure"``, ``"time"``, and any
+        role added later) keeps its value.  The symbolic caches are keyed by it, so
+        models that differ in anything the derivation sees never share an entry.
+        """
+        values = {"p": p, "p_star": p_star, "lr": 1.0}
+        for f in fields(self):
+            name, meta = f.name, f.metadata
+            if name in values or self.is_default(name) or (
+                    not activations and name in ("activation", "teacher_activation")):
+                continue
+            if meta["role"] != "param":
+                values[name] = getattr(self, name)
+            elif "switch" in meta:
+                values[name] = meta["switch"]
+        return type(self)(**values)
 
     def replace(self, **changes) -> "Model":
         """A copy with some fields changed (validated like a new model).
@@ -713,10 +792,11 @@ class Model:
         a new width (``readout=1`` stays un-normalised); any other readout must
         be given again when its width changes.
         """
-        unknown = set(changes) - set(_FIELDS)
+        names = [f.name for f in fields(self)]      # this class's (a subclass may add some)
+        unknown = set(changes) - set(names)
         if unknown:
-            raise TypeError(f"Model has no field(s) {sorted(unknown)}; fields: {list(_FIELDS)}")
-        values = {f: getattr(self, f) for f in _FIELDS}
+            raise TypeError(f"Model has no field(s) {sorted(unknown)}; fields: {names}")
+        values = {f: getattr(self, f) for f in names}
         for name, width in (("teacher_activation", None), ("readout", "p"),
                             ("teacher_readout", "p_star")):
             if name in changes:
@@ -727,7 +807,7 @@ class Model:
                     and len(set(values[name])) == 1:
                 values[name] = values[name][0]
         values.update(changes)
-        return Model(**values)
+        return type(self)(**values)
 
     def describe(self) -> str:
         """Short human-readable description, e.g. ``p = 4, p* = 2, η = 0.1, σ = z²``.
@@ -740,8 +820,8 @@ class Model:
 
     def _field_text(self, name: str) -> str:
         value = getattr(self, name)
-        if name == "teacher_activation":
-            return self.teacher_activation_str
+        if name in ("activation", "teacher_activation"):
+            return _activation_text(value)
         if name in ("readout", "teacher_readout"):
             return _format_readout(value).replace("'", "")
         return f"{value:g}" if isinstance(value, float) else str(value)

@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..spec import check_model
+from ..stages import declare
 from .checks import as_overlaps, as_real_array, check_choice, check_int, check_positive
 from .errors import DivergenceError, describe_state
-from .kernels import SECOND_ORDER_FIELDS, kernels
+from .kernels import SECOND_ORDER_FIELDS, SECOND_ORDER_STAGE, kernels
 from .layout import StateLayout, state_layout
 
 __all__ = ["fluctuations", "Fluctuations", "random_start_covariance", "STARTS",
@@ -336,7 +336,7 @@ def fluctuations(model, Q0, rho0, T, N, t_eval, start: str = "fixed", q0: float 
         If the ODE or ``Σ`` blows up (with the last finite time and state).
     """
     from scipy.integrate import solve_ivp
-    check_model(model)
+    declare(model, "fluctuations")
     from .kernels import require_polynomial_diffusion
     require_polynomial_diffusion(model, "the linear-noise approximation (its D and J)")
     N = check_int(N, "N", 1)
@@ -358,9 +358,8 @@ def fluctuations(model, Q0, rho0, T, N, t_eval, start: str = "fixed", q0: float 
     elif not second_order:
         note = "second_order=False"
     if second_order:
-        from ..spec import require
         require_polynomial_diffusion(model, "the O(1/N) correction of the mean")
-        require(model, "the O(1/N) correction of the mean", SECOND_ORDER_FIELDS)
+        declare(model, SECOND_ORDER_STAGE)
         from ..symbolic.second_order import check_second_order_size
         check_second_order_size(model)
     t_eval = as_real_array(t_eval, "t_eval")

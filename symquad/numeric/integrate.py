@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 from scipy.integrate import solve_ivp
 
-from ..spec import Model, check_model
+from ..spec import Model
+from ..stages import declare
 from .checks import as_overlaps, as_real_array, check_choice, check_positive, check_real, \
     check_record_bytes
 from .errors import DivergenceError, describe_state
@@ -260,7 +261,7 @@ def integrate(model: Model, Q0, rho0, T, t_max, t_eval=None, *, method: str = "a
         With ``readout`` (n, p) when the readout is trained.  With
         ``constraint="sphere"`` the diagonal of ``Q0`` must be 1.
     """
-    check_model(model)
+    declare(model, "integrate")
     Q0, rho0, T = as_overlaps(model, Q0, rho0, T)
     check_sphere(model, Q0)
     a_start = initial_readout(model, a0)

@@ -53,6 +53,7 @@ from ..kernel_files import (GENERATED_DIR, KernelFileError, UntrustedCacheError,
                             load_module_file, load_module_text, read_cache_file,
                             write_cache_file)
 from ..spec import Model, check_model
+from ..stages import declare, stage_fields
 from .checks import as_real_array, check_float_activation
 
 __all__ = ["Kernels", "kernels", "KERNEL_FORMS", "clear_kernel_memo", "default_form",
@@ -344,21 +345,21 @@ def require_polynomial_diffusion(model: Model, what: str = "the diffusion matrix
 
 def _diffusion_function(model: Model, form: str):
     """``D(Q, rho, T, a)`` of `model` in `form` (modules loaded once, see :func:`kernels`)."""
+    declare(model, f"the diffusion matrix (form={form!r})")
     require_polynomial_diffusion(model)
     params = _params(model)
     b = np.array([float(c) for c in model.teacher_readout])
     trained = model.readout_trained
     if form == "entries":
         from .._generated import ENTRY_MODULES  # noqa: F401 - the registry is imported first
-        from ..spec import require
-        require(model, "the diffusion matrix", _DIFFUSION_FIELDS)
 
         def render():
             from ..codegen.diffusion_render import render_diffusion_entries_module
             return render_diffusion_entries_module(model)
-        key = model.structure_key + ("_trained" if trained else "")
-        mod, _ = _cached("diffusion_entries", key, render, required=("diffusion",))
+        mod, _ = _cached("diffusion_entries", model.structure_key, render,
+                         required=("diffusion",))
         return lambda Q, rho, T, a: mod.diffusion(Q, rho, T, a, b, params)
+    check_generated_for(model, f"the diffusion matrix (form={form!r})")
     assembly, _ = _committed("diffusion_assembly", required=("diffusion_none",
                                                              "diffusion_sphere"))
     assemble = assembly.DIFFUSION[model.constraint]
@@ -385,45 +386,37 @@ def _diffusion_function(model: Model, form: str):
 
 def _jacobian_function(model: Model):
     """``(J, grad ε)(Q, rho, T, a)`` of `model` from its generated entry-route Jacobian module."""
-    from ..spec import require
+    declare(model, "the exact Jacobian")
     require_polynomial_diffusion(model, "the exact Jacobian")
-    require(model, "the Jacobian", _DIFFUSION_FIELDS)
     params = _params(model)
     b = np.array([float(c) for c in model.teacher_readout])
 
     def render():
         from ..codegen.diffusion_render import render_jacobian_entries_module
         return render_jacobian_entries_module(model)
-    key = model.structure_key + ("_trained" if model.readout_trained else "")
-    mod, _ = _cached("jacobian_entries", key, render, required=("jacobian",))
+    mod, _ = _cached("jacobian_entries", model.structure_key, render, required=("jacobian",))
     return lambda Q, rho, T, a: mod.jacobian(Q, rho, T, a, b, params)
 
 
 def _second_order_function(model: Model):
     """``(f1, Hessian of f)(Q, rho, T, a)`` from the generated second-order entry module."""
-    from ..spec import require
+    declare(model, SECOND_ORDER_STAGE)
     require_polynomial_diffusion(model, "the O(1/N) correction of the mean")
-    require(model, "the O(1/N) correction of the mean", SECOND_ORDER_FIELDS)
     params = _params(model)
     b = np.array([float(c) for c in model.teacher_readout])
 
     def render():
         from ..codegen.diffusion_render import render_second_order_entries_module
         return render_second_order_entries_module(model)
-    key = model.structure_key + ("_trained" if model.readout_trained else "")
-    mod, _ = _cached("second_order_entries", key, render, required=("second_order",))
+    mod, _ = _cached("second_order_entries", model.structure_key, render,
+                     required=("second_order",))
     return lambda Q, rho, T, a: mod.second_order(Q, rho, T, a, b, params)
 
 
-#: Specification fields the O(1/N) mean correction is derived for (every field of the
-#: model; symquad.symbolic.second_order): the one place to edit when a field is added.
-SECOND_ORDER_FIELDS = ("teacher_activation", "readout", "teacher_readout", "lr_readout",
-                       "weight_decay", "batch_size", "constraint")
-
-
-#: Specification fields the diffusion matrix follows (every field of the model).
-_DIFFUSION_FIELDS = ("teacher_activation", "readout", "teacher_readout", "lr_readout",
-                     "weight_decay", "batch_size", "constraint")
+#: The stage of the O(1/N) mean correction in symquad.stages.STAGES (its fields: every
+#: field of the model, symquad.symbolic.second_order).
+SECOND_ORDER_STAGE = "the O(1/N) correction of the mean"
+SECOND_ORDER_FIELDS = stage_fields(SECOND_ORDER_STAGE)
 
 
 #: Largest activation degree (student or teacher) of the tensor-route diffusion: its
@@ -473,14 +466,45 @@ def _assembly():
     return mod
 
 
+#: What the committed width-independent modules (the assembly of the drift and of the
+#: diffusion, the matrix forms) and the per-pair tensor modules are generated for: widths
+#: and activations are arguments or loop bounds, and the generators write one function per
+#: constraint and readout state.  Any other field that keys the structure (a field added
+#: later) is unknown to them.
+_GENERATED_FOR = ("p", "p_star", "activation", "teacher_activation", "constraint",
+                  "lr_readout")
+
+
+def check_generated_for(model: Model, what: str) -> None:
+    """Refuse, naming them, fields of `model` that the generic generated modules do not know.
+
+    A field whose role puts it into the structure key (:meth:`~symquad.Model.keyed_changes`)
+    changes the generated code; the committed assembly and matrix modules and the per-pair
+    tensor modules are generated without it, so reusing them would compute the old model.
+    The entry route (``form='entries'``) generates one module per structure and has no
+    such limit.
+    """
+    from ..stages import require_known_structure
+    require_known_structure(model, f"{what}: the generated width-independent code",
+                            _GENERATED_FOR, "extend the generators (symquad/codegen/), or "
+                            "use form='entries'")
+
+
 def _params(model: Model) -> tuple:
     from .._generated.assembly import PARAMS
     values = model.kernel_params()
+    # a kernel parameter the generated code does not take would be dropped silently
+    stale = [name for name in values if name not in PARAMS]
+    if stale:
+        raise ValueError(f"the generated kernels take no parameter(s) {stale} (their PARAMS "
+                         f"are {PARAMS}): run `symquad regenerate` after adding a kernel "
+                         f"parameter to the specification")
     return tuple(values[name] for name in PARAMS)
 
 
 def _moment_kernels(model: Model, form: str, mod, source, extra=()) -> Kernels:
     """Kernels of a moment-kind module (matrix or tensor) through the generated assembly."""
+    check_generated_for(model, f"kernels(form={form!r})")
     drift = getattr(_assembly(), f"drift_{model.constraint}")
     params = _params(model)
     b = np.array([float(c) for c in model.teacher_readout])
@@ -506,6 +530,7 @@ def _matrix_kernels(model: Model) -> Kernels:
     extra = tuple(float(c[j]) for c, j in ((model.activation, 2), (model.teacher_activation, 2),
                                            (model.activation, 0), (model.teacher_activation, 0)))
     if _uniform_readouts(model):
+        check_generated_for(model, "kernels(form='matrix')")
         mod, source = _committed("quadratic_matrix_uniform")
         args = (model.p, model.p_star) + extra + (float(model.readout[0]),
                                                   float(model.teacher_readout[0]))
@@ -517,12 +542,28 @@ def _matrix_kernels(model: Model) -> Kernels:
     return _moment_kernels(model, "matrix", mod, source, extra)
 
 
+#: Fields the width-independent modules of moment kinds (tensor, special; their diffusion)
+#: do not depend on: the widths are loop bounds, the constraint enters only the generated
+#: assembly, and the trained readout is an argument of their ``moments``.  Every other field
+#: that keys the structure (:meth:`~symquad.Model.structure_text`, a field added later
+#: included) keys these modules too.
+_MOMENT_MODULE_FREE = ("p", "p_star", "constraint", "lr_readout")
+
+
 def activation_key(model: Model) -> str:
-    """Stable 16-hex-digit key of the activation pair (tensor kernels are per pair)."""
-    text = "activation=" + ",".join(str(c) for c in model.activation)
-    if not model.is_default("teacher_activation"):
-        text += ";teacher=" + ",".join(str(c) for c in model.teacher_activation)
+    """Stable 16-hex-digit key of a width-independent module of moment kinds.
+
+    The model's structure (:meth:`~symquad.Model.structure_text`) without the
+    fields such modules take as loop bounds or arguments: for the fields of
+    symquad 0.2 that is the activation pair.
+    """
+    text = model.structure_text(exclude=_MOMENT_MODULE_FREE)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _is_committed_for(model: Model, canonical: Model, exclude=()) -> bool:
+    """True when a committed module generated for `canonical` is `model`'s (same structure)."""
+    return model.structure_text(exclude) == canonical.structure_text(exclude)
 
 
 def _tensor_module(model: Model):
@@ -530,7 +571,10 @@ def _tensor_module(model: Model):
     key = (tuple(str(c) for c in model.activation),
            tuple(str(c) for c in model.teacher_activation))
     committed = TENSOR_MODULES.get(key)
-    if committed:
+    # the committed modules were generated for the pair's default model (codegen.tensor_render)
+    if committed and _is_committed_for(model, Model(1, 1, 1.0, activation=model.activation,
+                                                    teacher_activation=model.teacher_activation),
+                                       _MOMENT_MODULE_FREE):
         return _committed(committed, required=("moments", "risk"))
 
     def render():
@@ -544,15 +588,14 @@ def _tensor_module(model: Model):
 def _entry_module(model: Model):
     from .._generated import ENTRY_MODULES
     committed = ENTRY_MODULES.get((model.p, model.p_star))
-    if (committed and model.activation_str == "z**2" and model.is_default("teacher_activation")
-            and model.constraint == "none" and not model.readout_trained):
+    # committed for the default model of each width (codegen.render.CANONICAL_ENTRY_MODELS)
+    if committed and _is_committed_for(model, Model(model.p, model.p_star, 1.0)):
         return _committed(committed)
 
     def render():
         from ..codegen.render import render_entries_module
         return render_entries_module(model)
-    key = model.structure_key + ("_trained" if model.readout_trained else "")
-    return _cached("entries", key, render)
+    return _cached("entries", model.structure_key, render)
 
 
 def default_form(model: Model) -> str:
@@ -631,7 +674,7 @@ def _special_kernels(model: Model) -> Kernels:
     check_special_cost(model)
     from ..runtime.special_engine import SpecialEngine
     from .special import special_kernels, special_module_name
-    key = ("special", model.activation, model.teacher_activation)
+    key = ("special", activation_key(model))
     with _LOCK:
         cached = _MEMO.get(key)
     if cached is None:
@@ -677,6 +720,7 @@ def kernels(model: Model, form: str | None = None) -> Kernels:
         form = default_form(model)
     if form not in KERNEL_FORMS:
         raise ValueError(f"form must be one of {KERNEL_FORMS}, got {form!r}")
+    declare(model, f"kernels(form={form!r})")
     if not model.is_polynomial and form != "tensor":
         raise ValueError(
             f"form={form!r} needs polynomial activations (it is built from Gaussian moments "

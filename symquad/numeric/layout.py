@@ -150,6 +150,6 @@ class StateLayout:
 
 def state_layout(model) -> StateLayout:
     """The :class:`StateLayout` of a :class:`~symquad.spec.Model`."""
-    from ..spec import check_model
-    check_model(model)
+    from ..stages import declare
+    declare(model, "the state layout")
     return StateLayout(model.p, model.p_star, model.readout_trained)

@@ -31,6 +31,7 @@ import numpy as np
 from scipy import integrate as _ivp
 
 from ..spec import check_model
+from ..stages import declare
 from .checks import as_real_array, check_positive
 from .errors import describe_state
 from .integrate import check_sphere, initial_readout
@@ -194,7 +195,7 @@ def integrate_batch(model, Q0, rho0, T, t_max, t_eval=None, *, method: str = "RK
         Per-start trajectories, status and divergence times; diverged starts
         never raise (check ``status`` / ``n_diverged``).
     """
-    check_model(model)
+    declare(model, "integrate_batch")
     if method not in METHODS:
         raise ValueError(f"method must be one of {tuple(METHODS)}, got {method!r}")
     Q0, rho0, T = _batch_overlaps(model, Q0, rho0, T)

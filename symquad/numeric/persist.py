@@ -22,7 +22,8 @@ from pathlib import Path
 import numpy as np
 
 from .._atomic import atomic_file
-from ..spec import NAMED_ACTIVATIONS, Model, check_model, model_fields
+from ..spec import NAMED_ACTIVATIONS, Model, model_fields
+from ..stages import declare
 
 __all__ = ["FORMAT_VERSION", "model_to_dict", "model_from_dict", "save_npz", "load_npz",
            "json_default"]
@@ -41,7 +42,7 @@ def model_to_dict(model: Model) -> dict:
     order first (``["0", "0", "1"]`` for ``σ(z) = z²``); a named activation is
     stored as its name (``"erf"``, meaning erf(z/√2), or ``"relu"``).
     """
-    check_model(model)
+    declare(model, "saved files")
     out = {}
     for f in model_fields():
         value = getattr(model, f.name)

@@ -106,8 +106,10 @@ def simulate_sde(model, N, t_max, replicas, seed, X0, T, rec_steps, on_divergenc
     (so the start has the same law, and for the same seed the same values, as for
     the other methods); ``rec_steps`` the recorded times in SGD steps.
     """
+    from ..stages import declare
     from .kernels import kernels
     from .simulate import SimulationRun, population_risk
+    declare(model, "simulate(method='sde')")
     dt = DEFAULT_DT if dt is None else float(dt)
     if not (math.isfinite(dt) and dt > 0):
         raise ValueError(f"dt must be a finite number > 0, got {dt!r}")

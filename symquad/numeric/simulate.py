@@ -93,6 +93,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..stages import STAGES, declare
 from .errors import DivergenceError, describe_state
 from .checks import (as_real_array, check_float_activation, check_int as _check_int,
                      check_positive)
@@ -625,9 +626,12 @@ class _Stepper:
     on the classic model).
     """
 
+    #: the stage of :data:`symquad.stages.STAGES` this simulator is (the fields it implements)
+    STAGE = "simulate"
+
     def __init__(self, model, N, replicas, rng_data, rng_noise):
-        from ..spec import require
-        require(model, "simulate", SIMULATED_FIELDS)
+        from ..stages import declare
+        declare(model, self.STAGE)
         self.p, self.ps = model.p, model.p_star
         self.N = N
         self.R = replicas
@@ -679,6 +683,8 @@ class _Stepper:
 
 class _FullStepper(_Stepper):
     """SGD on explicit ``N``-dimensional weights."""
+
+    STAGE = "simulate(method='full')"
 
     def __init__(self, model, N, replicas, X0, rng_teacher, rng_init, rng_data, rng_noise,
                  random_student):
@@ -771,6 +777,8 @@ class _ReducedStepper(_Stepper):
     chunking; the deterministic update runs in a compiled kernel, which also
     makes the divergence check every `check_every` steps.
     """
+
+    STAGE = "simulate(method='reduced')"
 
     def __init__(self, model, N, replicas, X0, rng_data, rng_noise, rng_chi, residual=True,
                  check_every=16, blowup=1e8):
@@ -908,10 +916,10 @@ def _sgd_kernels_module():
     return _sgd_kernels
 
 
-#: The fields of the model specification the simulators implement (docs/model.md
-#: §2); a field added to the specification is refused by name until it is here.
-SIMULATED_FIELDS = ("teacher_activation", "readout", "teacher_readout", "lr_readout",
-                    "weight_decay", "batch_size", "constraint")
+#: The fields of the model specification the full simulator implements (docs/model.md
+#: §2): its entry of :data:`symquad.stages.STAGES`, where each simulator (full, reduced,
+#: SDE) declares its own; a field added to the specification is refused by name there.
+SIMULATED_FIELDS = STAGES["simulate(method='full')"]
 
 
 def _reduced_chunk(replicas, k):
@@ -1148,6 +1156,7 @@ def simulate(model, N=2000, t_max=20.0, replicas=64, seed=0, method="reduced",
     blowup = check_positive("blowup", blowup)
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    declare(model, f"simulate(method={method!r})")
     if on_divergence not in ("raise", "stop"):
         raise ValueError(f"on_divergence must be 'raise' or 'stop', got {on_divergence!r}")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, Integral)):
@@ -1179,9 +1188,7 @@ def simulate(model, N=2000, t_max=20.0, replicas=64, seed=0, method="reduced",
     X0, T = _initial_coordinates(model, N, replicas, Q0, rho0, T, rng_init)
     p, ps = model.p, model.p_star
     if method == "sde":
-        from ..spec import require
         from .sde import simulate_sde
-        require(model, "simulate(method='sde')", SIMULATED_FIELDS)
         return simulate_sde(model, N, t_max, replicas, seed, X0, T, rec_steps, on_divergence,
                             blowup, dt=dt, form=form, progress=progress)
     if method == "full":

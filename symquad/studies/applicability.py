@@ -17,16 +17,16 @@ from __future__ import annotations
 
 from ..applicability import check
 from ..spec import require
+from ..stages import FIELDS_0_2
 
 __all__ = ["ANALYSES", "refusal", "require_analysis"]
 
 # Fields validate's own statistics handle for any variant: nothing in the
 # finite-size exponent (fluctuations of N t steps of size 1/N) or in the
 # informed start (Q(0) = I, rho(0) = alpha P, a valid start on the sphere too)
-# depends on the classic model.  Listed by hand: a field added later is refused
-# until someone has checked it.
-_GENERIC = ("teacher_activation", "readout", "teacher_readout", "lr_readout", "weight_decay",
-            "batch_size", "constraint")
+# depends on the classic model.  The fields of symquad 0.2: a field added later is
+# refused until someone has checked it and named it here.
+_GENERIC = FIELDS_0_2
 
 #: analysis -> (routine name used in messages, the rules of :data:`symquad.applicability.RULES`
 #: that decide it, or the fields it handles when it rests on no derived result)

@@ -370,13 +370,17 @@ class _ModelTask:
     module-level attribute).
     """
 
-    def __init__(self, name, body, model_defaults):
+    def __init__(self, name, body, model_defaults, fields=None):
         from ..spec import model_fields
 
         own = list(inspect.signature(body).parameters.values())
         if not own or own[0].name != "model":
             raise TypeError(f"model task {name!r}: the first parameter must be 'model'")
         self.name, self.body = name, body
+        # the fields this task implements: a built-in task's entry of symquad.stages.STAGES
+        # (the one table), else what its registration declares (default: symquad 0.2's)
+        self.stage = f"sweep task {name!r}"
+        self.fields = None if fields is None else tuple(fields)
         self.model_names = tuple(f.name for f in model_fields())
         clash = {p.name for p in own[1:]} & set(self.model_names)
         if clash:
@@ -394,6 +398,12 @@ class _ModelTask:
         bound.apply_defaults()
         args = dict(bound.arguments)
         model = task_model(**{k: args.pop(k) for k in self.model_names})
+        from ..spec import require
+        from ..stages import FIELDS_0_2, STAGES
+        implemented = self.fields if self.fields is not None else STAGES.get(self.stage,
+                                                                             FIELDS_0_2)
+        require(model, self.stage, implemented,
+                "a sweep task declares the fields it implements (symquad.stages.STAGES)")
         return self.body(model, **args)
 
     def normalize_params(self, params):
@@ -411,16 +421,19 @@ class _ModelTask:
         return f"<model task {self.name!r}: {self.__qualname__}>"
 
 
-def register_model_task(name, version="1", **model_defaults):
+def register_model_task(name, version="1", *, fields=None, **model_defaults):
     """Decorator: register ``f(model, **own)`` as the task `name` taking every Model field.
 
     `model_defaults` sets defaults of model fields for this task (e.g.
-    ``lr=0.1``; ``p``/``p_star`` stay required unless given).  Returns the
-    task's callable (keyword parameters: every model field, then the body's
-    own parameters).
+    ``lr=0.1``; ``p``/``p_star`` stay required unless given).  `fields` are the
+    fields beyond :data:`symquad.spec.CLASSIC_FIELDS` the body implements
+    (default: a built-in task's entry of :data:`symquad.stages.STAGES`, else
+    :data:`symquad.stages.FIELDS_0_2`); a model changing any other field is
+    refused by name before the body runs.  Returns the task's callable
+    (keyword parameters: every model field, then the body's own parameters).
     """
     def deco(body):
-        wrapper = _ModelTask(name, body, model_defaults)
+        wrapper = _ModelTask(name, body, model_defaults, fields)
         register_task(name, version)(wrapper)
         return wrapper
     return deco

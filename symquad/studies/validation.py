@@ -495,6 +495,8 @@ def _finite_n_correction(model, t, Q0, rho0, T, a0, N):
         fl = fluctuations(model, Q0, rho0, T, N, t - t[0], a0=a0)
     except (ValueError, ArithmeticError, NotImplementedError, DivergenceError) as exc:
         return None, None, f"not available ({exc}): tested against the ODE"
+    if fl.risk_mean_correction is None:
+        return None, None, f"not computed ({fl.second_order_note}): tested against the ODE"
     c = np.asarray(fl.risk_mean_correction, float)
     valid = np.asarray(fl.expansion_valid, bool) & np.isfinite(c)
     return np.where(valid, c, 0.0), valid, ""
@@ -1175,11 +1177,12 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start=None, seed=0, *,
     """
     from .._signals import terminate_cleanly
     from ..numeric.simulate import simulate
-    from ..spec import DEFAULT_MODEL, check_model
+    from ..spec import DEFAULT_MODEL
+    from ..stages import declare
 
     t_start = time.perf_counter()
     model = DEFAULT_MODEL if model is None else model
-    check_model(model)
+    declare(model, "validate")
     N = _check_int(N, "N", 1)
     replicas = _check_int(replicas, "replicas", 2)
     n_times = _check_int(n_times, "n_times", 3, MAX_TIMES)
@@ -1747,10 +1750,10 @@ def compare(model, t, Q, rho, T=None, readout=None, *, band=(2.5, 97.5), escape_
     True
     """
     from ..numeric.simulate import population_risk
-    from ..spec import check_model
+    from ..stages import declare
 
     t_start = time.perf_counter()
-    check_model(model)
+    declare(model, "compare")
     _check_common(band, escape_fraction, alpha)
     if escape not in (None, True, False):
         raise ValueError(f"escape must be None, True or False, got {escape!r}")

@@ -28,9 +28,10 @@ from dataclasses import dataclass, field
 import sympy as sp
 
 from ..spec import Model, check_model
+from ..stages import declare
 from . import entries, matrix_form, tensor
-from .symbols import (BATCH, ETA, ETA_READOUT, NOISE, P, P_STAR, WEIGHT_DECAY, matrix_symbols,
-                      overlap_symbols, readout_symbols)
+from .symbols import (ETA, NOISE, P, P_STAR, PARAMS, matrix_symbols, overlap_symbols,
+                      readout_symbols)
 from .network import readout_values
 from .update import switched_off
 
@@ -83,10 +84,10 @@ class Equations:
     @property
     def params(self) -> dict:
         """Numerical values of the scalar symbols for this model."""
-        m = self.model
-        values = {ETA: sp.nsimplify(m.eta), NOISE: sp.nsimplify(m.noise),
-                  WEIGHT_DECAY: sp.nsimplify(m.weight_decay), BATCH: sp.Integer(m.batch_size),
-                  ETA_READOUT: sp.nsimplify(m.lr_readout)}
+        m = declare(self.model, "derive(form=%r)" % self.form)
+        # every kernel parameter (symbols.PARAMS, read off the fields' metadata), by name
+        given = m.kernel_params()
+        values = {sym: sp.nsimplify(given[sym.name]) for sym in PARAMS}
         if self.form in ("matrix", "tensor"):
             values.update({P: m.p, P_STAR: m.p_star})
         return values
@@ -126,6 +127,7 @@ class Equations:
     def latex(self, standalone: bool = False) -> str:
         """The risk and both ODEs as LaTeX (an ``align*`` block, or a whole document)."""
         from .latex import equations_latex
+        declare(self.model, "the LaTeX equations")
         return equations_latex(self, standalone=standalone)
 
     def __repr__(self) -> str:
@@ -185,6 +187,7 @@ def derive(model: Model, form: str | None = None) -> Equations:
         form = default_form(model)
     if form not in FORMS:
         raise ValueError(f"form must be one of {FORMS}, got {form!r}")
+    declare(model, f"derive(form={form!r})")
     off = switched_off(model)
     if form == "matrix":
         eqs = matrix_form.derive_matrix_form(model)

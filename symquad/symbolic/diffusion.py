@@ -94,8 +94,7 @@ def _rename(expr):
 
 
 @lru_cache(maxsize=8)
-def _covariances(constraint: str, trained: bool):
-    model = Model(2, 1, 1.0, constraint=constraint, lr_readout=1.0 if trained else 0.0)
+def _covariances(model: Model):
     phis = dict(zip(("Q", "rho", "a"), per_sample(model)))
     out = {}
     for x, y in BLOCK_PAIRS:
@@ -115,9 +114,11 @@ def covariance_expressions(model: Model) -> dict:
     ``X, Y`` are block names (``"Q"`` for ``Q_kl``, ``"rho"`` for ``ρ_km``,
     ``"a"`` for ``a_k``); the expressions hold the state (``Qf``, ``RHOf``,
     ``Af``), the parameters and expectations ``E[…]`` of per-sample monomials.
-    Depends on the model through its constraint and trained readout only.
+    Depends on the model through its stand-in only (:meth:`symquad.Model.stand_in`:
+    the constraint, the trained readout and any other field that is not a kernel
+    parameter).
     """
-    return dict(_covariances(model.constraint, model.readout_trained))
+    return dict(_covariances(model.stand_in()))
 
 
 # ---- the entry route ----------------------------------------------------------------
@@ -384,10 +385,9 @@ class MomentDiffusion:
 
 
 @lru_cache(maxsize=8)
-def _moment_diffusion(constraint: str, trained: bool) -> MomentDiffusion:
+def _moment_diffusion(model: Model) -> MomentDiffusion:
     from .moments import DSIG, SIG, _generic_gradients
     from .network import ERROR
-    model = Model(2, 1, 1.0, constraint=constraint, lr_readout=1.0 if trained else 0.0)
     g, h = _generic_gradients(model)
 
     def to_kinds(monomial):
@@ -410,7 +410,7 @@ def _moment_diffusion(constraint: str, trained: bool) -> MomentDiffusion:
 
 def moment_diffusion(model: Model) -> MomentDiffusion:
     """The diffusion matrix of ``model`` in moment kinds (see the module docstring)."""
-    return _moment_diffusion(model.constraint, model.readout_trained)
+    return _moment_diffusion(model.stand_in())
 
 
 @lru_cache(maxsize=1)
@@ -419,7 +419,8 @@ def used_kinds() -> tuple:
     names = set()
     for constraint in ("none", "sphere"):
         for trained in (False, True):
-            names.update(_moment_diffusion(constraint, trained).kinds())
+            names.update(moment_diffusion(Model(2, 1, 1.0, constraint=constraint,
+                                                lr_readout=1.0 if trained else 0.0)).kinds())
     return tuple(sorted(names))
 
 

@@ -142,10 +142,13 @@ def derive_entries(model: Model):
 
 
 def _structure(model: Model) -> Model:
-    """The model with the fields that stay symbols reset (one cache entry per structure)."""
-    return model.replace(lr=1.0, noise=0.0, readout=None, teacher_readout=None,
-                         weight_decay=0.0, batch_size=1, lr_scaling="fixed",
-                         lr_readout=1.0 if model.readout_trained else 0.0)
+    """The model with the fields that stay symbols reset (one cache entry per structure).
+
+    Its stand-in (:meth:`symquad.Model.stand_in`) with its widths and activations:
+    every field that is not a kernel parameter keeps its value, so a field added later
+    gets its own cache entry.
+    """
+    return model.stand_in(model.p, model.p_star, activations=True)
 
 
 @lru_cache(maxsize=32)

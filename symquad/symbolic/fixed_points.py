@@ -107,6 +107,12 @@ def _scalar(expr, rho_marker):
     return sp.expand(_walk(expr, Q_SYM))
 
 
+#: The fields :func:`_reduction` builds its model from (besides the readouts and learning
+#: parameters it takes as arguments); any other field that keys the structure is refused.
+_REDUCTION_KNOWS = ("p", "p_star", "activation", "teacher_activation", "constraint",
+                    "lr_readout")
+
+
 @lru_cache(maxsize=None)
 def _reduction(activation, teacher_activation, readout, teacher_readout, decay, batch):
     """Closed forms at ``Q = qI, ρ = 0, T = I`` of a structure (see :func:`isotropic_reduction`).
@@ -173,6 +179,8 @@ def isotropic_reduction(activation=(0, 0, 1), model: Model | None = None):
     if not model.is_quadratic:
         raise ValueError(f"isotropic_reduction needs quadratic activations; got "
                          f"{model.activation_str!r}, {model.teacher_activation_str!r}")
+    from ..stages import require_known_structure
+    require_known_structure(model, "the cached isotropic reduction", _REDUCTION_KNOWS)
     return _reduction(*_structure(model))
 
 
@@ -305,6 +313,8 @@ def plateau_solution(m: Model | None = None) -> PlateauSolution:
         raise ValueError(f"the plateau is derived for σ(z) = c z² (+ c0); got "
                          f"{m.activation_str!r}" + ("" if m.is_default("teacher_activation")
                                                      else f", σ* = {m.teacher_activation_str!r}"))
+    from ..stages import require_known_structure
+    require_known_structure(m, "the cached isotropic reduction", _REDUCTION_KNOWS)
     red = _reduction(*_structure(m))
     vals = _model_values(m)
     if m.constraint == "sphere":

@@ -97,7 +97,11 @@ def _check(m, point):
 
 
 def _risk_key(m: Model) -> tuple:
-    """What the risk depends on: widths, activations and readouts."""
+    """What the risk depends on: widths, activations and readouts (others refused)."""
+    from ..stages import require_known_structure
+    require_known_structure(m, "the cached risk of the Hessian analyses",
+                            ("p", "p_star", "activation", "teacher_activation", "constraint",
+                             "lr_readout"))
     return (m.p, m.p_star, m.activation, m.teacher_activation, m.readout, m.teacher_readout)
 
 

@@ -140,8 +140,7 @@ class MomentDrift:
 
 
 @lru_cache(maxsize=8)
-def _moment_drift(constraint: str, trained: bool) -> MomentDrift:
-    model = Model(2, 1, 1.0, constraint=constraint, lr_readout=1.0 if trained else 0.0)
+def _moment_drift(model: Model) -> MomentDrift:
     g, h = _generic_gradients(model)
     d = drift(model)
     return MomentDrift(_to_moments(d.dQ, g, h), _to_moments(d.drho, g, h),
@@ -156,7 +155,7 @@ def moment_drift(model: Model) -> MomentDrift:
     NotImplementedError
         If the update needs an expectation that is not one of :data:`MOMENT_KINDS`.
     """
-    return _moment_drift(model.constraint, model.readout_trained)
+    return _moment_drift(model.stand_in())
 
 
 # the generic units, re-exported for the code generator

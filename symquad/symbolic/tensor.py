@@ -352,12 +352,11 @@ def tensor_equations(model: Model):
     sum and the definitions are the closed forms of :func:`special_definitions`.
     """
     if not model.is_polynomial:
-        risk, dQ, drho, da = _display_drift(model.constraint, model.readout_trained)
+        risk, dQ, drho, da = _display_drift(model.stand_in())
         return risk, dQ, drho, da, special_definitions(model.activation,
                                                        model.teacher_activation)
     risk, dQ, drho, da, definitions = _tensor_equations(
-        tuple(model.activation), tuple(model.teacher_activation), model.constraint,
-        model.readout_trained)
+        tuple(model.activation), tuple(model.teacher_activation), model.stand_in())
     return risk, dQ, drho, da, dict(definitions)
 
 
@@ -475,7 +474,7 @@ def special_definitions(student, teacher) -> dict:
     return dict(_special_definitions(student, teacher))
 
 
-def _display_drift(constraint, trained):
+def _display_drift(probe):
     """The ODE as index sums of ``I_2, J_2, I_3, I_4`` (independent of the activations)."""
     from .moments import MB, MG, MGT, MR, moment_drift
     from .symbols import NOISE, P
@@ -502,8 +501,7 @@ def _display_drift(constraint, trained):
              Qf: lambda x, y: COV[index[x], index[y]],
              RHOf: lambda x, y: COV[index[x], P + index[y]],
              Af: lambda x: READOUT[index[x]]}
-    md = moment_drift(Model(2, 1, 1.0, constraint=constraint,
-                            lr_readout=1.0 if trained else 0.0))
+    md = moment_drift(probe)
 
     def display(expr):
         if expr is None:
@@ -520,7 +518,7 @@ READOUT = sp.IndexedBase("a")
 
 
 @lru_cache(maxsize=32)
-def _tensor_equations(activation, teacher_activation, constraint, trained):
+def _tensor_equations(activation, teacher_activation, probe):
     """Width-independent risk and ODEs as SymPy expressions with index sums.
 
     The drift is :func:`symquad.symbolic.moments.moment_drift` with each moment
@@ -548,7 +546,7 @@ def _tensor_equations(activation, teacher_activation, constraint, trained):
         for name, table in (("student", tf.phi), ("teacher", tf.phi_teacher)):
             for order, f in enumerate(table):
                 definitions[PHI(order, sp.Symbol(name), VARIANCE)] = f
-    risk, dQ, drho, da = _display_drift(constraint, trained)
+    risk, dQ, drho, da = _display_drift(probe)
     return risk, dQ, drho, da, tuple(definitions.items())
 
 

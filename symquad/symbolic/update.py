@@ -242,8 +242,7 @@ class Drift:
 
 
 @lru_cache(maxsize=8)
-def _drift(constraint: str, trained: bool) -> Drift:
-    probe = Model(1, 1, 1.0, constraint=constraint, lr_readout=1.0 if trained else 0.0)
+def _drift(probe: Model) -> Drift:
     k, l, m = UNITS
     q_new, rho_new, a_new = step_map(probe, k, l, m)
     for value, old in ((q_new, Qf(k, l)), (rho_new, RHOf(k, m))):
@@ -265,25 +264,26 @@ def switched_off(model: Model) -> dict:
     from ..spec import model_fields
     from .symbols import PARAMS
     by_name = {sym.name: sym for sym in PARAMS}
+    # only kernel parameters become symbols: an "off" value of another field (a structural
+    # switch) has nothing to substitute
     return {by_name[f.metadata["param"]]: sp.Integer(f.metadata["off"])
-            for f in model_fields() if "off" in f.metadata
+            for f in model_fields() if "off" in f.metadata and "param" in f.metadata
             and getattr(model, f.name) == f.metadata["off"]}
 
 
 def drift(model: Model) -> Drift:
     """The drift of ``model``'s order parameters for generic units (see the module docstring).
 
-    Depends on the model only through its ``constraint`` and whether the
-    readout is trained; everything else is a symbol or sits in the per-sample
+    Depends on the model only through its stand-in (:meth:`symquad.Model.stand_in`:
+    the constraint, whether the readout is trained, and every other field that is not
+    a kernel parameter); everything else is a symbol or sits in the per-sample
     gradients.
     """
-    return _drift(model.constraint, model.readout_trained)
+    return _drift(model.stand_in(1, 1))
 
 
 @lru_cache(maxsize=8)
-def _increments(constraint: str, trained: bool, batched: bool = False):
-    probe = Model(1, 1, 1.0, constraint=constraint, lr_readout=1.0 if trained else 0.0,
-                  batch_size=1)
+def _increments(probe: Model, batched: bool = False):
     k, l, m = UNITS
     q_new, rho_new, a_new = step_map(probe, k, l, m)
     unbatched = {} if batched else {BATCH: 1}
@@ -313,4 +313,4 @@ def increments(model: Model, batched: bool = False):
     ``η²``); the pair term holds ``r_× = x^μ·x^ν/N = O(N^{-1/2})`` with mean
     ``O(1/N)`` and is dropped.  At ``b = 1`` it is ``F``.
     """
-    return _increments(model.constraint, model.readout_trained, bool(batched))
+    return _increments(model.stand_in(1, 1), bool(batched))
