@@ -196,32 +196,63 @@ def test_ctrl_c_of_a_local_cluster_sweep_is_quiet(tmp_path):
 
 def test_lost_scheduler_closes_without_noise(tmp_path):
     # the scheduler dies during a sweep; closing the client must not print distributed's
-    # reconnect tracebacks ("Stream is closed", CommClosedError, ...)
+    # reconnect tracebacks ("Stream is closed", CommClosedError, ...).  No race with the
+    # clock: the cluster is closed once a point has started (an event set by the point,
+    # which then runs 0.5 s more), and every wait after that is bounded (the client's
+    # reconnect by distributed.comm.timeouts.connect, the sweep's wait for a worker by
+    # worker_timeout), far below the subprocess timeout.
+    (tmp_path / "lost_tasks.py").write_text(textwrap.dedent("""
+        import threading, time
+        started = threading.Event()
+
+        def point(x):
+            started.set()          # the scheduler is closed while this point runs
+            time.sleep(0.5)
+            return {"y": x}
+    """))
     script = textwrap.dedent("""
         import logging, sys, threading
+        import dask
         from distributed import Client, LocalCluster
-        import symquad as sq, sweep_tasks
+        import symquad as sq, lost_tasks
         from symquad.entry import quiet_close
+
+        def lose_scheduler(cluster):
+            if lost_tasks.started.wait(60):
+                cluster.close()
+
         if __name__ == "__main__":
+            dask.config.set({"distributed.comm.timeouts.connect": "3s"})
             cluster = LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
                                    dashboard_address=None, silence_logs=logging.ERROR)
             client = Client(cluster.scheduler_address)
-            threading.Timer(1.0, cluster.close).start()
-            df = sq.sweep(sweep_tasks.square, {"x": [1, 2, 3], "delay": [0.6]}, sys.argv[2],
-                          client=client, progress=False)
+            threading.Thread(target=lose_scheduler, args=(cluster,), daemon=True).start()
+            df = sq.sweep(lost_tasks.point, {"x": [1, 2, 3]}, sys.argv[2], client=client,
+                          progress=False, worker_timeout=5)
             print("statuses", sorted(df["status"]))
+            print("closing the client", file=sys.stderr, flush=True)
             client.close() if sys.argv[1] == "plain" else quiet_close(client)
             print("closed")
     """)
     path = tmp_path / "lost.py"
     path.write_text(script)
-    runs = {mode: subprocess.run([sys.executable, str(path), mode, str(tmp_path / mode)],
-                                 capture_output=True, text=True, env=_env(), timeout=120)
-            for mode in ("plain", "quiet")}
-    for r in runs.values():
-        assert r.returncode == 0 and "closed" in r.stdout, r.stderr
-    assert "Traceback" not in runs["quiet"].stderr and "distributed." not in runs["quiet"].stderr
-    if "Traceback" not in runs["plain"].stderr:
+    procs = {mode: subprocess.Popen([sys.executable, str(path), mode, str(tmp_path / mode)],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                    env=_env(), cwd=tmp_path)
+             for mode in ("plain", "quiet")}          # side by side: independent processes
+    runs = {}
+    for mode, proc in procs.items():
+        try:
+            out, err = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            for other in procs.values():
+                other.kill()
+            raise
+        runs[mode] = (proc.returncode, out, err.partition("closing the client")[2])
+    for rc, out, err in runs.values():
+        assert rc == 0 and "statuses" in out and "closed" in out, err
+    assert "Traceback" not in runs["quiet"][2] and "distributed." not in runs["quiet"][2]
+    if "Traceback" not in runs["plain"][2]:
         pytest.skip("this distributed version is quiet at close anyway")
 
 
