@@ -115,11 +115,25 @@ EXAMPLE_FAILURES = [
 ]
 
 
+@pytest.fixture(scope="module")
+def example_failures(tmp_path_factory):
+    """The failing example runs, started together, as many at a time as there are cores."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1))
+    runs = {(script, tuple(args)): pool.submit(
+        subprocess.run, [sys.executable, str(ROOT / "examples" / script), *args],
+        capture_output=True, text=True, env=_env(), timeout=300,
+        cwd=tmp_path_factory.mktemp(script.replace(".", "_")))
+        for script, args, _ in EXAMPLE_FAILURES}
+    yield runs
+    pool.shutdown(wait=True)
+
+
 @pytest.mark.parametrize("script, args, match", EXAMPLE_FAILURES,
                          ids=[s for s, _, _ in EXAMPLE_FAILURES])
-def test_examples_fail_with_one_line_and_status_2(script, args, match, tmp_path):
-    out = subprocess.run([sys.executable, str(ROOT / "examples" / script), *args],
-                         capture_output=True, text=True, env=_env(), cwd=tmp_path, timeout=300)
+def test_examples_fail_with_one_line_and_status_2(script, args, match, example_failures):
+    out = example_failures[(script, tuple(args))].result()
     assert out.returncode == 2, out.stderr
     assert_one_clean_line(out.stderr, script)
     assert match in out.stderr
