@@ -463,9 +463,12 @@ def _sgd_cost(params, t_max):
 
 
 def _escape_cost(params):
-    # the SGD part dominates; its horizon (a multiple of the escape time) is not known
-    # before the prediction is computed, so the width's work orders the points
-    return _sgd_cost(params, 1.0)
+    # the SGD part dominates; its horizon is a multiple of the escape time, which is not
+    # known before the prediction is computed: log(N)/eta has its scaling (the plateau's
+    # growth rate is proportional to the step size eta for small eta)
+    lr, p = float(params["lr"]), int(params["p"])
+    eta = lr * p if params.get("lr_scaling") == "width" else lr
+    return _sgd_cost(params, math.log(max(float(params.get("N", 2)), 2.0)) / eta)
 
 
 def _validate_cost(params):
