@@ -5,12 +5,12 @@ ODE and reduced-simulator SGD escape times; ``--points`` grid points) three
 ways, side by side in one run, each into a fresh store:
 
 * ``serial``: ``workers=1`` (in this process);
-* ``dask-1``: a local Dask cluster with 1 single-threaded worker process;
+* ``dask-1``: symquad's local Dask cluster (:func:`symquad.dask_client`, as
+  ``sweep(..., workers=n)`` starts it) with 1 single-threaded worker process;
 * ``dask-2``: the same with 2 worker processes.
 
-Wall times include starting and stopping the local cluster (what a user
-waits for); the cluster start-up alone is reported too.  It checks that the
-three give identical numbers.
+Wall times include starting, warming and stopping the local cluster (what a
+user waits for).  It checks that the three give identical numbers.
 
 Part 2 measures the engine's cost per point with a task that does nothing
 (``{"y": x}``): serial (bookkeeping + one atomic Parquet write per point)
@@ -18,8 +18,10 @@ and on an already running 2-worker cluster (scheduling + transfer + write).
 
 Usage::
 
-    OMP_NUM_THREADS=1 python benchmarks/bench_sweep.py            # 58 s measured, 2 cores, load ~1.4
-    OMP_NUM_THREADS=1 python benchmarks/bench_sweep.py --quick    # fewer points and replicas
+    python benchmarks/bench_sweep.py                     # ~18 s serial sweep (8 points, 48 replicas)
+    OMP_NUM_THREADS=1 python benchmarks/bench_sweep.py   # the same with pinned threads
+    python benchmarks/bench_sweep.py --replicas 192      # 4x the work per point (~70 s serial)
+    python benchmarks/bench_sweep.py --quick             # fewer points and replicas
 
 Run on an otherwise idle machine: the speed-up of 2 workers over 1 is bounded
 by the number of idle cores.
@@ -50,25 +52,19 @@ def _grid(points, replicas):
 
 
 def _cpu_bound(points, replicas, root):
-    from distributed import Client, LocalCluster
-
     grid = _grid(points, replicas)
     out = {}
     t0 = time.perf_counter()
     out["serial"] = (sq.sweep("escape", grid, os.path.join(root, "serial"), workers=1,
                               progress=False), time.perf_counter() - t0)
     for n in (1, 2):
+        # symquad's local cluster (started, warmed and stopped inside the timing; points
+        # submitted longest first); sweep(workers=1) would run serially
         t0 = time.perf_counter()
-        cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
-                               dashboard_address=None, silence_logs=logging.ERROR)
-        client = Client(cluster)
-        t_start = time.perf_counter() - t0
-        df = sq.sweep("escape", grid, os.path.join(root, f"dask{n}"), client=client,
-                      progress=False)
-        client.close()
-        cluster.close()
+        with sq.dask_client(workers=n) as client:
+            df = sq.sweep("escape", grid, os.path.join(root, f"dask{n}"), client=client,
+                          progress=False)
         out[f"dask-{n}"] = (df, time.perf_counter() - t0)
-        out[f"start-{n}"] = t_start
     return out
 
 
@@ -118,8 +114,6 @@ def main():
         print(f"  {'executor':10s} {'wall s':>8s} {'per point s':>12s}")
         for k in ("serial", "dask-1", "dask-2"):
             print(f"  {k:10s} {res[k][1]:8.2f} {res[k][1] / n:12.3f}")
-        print(f"  local cluster start-up: 1 worker {res['start-1']:.2f} s, "
-              f"2 workers {res['start-2']:.2f} s (included above)")
         print(f"  speed-up dask-2 vs dask-1: {res['dask-1'][1] / res['dask-2'][1]:.2f}x; "
               f"dask-2 vs serial: {res['serial'][1] / res['dask-2'][1]:.2f}x")
         print(f"  identical numbers on all three executors: {same}")

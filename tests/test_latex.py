@@ -16,7 +16,10 @@ from symquad.symbolic.matrix_form import derive_matrix_form, display_form
 from symquad.symbolic.symbols import ETA, NOISE, P, P_STAR, overlap_symbols
 
 HAVE_PDFLATEX = shutil.which("pdflatex") is not None
-needs_pdflatex = pytest.mark.skipif(not HAVE_PDFLATEX, reason="pdflatex not installed")
+needs_pdflatex = pytest.mark.skipif(
+    not HAVE_PDFLATEX, reason="pdflatex not installed: these tests compile the --standalone "
+    "LaTeX output; install it with `apt-get install texlive-latex-base texlive-latex-recommended` "
+    "(Debian/Ubuntu) to run them")
 
 
 def test_display_form_is_the_derived_form():

@@ -199,7 +199,8 @@ def symmetric_start(Q0, rho0, T):
 def integrate(model: Model, Q0, rho0, T, t_max, t_eval=None, *, method: str = "auto",
               rtol: float = 1e-8, atol: float = 1e-11, max_norm: float | None = None,
               on_divergence: str = "raise", form: str | None = None,
-              warn_symmetric: bool = True, a0=None, progress=False) -> ODESolution:
+              warn_symmetric: bool = True, a0=None, progress=False,
+              threads: int | None = None) -> ODESolution:
     """Integrate ``dQ/dt, dρ/dt`` from ``(Q0, ρ0)`` with fixed teacher overlap ``T``.
 
     Parameters
@@ -254,6 +255,10 @@ def integrate(model: Model, Q0, rho0, T, t_max, t_eval=None, *, method: str = "a
         tqdm bar on a terminal, plain lines (every 10 % or 10 s, with the time
         left) otherwise; worth it at large ``p``, where one right-hand side
         costs seconds.
+    threads : int, optional
+        BLAS threads of the right-hand side's products from ``p + p* >= 48``
+        (:func:`symquad.numeric.kernels.blas_threads`): default the environment
+        variable ``SYMQUAD_THREADS``, else 1 (deterministic, no oversubscription).
 
     Returns
     -------
@@ -305,7 +310,7 @@ def integrate(model: Model, Q0, rho0, T, t_max, t_eval=None, *, method: str = "a
                 f"(e.g. a generic rho0) or pass warn_symmetric=False if this is intended.",
                 RuntimeWarning, stacklevel=2)
 
-    kern = kernels(model, form)
+    kern = kernels(model, form, threads=threads)
     p, k = model.p, model.p_star
     last = {"t": 0.0, "Q": Q0.copy(), "rho": rho0.copy()}
     from ..progress import progress as _progress

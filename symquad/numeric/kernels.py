@@ -41,7 +41,9 @@ regenerated, with a warning.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import os
 import threading
 import warnings
 from dataclasses import dataclass, field
@@ -57,7 +59,8 @@ from ..stages import declare, stage_fields
 from .checks import as_real_array, check_float_activation
 
 __all__ = ["Kernels", "kernels", "KERNEL_FORMS", "clear_kernel_memo", "default_form",
-           "single_thread_blas", "BLAS_LIMIT_FIELDS", "special_support", "special_rhs_seconds",
+           "single_thread_blas", "limited_blas", "blas_threads", "THREADS_ENV",
+           "BLAS_LIMIT_FIELDS", "special_support", "special_rhs_seconds",
            "check_special_cost", "SPECIAL_COST_PER_QUADRUPLE", "SPECIAL_WARN_SECONDS",
            "SPECIAL_REFUSE_SECONDS"]
 
@@ -74,13 +77,55 @@ def clear_kernel_memo() -> None:
         _MEMO.clear()
 
 
-#: Kernels of at least this many fields (``p + p*``) run their matrix products on one
-#: BLAS thread.  Below it OpenBLAS does not thread these products anyway (measured:
-#: identical timings and numbers at p = 64, p* = 2 with 1 and 2 threads), and the
-#: limit's own cost (~6 us) would matter.
+#: Kernels of at least this many fields (``p + p*``) run their matrix products on a fixed
+#: number of BLAS threads (:func:`blas_threads`, default one).  Below it OpenBLAS does not
+#: thread these products anyway (measured: identical timings and numbers at p = 64, p* = 2
+#: with 1 and 2 threads), and the limit's own cost (~6 us) would matter.
 BLAS_LIMIT_FIELDS = 48
+#: Environment variable: BLAS threads of the kernels' products (default 1, see blas_threads).
+THREADS_ENV = "SYMQUAD_THREADS"
 
 _CONTROLLER = []
+
+
+def blas_threads(threads=None) -> int:
+    """The number of BLAS threads the kernels' products use.
+
+    `threads` if given, else the environment variable ``SYMQUAD_THREADS``, else 1.
+    One thread is the default because it is deterministic whatever the machine
+    (the same numbers bit for bit, whatever the user's own thread settings) and
+    never oversubscribes the cores beside other jobs.  More threads serve one
+    large integration on an otherwise idle machine (``p + p* >= 48``; measured in
+    benchmarks/bench_threads.py).
+
+    Raises
+    ------
+    ValueError
+        `threads` (or ``SYMQUAD_THREADS``) is not an integer from 1 to 1024.
+    """
+    source = "threads"
+    if threads is None:
+        text = os.environ.get(THREADS_ENV, "").strip()
+        if not text:
+            return 1
+        source = THREADS_ENV
+        try:
+            threads = int(text)
+        except ValueError:
+            raise ValueError(f"{THREADS_ENV} must be an integer from 1 to 1024, got "
+                             f"{text!r}") from None
+    if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) \
+            or not 1 <= threads <= 1024:
+        raise ValueError(f"{source} must be an integer from 1 to 1024, got {threads!r}")
+    return int(threads)
+
+
+def limited_blas(threads=1):
+    """Context manager: BLAS on `threads` threads inside (threadpoolctl), restored on exit."""
+    if not _CONTROLLER:
+        import threadpoolctl
+        _CONTROLLER.append(threadpoolctl.ThreadpoolController())
+    return _CONTROLLER[0].limit(limits=int(threads), user_api="blas")
 
 
 def single_thread_blas():
@@ -92,10 +137,7 @@ def single_thread_blas():
     other jobs, 0.14 s on one), and thread counts change the rounding.  With the
     limit the results are the same for every thread setting of the user.
     """
-    if not _CONTROLLER:
-        import threadpoolctl
-        _CONTROLLER.append(threadpoolctl.ThreadpoolController())
-    return _CONTROLLER[0].limit(limits=1, user_api="blas")
+    return limited_blas(1)
 
 
 def _exact(values) -> np.ndarray:
@@ -118,6 +160,9 @@ class Kernels:
         plus ``"a"`` when the readout is trained.
     layout : StateLayout
         The order of the state vector (rows and columns of :meth:`diffusion`).
+    threads : int
+        BLAS threads of the products from ``p + p* >= 48`` and of the tensor
+        form (:func:`blas_threads`; default 1, deterministic).
     """
 
     model: Model
@@ -129,6 +174,7 @@ class Kernels:
     _readout: np.ndarray = field(default=None, repr=False, compare=False)
     _exact: tuple = field(default=None, repr=False, compare=False)
     _limit: bool = field(default=False, repr=False, compare=False)
+    threads: int = field(default=1, repr=False, compare=False)
 
     def __post_init__(self):
         # formed once: converting the exact readouts is not free at large p
@@ -179,7 +225,7 @@ class Kernels:
         """
         args = self._arrays(Q, rho, T, a)
         if self._limit:
-            with single_thread_blas():
+            with limited_blas(self.threads):
                 dQ, drho, da = self._rhs(*args)
         else:
             dQ, drho, da = self._rhs(*args)
@@ -190,7 +236,7 @@ class Kernels:
         Q, rho, T, a_float = self._arrays(Q, rho, T, a)
         readout = self._exact[0] if a is None else a_float
         if self._limit:
-            with single_thread_blas():
+            with limited_blas(self.threads):
                 out = self._risk(Q, rho, T, readout, self._exact[1])
         else:
             out = self._risk(Q, rho, T, readout, self._exact[1])
@@ -251,7 +297,7 @@ class Kernels:
         if self._moments is None:
             raise ValueError(f"form {self.form!r} has no moment kinds (it is assembled entry "
                              "by entry); use form='tensor' or form='matrix'")
-        with single_thread_blas():
+        with limited_blas(self.threads):
             return self._moments(*self._arrays(Q, rho, T, a))
 
 
@@ -691,7 +737,7 @@ def _special_kernels(model: Model) -> Kernels:
     return _moment_kernels(model, "tensor", engine, source)
 
 
-def kernels(model: Model, form: str | None = None) -> Kernels:
+def kernels(model: Model, form: str | None = None, *, threads: int | None = None) -> Kernels:
     """Numeric kernels of ``model``.
 
     Parameters
@@ -705,6 +751,9 @@ def kernels(model: Model, form: str | None = None) -> Kernels:
         their cost is estimated first (:func:`check_special_cost`).
         ``"entries"`` is the entry-by-entry reference route for polynomials,
         whose derivation cost grows fast with ``p`` (it checks the size first).
+    threads : int, optional
+        BLAS threads of the products (``p + p* >= 48``, and the tensor form);
+        default ``SYMQUAD_THREADS`` or 1 (:func:`blas_threads`).
 
     Examples
     --------
@@ -713,6 +762,12 @@ def kernels(model: Model, form: str | None = None) -> Kernels:
     >>> round(k.risk(np.eye(2), np.zeros((2, 1)), np.eye(1)), 6)
     1.5
     """
+    n_threads = blas_threads(threads)
+    kern = _kernels(model, form)
+    return kern if n_threads == 1 else dataclasses.replace(kern, threads=n_threads)
+
+
+def _kernels(model: Model, form: str | None) -> Kernels:
     check_model(model)
     check_float_activation(model.activation)
     check_float_activation(model.teacher_activation, "teacher_activation")

@@ -17,6 +17,12 @@ Executors
   another machine, or a dask-jobqueue / dask-kubernetes cluster
   (:func:`connect_scheduler` makes one from an address within a deadline).
 
+On Dask the points are submitted longest first by the task's run-time
+estimate (:func:`longest_first`), and the workers of a local cluster import the
+task's module and symquad's numerics once, together, before the first point.
+Without ``timeout=`` a point runs in the worker process itself (no child
+process).
+
 Bounded waits
 -------------
 ``timeout=`` bounds each point: the point runs in a child process
@@ -77,7 +83,8 @@ from ..entry import muted_shutdown_logs, quiet_close
 from .store import INT64_RANGE, META_COLUMNS, SweepStore, canonical_params, new_token, point_key
 from .tasks import get_task
 
-__all__ = ["sweep", "expand_grid", "run_point", "SweepInfo", "dask_client", "connect_scheduler"]
+__all__ = ["sweep", "expand_grid", "run_point", "SweepInfo", "dask_client", "connect_scheduler",
+           "longest_first"]
 
 #: Local-cluster worker processes allowed per core (each is an interpreter of ~100 MB).
 MAX_WORKERS_PER_CORE = 4
@@ -288,13 +295,70 @@ def _wait_for_a_worker(client, worker_timeout):
                            f"raise worker_timeout") from None
 
 
+def longest_first(task, todo):
+    """`todo` ((key, params) pairs) ordered by the task's run-time estimate, longest first.
+
+    On several workers the sweep's wall time is at least the largest point's
+    time plus whatever ran before it on its worker: submitted in grid order, the
+    largest points of a grid that grows along its last axis start last, and
+    one worker computes them while the other is idle.  Sorting by the
+    estimate (:attr:`symquad.studies.tasks.Task.cost`; the longest-processing-
+    time-first rule, within 4/3 of the best schedule) starts them first.  The
+    sort is stable, points without an estimate go first (they may be long), and
+    without any estimate the grid order is kept.
+    """
+    costs = [task.estimated_cost(params) for _, params in todo]
+    if all(c is None for c in costs):
+        return list(todo)
+    order = sorted(range(len(todo)),
+                   key=lambda i: (costs[i] is not None, -(costs[i] or 0.0)))
+    return [todo[i] for i in order]
+
+
+def _warm_modules(task):
+    """Modules a worker imports before its first point (the task's, and symquad's numerics)."""
+    module = getattr(task.func, "__module__", None) or ""
+    mods = [module] if module and module != "__main__" else []
+    if module.startswith("symquad."):
+        mods += ["symquad.numeric.landscape", "symquad.numeric.simulate"]
+    return mods
+
+
+def _import_modules(modules):
+    import importlib
+
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception:          # the point itself reports what is wrong with its module
+            pass
+
+
+def _warm_up(client, modules):
+    """Import `modules` on every worker at once, before the points are submitted.
+
+    A fresh worker process pays its imports (SciPy, numba, the task's module:
+    seconds) in its first point; warmed together at the start, each point's
+    ``seconds`` is its own work and no worker starts its first (largest) point
+    late.
+    """
+    if not modules:
+        return
+    try:
+        client.run(_import_modules, list(modules))
+    except Exception:              # a worker that cannot import is reported by its points
+        pass
+
+
 def _run_dask(task, todo, on_done, client, retries, timeout, worker_timeout):
     _wait_for_a_worker(client, worker_timeout)
     token = new_token()
     futures = {}
     done_queue = queue.Queue()
-    for key, params in todo:
-        fut = client.submit(run_point, task.func, params, timeout,
+    todo = longest_first(task, todo)
+    for rank, (key, params) in enumerate(todo):
+        # the priority keeps the submission order on the scheduler (higher runs first)
+        fut = client.submit(run_point, task.func, params, timeout, priority=len(todo) - rank,
                             key=f"{task.name}-{key[:12]}-{token}", pure=False, retries=retries)
         futures[fut] = (key, params)
         fut.add_done_callback(done_queue.put)
@@ -366,6 +430,7 @@ def dask_client(address=None, *, workers=None, timeout="20s"):
         return
     client, cluster, started = _local_client(workers or os.cpu_count() or 1)
     try:
+        _warm_up(client, ["symquad.numeric.landscape", "symquad.numeric.simulate"])
         yield client
     except BaseException:
         _close_local(client, cluster, started, abort=True)
@@ -677,6 +742,7 @@ def sweep(task, grid, store, *, client=None, workers=None, progress=None, retrie
                     executor = f"local dask cluster, {n} worker process{'es' if n > 1 else ''}"
                     own_client, cluster, started = _local_client(n)
                     try:
+                        _warm_up(own_client, _warm_modules(task))
                         _run_dask(task, todo, on_done, own_client, retries, timeout,
                                   worker_timeout)
                     except BaseException:

@@ -37,7 +37,8 @@ bump it whenever a change alters the numbers a task returns, so that stored
 results of the old version are not mistaken for new ones.
 
 User tasks: any callable (:func:`get_task` wraps it, name ``module.qualname``,
-version from its ``__symquad_version__`` attribute, default ``"0"``) or a
+version from its ``__symquad_version__`` attribute, default ``"0"``, run-time
+estimate from its ``__symquad_cost__`` attribute, see :attr:`Task.cost`) or a
 dotted path ``"package.module:function"`` / ``"package.module.function"``,
 which is *imported* (never evaluated) after checking that it is made of Python
 identifiers.
@@ -83,6 +84,12 @@ class Task:
         Parameter name -> default value (``inspect.Parameter.empty`` if required).
     summary : str
         First line of the function's docstring.
+    cost : callable or None
+        ``cost(params) -> float``: an estimate of a point's run time from its
+        parameters (all of them, as :meth:`bind` returns), cheap to evaluate
+        and used only to order the points (a sweep on several workers submits
+        the longest first, so that no large point starts last); only the
+        ratios between points matter.  ``None``: no estimate (grid order).
     """
 
     name: str
@@ -90,6 +97,17 @@ class Task:
     func: object = field(repr=False)
     defaults: dict = field(repr=False)
     summary: str = field(default="", repr=False)
+    cost: object = field(default=None, repr=False, compare=False)
+
+    def estimated_cost(self, params: dict):
+        """:attr:`cost` of one point, or ``None`` if there is none or it fails (never raises)."""
+        if self.cost is None:
+            return None
+        try:
+            value = float(self.cost(params))
+        except Exception:           # an estimate must never stop a sweep
+            return None
+        return value if math.isfinite(value) and value >= 0 else None
 
     @property
     def required(self) -> tuple:
@@ -140,8 +158,10 @@ def _make_task(func, name, version) -> Task:
     if not callable(func):
         raise TypeError(f"a task must be callable, got {type(func).__name__}")
     doc = inspect.getdoc(func) or ""
+    cost = getattr(func, "__symquad_cost__", None)
     return Task(name=name, version=str(version), func=func, defaults=_defaults_of(func, name),
-                summary=doc.splitlines()[0] if doc else "")
+                summary=doc.splitlines()[0] if doc else "",
+                cost=cost if callable(cost) else None)
 
 
 def _origin(func) -> str:
@@ -421,7 +441,7 @@ class _ModelTask:
         return f"<model task {self.name!r}: {self.__qualname__}>"
 
 
-def register_model_task(name, version="1", *, fields=None, **model_defaults):
+def register_model_task(name, version="1", *, fields=None, cost=None, **model_defaults):
     """Decorator: register ``f(model, **own)`` as the task `name` taking every Model field.
 
     `model_defaults` sets defaults of model fields for this task (e.g.
@@ -429,14 +449,43 @@ def register_model_task(name, version="1", *, fields=None, **model_defaults):
     fields beyond :data:`symquad.spec.CLASSIC_FIELDS` the body implements
     (default: a built-in task's entry of :data:`symquad.stages.STAGES`, else
     :data:`symquad.stages.FIELDS_0_2`); a model changing any other field is
-    refused by name before the body runs.  Returns the task's callable
+    refused by name before the body runs.  `cost`: ``cost(params) -> float``, the
+    task's run-time estimate (:attr:`Task.cost`).  Returns the task's callable
     (keyword parameters: every model field, then the body's own parameters).
     """
     def deco(body):
         wrapper = _ModelTask(name, body, model_defaults, fields)
+        if cost is not None:
+            wrapper.__symquad_cost__ = cost
         register_task(name, version)(wrapper)
         return wrapper
     return deco
+
+
+def _sgd_cost(params, t_max):
+    r"""Relative run time of `replicas` reduced-simulator runs of ``t_max·N`` steps.
+
+    The per-replica-step cost model of :func:`symquad.numeric.simulate.estimate_seconds`
+    (``3e-9 p (p + p*)`` s) without its floor, so that widths below ``p ≈ 5``
+    still order by their work (measured on the escape task, ``N = 1000``, 48
+    replicas, one core: 2.4, 3.4, 4.2 and 6.8 s at ``p = 2, 3, 4, 5``, ``p* = 1``).
+    """
+    p, ps = int(params["p"]), int(params["p_star"])
+    return float(params.get("replicas", 1)) * float(t_max) * float(params.get("N", 1)) \
+        * 3e-9 * p * (p + ps)
+
+
+def _escape_cost(params):
+    # the SGD part dominates; its horizon is a multiple of the escape time, which is not
+    # known before the prediction is computed: log(N)/eta has its scaling (the plateau's
+    # growth rate is proportional to the step size eta for small eta)
+    lr, p = float(params["lr"]), int(params["p"])
+    eta = lr * p if params.get("lr_scaling") == "width" else lr
+    return _sgd_cost(params, math.log(max(float(params.get("N", 2)), 2.0)) / eta)
+
+
+def _validate_cost(params):
+    return _sgd_cost(params, params.get("t_max") or 1.0) * (1 + 4 * bool(params.get("fss")))
 
 
 def _refuse(model, analysis):
@@ -496,7 +545,7 @@ def plateau_task(model):
             "risk_gf": float(fp.risk_gradient_flow), "rate_gf": float(fp.rate_gradient_flow)}
 
 
-@register_model_task("escape", version="2", lr=0.1)
+@register_model_task("escape", version="2", cost=_escape_cost, lr=0.1)
 def escape_task(model, N=1000, replicas=64, seed=0, sgd=True):
     r"""Escape time from a random start: prediction, ODE and SGD medians with their spreads.
 
@@ -544,7 +593,7 @@ def escape_task(model, N=1000, replicas=64, seed=0, sgd=True):
     return out
 
 
-@register_model_task("validate", version="3", p=4, p_star=2, lr=0.1)
+@register_model_task("validate", version="3", cost=_validate_cost, p=4, p_star=2, lr=0.1)
 def validate_task(model, N=2000, t_max=0.0, replicas=64, start=None, seed=0, method="reduced",
                   fss=False, invariant=False):
     r"""SGD against the ODE theory (:func:`symquad.validate`): the verdict and key numbers.
