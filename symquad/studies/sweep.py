@@ -227,10 +227,16 @@ def run_point(func, params, timeout=None):
     if timeout is not None:
         from .point_runner import run_with_timeout
         return run_with_timeout(func, params, timeout)
+    from .._signals import Terminated
+
     t0 = time.perf_counter()
     try:
         scalars, arrays = _split_result(func(**params), params)
         status, error, tb = "ok", None, None
+    except Terminated:
+        # SIGTERM stops the sweep like Ctrl-C: the point in flight is not an outcome
+        # (never stored as an error row), so a rerun computes it
+        raise
     except (Exception, SystemExit) as exc:     # one bad point never kills the sweep
         scalars, arrays = {}, {}
         status, error = "error", _failure_message(exc)
@@ -654,6 +660,9 @@ def sweep(task, grid, store, *, client=None, workers=None, progress=None, retrie
     bar = _progress_bar(progress, len(unique), len(unique) - len(todo), f"sweep {task.name}")
 
     def on_done(key, params, outcome, failure=None):
+        if outcome is not None and outcome[2] == "interrupted":
+            # a point whose process was stopped (point_runner._stopped): never stored
+            outcome, failure = None, outcome[3]
         if outcome is None:
             lost[key] = _row(task, key, params, ({}, {}, "error", failure, None, 0.0))
         else:
@@ -663,6 +672,7 @@ def sweep(task, grid, store, *, client=None, workers=None, progress=None, retrie
             bar.update(1)
 
     executor = "serial"
+    finished = False
     try:
         with terminate_cleanly():
             if todo:
@@ -683,9 +693,11 @@ def sweep(task, grid, store, *, client=None, workers=None, progress=None, retrie
                         _close_local(own_client, cluster, started, abort=True)
                         raise
                     _close_local(own_client, cluster, started)
+        finished = True
     finally:
         if bar is not None:
-            bar.close()
+            # an interrupted sweep says so, never "done"
+            bar.close(interrupted=not finished)
 
     df_all = st.dataframe(list(task.defaults))
     by_key = {} if df_all.empty else {k: i for i, k in enumerate(df_all["key"])}
