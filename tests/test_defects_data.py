@@ -86,3 +86,53 @@ def test_an_interrupted_progress_says_stopped_not_done():
     bar.update(4)
     bar.close()
     assert "done, 4/4 points" in stream.getvalue() or stream.getvalue() == ""
+
+
+# ---------------------------------------------------------------------------
+# reports holding non-finite numbers
+# ---------------------------------------------------------------------------
+def test_nonfinite_numbers_round_trip_through_strict_json():
+    import json
+
+    from symquad.studies.report_io import decode_nonfinite, encode_nonfinite
+    tree = {"a": math.inf, "b": [-math.inf, 1.5, np.float64("nan")], "c": np.array([1.0, np.inf]),
+            "d": {"e": None, "f": "inf", "g": 3}}
+    text = json.dumps(encode_nonfinite(tree), allow_nan=False)     # strict JSON: no Infinity
+    back = decode_nonfinite(json.loads(text))
+    assert back["a"] == math.inf and back["b"][0] == -math.inf and math.isnan(back["b"][2])
+    assert back["c"] == [1.0, math.inf] and back["d"] == {"e": None, "f": "inf", "g": 3}
+    with pytest.raises(ValueError, match="non-finite"):
+        decode_nonfinite({"__float__": "1e5"})
+
+
+def _inflated_data(tmp_path):
+    m = sq.Model(p=2, p_star=1, lr=0.3)
+    run = sq.simulate(m, N=500, t_max=4.0, replicas=8, seed=1, t_eval=np.linspace(0, 4, 9))
+    Q = run.Q.copy()
+    Q[:, -1] *= 1e155          # a valid (PSD) file whose deviations overflow to inf
+    path = tmp_path / "data.npz"
+    np.savez(path, t=run.t, Q=Q, rho=run.rho)
+    return m, run, Q, path
+
+
+def test_a_data_report_holding_inf_is_written_and_read_back(tmp_path):
+    from symquad.cli import main
+    m, run, Q, path = _inflated_data(tmp_path)
+    out = tmp_path / "rep"
+    with np.errstate(all="ignore"):
+        rc = main(["validate", "--data", str(path), "--p", "2", "--p-star", "1", "--lr", "0.3",
+                   "--out", str(out), "--no-progress"])
+    rep = sq.ValidationReport.load(out)
+    assert rc == {"PASS": 0, "FAIL": 1, "INCONCLUSIVE": 4}[rep.verdict]
+    band = rep.numbers["band_before_escape"]
+    assert band["max_abs_mean_risk_deviation"] == math.inf
+    assert rep.to_dict()["numbers"]["band_before_escape"]["max_abs_mean_risk_deviation"] \
+        == math.inf
+    text = (out / "report.json").read_text()
+    assert "Infinity" not in text and '"__float__": "inf"' in text
+
+
+def test_hostile_report_json_is_a_value_error(tmp_path):
+    from symquad.studies.report_io import join_arrays
+    with pytest.raises(ValueError, match="not in the archive"):
+        join_arrays({"x": {"__npz__": "missing"}}, {})

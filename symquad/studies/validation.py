@@ -706,12 +706,16 @@ class ValidationReport:
     # -- numbers --------------------------------------------------------------
     def to_dict(self) -> dict:
         """Configuration and numbers (a copy; no trajectories)."""
-        return json.loads(self.to_json())
+        from .report_io import decode_nonfinite
+        return decode_nonfinite(json.loads(self.to_json()))
 
     def to_json(self, indent=2) -> str:
-        """The configuration and all numbers as a JSON string."""
+        """The configuration and all numbers as a JSON string (strict JSON: a non-finite
+        number is written ``{"__float__": "inf"}``, see :func:`report_io.encode_nonfinite`)."""
+        from .report_io import encode_nonfinite
         return json.dumps({"format": _report_format(), "format_version": _FORMAT_VERSION,
-                           "config": self.config, "numbers": self.numbers}, indent=indent,
+                           "config": encode_nonfinite(self.config),
+                           "numbers": encode_nonfinite(self.numbers)}, indent=indent,
                           allow_nan=False, default=json_default)
 
     def summary(self) -> str:
@@ -896,7 +900,16 @@ class ValidationReport:
             data, _ = read_npz(os.path.join(path, "invariant_study.npz"),
                                f"{folder!r}: invariant_study.npz")
             study = join_arrays(head["invariant_study"], data)
-        return cls(config=head["config"], numbers=head["numbers"], invariant_study=study,
+        from .report_io import decode_nonfinite
+        try:
+            config, numbers = decode_nonfinite(head["config"]), decode_nonfinite(head["numbers"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"{folder!r}: report.json is damaged ({type(exc).__name__}: "
+                             f"{exc})") from None
+        if not (isinstance(config, dict) and isinstance(numbers, dict)):
+            raise ValueError(f"{folder!r}: report.json is damaged (config and numbers must be "
+                             f"objects)")
+        return cls(config=config, numbers=numbers, invariant_study=study,
                    **arrays)
 
 
