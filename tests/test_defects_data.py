@@ -136,3 +136,75 @@ def test_hostile_report_json_is_a_value_error(tmp_path):
     from symquad.studies.report_io import join_arrays
     with pytest.raises(ValueError, match="not in the archive"):
         join_arrays({"x": {"__npz__": "missing"}}, {})
+
+
+# ---------------------------------------------------------------------------
+# stale temporaries: ownership and kind, not the name alone
+# ---------------------------------------------------------------------------
+def _dead_pid():
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_stale_clean_up_removes_only_provable_own_temporaries(tmp_path):
+    from symquad import _atomic
+    pid = _dead_pid()
+    stem = f".tmp-{_atomic._host()}-{pid}-"
+    own_file = tmp_path / f"{stem}ab_cd123.tmp"
+    own_file.write_text("partial")
+    own_dir = tmp_path / f"{stem}q1w2e3r4"
+    (own_dir / "sub").mkdir(parents=True)
+    target = tmp_path / "precious.txt"
+    target.write_text("keep me")
+    link = tmp_path / f"{stem}zz_zz999.tmp"
+    link.symlink_to(target)                         # a link under a temporary's name
+    fifo = tmp_path / f"{stem}ff_ff000.tmp"
+    os.mkfifo(fifo)
+    odd_tail = tmp_path / f"{stem}results-final.csv"    # the name's start only
+    odd_tail.write_text("data")
+    live = tmp_path / f"{_atomic.temp_prefix('.tmp-')}live1234.tmp"     # this process: alive
+    live.write_text("in flight")
+    removed = _atomic.remove_stale(tmp_path, ".tmp-")
+    assert sorted(removed) == sorted([str(own_file), str(own_dir)])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [link.name, fifo.name, odd_tail.name, live.name, target.name])
+    assert target.read_text() == "keep me"
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,
+                    reason="giving a file to another user needs root")
+def test_stale_clean_up_leaves_another_users_entry(tmp_path):
+    from symquad import _atomic
+    name = tmp_path / f".tmp-{_atomic._host()}-{_dead_pid()}-ab_cd123.tmp"
+    name.write_text("theirs")
+    os.chown(name, 12345, 12345)
+    assert _atomic.remove_stale(tmp_path, ".tmp-") == []
+    assert name.exists()
+
+
+# ---------------------------------------------------------------------------
+# table.parquet: trusted only for the bytes it was made from
+# ---------------------------------------------------------------------------
+def test_cache_is_not_trusted_over_an_edited_point_file_with_the_same_mtime(tmp_path,
+                                                                           monkeypatch):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    import sweep_tasks
+    from symquad.studies import store as store_module
+    monkeypatch.setattr(store_module, "_CONSOLIDATE_AFTER", 4)
+    store = tmp_path / "s"
+    sq.sweep(sweep_tasks.square, {"x": [1, 2, 3, 4, 5]}, store, workers=1, progress=False)
+    first = sq.load_sweep(store)                 # 5 fresh rows: writes table.parquet
+    assert (store / "table.parquet").exists()
+    key = first.loc[first["x"] == 3, "key"].item()
+    path = store / "points" / f"{key}.parquet"
+    st = os.stat(path)
+    row = pq.read_table(path).to_pylist()[0]
+    row["y"] = -1                                # an edit the cache knows nothing of ...
+    pq.write_table(pa.Table.from_pylist([row]), path)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))      # ... with the old mtime
+    df = sq.load_sweep(store)
+    assert dict(zip(df["x"], df["y"])) == {1: 1, 2: 4, 3: -1, 4: 16, 5: 25}
+    assert "_sha256" not in df.columns
