@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, fields
 from fractions import Fraction
 from numbers import Integral, Rational, Real
 
-__all__ = ["Model", "LR_SCALINGS", "CONSTRAINTS", "MAX_DEGREE", "MAX_BATCH_SIZE", "CLASSIC_FIELDS",
+__all__ = ["Model", "LR_SCALINGS", "CONSTRAINTS", "MAX_DEGREE", "MAX_WIDTH", "MAX_BATCH_SIZE", "CLASSIC_FIELDS",
            "check_model", "require", "model_fields", "default_readout", "parse_polynomial",
            "NAMED_ACTIVATIONS", "ACTIVATION_LABELS", "activation_label", "activation_kind",
            "activation_key", "activation_tag", "special_module_name"]
@@ -279,15 +279,32 @@ def _trim(coeffs):
     return coeffs
 
 
+def _exact_literals(tree, source: str) -> None:
+    """Replace every decimal literal of `tree` by the exact rational its text denotes.
+
+    Python's parser reads ``0.1`` as the nearest float (and ``1e400`` as
+    inf); the coefficient is meant as written, so each float literal is read
+    again from its own text (:func:`_to_fraction`, bounded exponent):
+    ``"0.1000000000000000055511151231257827*z"`` keeps all its digits, as the
+    same number does in a readout or a coefficient string.
+    """
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, float):
+            text = ast.get_source_segment(source, node)
+            node.value = _to_fraction(text.replace("_", "") if text else repr(node.value),
+                                      "activation")
+
+
 def parse_polynomial(activation: str) -> tuple[Fraction, ...]:
     """Exact coefficients ``(c0, ..., cd)`` of a polynomial written as a string in ``z``.
 
     A restricted parser: the string is read with :func:`ast.parse` (which only
     builds a syntax tree, it runs nothing) and only numbers, the name ``z``,
     ``+ - * /``, ``**`` with a non-negative integer literal exponent, unary
-    signs and parentheses are allowed.  Decimal literals are exact
-    (``"0.5*z**2"`` gives ``(0, 0, 1/2)``, the same as the tuple
-    ``(0, 0, 0.5)``).  The degree cap ``MAX_DEGREE`` is checked on the syntax
+    signs and parentheses are allowed.  Decimal literals are exact rationals
+    read from their text, never through a float (``"0.5*z**2"`` gives
+    ``(0, 0, 1/2)``, ``"0.1000000000000000055511151231257827*z"`` keeps every
+    digit; :func:`_exact_literals`).  The degree cap ``MAX_DEGREE`` is checked on the syntax
     tree before any arithmetic.
 
     Raises
@@ -309,6 +326,7 @@ def parse_polynomial(activation: str) -> tuple[Fraction, ...]:
             raise ValueError(
                 f"activation {activation!r} has degree up to {bound}; the degree must be "
                 f"in [1, {MAX_DEGREE}] (symquad.spec.MAX_DEGREE)")
+        _exact_literals(tree, activation.strip())
         return _trim(_evaluate(tree, activation))
     except RecursionError:
         raise ValueError(f"activation {activation!r} is nested too deeply") from None
@@ -391,6 +409,15 @@ def _format_activation(coeffs: tuple[Fraction, ...]) -> str:
 #: after every step each student row is renormalised to ``|w_k|² = N``, so
 #: ``Q_kk = 1`` (docs/model.md §2).
 CONSTRAINTS = ("none", "sphere")
+
+#: Largest student or teacher width a Model accepts.  Every route holds ``p × p``
+#: and ``p × p*`` overlaps per replica and time and costs at least ``p²`` per
+#: step (the tensor routes ``p³`` and more): at this width one overlap matrix is
+#: 134 MB and a single ODE step of the matrix form takes seconds, so anything
+#: wider would exhaust memory or run for days before a result (``validate --p
+#: 12000`` allocated 5.6 GB before any other check).  Checked when the Model is
+#: made, so every entry point refuses a wider model before any work.
+MAX_WIDTH = 4096
 
 #: Largest mini-batch a Model accepts: a step costs ``O(b)`` in every
 #: simulator, and ``b`` enters the drift as ``η²/b``.
@@ -523,8 +550,10 @@ class Model:
     Model(p=3, p_star=2, lr=0.2, noise=0.0, activation='z**2', lr_scaling='fixed', weight_decay=0.1, batch_size=4)
     """
 
-    p: int = field(metadata=_meta("int", "student width", ">= 1", "--p"))
-    p_star: int = field(metadata=_meta("int", "teacher width", ">= 1", "--p-star"))
+    p: int = field(metadata=_meta("int", "student width", f"1..{MAX_WIDTH}", "--p",
+                                  upper=MAX_WIDTH))
+    p_star: int = field(metadata=_meta("int", "teacher width", f"1..{MAX_WIDTH}", "--p-star",
+                                       upper=MAX_WIDTH))
     lr: float = field(metadata=_meta("positive", "learning rate (eta = lr, or lr*p with "
                                      "--lr-scaling width)", "(0, inf)", "--lr"))
     noise: float = field(default=0.0, metadata=_meta(
