@@ -537,13 +537,19 @@ def connect_scheduler(address, timeout=30.0):
     return box["client"]
 
 
+#: Longest wait any ``*timeout`` argument accepts (about 116 days): the operating
+#: system's waits (``select``, locks) overflow on larger numbers (``1e300`` was an
+#: OverflowError, exit 5); ``None`` means no limit where it is allowed.
+MAX_SECONDS = 1e7
+
+
 def _check_seconds(value, name, allow_none=False):
     if value is None and allow_none:
         return None
     if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value) \
-            or value <= 0:
-        raise ValueError(f"{name} must be a finite number of seconds > 0"
-                         f"{' or None' if allow_none else ''}, got {value!r}")
+            or not 0 < value <= MAX_SECONDS:
+        raise ValueError(f"{name} must be a number of seconds in (0, {MAX_SECONDS:.0e}]"
+                         f"{' or None (no limit)' if allow_none else ''}, got {value!r}")
     return float(value)
 
 
