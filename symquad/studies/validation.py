@@ -1152,6 +1152,8 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start=None, seed=0, *,
         jobs["invariant_drift"] = (invariant_drift_study, dict(
             model=model, Ns=list(invariant_N), t_max=t_max, replicas=invariant_replicas,
             seed=seed, method=method, T=T))
+    from ..numeric.kernels import check_kernels
+    check_kernels(model)        # the ODE's kernels exist for this pair: checked before SGD runs
     _plan_runs(model, method, [("main run", N, t_max, replicas, n_times)]
                + [(f"finite-size scaling at N={n}", n, fss_t, fss_replicas or replicas, 51)
                   for n in (fss_N if fss else ())]
