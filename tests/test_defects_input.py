@@ -194,3 +194,27 @@ def test_hostile_report_and_store_files_are_value_errors(tmp_path):
     np.savez(folder / "trajectories.npz", t=np.zeros(2))
     with pytest.raises(ValueError):
         sq.ValidationReport.load(folder)
+
+
+@pytest.mark.parametrize("cls", ["ODESolution", "SimulationRun"])
+@pytest.mark.parametrize("meta_extra", [{}, {"model": {"p": 2}}, {"t_diverged": None, "N": 3}])
+def test_hostile_result_files_are_value_errors(tmp_path, cls, meta_extra):
+    import json
+    import zipfile
+
+    from symquad.numeric.persist import FORMAT_VERSION
+    path = tmp_path / "forged.npz"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("meta.json", json.dumps({"kind": cls, "format_version": FORMAT_VERSION,
+                                             **meta_extra}))
+    loader = getattr(sq, cls).load
+    with pytest.raises(ValueError, match="not a complete saved|saved model"):
+        loader(path)
+
+
+def test_saved_model_with_zero_denominator_is_a_value_error():
+    from symquad.numeric.persist import model_from_dict, model_to_dict
+    data = model_to_dict(sq.Model(p=2, p_star=1, lr=0.1))
+    data["activation"] = ["0", "1/0"]
+    with pytest.raises(ValueError, match="non-zero denominator"):
+        model_from_dict(data)

@@ -76,7 +76,9 @@ class ODESolution:
     @classmethod
     def load(cls, path) -> "ODESolution":
         """Read a solution written by :meth:`save` (same arrays, same model)."""
-        meta, arr = load_npz(path, "ODESolution")
+        meta, arr = load_npz(path, "ODESolution",
+                             ("t_diverged", "model", "status", "message", "nfev"),
+                             ("t", "Q", "rho", "risk", "T"))
         t_div = meta["t_diverged"]
         return cls(model_from_dict(meta["model"]), arr["t"], arr["Q"], arr["rho"], arr["risk"],
                    arr["T"], meta["status"], None if t_div is None else float(t_div),
@@ -405,14 +407,16 @@ def _check_explicit_steps(method, f0, y0, t_max) -> None:
 
     An explicit Runge-Kutta step is stable only for ``h·κ ≲ 3`` where ``κ`` is
     the fastest decay rate, so the run needs at least ``κ t_max / 3`` steps.
-    ``κ`` is estimated at the start as ``max_i |f_i| / (|y_i| + 10^-3 max|y|)``
-    (for a weight decay ``f = −ηλ y`` it is ``ηλ``).  ``weight_decay = 1e12``
+    ``κ`` is estimated at the start as ``max_i (−f_i sign y_i)⁺ / (|y_i| + 10^-3 max|y|)``
+    over the entries driven towards zero (for a weight decay ``f = −ηλ y`` it
+    is ``ηλ``; a fast growth is a blow-up, reported as a divergence instead).  ``weight_decay = 1e12``
     with ``method="RK45"`` needed ~10^12 steps and never finished; ``"auto"``
     switches to the stiff LSODA and takes a second.
     """
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         floor = 1e-3 * max(float(np.max(np.abs(y0))), 1e-300)
-        rate = float(np.max(np.abs(f0) / (np.abs(y0) + floor)))
+        # decay only (f against y): a fast growth is a blow-up, which integrate reports
+        rate = float(np.max(np.maximum(-f0 * np.sign(y0), 0.0) / (np.abs(y0) + floor)))
     if not np.isfinite(rate):
         return                         # an infinite slope: integrate reports the divergence
     steps = rate * t_max / 3.0

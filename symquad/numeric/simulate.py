@@ -228,7 +228,9 @@ class SimulationRun:
     def load(cls, path) -> "SimulationRun":
         """Read a run written by :meth:`save` (same arrays, same model)."""
         from .persist import load_npz, model_from_dict
-        meta, arr = load_npz(path, "SimulationRun")
+        meta, arr = load_npz(path, "SimulationRun", ("model", "N", "method", "seed",
+                                                     "check_every"),
+                             ("t", "Q", "rho", "risk", "T", "status", "t_diverged"))
         last = {key[len("last_finite_"):]: value for key, value in arr.items()
                 if key.startswith("last_finite_")}
         return cls(model=model_from_dict(meta["model"]), N=int(meta["N"]),
