@@ -414,13 +414,15 @@ def _format_activation(coeffs: tuple[Fraction, ...]) -> str:
 #: ``Q_kk = 1`` (docs/model.md §2).
 CONSTRAINTS = ("none", "sphere")
 
-#: Largest learning rate, readout learning rate, weight decay and label-noise
-#: variance a Model accepts.  These are rates of the dynamics in the time unit
-#: ``t = steps/N`` (the noise enters as ``η²Δ``); at ``10^12`` every time scale is
-#: below ``10^-12`` of a unit of time, so the stiff solvers need ``10^12`` times
-#: finer steps than the run's length can resolve, and at ``weight_decay = 1e100``
-#: ``integrate`` never finished (``1e20`` took 4.5 s, the step control still
-#: resolving it).
+#: Largest readout learning rate and weight decay a Model accepts.  Both are
+#: rates of the dynamics in the time unit ``t = steps/N``; at ``10^12`` every time
+#: scale is below ``10^-12`` of a unit of time, so the stiff solvers need ``10^12``
+#: times finer steps than the run's length can resolve, and at ``weight_decay =
+#: 1e100`` ``integrate`` never finished (``1e20`` took 4.5 s, the step control
+#: still resolving it).  ``lr`` and ``noise`` are not bounded: with an activation
+#: of scale ``c`` the dynamics depend on ``lr·c²`` and ``noise/c²`` (see
+#: :func:`symquad.numeric.checks.check_float_activation`), so ``lr = 1e97`` is a
+#: meaningful value for ``c = 1e-50``.
 MAX_RATE = 1e12
 
 #: Largest student or teacher width a Model accepts.  Every route holds ``p × p``
@@ -467,10 +469,11 @@ def _check_float(name, value, positive, what=None, upper=None):
         raise ValueError(f"{label} must be in {low}, {upper:g}] (symquad.spec.MAX_RATE: "
                          f"beyond it every time scale of the dynamics is below 1e-12 and the "
                          f"solvers cannot resolve it), got {value:g}")
+    hi = "inf)" if upper is None else f"{upper:g}]"
     if positive and value <= 0:
-        raise ValueError(f"{label} must be > 0 (allowed range: (0, inf)), got {value}")
+        raise ValueError(f"{label} must be > 0 (allowed range: (0, {hi}), got {value}")
     if value < 0:
-        raise ValueError(f"{label} must be >= 0 (allowed range: [0, inf)), got {value}")
+        raise ValueError(f"{label} must be >= 0 (allowed range: [0, {hi}), got {value}")
     return value
 
 
@@ -590,9 +593,9 @@ class Model:
     p_star: int = field(metadata=_meta("int", "teacher width", f"1..{MAX_WIDTH}", "--p-star",
                                        upper=MAX_WIDTH))
     lr: float = field(metadata=_meta("positive", "learning rate (eta = lr, or lr*p with "
-                                     "--lr-scaling width)", "(0, 1e12]", "--lr", upper=MAX_RATE))
+                                     "--lr-scaling width)", "(0, inf)", "--lr"))
     noise: float = field(default=0.0, metadata=_meta(
-        "nonnegative", "label-noise variance Delta", "[0, 1e12]", "--noise", upper=MAX_RATE,
+        "nonnegative", "label-noise variance Delta", "[0, inf)", "--noise",
         what="label-noise variance", param="Delta", latex=r"\Delta"))
     activation: tuple = field(default=(0, 0, 1), metadata=_meta(
         "activation", "student activation: a polynomial in z, or erf (meaning erf(z/sqrt(2)))"

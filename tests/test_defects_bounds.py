@@ -76,7 +76,7 @@ def test_widths_are_bounded_in_the_model(field, value):
     assert getattr(sq.Model(**kwargs), field) == MAX_WIDTH
 
 
-@pytest.mark.parametrize("field", ["lr", "noise", "lr_readout", "weight_decay"])
+@pytest.mark.parametrize("field", ["lr_readout", "weight_decay"])
 def test_rates_are_bounded_in_the_model(field):
     kwargs = dict(p=2, p_star=1, lr=0.1)
     kwargs[field] = MAX_RATE * 10

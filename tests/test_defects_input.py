@@ -166,7 +166,8 @@ def test_coefficient_string_with_zero_denominator():
 
 @pytest.mark.parametrize("method", ["auto", "LSODA", "BDF", "RK45"])
 @pytest.mark.parametrize("model", [sq.Model(p=2, p_star=1, lr=1e12),
-                                   sq.Model(p=2, p_star=1, lr=1e12, activation="z**3")])
+                                   sq.Model(p=2, p_star=1, lr=1e12, activation="z**3"),
+                                   sq.Model(p=2, p_star=1, lr=1e200)])
 def test_a_first_step_blow_up_is_a_divergence(model, method):
     with np.errstate(all="ignore"):
         with pytest.raises(sq.DivergenceError):

@@ -356,7 +356,11 @@ def integrate(model: Model, Q0, rho0, T, t_max, t_eval=None, *, method: str = "a
                       t_events=[np.empty(0)], y_events=[np.empty((0, y0.size))])
     finally:
         bar.close()
-    # scipy leaves the event lists as Python lists when a solver fails early
+    # scipy leaves its outputs as Python lists when a solver fails at its first step
+    sol.t = np.asarray(sol.t, dtype=float).reshape(-1)
+    sol.y = np.asarray(sol.y, dtype=float).reshape(y0.size, -1)
+    if sol.t.size == 0:
+        sol.t, sol.y, sol.status = np.zeros(1), y0[:, None].copy(), -1
     sol.t_events = [np.asarray(e, dtype=float) for e in sol.t_events]
     sol.y_events = [np.asarray(e, dtype=float).reshape(-1, y0.size) for e in sol.y_events]
     Qs = np.empty((sol.t.size, p, p))
