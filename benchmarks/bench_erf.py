@@ -26,7 +26,6 @@
         python benchmarks/bench_erf.py [--max-p 256] [--p-star 2] [--repeat 3]
 """
 
-import argparse
 import importlib
 import os
 import pathlib
@@ -41,6 +40,7 @@ import numpy as np
 from scipy.optimize import fsolve
 
 import symquad as sq
+from symquad.entry import ArgumentParser
 
 
 def load_peer():
@@ -157,7 +157,7 @@ def rhs_table(max_p, p_star, repeat, long, relu_max_p):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--max-p", type=int, default=256)
     parser.add_argument("--p-star", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=3)

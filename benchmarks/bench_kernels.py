@@ -21,7 +21,6 @@ The peer measures time as ``τ = steps·η/(pN)``, so its right-hand side is
         python benchmarks/bench_kernels.py [--max-p 512] [--lambdify-max-p 6] [--repeat 5]
 """
 
-import argparse
 import importlib
 import importlib.util
 import os
@@ -35,6 +34,7 @@ import numpy as np
 import sympy as sp
 
 import symquad as sq
+from symquad.entry import ArgumentParser
 
 
 def _point(p, k, rng):
@@ -185,7 +185,7 @@ def main(max_p=512, lambdify_max_p=6, repeat=5, p_star=2, before=None):
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--max-p", type=int, default=512)
     parser.add_argument("--lambdify-max-p", type=int, default=6)
     parser.add_argument("--repeat", type=int, default=5)

@@ -21,7 +21,8 @@ not timed.
     OMP_NUM_THREADS=1 python benchmarks/bench_model_spec.py --before /tmp/symquad-0.2
 """
 
-import argparse
+
+from symquad.entry import ArgumentParser
 import json
 import os
 import pathlib
@@ -89,7 +90,7 @@ def run_worker(tree, out_dir):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--before", required=True, help="checkout of the earlier version")
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds per version")
     args = parser.parse_args()

@@ -17,10 +17,10 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
 import time
 
 import symquad as sq
+from symquad.entry import ArgumentParser
 
 
 def _per_unit_time(model, N, R, method, t_max):
@@ -33,7 +33,7 @@ def _per_unit_time(model, N, R, method, t_max):
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--p", type=int, default=4)
     parser.add_argument("--p-star", type=int, default=2)
     parser.add_argument("--lr", type=float, default=0.1)

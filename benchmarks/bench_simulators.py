@@ -25,7 +25,6 @@ warm-up call keeps that out of the timings.
 
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 import time
@@ -33,6 +32,7 @@ import time
 import numpy as np
 
 import symquad as sq
+from symquad.entry import ArgumentParser
 from symquad.numeric import simulate as _sim
 from symquad.numeric.simulate import simulate
 
@@ -70,7 +70,7 @@ def _time_rng(model, R, N, min_time):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--N", type=int, nargs="+", default=[1000, 10000, 100000])
     parser.add_argument("--replicas", type=int, nargs="+", default=[1, 16, 64])
     parser.add_argument("--p", type=int, default=4)

@@ -14,7 +14,8 @@
     OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1 python benchmarks/bench_special.py [--p 64] [--p-star 4] [--sample 200000]
 """
 
-import argparse
+
+from symquad.entry import ArgumentParser
 import time
 
 import numpy as np
@@ -61,7 +62,7 @@ def best_of(fn, repeat=3, clock=time.perf_counter):
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = ArgumentParser()
     ap.add_argument("--p", type=int, default=64)
     ap.add_argument("--p-star", type=int, default=4)
     ap.add_argument("--sample", type=int, default=200_000)

@@ -21,7 +21,6 @@ Side by side in one run, for σ = z³ and σ = z³ − 3z:
     python benchmarks/bench_tensor.py --threads-only
 """
 
-import argparse
 import os
 import subprocess
 import sys
@@ -32,6 +31,7 @@ import timeit
 import numpy as np
 
 import symquad as sq
+from symquad.entry import ArgumentParser
 
 ACTIVATIONS = ("z**3", "z**3 - 3*z")
 
@@ -249,7 +249,7 @@ def threads_table(repeat):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--no-mpmath", action="store_true", help="skip the conditioning table")
     parser.add_argument("--threads-only", action="store_true",

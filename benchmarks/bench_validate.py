@@ -23,13 +23,14 @@ average before and after each run.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
 import sys
 import tarfile
 import tempfile
+
+from symquad.entry import ArgumentParser
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -125,7 +126,7 @@ def _print(label, res):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--before", metavar="REV", help="also time git revision REV")
     ap.add_argument("--repeat", type=int, default=1, help="alternating runs of each")
     ap.add_argument("--quick", action="store_true", help="small statistics (smoke test)")

@@ -34,7 +34,6 @@ criteria have their own calibration, tests/test_validation_verdict.py); pass
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -43,6 +42,7 @@ from pathlib import Path
 import numpy as np
 
 import symquad as sq
+from symquad.entry import ArgumentParser
 from symquad._atomic import atomic_file
 
 #: ``T ≠ I`` of the calibration (a teacher with unequal norms and an overlap).
@@ -162,7 +162,7 @@ def table(out: Path) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True, type=Path, help="folder of the run files")
     parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--first-seed", type=int, default=0)

@@ -15,7 +15,6 @@ Writes ``DIR/escape_risk_curves.png`` (or ``.pdf``/``.svg``; default ``DIR``
 and prints the measured runtime.
 """
 
-import argparse
 import time
 from pathlib import Path
 
@@ -65,7 +64,7 @@ def main(p_star=2, N=2000, replicas=32, ps=(2, 4, 8), out=DEFAULT_OUT, fmt="png"
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = sq.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--p-star", type=int, default=2)
     ap.add_argument("--N", type=int, default=2000)
     ap.add_argument("--replicas", type=int, default=32)

@@ -30,7 +30,6 @@ png|pdf|svg`` (figures; default png), ``--workers N``
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import time
 from pathlib import Path
@@ -86,7 +85,7 @@ def plot(store, fig_dir, fmt="png"):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = sq.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--part", choices=("ode", "sgd", "all"))
     ap.add_argument("--quick", action="store_true", help="fewer configurations and replicas")
     ap.add_argument("--plot", action="store_true", help="figures from the stored results")

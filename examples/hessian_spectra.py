@@ -13,7 +13,6 @@ Writes ``DIR/hessian_spectra.png`` (or ``.pdf``/``.svg``; default ``DIR``
 ``./symquad_examples/hessian_spectra``).
 """
 
-import argparse
 import time
 from pathlib import Path
 
@@ -50,7 +49,7 @@ def main(N=12, out=DEFAULT_OUT, fmt="png"):
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = sq.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--N", type=int, default=12, help="input dimension (default 12)")
     ap.add_argument("--out", default=str(DEFAULT_OUT),
                     help=f"output folder (default ./{DEFAULT_OUT})")

@@ -22,7 +22,6 @@ study is the expensive part (reduced simulator, cost ∝ N·t_max·replicas); th
 runtime is measured and printed.
 """
 
-import argparse
 import time
 from pathlib import Path
 
@@ -152,7 +151,7 @@ def main(quick=False, out=DEFAULT_OUT, seed=0, fmt="png"):
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = sq.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small N and few replicas")
     parser.add_argument("--out", default=str(DEFAULT_OUT),
                         help=f"output folder (default ./{DEFAULT_OUT})")

@@ -14,7 +14,6 @@ random start at this ``N``) is marked.
 Writes ``DIR/phases.png`` (or ``.pdf``/``.svg``; default ``DIR`` ``./symquad_examples/phases``).
 """
 
-import argparse
 import time
 from pathlib import Path
 
@@ -49,7 +48,7 @@ def main(N=1e6, t_max=600.0, out=DEFAULT_OUT, seed=0, fmt="png"):
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = sq.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--N", type=float, default=1e6, help="input dimension (default 1e6)")
     parser.add_argument("--t-max", type=float, default=600.0, help="final time (default 600)")
     parser.add_argument("--out", default=str(DEFAULT_OUT),

@@ -14,7 +14,6 @@ Default ``--out``: ``./symquad_examples/sweep_phase_diagram``.  Measured: 96 poi
 7.5 s serially on 2 cores shared with other jobs.
 """
 
-import argparse
 import time
 from pathlib import Path
 
@@ -26,7 +25,7 @@ DEFAULT_OUT = Path("symquad_examples") / "sweep_phase_diagram"
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = sq.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(DEFAULT_OUT),
                     help=f"output folder (default ./{DEFAULT_OUT})")
     ap.add_argument("--p", type=int, default=4, help="student width (default 4)")

@@ -10,7 +10,6 @@ PNG figures, trajectories) to ``DIR/random`` and ``DIR/informed`` (default
 ``./symquad_examples/validate_quickstart``). The runtime is measured and printed.
 """
 
-import argparse
 import time
 from pathlib import Path
 
@@ -56,7 +55,7 @@ def main(quick=False, out=DEFAULT_OUT, fmt="png"):
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = sq.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="small N and few replicas")
     parser.add_argument("--out", default=str(DEFAULT_OUT),
                         help=f"output folder (default ./{DEFAULT_OUT})")

@@ -66,6 +66,7 @@ _LAZY = {
     "sweep": "symquad.studies.sweep",
     "dask_client": "symquad.studies.sweep",
     "run_main": "symquad.entry",
+    "ArgumentParser": "symquad.entry",
     "connect_scheduler": "symquad.studies.sweep",
     "load_sweep": "symquad.studies.store",
     "load_sweep_arrays": "symquad.studies.store",

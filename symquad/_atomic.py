@@ -10,21 +10,25 @@ Every temporary file or folder symquad makes is named
 ``<prefix><host>-<pid>-<random><suffix>`` (:func:`temp_prefix`): the host and
 the process that own it are in its name.  A process killed before it could
 clean up (SIGKILL, power loss) leaves such a name behind, and a later run
-removes it with :func:`remove_stale` -- only when the owner ran on this host and
-that process is gone, so a temporary of a live process (or of another machine
-sharing the folder) is never touched.
+removes it with :func:`remove_stale` -- only when the owner ran on this host,
+that process is gone, and the entry is what symquad makes (the full name form,
+a regular file or folder, owned by this user: :func:`is_own_stale_temporary`),
+so a temporary of a live process, of another machine sharing the folder, of
+another user, or a look-alike name is never touched.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import stat
 import socket
 import tempfile
 from contextlib import contextmanager, suppress
 
 __all__ = ["atomic_file", "TMP_PREFIX", "temp_prefix", "temp_owner", "pid_alive",
-           "remove_stale", "make_temp_dir"]
+           "remove_stale", "make_temp_dir", "is_own_stale_temporary"]
 
 #: Prefix of every temporary file (see the module docstring).
 TMP_PREFIX = ".tmp-"
@@ -120,23 +124,59 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+#: The random tail :mod:`tempfile` gives a name (8 characters of its alphabet), then the
+#: suffix symquad uses for files (folders have none).
+_TEMP_TAIL = re.compile(r"[a-z0-9_]{8}(\.tmp)?")
+
+
+def is_own_stale_temporary(entry: os.DirEntry, prefix: str) -> bool:
+    """True only if `entry` is provably a temporary that a dead symquad process made here.
+
+    A name is not enough (anyone can create ``.tmp-host-123-…``): the entry
+    must
+
+    * have the whole form of a name :func:`atomic_file` / :func:`make_temp_dir`
+      make: ``<prefix><host>-<pid>-`` and :mod:`tempfile`'s 8-character tail;
+    * name this host and a process that no longer exists;
+    * be a regular file or a real folder (never a link, FIFO, socket or
+      device: symquad makes none of those) owned by this user (another user's
+      entry is not ours, even where permissions would let us delete it).
+    """
+    owner = temp_owner(entry.name, prefix)
+    if owner is None or owner[0] != _host() or pid_alive(owner[1]):
+        return False
+    if not _TEMP_TAIL.fullmatch(entry.name[len(temp_prefix_of(owner, prefix)):]):
+        return False
+    try:
+        st = entry.stat(follow_symlinks=False)
+    except OSError:
+        return False
+    if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+        return False
+    return not hasattr(os, "getuid") or st.st_uid == os.getuid()
+
+
+def temp_prefix_of(owner, prefix: str) -> str:
+    """The name prefix :func:`temp_prefix` gives the process ``owner = (host, pid)``."""
+    return f"{prefix}{owner[0]}-{owner[1]}-"
+
+
 def remove_stale(folder, prefix: str) -> list:
     """Remove the temporaries named ``<prefix><host>-<pid>-…`` in `folder` whose owner is dead.
 
-    Only entries of this host whose process no longer exists are removed
-    (files, or folders with everything in them); anything else -- a live
-    owner, another host, a name of another form -- is left alone.  Returns the
-    removed paths.
+    Only what :func:`is_own_stale_temporary` proves to be a dead symquad
+    process's temporary on this host is removed (files, or folders with
+    everything in them); anything else -- a live owner, another host, another
+    user's entry, a link or special file, a name of another form -- is left
+    alone.  Returns the removed paths.
     """
     removed = []
-    host = _host()
     try:
         entries = list(os.scandir(folder))
     except OSError:
         return removed
     for entry in entries:
-        owner = temp_owner(entry.name, prefix)
-        if owner is None or owner[0] != host or pid_alive(owner[1]):
+        if not is_own_stale_temporary(entry, prefix):
             continue
         try:
             if entry.is_dir(follow_symlinks=False):

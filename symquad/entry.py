@@ -24,6 +24,7 @@ errors at close suppressed, since they report only the shutdown itself.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import gc
 import logging
@@ -35,7 +36,7 @@ import threading
 import traceback
 import warnings
 
-__all__ = ["run_main", "exit_status", "quiet_close", "ignore_sigint", "children_ignore_sigint",
+__all__ = ["run_main", "ArgumentParser", "exit_status", "quiet_close", "ignore_sigint", "children_ignore_sigint",
            "one_line_warnings", "EXIT_BAD_INPUT", "EXIT_DIVERGED", "EXIT_INTERNAL",
            "EXIT_INTERRUPTED"]
 
@@ -43,6 +44,29 @@ EXIT_BAD_INPUT = 2
 EXIT_DIVERGED = 3
 EXIT_INTERNAL = 5
 EXIT_INTERRUPTED = 130
+
+class ArgumentParser(argparse.ArgumentParser):
+    """The command-line parser of every entry point: no abbreviations, one-line errors.
+
+    * ``allow_abbrev`` is always False: argparse would otherwise read a prefix
+      of a flag as that flag, so ``symquad equations --lr 0.1`` (a command
+      without ``--lr``) silently set ``--lr-readout``; now an unknown or
+      shortened flag is an error.  Sub-command parsers made with
+      ``add_subparsers().add_parser`` are of this class too (argparse's
+      default ``parser_class`` is the parent's class).
+    * :meth:`error` prints one line, ``PROG: error: message (see PROG
+      --help)``, and exits with status 2, like every other refusal of bad
+      input (:func:`run_main`), instead of argparse's multi-line usage text.
+    """
+
+    def __init__(self, *args, **kwargs):
+        kwargs["allow_abbrev"] = False          # never: see the class docstring
+        super().__init__(*args, **kwargs)
+
+    def error(self, message):
+        text = " ".join(str(message).split())
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {text} (see {self.prog} --help)\n")
+
 
 def exit_status(exc: BaseException) -> tuple[int, str]:
     """``(exit status, kind)`` of an exception that ends an entry point (see module docstring)."""

@@ -156,7 +156,84 @@ def _finish(fig):
     _tidy_log_axes(fig)
     fig.canvas.draw()
     for t in fig.findobj(Text):
+        _math_symbols(t)
+    _fit_titles(fig)
+    for t in fig.findobj(Text):
         t.set_math_fontfamily(PUBLICATION_STYLE["mathtext.fontset"])
+
+
+#: Plain-text symbols of the model descriptions that a figure's text font cannot show
+#: (an underscore is literal outside math: "η_a" printed as such), as math.
+_PLAIN_TO_MATH = {"η_a": r"$\eta_a$"}
+
+
+def _math_symbols(text) -> None:
+    """Replace :data:`_PLAIN_TO_MATH` symbols outside ``$…$`` spans of a Text by math."""
+    value = text.get_text()
+    if not any(sym in value for sym in _PLAIN_TO_MATH):
+        return
+    parts = value.split("$")
+    for i in range(0, len(parts), 2):             # even parts lie outside math
+        for sym, math in _PLAIN_TO_MATH.items():
+            parts[i] = parts[i].replace(sym, math)
+    text.set_text("$".join(parts))
+
+
+def _titles(fig):
+    """The figure's suptitle and every Axes title (centre, left, right) that has text."""
+    out = [fig._suptitle] if fig._suptitle is not None else []
+    for ax in fig.axes:
+        out.extend((ax.title, ax._left_title, ax._right_title))
+    return [t for t in out if t is not None and t.get_visible() and t.get_text().strip()]
+
+
+def _wrap_outside_math(line: str, width: int) -> list:
+    """`line` broken at spaces into lines of at most ~`width` characters, never inside ``$…$``."""
+    words, merged = line.split(" "), []
+    for word in words:
+        # a word continues the previous one while that one has an open "$"
+        if merged and merged[-1].count("$") % 2 == 1:
+            merged[-1] += " " + word
+        else:
+            merged.append(word)
+    lines, current = [], ""
+    for word in merged:
+        if current and len(current) + 1 + len(word) > width:
+            lines.append(current)
+            current = word
+        else:
+            current = f"{current} {word}" if current else word
+    lines.append(current)
+    return lines
+
+
+def _fit_titles(fig, passes=4):
+    """Wrap every title that would stick out of the figure (a long model description).
+
+    A title is one line of text centred over its Axes (or the figure); with
+    many changed model fields it was wider than the figure and clipped at both
+    sides.  After a draw, each title whose extent leaves the figure is wrapped
+    at spaces (never inside a ``$…$`` math span) to the width that fits, and the
+    figure is drawn again (constrained layout then makes room for the lines).
+    """
+    for _ in range(passes):
+        renderer = fig.canvas.get_renderer()
+        box_fig = fig.bbox
+        changed = False
+        for t in _titles(fig):
+            box = t.get_window_extent(renderer)
+            if box.width <= 0 or (box.x0 >= box_fig.x0 - 0.5 and box.x1 <= box_fig.x1 + 0.5):
+                continue
+            lines = t.get_text().split("\n")
+            longest = max(len(line) for line in lines)
+            width = max(12, int(longest * 0.92 * box_fig.width / box.width))
+            text = "\n".join(part for line in lines for part in _wrap_outside_math(line, width))
+            if text != t.get_text():
+                t.set_text(text)
+                changed = True
+        if not changed:
+            return
+        fig.canvas.draw()
 
 
 def _tidy_log_axes(fig):
@@ -246,6 +323,11 @@ def _color_cycle():
     return list(COLORS)
 
 
+#: Gap between an axes' bottom edge and a legend placed below it (room for the tick
+#: labels and the x label).
+_LEGEND_BELOW_PT = 26.0
+
+
 def _outside_legend(ax, where="auto", ncol=1, handles=None, labels=None, **kw):
     """A legend beside (``"right"``) or below (``"below"``) `ax`, never over its data.
 
@@ -262,8 +344,13 @@ def _outside_legend(ax, where="auto", ncol=1, handles=None, labels=None, **kw):
     if where == "right":
         return ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.02, 1.0),
                          borderaxespad=0.0, ncol=ncol, **kw)
-    return ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.22),
-                     borderaxespad=0.0, ncol=ncol, **kw)
+    # a fixed distance below the axes in points, not a fraction of its height: an axes
+    # made shorter (a title wrapped onto more lines) would pull the legend onto the
+    # x label
+    from matplotlib.transforms import ScaledTranslation
+    below = ax.transAxes + ScaledTranslation(0, -_LEGEND_BELOW_PT / 72, ax.figure.dpi_scale_trans)
+    return ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0),
+                     bbox_transform=below, borderaxespad=0.0, ncol=ncol, **kw)
 
 
 def _figure_legend(fig, handles, labels, ncol):
@@ -392,10 +479,12 @@ def _source_line(c) -> str:
 # ---------------------------------------------------------------------------
 @_styled
 def validation_figures(report) -> dict:
-    """Figures of a :class:`symquad.ValidationReport`: ``{"risk", "overlaps", "fss", "escape"}``.
+    """Figures of a :class:`symquad.ValidationReport`: ``{"risk", "overlaps", "fss", "escape",
+    "readout"}``.
 
     ``"fss"`` is present when the report has a finite-size scaling, ``"escape"``
-    when escape times were measured.  The overlap figure draws every entry of
+    when escape times were measured, ``"readout"`` (the trajectory ``a_k(t)``)
+    when the readout is trained.  The overlap figure draws every entry of
     ``Q`` and ``ρ`` of one replica while a panel has at most
     :data:`MAX_ENTRY_LINES` entries, and summaries above (diagonal of ``Q``:
     mean and min–max over ``k``; off-diagonal: RMS; ``ρ``: its largest singular
@@ -409,7 +498,63 @@ def validation_figures(report) -> dict:
     e = report.numbers["escape"]
     if e.get("defined") and e["sgd"]["n"]:
         figs["escape"] = _escape_times_figure(e, title)
+    if getattr(report, "sgd_readout", None) is not None \
+            and getattr(report, "ode_readout", None) is not None:
+        figs["readout"] = _readout_figure(report)
     return figs
+
+
+def _readout_figure(report):
+    """The trained readout ``a_k(t)``: one replica's units, and the spread over replicas.
+
+    Left: every ``a_k`` of the first replica that did not diverge (SGD solid, the
+    ODE from its start dashed), or the mean and range over ``k`` above
+    :data:`MAX_ENTRY_LINES` units.  Right: the mean over units of ``a_k`` over
+    replicas (SGD band and mean, ODE median), where the readout's drift is seen
+    against its noise.
+    """
+    import matplotlib
+
+    c, n = report.config, report.numbers
+    t = report.t
+    lo, hi = n["band"]["percentiles"]
+    ok = _ok_replicas(report)
+    sa, oa = np.asarray(report.sgd_readout), np.asarray(report.ode_readout)
+    p = sa.shape[-1]
+    r0 = int(np.argmax(ok)) if ok.any() else 0
+    tab10 = matplotlib.colormaps["tab10"].colors
+    fig, axes = new_figure((FULL_WIDTH, 3.0), 1, 2)
+    if p <= MAX_ENTRY_LINES:
+        handles, labels = [], []
+        for k in range(p):
+            line, = axes[0].plot(t, sa[r0, :, k], color=tab10[k % len(tab10)])
+            axes[0].plot(t, oa[r0, :, k], "--", color=tab10[k % len(tab10)])
+            handles.append(line)
+            labels.append(f"$a_{{{k + 1}}}$")
+    else:
+        axes[0].fill_between(t, sa[r0].min(1), sa[r0].max(1), color="C0", alpha=0.25, lw=0)
+        line, = axes[0].plot(t, sa[r0].mean(1), color="C0")
+        axes[0].plot(t, oa[r0].mean(1), "--", color="C0")
+        handles, labels = [line], [r"$a_k$: mean and range over $k$"]
+    axes[0].set_title(f"readout $a_k$, replica {r0}")
+    axes[0].set_ylabel(r"$a_k$")
+    _outside_legend(axes[0], "below", ncol=min(len(handles) + 2, 4),
+                    handles=handles + [_proxy(color="0.2", ls="-"), _proxy(color="0.2", ls="--")],
+                    labels=labels + ["SGD", "ODE from its start"])
+    ms, mo = sa[ok].mean(-1), oa[ok].mean(-1)
+    if ms.size:
+        axes[1].fill_between(t, np.percentile(ms, lo, 0), np.percentile(ms, hi, 0), alpha=0.3,
+                             color="C0", lw=0, label=f"SGD, {lo:g}–{hi:g}%")
+        axes[1].plot(t, ms.mean(0), color="C0", label="SGD, mean")
+        axes[1].plot(t, np.nanmedian(mo, 0), "k--", label="ODE, median")
+    axes[1].set_title(r"mean over units of $a_k$, over replicas")
+    axes[1].set_ylabel(r"$\frac{1}{p}\sum_k a_k$")
+    _outside_legend(axes[1], "below")
+    for ax in axes:
+        ax.set_xlabel(r"$t$ = steps$/N$")
+        ax.set_xlim(t[0], t[-1])
+    fig.suptitle(_report_title(c))
+    return fig
 
 
 def _ok_replicas(report):

@@ -95,10 +95,12 @@ class Progress:
     def _count(self, x) -> str:
         return f"{int(round(x))}" if self.integer else f"{x:.4g}"
 
-    def line(self, final=False) -> str:
-        """The plain progress line for the current state."""
+    def line(self, final=False, interrupted=False) -> str:
+        """The plain progress line for the current state (``final``: the last one)."""
         elapsed = time.monotonic() - self.start
         done = f"{self._count(self.n)}/{self._count(self.total)} {self.unit}"
+        if final and interrupted:
+            return f"symquad: {self.desc}: stopped, {done} in {format_seconds(elapsed)}"
         if final:
             return f"symquad: {self.desc}: done, {done} in {format_seconds(elapsed)}"
         frac = self.n / self.total if self.total > 0 else 1.0
@@ -149,21 +151,27 @@ class Progress:
         else:
             self._emit(text)
 
-    def close(self) -> None:
-        """Finish: the bar disappears; in a log, a last line with the total time."""
+    def close(self, interrupted: bool = False) -> None:
+        """Finish: the bar disappears; in a log, a last line with the total time.
+
+        ``interrupted``: the work was stopped before its end (an exception,
+        Ctrl-C, SIGTERM); the last line says ``stopped``, not ``done``.
+        """
         if self._closed:
             return
         self._closed = True
         if self._bar is not None:
             self._bar.close()
-        elif self._printed or time.monotonic() - self.start >= MIN_LINE_GAP_S:
-            self._emit(self.line(final=True))
+            if interrupted:
+                self._emit(self.line(final=True, interrupted=True))
+        elif self._printed or interrupted or time.monotonic() - self.start >= MIN_LINE_GAP_S:
+            self._emit(self.line(final=True, interrupted=interrupted))
 
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        self.close()
+    def __exit__(self, exc_type, *exc):
+        self.close(interrupted=exc_type is not None)
         return False
 
 
@@ -181,7 +189,7 @@ class _Silent:
     def write(self, text):
         pass
 
-    def close(self):
+    def close(self, interrupted=False):
         pass
 
     def __enter__(self):

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, fields
 from fractions import Fraction
 from numbers import Integral, Rational, Real
 
-__all__ = ["Model", "LR_SCALINGS", "CONSTRAINTS", "MAX_DEGREE", "MAX_BATCH_SIZE", "CLASSIC_FIELDS",
+__all__ = ["Model", "LR_SCALINGS", "CONSTRAINTS", "MAX_DEGREE", "MAX_WIDTH", "MAX_RATE", "MAX_BATCH_SIZE", "CLASSIC_FIELDS",
            "check_model", "require", "model_fields", "default_readout", "parse_polynomial",
            "NAMED_ACTIVATIONS", "ACTIVATION_LABELS", "activation_label", "activation_kind",
            "activation_key", "activation_tag", "special_module_name"]
@@ -60,7 +60,11 @@ def _to_fraction(value, name: str) -> Fraction:
         match = _NUMBER_STRING.fullmatch(value.strip())
         # a bounded exponent: Fraction("1e-99999999") would build a huge power of ten
         if match and abs(int(match.group("exp") or 0)) <= 400:
-            return Fraction(value.strip())
+            try:
+                return Fraction(value.strip())
+            except ZeroDivisionError:           # "1/0": bad input, not a bug
+                raise ValueError(f"{name} must be a rational number with a non-zero "
+                                 f"denominator, got {value!r}") from None
         raise ValueError(f"{name} must be a rational number such as '3', '-1/2' or '0.25' "
                          f"(decimal exponent within +-400), got {value!r}")
     raise TypeError(f"{name} must be a rational number, got {value!r}")
@@ -279,15 +283,32 @@ def _trim(coeffs):
     return coeffs
 
 
+def _exact_literals(tree, source: str) -> None:
+    """Replace every decimal literal of `tree` by the exact rational its text denotes.
+
+    Python's parser reads ``0.1`` as the nearest float (and ``1e400`` as
+    inf); the coefficient is meant as written, so each float literal is read
+    again from its own text (:func:`_to_fraction`, bounded exponent):
+    ``"0.1000000000000000055511151231257827*z"`` keeps all its digits, as the
+    same number does in a readout or a coefficient string.
+    """
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, float):
+            text = ast.get_source_segment(source, node)
+            node.value = _to_fraction(text.replace("_", "") if text else repr(node.value),
+                                      "activation")
+
+
 def parse_polynomial(activation: str) -> tuple[Fraction, ...]:
     """Exact coefficients ``(c0, ..., cd)`` of a polynomial written as a string in ``z``.
 
     A restricted parser: the string is read with :func:`ast.parse` (which only
     builds a syntax tree, it runs nothing) and only numbers, the name ``z``,
     ``+ - * /``, ``**`` with a non-negative integer literal exponent, unary
-    signs and parentheses are allowed.  Decimal literals are exact
-    (``"0.5*z**2"`` gives ``(0, 0, 1/2)``, the same as the tuple
-    ``(0, 0, 0.5)``).  The degree cap ``MAX_DEGREE`` is checked on the syntax
+    signs and parentheses are allowed.  Decimal literals are exact rationals
+    read from their text, never through a float (``"0.5*z**2"`` gives
+    ``(0, 0, 1/2)``, ``"0.1000000000000000055511151231257827*z"`` keeps every
+    digit; :func:`_exact_literals`).  The degree cap ``MAX_DEGREE`` is checked on the syntax
     tree before any arithmetic.
 
     Raises
@@ -309,6 +330,7 @@ def parse_polynomial(activation: str) -> tuple[Fraction, ...]:
             raise ValueError(
                 f"activation {activation!r} has degree up to {bound}; the degree must be "
                 f"in [1, {MAX_DEGREE}] (symquad.spec.MAX_DEGREE)")
+        _exact_literals(tree, activation.strip())
         return _trim(_evaluate(tree, activation))
     except RecursionError:
         raise ValueError(f"activation {activation!r} is nested too deeply") from None
@@ -392,6 +414,26 @@ def _format_activation(coeffs: tuple[Fraction, ...]) -> str:
 #: ``Q_kk = 1`` (docs/model.md §2).
 CONSTRAINTS = ("none", "sphere")
 
+#: Largest readout learning rate and weight decay a Model accepts.  Both are
+#: rates of the dynamics in the time unit ``t = steps/N``; at ``10^12`` every time
+#: scale is below ``10^-12`` of a unit of time, so the stiff solvers need ``10^12``
+#: times finer steps than the run's length can resolve, and at ``weight_decay =
+#: 1e100`` ``integrate`` never finished (``1e20`` took 4.5 s, the step control
+#: still resolving it).  ``lr`` and ``noise`` are not bounded: with an activation
+#: of scale ``c`` the dynamics depend on ``lr·c²`` and ``noise/c²`` (see
+#: :func:`symquad.numeric.checks.check_float_activation`), so ``lr = 1e97`` is a
+#: meaningful value for ``c = 1e-50``.
+MAX_RATE = 1e12
+
+#: Largest student or teacher width a Model accepts.  Every route holds ``p × p``
+#: and ``p × p*`` overlaps per replica and time and costs at least ``p²`` per
+#: step (the tensor routes ``p³`` and more): at this width one overlap matrix is
+#: 134 MB and a single ODE step of the matrix form takes seconds, so anything
+#: wider would exhaust memory or run for days before a result (``validate --p
+#: 12000`` allocated 5.6 GB before any other check).  Checked when the Model is
+#: made, so every entry point refuses a wider model before any work.
+MAX_WIDTH = 4096
+
 #: Largest mini-batch a Model accepts: a step costs ``O(b)`` in every
 #: simulator, and ``b`` enters the drift as ``η²/b``.
 MAX_BATCH_SIZE = 2**20
@@ -435,17 +477,39 @@ def _check_integer(name, value, lower, upper=None):
     return int(value)
 
 
-def _check_float(name, value, positive, what=None):
+def _check_float(name, value, positive, what=None, upper=None):
     label = f"{name} ({what})" if what else name
     if isinstance(value, bool) or not isinstance(value, Real):
         raise TypeError(f"{name} must be a real number, got {value!r}")
     value = float(value)
     if not math.isfinite(value):
         raise ValueError(f"{name} must be finite, got {value}")
+    if upper is not None and value > upper:
+        low = "(0" if positive else "[0"
+        raise ValueError(f"{label} must be in {low}, {upper:g}] (symquad.spec.MAX_RATE: "
+                         f"beyond it every time scale of the dynamics is below 1e-12 and the "
+                         f"solvers cannot resolve it), got {value:g}")
+    hi = "inf)" if upper is None else f"{upper:g}]"
     if positive and value <= 0:
-        raise ValueError(f"{label} must be > 0 (allowed range: (0, inf)), got {value}")
+        raise ValueError(f"{label} must be > 0 (allowed range: (0, {hi}), got {value}")
     if value < 0:
-        raise ValueError(f"{label} must be >= 0 (allowed range: [0, inf)), got {value}")
+        raise ValueError(f"{label} must be >= 0 (allowed range: [0, {hi}), got {value}")
+    return value
+
+
+#: Largest magnitude of a readout weight.  Every numeric route turns the weights
+#: into float64 and multiplies two of them with the activation's moments (the
+#: risk has ``a_k a_l E[σσ]``), so a weight must keep its square far inside
+#: float64's ``10^±308``; ``1e400`` (beyond float64) was an OverflowError deep
+#: inside a run.
+MAX_READOUT = 1e100
+
+
+def _bounded_weight(value: Fraction, name: str) -> Fraction:
+    if abs(value) > Fraction(MAX_READOUT):
+        magnitude = len(str(abs(value.numerator))) - len(str(value.denominator))
+        raise ValueError(f"{name} must be a number in [-1e100, 1e100] (float64 routes square "
+                         f"it; symquad.spec.MAX_READOUT), got about 1e{magnitude}")
     return value
 
 
@@ -460,8 +524,9 @@ def _check_readout(name, value, width, width_name):
         raise TypeError(f"{name} must be a number or a sequence of {width} numbers "
                         f"(one per unit), got {type(value).__name__}")
     if not _coefficient_sequence(value):
-        return (_to_fraction(value, name),) * width
-    values = tuple(_to_fraction(v, f"{name}[{i}]") for i, v in enumerate(value))
+        return (_bounded_weight(_to_fraction(value, name), name),) * width
+    values = tuple(_bounded_weight(_to_fraction(v, f"{name}[{i}]"), f"{name}[{i}]")
+                   for i, v in enumerate(value))
     if len(values) != width:
         raise ValueError(f"{name} must have length {width_name} = {width} (one weight per "
                          f"unit), got {len(values)}")
@@ -543,9 +608,10 @@ class Model:
     Model(p=3, p_star=2, lr=0.2, noise=0.0, activation='z**2', lr_scaling='fixed', weight_decay=0.1, batch_size=4)
     """
 
-    p: int = field(metadata=_meta("int", "student width", ">= 1", "--p", role="structure"))
-    p_star: int = field(metadata=_meta("int", "teacher width", ">= 1", "--p-star",
-                                       role="structure"))
+    p: int = field(metadata=_meta("int", "student width", f"1..{MAX_WIDTH}", "--p",
+                                  upper=MAX_WIDTH, role="structure"))
+    p_star: int = field(metadata=_meta("int", "teacher width", f"1..{MAX_WIDTH}", "--p-star",
+                                       upper=MAX_WIDTH, role="structure"))
     lr: float = field(metadata=_meta("positive", "learning rate (eta = lr, or lr*p with "
                                      "--lr-scaling width)", "(0, inf)", "--lr", role="param"))
     noise: float = field(default=0.0, metadata=_meta(
@@ -570,11 +636,12 @@ class Model:
         "finite numbers", "--teacher-readout", role="param", width="p_star"))
     lr_readout: float = field(default=0.0, metadata=_meta(
         "nonnegative", "learning rate eta_a of the student readout (0: fixed readout)",
-        "[0, inf)", "--lr-readout", role="param", what="readout learning rate",
-        param="lr_readout", latex=r"\eta_{a}", switch=1.0))
+        "[0, 1e12]", "--lr-readout", upper=MAX_RATE, role="param",
+        what="readout learning rate", param="lr_readout", latex=r"\eta_{a}", switch=1.0))
     weight_decay: float = field(default=0.0, metadata=_meta(
-        "nonnegative", "L2 weight decay lambda of the student weights", "[0, inf)",
-        "--weight-decay", role="param", what="L2 weight decay", param="weight_decay",
+        "nonnegative", "L2 weight decay lambda of the student weights", "[0, 1e12]",
+        "--weight-decay", upper=MAX_RATE, role="param", what="L2 weight decay",
+        param="weight_decay",
         latex=r"\lambda_{\mathrm{wd}}", off=0))
     batch_size: int = field(default=1, metadata=_meta(
         "int", "samples per SGD step (the gradient is their mean)",
@@ -595,7 +662,8 @@ class Model:
         if kind == "int":
             return _check_integer(name, value, 1, f.metadata.get("upper"))
         if kind in ("positive", "nonnegative"):
-            return _check_float(name, value, kind == "positive", f.metadata.get("what"))
+            return _check_float(name, value, kind == "positive", f.metadata.get("what"),
+                                f.metadata.get("upper"))
         if kind == "choice":
             if not isinstance(value, str) or value not in f.metadata["choices"]:
                 raise ValueError(f"{name} must be one of {f.metadata['choices']}, got {value!r}")

@@ -87,3 +87,14 @@ def unstorable(x, kind="object"):
 def exits_hard(x):
     """Ends its own process without unwinding (os._exit)."""
     os._exit(7)
+
+
+def terminates_once(x, marker_dir=""):
+    """At x == 1, the first time (no marker file yet), sends SIGTERM to its own process:
+    stands for a batch scheduler stopping a serial sweep while that point is in flight."""
+    marker = os.path.join(marker_dir, "terminated")
+    if x == 1 and not os.path.exists(marker):
+        open(marker, "w").close()
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(30)          # the handler raises before this ends
+    return {"y": x * x}

@@ -294,4 +294,4 @@ def test_overfull_check_can_fail(tmp_path):
 def test_cli_equations_rejects_bad_input():
     out = subprocess.run([sys.executable, "-m", "symquad", "equations", "--p", "0"],
                          capture_output=True, text=True)
-    assert out.returncode == 2 and "p must be an integer >= 1" in out.stderr and out.stdout == ""
+    assert out.returncode == 2 and "p must be an integer in [1, 4096]" in out.stderr and out.stdout == ""

@@ -26,8 +26,8 @@ def test_frozen_hashable_and_equal():
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    (dict(p=0, p_star=1, lr=0.1), r"p must be an integer >= 1"),
-    (dict(p=2, p_star=0, lr=0.1), r"p_star must be an integer >= 1"),
+    (dict(p=0, p_star=1, lr=0.1), r"p must be an integer in \[1, 4096\]"),
+    (dict(p=2, p_star=0, lr=0.1), r"p_star must be an integer in \[1, 4096\]"),
     (dict(p=2, p_star=1, lr=0.0), r"lr must be > 0"),
     (dict(p=2, p_star=1, lr=-1.0), r"lr must be > 0"),
     (dict(p=2, p_star=1, lr=0.1, noise=-0.5), r"noise .* must be >= 0"),

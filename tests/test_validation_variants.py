@@ -279,7 +279,7 @@ def test_report_round_trips_every_field_and_the_readout(tmp_path):
     for field in m.changed_fields():
         assert f"{field}=" in first, first
     title = back.figures()["risk"].axes[0].get_title()
-    assert "λ = 0.05" in title and "η_a = 0.3" in title
+    assert "λ = 0.05" in title and r"$\eta_a$ = 0.3" in title
 
 
 def test_old_report_without_model_spec_still_gives_its_model():

@@ -25,7 +25,8 @@ COMMAND_MODULES = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    from ..entry import ArgumentParser
+    parser = ArgumentParser(
         prog="symquad",
         description="Derive, generate and validate the ODE theory of one-pass SGD "
                     "in two-layer quadratic networks.")

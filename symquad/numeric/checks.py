@@ -17,7 +17,8 @@ import numpy as np
 
 __all__ = ["as_overlaps", "as_real_array", "check_positive", "check_int", "check_real",
            "check_seed", "check_choice", "check_float_activation", "FLOAT_COEFFICIENT_RANGE",
-           "MAX_CONSTANT_RATIO", "check_record_bytes", "MAX_TIMES", "MAX_RECORD_BYTES"]
+           "MAX_CONSTANT_RATIO", "check_record_bytes", "MAX_TIMES", "MAX_RECORD_BYTES",
+           "check_times"]
 
 #: Most recorded times a study accepts (``n_times``, ``n_eval``, ``n_save``): the
 #: time grid alone is 80 MB at this size, and every trajectory multiplies it.
@@ -31,6 +32,30 @@ def check_record_bytes(n_bytes: int, what: str, hint: str = "") -> None:
     if n_bytes > MAX_RECORD_BYTES:
         raise ValueError(f"{what} needs {n_bytes / 2**30:.3g} GiB (limit "
                          f"{MAX_RECORD_BYTES / 2**30:g} GiB){': ' + hint if hint else ''}")
+
+
+#: Latest time any study accepts (``t = steps/N``; as :data:`symquad.numeric.integrate.MAX_T`).
+MAX_TIME = 1e9
+
+
+def check_times(t_eval, name: str = "t_eval", bytes_per_time: int = 0,
+                what: str = "the recorded times") -> np.ndarray:
+    """`t_eval` as a float array if it is a usable grid of output times; checked before work.
+
+    A non-empty 1-d array of finite, strictly increasing times in
+    ``[0, MAX_TIME]`` with at most :data:`MAX_TIMES` entries, whose
+    recorded results (``bytes_per_time`` each) fit in :data:`MAX_RECORD_BYTES`.
+    """
+    t = as_real_array(t_eval, name)
+    if t.ndim != 1 or t.size == 0 or np.any(t < 0) or np.any(np.diff(t) <= 0):
+        raise ValueError(f"{name} must be a non-empty 1-d array of increasing times >= 0")
+    if t.size > MAX_TIMES:
+        raise ValueError(f"{name} has {t.size} times, more than {MAX_TIMES} "
+                         f"(symquad.numeric.checks.MAX_TIMES)")
+    if t[-1] > MAX_TIME:
+        raise ValueError(f"{name} must end by t = {MAX_TIME:g} (steps/N), got {t[-1]:.4g}")
+    check_record_bytes(int(bytes_per_time) * t.size, what, f"use fewer times in {name}")
+    return t
 
 
 def _is_real_scalar(value) -> bool:

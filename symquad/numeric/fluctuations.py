@@ -377,8 +377,17 @@ def fluctuations(model, Q0, rho0, T, N, t_eval, start: str = "fixed", q0: float 
     if model.constraint == "sphere":
         from .integrate import check_sphere
         check_sphere(model, Q0)
-    k = kernels(model, form)
     lay = state_layout(model)
+    # sizes before any work: the state, its covariance (dim x dim) at every output time
+    from .checks import check_times
+    from .sde import MAX_SDE_DIM
+    if lay.dim > MAX_SDE_DIM:
+        raise ValueError(f"fluctuations at p={p}, p_star={ps} has a state of {lay.dim} "
+                         f"entries (limit {MAX_SDE_DIM}: a dim x dim covariance and dim^3 "
+                         f"products per solver step)")
+    t_eval = check_times(t_eval, "t_eval", 8 * (2 * lay.dim ** 2 + 2 * lay.dim),
+                         f"fluctuations at {len(t_eval)} times (state of {lay.dim} entries)")
+    k = kernels(model, form)
     if model.readout_trained:
         a0 = (np.array([float(c) for c in model.readout]) if a0 is None
               else as_real_array(a0, "a0"))

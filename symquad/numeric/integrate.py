@@ -77,7 +77,9 @@ class ODESolution:
     @classmethod
     def load(cls, path) -> "ODESolution":
         """Read a solution written by :meth:`save` (same arrays, same model)."""
-        meta, arr = load_npz(path, "ODESolution")
+        meta, arr = load_npz(path, "ODESolution",
+                             ("t_diverged", "model", "status", "message", "nfev"),
+                             ("t", "Q", "rho", "risk", "T"))
         t_div = meta["t_diverged"]
         return cls(model_from_dict(meta["model"]), arr["t"], arr["Q"], arr["rho"], arr["risk"],
                    arr["T"], meta["status"], None if t_div is None else float(t_div),
@@ -317,27 +319,56 @@ def integrate(model: Model, Q0, rho0, T, t_max, t_eval=None, *, method: str = "a
     bar = _progress(progress, t_max, f"ODE (p={p}, p*={k}, {kern.form} kernels)", "time",
                     integer=False)
 
+    blew = {"nonfinite": False}
+
     def fun(t, y):
         bar.set(t)
         Q, rho, a = _unpack(y, p, k, trained)
         if np.all(np.isfinite(y)):
             last.update(t=t, Q=Q, rho=rho)
+        else:
+            blew["nonfinite"] = True
         with np.errstate(over="ignore", invalid="ignore"):
             out = _pack(*kern.rhs(Q, rho, T, a))
         if not np.all(np.isfinite(out)):
             # An infinite slope would make the step-size control shrink forever.
             out = np.full_like(out, np.inf)
+            blew["nonfinite"] = True
         return out
 
     def blow_up(t, y):
         y_abs = np.abs(y)
-        return max_norm - (np.max(y_abs) if np.all(np.isfinite(y)) else np.inf)
+        value = max_norm - (np.max(y_abs) if np.all(np.isfinite(y)) else np.inf)
+        if not value > 0:
+            blew["nonfinite"] = True        # past max_norm: what a solver error then means
+        return value
 
     blow_up.terminal = True
     blow_up.direction = -1
 
-    sol = _solve(fun, t_max, _pack(Q0, rho0, a_start), method, t_eval, rtol, atol, blow_up)
-    bar.close()
+    y0 = _pack(Q0, rho0, a_start)
+    if method in EXPLICIT_METHODS:
+        _check_explicit_steps(method, fun(0.0, y0), y0, t_max)
+    try:
+        sol = _solve(fun, t_max, y0, method, t_eval, rtol, atol, blow_up)
+    except (ValueError, ArithmeticError, np.linalg.LinAlgError) as exc:
+        if not blew["nonfinite"]:
+            raise
+        # the slope overflowed (a blow-up in the first steps) and the solver itself gave
+        # up on it (scipy: "f(a) and f(b) must have different signs", "array must not
+        # contain infs"): a divergence, reported as one below
+        sol = _Joined(t=np.zeros(1), y=y0[:, None].copy(), status=-1, nfev=0,
+                      message=f"the solver gave up on the blow-up ({exc})",
+                      t_events=[np.empty(0)], y_events=[np.empty((0, y0.size))])
+    finally:
+        bar.close()
+    # scipy leaves its outputs as Python lists when a solver fails at its first step
+    sol.t = np.asarray(sol.t, dtype=float).reshape(-1)
+    sol.y = np.asarray(sol.y, dtype=float).reshape(y0.size, -1)
+    if sol.t.size == 0:
+        sol.t, sol.y, sol.status = np.zeros(1), y0[:, None].copy(), -1
+    sol.t_events = [np.asarray(e, dtype=float) for e in sol.t_events]
+    sol.y_events = [np.asarray(e, dtype=float).reshape(-1, y0.size) for e in sol.y_events]
     Qs = np.empty((sol.t.size, p, p))
     rhos = np.empty((sol.t.size, p, k))
     readout = np.empty((sol.t.size, p)) if trained else None
@@ -372,6 +403,39 @@ def integrate(model: Model, Q0, rho0, T, t_max, t_eval=None, *, method: str = "a
         raise DivergenceError(msg, t_div, dict(last), partial)
     return ODESolution(model, partial.t, partial.Q, partial.rho, partial.risk, T,
                        "diverged", t_div, msg, sol.nfev, partial.readout)
+
+
+#: Explicit solvers: their step is bounded by the fastest rate of the system.
+EXPLICIT_METHODS = ("RK45", "RK23", "DOP853")
+#: Most steps an explicit solver may need (from the start's fastest rate) before
+#: integrate refuses to start it: at ~1e5 steps/s this is over a quarter of an hour.
+MAX_EXPLICIT_STEPS = 10**8
+
+
+def _check_explicit_steps(method, f0, y0, t_max) -> None:
+    """Refuse, before solving, an explicit method on a system too stiff for it.
+
+    An explicit Runge-Kutta step is stable only for ``h·κ ≲ 3`` where ``κ`` is
+    the fastest decay rate, so the run needs at least ``κ t_max / 3`` steps.
+    ``κ`` is estimated at the start as ``max_i (−f_i sign y_i)⁺ / (|y_i| + 10^-3 max|y|)``
+    over the entries driven towards zero (for a weight decay ``f = −ηλ y`` it
+    is ``ηλ``; a fast growth is a blow-up, reported as a divergence instead).  ``weight_decay = 1e12``
+    with ``method="RK45"`` needed ~10^12 steps and never finished; ``"auto"``
+    switches to the stiff LSODA and takes a second.
+    """
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        floor = 1e-3 * max(float(np.max(np.abs(y0))), 1e-300)
+        # decay only (f against y): a fast growth is a blow-up, which integrate reports
+        rate = float(np.max(np.maximum(-f0 * np.sign(y0), 0.0) / (np.abs(y0) + floor)))
+    if not np.isfinite(rate):
+        return                         # an infinite slope: integrate reports the divergence
+    steps = rate * t_max / 3.0
+    if steps > MAX_EXPLICIT_STEPS:
+        raise ValueError(
+            f"integrate: method={method!r} is explicit and this system is stiff (fastest rate "
+            f"about {rate:.3g} at the start): it would need at least {steps:.3g} steps to "
+            f"t_max={t_max:.4g} (limit {MAX_EXPLICIT_STEPS:.0e}); use method='auto' or "
+            f"'LSODA' (stiff solvers), or a shorter t_max")
 
 
 def _solve(fun, t_max, y0, method, t_eval, rtol, atol, blow_up):

@@ -60,7 +60,7 @@ from .checks import as_real_array, check_float_activation
 
 __all__ = ["Kernels", "kernels", "KERNEL_FORMS", "clear_kernel_memo", "default_form",
            "single_thread_blas", "limited_blas", "blas_threads", "THREADS_ENV",
-           "BLAS_LIMIT_FIELDS", "special_support", "special_rhs_seconds",
+           "BLAS_LIMIT_FIELDS", "special_support", "check_kernels", "special_rhs_seconds",
            "check_special_cost", "SPECIAL_COST_PER_QUADRUPLE", "SPECIAL_WARN_SECONDS",
            "SPECIAL_REFUSE_SECONDS"]
 
@@ -737,6 +737,43 @@ def _special_kernels(model: Model) -> Kernels:
     return _moment_kernels(model, "tensor", engine, source)
 
 
+def check_kernels(model: Model, form: str | None = None) -> str:
+    """Every refusal of :func:`kernels` for ``model``, without building anything; the form.
+
+    Studies that integrate the ODE after other work (``validate`` simulates SGD
+    first) call this before that work, so an activation pair or form the
+    kernels do not support is refused at once, not after the simulation
+    (a ReLU student with a polynomial teacher was refused after 58 s of SGD).
+    """
+    check_model(model)
+    check_float_activation(model.activation)
+    check_float_activation(model.teacher_activation, "teacher_activation")
+    if form is None:
+        form = default_form(model)
+    if form not in KERNEL_FORMS:
+        raise ValueError(f"form must be one of {KERNEL_FORMS}, got {form!r}")
+    declare(model, f"kernels(form={form!r})")
+    if not model.is_polynomial and form != "tensor":
+        raise ValueError(
+            f"form={form!r} needs polynomial activations (it is built from Gaussian moments "
+            f"of polynomials), got activation={model.activation_str!r}, teacher_activation="
+            f"{model.teacher_activation_str!r}; erf (erf(z/sqrt(2))) and relu use "
+            f"form='tensor' (the default)")
+    if form == "matrix":
+        if not model.is_quadratic:
+            raise ValueError(
+                f"form='matrix' needs quadratic activations c*z**2 (+ const) for the student "
+                f"and the teacher, got {model.activation_str!r} and "
+                f"{model.teacher_activation_str!r}; use form='tensor'")
+    if form == "tensor" and not model.is_polynomial:
+        reason = special_support(model)
+        if reason:
+            raise ValueError(f"kernels: {reason}")
+        if special_rhs_seconds(model) > SPECIAL_REFUSE_SECONDS:
+            check_special_cost(model)          # raises, naming the estimate
+    return form
+
+
 def kernels(model: Model, form: str | None = None, *, threads: int | None = None) -> Kernels:
     """Numeric kernels of ``model``.
 
@@ -768,26 +805,8 @@ def kernels(model: Model, form: str | None = None, *, threads: int | None = None
 
 
 def _kernels(model: Model, form: str | None) -> Kernels:
-    check_model(model)
-    check_float_activation(model.activation)
-    check_float_activation(model.teacher_activation, "teacher_activation")
-    if form is None:
-        form = default_form(model)
-    if form not in KERNEL_FORMS:
-        raise ValueError(f"form must be one of {KERNEL_FORMS}, got {form!r}")
-    declare(model, f"kernels(form={form!r})")
-    if not model.is_polynomial and form != "tensor":
-        raise ValueError(
-            f"form={form!r} needs polynomial activations (it is built from Gaussian moments "
-            f"of polynomials), got activation={model.activation_str!r}, teacher_activation="
-            f"{model.teacher_activation_str!r}; erf (erf(z/sqrt(2))) and relu use "
-            f"form='tensor' (the default)")
+    form = check_kernels(model, form)
     if form == "matrix":
-        if not model.is_quadratic:
-            raise ValueError(
-                f"form='matrix' needs quadratic activations c*z**2 (+ const) for the student "
-                f"and the teacher, got {model.activation_str!r} and "
-                f"{model.teacher_activation_str!r}; use form='tensor'")
         return _matrix_kernels(model)
     if form == "tensor" and not model.is_polynomial:
         return _special_kernels(model)

@@ -1195,6 +1195,14 @@ def sde_escape_prediction(m: Model, N: int, q0: float = 1.0, sgd_noise: bool = T
     n_samples = _check_int(n_samples, "n_samples", 1, MAX_ESCAPE_SAMPLES)
     check_seed(seed)
     n_eval = _check_int(n_eval, "n_eval", 100, 10 ** 6)
+    if dt is not None:
+        dt = check_positive("dt", dt)
+    if t_max is not None:
+        # the run-time check before any work (simulate repeats it once t_max is known)
+        from .sde import DEFAULT_DT
+        from .simulate import _check_sde_time
+        _check_sde_time(n_samples, check_positive("t_max", t_max),
+                        DEFAULT_DT if dt is None else dt)
     fp = None
     if threshold is None or t_max is None:
         if not m.is_quadratic:

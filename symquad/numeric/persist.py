@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from .._atomic import atomic_file
-from ..spec import NAMED_ACTIVATIONS, Model, model_fields
+from ..spec import NAMED_ACTIVATIONS, Model, _to_fraction, check_model, model_fields
 from ..stages import declare
 
 __all__ = ["FORMAT_VERSION", "model_to_dict", "model_from_dict", "save_npz", "load_npz",
@@ -78,7 +78,7 @@ def model_from_dict(data) -> Model:
         elif kind in ("activation", "readout"):
             if not isinstance(value, list) or not all(isinstance(c, str) for c in value):
                 raise ValueError(f"a saved model's {name} must be a list of rational strings")
-            value = tuple(Fraction(c) for c in value)
+            value = tuple(_to_fraction(c, name) for c in value)     # "1/0", 1e-99999999
         values[name] = value
     return Model(**values)
 
@@ -131,8 +131,12 @@ def save_npz(path, kind: str, meta: dict, arrays: dict) -> Path:
     return path
 
 
-def load_npz(path, kind: str) -> tuple[dict, dict]:
+def load_npz(path, kind: str, meta_keys=(), array_keys=()) -> tuple[dict, dict]:
     """Read a file written by :func:`save_npz`; return ``(meta, arrays)``.
+
+    ``meta_keys`` and ``array_keys`` are the entries the caller reads: a file
+    lacking one (damaged, or made by hand to look like a result) is refused
+    here with a ValueError naming them, never a KeyError later.
 
     Raises
     ------
@@ -165,4 +169,8 @@ def load_npz(path, kind: str) -> tuple[dict, dict]:
     if meta.get("format_version") != FORMAT_VERSION:
         raise ValueError(f"{str(path)!r} has format version {meta.get('format_version')!r}; "
                          f"this symquad reads version {FORMAT_VERSION}")
+    missing = [k for k in meta_keys if k not in meta] + [f"{k}.npy" for k in array_keys
+                                                         if k not in arrays]
+    if missing:
+        raise ValueError(f"{str(path)!r} is not a complete saved {kind}: it lacks {missing}")
     return meta, arrays

@@ -229,7 +229,9 @@ class SimulationRun:
     def load(cls, path) -> "SimulationRun":
         """Read a run written by :meth:`save` (same arrays, same model)."""
         from .persist import load_npz, model_from_dict
-        meta, arr = load_npz(path, "SimulationRun")
+        meta, arr = load_npz(path, "SimulationRun", ("model", "N", "method", "seed",
+                                                     "check_every"),
+                             ("t", "Q", "rho", "risk", "T", "status", "t_diverged"))
         last = {key[len("last_finite_"):]: value for key, value in arr.items()
                 if key.startswith("last_finite_")}
         return cls(model=model_from_dict(meta["model"]), N=int(meta["N"]),
@@ -976,6 +978,40 @@ def estimate_seconds(method, N, replicas, n_steps, p, ps) -> float:
     return replicas * n_steps * max(1e-7, 3e-9 * p * (p + ps))
 
 
+#: Lower bounds of the cost of one step of the order-parameter SDE (``method="sde"``):
+#: a fixed part (the Python loop, two drift and one diffusion evaluation, a
+#: batch Cholesky) and a part per replica.  Measured on the development
+#: machine (one core, load ~2): 3.8e-3 s per step at 1 replica and 7.0e-3 s at
+#: 64 (p = 2, p* = 1), 4.9e-3 s and 8.3e-3 s (p = 4, p* = 2); the bounds are
+#: 4-5 times lower, so a faster machine or kernel still does not beat them.
+SDE_STEP_SECONDS = 1e-3
+SDE_REPLICA_STEP_SECONDS = 1.2e-5
+
+
+def estimate_sde_seconds(replicas, t_max, dt) -> float:
+    """A lower bound on the run time of ``simulate(method="sde")``, in seconds.
+
+    The SDE makes at least ``ceil(t_max / dt)`` steps (its step is ``dt`` or
+    smaller, :mod:`symquad.numeric.sde`), each costing at least
+    ``SDE_STEP_SECONDS + replicas · SDE_REPLICA_STEP_SECONDS``.
+    """
+    steps = math.ceil(t_max / dt)
+    return steps * (SDE_STEP_SECONDS + replicas * SDE_REPLICA_STEP_SECONDS)
+
+
+def _check_sde_time(replicas, t_max, dt) -> float:
+    """Refuse, before any work, an SDE run estimated beyond MAX_ESTIMATED_SECONDS."""
+    seconds = estimate_sde_seconds(replicas, t_max, dt)
+    if seconds > MAX_ESTIMATED_SECONDS:
+        raise ValueError(
+            f"this SDE run ({replicas} replicas, t_max={t_max:.4g}, at least "
+            f"{math.ceil(t_max / dt):.3g} steps of dt <= {dt:.3g}) is estimated to take at "
+            f"least {_duration(seconds)} (limit {_duration(MAX_ESTIMATED_SECONDS)}, "
+            f"symquad.numeric.simulate.MAX_ESTIMATED_SECONDS): reduce t_max or replicas, or "
+            f"raise dt")
+    return seconds
+
+
 def _duration(seconds) -> str:
     for unit, size in (("days", 86400.0), ("hours", 3600.0), ("minutes", 60.0)):
         if seconds >= size:
@@ -1070,7 +1106,18 @@ def _record_steps(t_max, N, t_eval):
             raise ValueError(f"t_eval must lie in [0, t_max] = [0, {t_max}]")
         if np.any(np.diff(t_eval) <= 0):
             raise ValueError("t_eval must be strictly increasing")
-        steps = np.unique(np.minimum(np.round(t_eval * N).astype(np.int64), n_steps))
+        steps = np.minimum(np.round(t_eval * N).astype(np.int64), n_steps)
+        same = np.nonzero(np.diff(steps) == 0)[0]
+        if same.size:
+            # merged, so the run has fewer times than asked for: never silently
+            i = int(same[0])
+            warnings.warn(
+                f"t_eval: {same.size} of the {t_eval.size} requested times round to the same "
+                f"SGD step as the time before them and are merged (e.g. t = {t_eval[i]:.9g} "
+                f"and {t_eval[i + 1]:.9g} are both step {int(steps[i])} at N={N}): the run "
+                f"records {t_eval.size - same.size} times. Times are whole steps t = k/N; give "
+                f"times at least 1/N = {1 / N:.3g} apart", RuntimeWarning, stacklevel=3)
+            steps = np.unique(steps)
     return n_steps, steps
 
 
@@ -1121,7 +1168,9 @@ def simulate(model, N=2000, t_max=20.0, replicas=64, seed=0, method="reduced",
         Teacher overlaps ``(p*, p*)``, symmetric PSD; default ``I`` exactly
         (teacher rows orthonormalised and scaled by ``√N``).
     t_eval : array_like, optional
-        Times to record (rounded to whole steps); default 101 equally spaced
+        Times to record (rounded to whole steps; times that round to the
+        same step are merged with a ``RuntimeWarning`` saying how many, so
+        ``run.t`` can be shorter than `t_eval`); default 101 equally spaced
         times in ``[0, t_max]``.
     on_divergence : {"raise", "stop"}
         Divergence (an overlap beyond `blowup` or non-finite, checked every
@@ -1168,6 +1217,8 @@ def simulate(model, N=2000, t_max=20.0, replicas=64, seed=0, method="reduced",
         raise ValueError(f"N must be <= 2**53 (allowed range 1..{MAX_N}), got {N}")
     if method != "sde" and (dt is not None or form is not None):
         raise ValueError("dt and form apply to method='sde' only")
+    if dt is not None:
+        dt = check_positive("dt", dt)        # a string or a bool is a TypeError, not 0.2/1.0
     if method == "sde" and t_max * N > MAX_REPLICA_STEPS:
         # no SGD steps are made: record at the requested times themselves
         rec_steps = _sde_record_times(t_max, t_eval) * N
@@ -1176,7 +1227,14 @@ def simulate(model, N=2000, t_max=20.0, replicas=64, seed=0, method="reduced",
         n_steps, rec_steps = _record_steps(t_max, N, t_eval)
     seconds = _check_sizes(method, N, replicas, n_steps if method != "sde" else 0,
                            len(rec_steps), model.p, model.p_star)
-    if seconds > WARN_SECONDS:
+    if method == "sde":
+        from .sde import DEFAULT_DT
+        seconds = _check_sde_time(replicas, t_max, DEFAULT_DT if dt is None else dt)
+        if seconds > WARN_SECONDS:
+            warnings.warn(f"simulate: the SDE with {replicas} replicas up to t_max={t_max:.4g} "
+                          f"is estimated to take at least {_duration(seconds)}",
+                          RuntimeWarning, stacklevel=2)
+    elif seconds > WARN_SECONDS:
         warnings.warn(f"simulate: {replicas} replicas x {n_steps:.3g} steps (N={N}, p="
                       f"{model.p}) are estimated to take at least {_duration(seconds)}",
                       RuntimeWarning, stacklevel=2)

@@ -18,7 +18,9 @@ per point):
   own subprocesses die too) and the point gets an error outcome
   ``"TimeoutError: ..."``; the next point starts a fresh child;
 * a child that dies (out of memory, a segfault, the task calling
-  ``os._exit``) gives an error outcome naming its exit status;
+  ``os._exit``) gives an error outcome naming its exit status; one stopped by
+  SIGTERM, SIGINT or SIGHUP (a job being stopped) gives none: the point was
+  interrupted, not failed (:func:`_stopped`);
 * the child exits by itself when its parent disappears (it watches its parent
   process id), so a killed driver or Dask worker leaves no orphan computing.
 
@@ -162,6 +164,8 @@ class PointProcess:
         except (EOFError, OSError, pickle.UnpicklingError):
             self.kill()
             code = proc.wait()
+            if -code in _STOP_SIGNALS:
+                return _stopped(-code, time.perf_counter() - t0)
             how = f"exited with status {code}"
             if code < 0:
                 try:
@@ -172,6 +176,30 @@ class PointProcess:
             return _error(f"ChildProcessError: the point's process {how}{hint}",
                           time.perf_counter() - t0)
         return outcome
+
+
+#: Signals that stop a job (a batch scheduler, a terminal): a point's process killed by
+#: one of them was interrupted, it did not fail, so the point gets no error row.
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def _stopped(signum, seconds):
+    """The point's process was stopped by `signum` (a job being stopped, not a failure).
+
+    In the main thread (the serial executor) the sweep stops as if the signal
+    had reached the driver: :class:`symquad._signals.Terminated` (SIGTERM,
+    SIGHUP) or ``KeyboardInterrupt`` (SIGINT).  Elsewhere (a Dask worker
+    thread) the outcome has ``status="interrupted"``: the sweep reports the
+    point as lost, never stores it, and a rerun computes it.
+    """
+    if threading.current_thread() is threading.main_thread():
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        from .._signals import Terminated
+        raise Terminated(signum)
+    return ({}, {}, "interrupted", f"Interrupted: the point's process was stopped by "
+            f"{signal.Signals(signum).name} (not stored; rerun to compute it)", None,
+            float(seconds))
 
 
 def _kill(proc):

@@ -58,7 +58,8 @@ from .._atomic import make_temp_dir, remove_stale
 from .._safe_io import open_regular, read_regular
 
 __all__ = ["REPORT_FORMAT", "MANIFEST_NAME", "check_destination", "write_folder_atomically",
-           "split_arrays", "join_arrays", "is_report_folder", "report_folder_problem"]
+           "split_arrays", "join_arrays", "is_report_folder", "report_folder_problem",
+           "encode_nonfinite", "decode_nonfinite"]
 
 #: Marker written into ``report.json`` (the kind of report).
 REPORT_FORMAT = "symquad.ValidationReport"
@@ -342,6 +343,40 @@ def _json_scalar(value):
     return value
 
 
+def encode_nonfinite(tree):
+    """JSON-ready copy of a tree of numbers: every non-finite float becomes ``{"__float__": "inf"}``.
+
+    JSON has no NaN or infinity (``json.dumps(..., allow_nan=False)`` refuses
+    them, and other readers reject Python's ``Infinity``), yet a report's
+    numbers can hold them (a deviation that overflowed, an undefined ratio).
+    Dicts, lists, tuples, numpy arrays (as lists) and numpy scalars are
+    walked; :func:`decode_nonfinite` (or :func:`join_arrays`) reads the
+    placeholders back as floats, so nothing is lost in a round trip.
+    """
+    if isinstance(tree, dict):
+        return {k: encode_nonfinite(v) for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return [encode_nonfinite(v) for v in tree]
+    if isinstance(tree, np.ndarray):
+        return encode_nonfinite(tree.tolist())
+    return _json_scalar(tree)
+
+
+def decode_nonfinite(tree):
+    """Inverse of :func:`encode_nonfinite`: ``{"__float__": "inf"}`` back to ``inf``."""
+    if isinstance(tree, dict):
+        if set(tree) == {"__float__"}:
+            text = tree["__float__"]
+            if not (isinstance(text, str) and text.lower().lstrip("+-") in ("inf", "nan")):
+                raise ValueError(f"a non-finite number must be 'inf', '-inf' or 'nan', got "
+                                 f"{text!r}")
+            return float(text)
+        return {k: decode_nonfinite(v) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [decode_nonfinite(v) for v in tree]
+    return tree
+
+
 def split_arrays(tree, arrays: dict, prefix: str = ""):
     """JSON-ready copy of `tree` with every ndarray moved into `arrays` (key -> array).
 
@@ -365,9 +400,13 @@ def join_arrays(tree, arrays):
     """Inverse of :func:`split_arrays` (`arrays` any mapping key -> array)."""
     if isinstance(tree, dict):
         if set(tree) == {"__npz__"}:
-            return np.asarray(arrays[tree["__npz__"]])
+            try:
+                return np.asarray(arrays[tree["__npz__"]])
+            except (KeyError, TypeError):      # a hostile or damaged file: not our bug
+                raise ValueError(f"the array {tree['__npz__']!r} the JSON refers to is not "
+                                 f"in the archive") from None
         if set(tree) == {"__float__"}:
-            return float(tree["__float__"])
+            return decode_nonfinite(tree)
         return {k: join_arrays(v, arrays) for k, v in tree.items()}
     if isinstance(tree, list):
         return [join_arrays(v, arrays) for v in tree]

@@ -22,10 +22,11 @@ leaves either the complete file or none (plus, at worst, a ``.tmp-*`` file
 that readers ignore and the next sweep removes); a point's arrays are written
 before its row, so a row never points to missing arrays.  Since a file's name
 is its key, a point rewritten (e.g. ``retry_errors``) replaces its old row
-instead of adding one.  ``table.parquet`` is only a cache: rows are read from
-it when the point file has the modification time recorded in the cache, and
-from the point file otherwise, so a stale or missing cache never loses or
-duplicates a row.
+instead of adding one.  ``table.parquet`` is only a cache: a row is read from
+it when the point file's bytes have the SHA-256 recorded with that row in the
+cache (content, not a modification time, which copies and quick edits keep),
+and from the point file otherwise, so a stale, missing or edited cache never
+loses, duplicates or alters a row.
 
 One task per store, claimed atomically
 --------------------------------------
@@ -75,6 +76,8 @@ FORMAT = 1
 #: columns the engine adds to every row (a task's results may not use these names)
 META_COLUMNS = ("status", "error", "seconds", "finished_utc", "key", "task", "task_version",
                 "arrays", "traceback")
+#: column of table.parquet holding the SHA-256 of the point file a cached row was read from
+_DIGEST = "_sha256"
 _CONSOLIDATE_AFTER = 64       # rebuild the cache once this many rows are read from points/
 #: integers a store holds exactly (Parquet int64)
 INT64_RANGE = (-2**63, 2**63 - 1)
@@ -277,14 +280,24 @@ class SweepStore:
             pq.write_table(table, fh)
 
     # -- reading --------------------------------------------------------------
-    def _read_point(self, path, key):
+    @staticmethod
+    def _point_bytes(path):
+        """The bytes of a point file and their SHA-256 (what the cache is checked against)."""
+        with open_regular(path, "point file", max_bytes=2**30) as fh:
+            data = fh.read()
+        return data, hashlib.sha256(data).hexdigest()
+
+    def _read_point(self, path, key, data=None):
         """The row stored in one point file; ValueError if the file cannot be read back."""
+        import io
+
         import pyarrow as pa
         import pyarrow.parquet as pq
 
         try:
-            with open_regular(path, "point file", max_bytes=2**30) as fh:
-                rows = pq.read_table(fh).to_pylist()
+            if data is None:
+                data, _ = self._point_bytes(path)
+            rows = pq.read_table(io.BytesIO(data)).to_pylist()
         except (OSError, pa.ArrowException) as exc:
             raise ValueError(f"{type(exc).__name__}: {exc}") from None
         if len(rows) != 1 or not isinstance(rows[0], dict) or rows[0].get("key") != key:
@@ -331,20 +344,26 @@ class SweepStore:
         out, fresh = [], 0
         for path in sorted(glob.glob(os.path.join(self.path, "points", "*.parquet"))):
             key = os.path.basename(path)[:-8]
+            # the cache row counts only for the exact bytes it was made from: a digest, not
+            # a modification time (which a copy, an edit within the clock's tick or
+            # `touch -r` keeps); hashing a point file costs far less than parsing it
             try:
-                mtime = os.stat(path).st_mtime_ns
+                data, digest = self._point_bytes(path)
             except FileNotFoundError:
                 continue
+            except (OSError, ValueError) as exc:
+                self._set_aside(path, exc, quarantine)
+                continue
             c = cached.get(key)
-            if c is not None and c.get("_mtime_ns") == mtime:
+            if c is not None and c.get(_DIGEST) == digest:
                 out.append(c)
                 continue
             try:
-                r = self._read_point(path, key)
+                r = self._read_point(path, key, data)
             except ValueError as exc:
                 self._set_aside(path, exc, quarantine)
                 continue
-            r["_mtime_ns"] = mtime
+            r[_DIGEST] = digest
             out.append(r)
             fresh += 1
         if consolidate and fresh >= _CONSOLIDATE_AFTER:
@@ -364,7 +383,7 @@ class SweepStore:
 
         rows = self.rows()
         for r in rows:
-            r.pop("_mtime_ns", None)
+            r.pop(_DIGEST, None)
         df = pd.DataFrame.from_records(rows)
         if df.empty:
             return df

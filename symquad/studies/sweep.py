@@ -234,10 +234,16 @@ def run_point(func, params, timeout=None):
     if timeout is not None:
         from .point_runner import run_with_timeout
         return run_with_timeout(func, params, timeout)
+    from .._signals import Terminated
+
     t0 = time.perf_counter()
     try:
         scalars, arrays = _split_result(func(**params), params)
         status, error, tb = "ok", None, None
+    except Terminated:
+        # SIGTERM stops the sweep like Ctrl-C: the point in flight is not an outcome
+        # (never stored as an error row), so a rerun computes it
+        raise
     except (Exception, SystemExit) as exc:     # one bad point never kills the sweep
         scalars, arrays = {}, {}
         status, error = "error", _failure_message(exc)
@@ -596,13 +602,19 @@ def connect_scheduler(address, timeout=30.0):
     return box["client"]
 
 
+#: Longest wait any ``*timeout`` argument accepts (about 116 days): the operating
+#: system's waits (``select``, locks) overflow on larger numbers (``1e300`` was an
+#: OverflowError, exit 5); ``None`` means no limit where it is allowed.
+MAX_SECONDS = 1e7
+
+
 def _check_seconds(value, name, allow_none=False):
     if value is None and allow_none:
         return None
     if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value) \
-            or value <= 0:
-        raise ValueError(f"{name} must be a finite number of seconds > 0"
-                         f"{' or None' if allow_none else ''}, got {value!r}")
+            or not 0 < value <= MAX_SECONDS:
+        raise ValueError(f"{name} must be a number of seconds in (0, {MAX_SECONDS:.0e}]"
+                         f"{' or None (no limit)' if allow_none else ''}, got {value!r}")
     return float(value)
 
 
@@ -719,6 +731,9 @@ def sweep(task, grid, store, *, client=None, workers=None, progress=None, retrie
     bar = _progress_bar(progress, len(unique), len(unique) - len(todo), f"sweep {task.name}")
 
     def on_done(key, params, outcome, failure=None):
+        if outcome is not None and outcome[2] == "interrupted":
+            # a point whose process was stopped (point_runner._stopped): never stored
+            outcome, failure = None, outcome[3]
         if outcome is None:
             lost[key] = _row(task, key, params, ({}, {}, "error", failure, None, 0.0))
         else:
@@ -728,6 +743,7 @@ def sweep(task, grid, store, *, client=None, workers=None, progress=None, retrie
             bar.update(1)
 
     executor = "serial"
+    finished = False
     try:
         with terminate_cleanly():
             if todo:
@@ -749,9 +765,11 @@ def sweep(task, grid, store, *, client=None, workers=None, progress=None, retrie
                         _close_local(own_client, cluster, started, abort=True)
                         raise
                     _close_local(own_client, cluster, started)
+        finished = True
     finally:
         if bar is not None:
-            bar.close()
+            # an interrupted sweep says so, never "done"
+            bar.close(interrupted=not finished)
 
     df_all = st.dataframe(list(task.defaults))
     by_key = {} if df_all.empty else {k: i for i, k in enumerate(df_all["key"])}

@@ -264,9 +264,11 @@ def parse_activation(activation):
         from ..spec import Model
         return Model(1, 1, 1.0, activation=activation).activation
     if isinstance(activation, str):
+        from ..spec import _to_fraction
         items = [s for s in re.split(r"[;\s]+", activation.strip()) if s]
         try:
-            coeffs = tuple(Fraction(s) for s in items)
+            # bounded exponents: Fraction("1e-99999999") alone would take minutes
+            coeffs = tuple(_to_fraction(s, "activation") for s in items)
         except (ValueError, ZeroDivisionError):
             raise ValueError(f"activation must be rational coefficients c0 c1 ... cd "
                              f"(lowest order first, e.g. '0 0 1' for z^2), got "

@@ -216,6 +216,10 @@ def _aligned_signs(model, P, overlap):
     one row at a time, only on a strict decrease, ``T = I``) aligns the start.
     """
     from ..numeric.simulate import population_risk
+    act = model.activation
+    if isinstance(act, tuple) and not any(c for c in act[1::2]):
+        return P            # even σ: the risk does not depend on the signs (and p risks at
+        #                     large p would take minutes before the run-time check)
     eye, T = np.eye(model.p), np.eye(model.p_star)
 
     def risk(M):
@@ -809,12 +813,16 @@ class ValidationReport:
     # -- numbers --------------------------------------------------------------
     def to_dict(self) -> dict:
         """Configuration and numbers (a copy; no trajectories)."""
-        return json.loads(self.to_json())
+        from .report_io import decode_nonfinite
+        return decode_nonfinite(json.loads(self.to_json()))
 
     def to_json(self, indent=2) -> str:
-        """The configuration and all numbers as a JSON string."""
+        """The configuration and all numbers as a JSON string (strict JSON: a non-finite
+        number is written ``{"__float__": "inf"}``, see :func:`report_io.encode_nonfinite`)."""
+        from .report_io import encode_nonfinite
         return json.dumps({"format": _report_format(), "format_version": _FORMAT_VERSION,
-                           "config": self.config, "numbers": self.numbers}, indent=indent,
+                           "config": encode_nonfinite(self.config),
+                           "numbers": encode_nonfinite(self.numbers)}, indent=indent,
                           allow_nan=False, default=json_default)
 
     def summary(self) -> str:
@@ -1015,7 +1023,16 @@ class ValidationReport:
             data, _ = read_npz(os.path.join(path, "invariant_study.npz"),
                                f"{folder!r}: invariant_study.npz")
             study = join_arrays(head["invariant_study"], data)
-        return cls(config=head["config"], numbers=head["numbers"], invariant_study=study,
+        from .report_io import decode_nonfinite
+        try:
+            config, numbers = decode_nonfinite(head["config"]), decode_nonfinite(head["numbers"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"{folder!r}: report.json is damaged ({type(exc).__name__}: "
+                             f"{exc})") from None
+        if not (isinstance(config, dict) and isinstance(numbers, dict)):
+            raise ValueError(f"{folder!r}: report.json is damaged (config and numbers must be "
+                             f"objects)")
+        return cls(config=config, numbers=numbers, invariant_study=study,
                    **arrays)
 
 
@@ -1260,6 +1277,8 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start=None, seed=0, *,
         jobs["invariant_drift"] = (invariant_drift_study, dict(
             model=model, Ns=list(invariant_N), t_max=t_max, replicas=invariant_replicas,
             seed=seed, method=method, T=T))
+    from ..numeric.kernels import check_kernels
+    check_kernels(model)        # the ODE's kernels exist for this pair: checked before SGD runs
     _plan_runs(model, method, [("main run", N, t_max, replicas, n_times)]
                + [(f"finite-size scaling at N={n}", n, fss_t, fss_replicas or replicas, 51)
                   for n in (fss_N if fss else ())]
