@@ -162,26 +162,6 @@ def _u2l2(A, c1, c2):
     return 0.5 * (out + numpy.swapaxes(out, -1, -2))
 
 
-def _pair_fold(A, xs, ys):
-    """Fold two fields ``(x, y)`` for every pair: factor (..., P) and covariance (..., P, n, n).
-
-    The ``2 × 2`` inverse written out: with ``M = [[1 + A_xx, A_xy], [A_xy, 1 + A_yy]]``,
-    ``A'' = A − (1/det M)[(1 + A_yy) u_x u_xᵀ − A_xy (u_x u_yᵀ + u_y u_xᵀ) + (1 + A_xx) u_y u_yᵀ]``,
-    ``u_v = A_{·v}`` (measured 3x faster than a batched ``solve`` of the ``2 × 2``).
-    """
-    a = A[..., xs, xs] + 1.0
-    b = A[..., ys, ys] + 1.0
-    c = A[..., xs, ys]
-    det = a * b - c * c                                            # (..., P)
-    ux = numpy.swapaxes(A[..., :, xs], -1, -2)                     # (..., P, n)
-    uy = numpy.swapaxes(A[..., :, ys], -1, -2)
-    inv = 1.0 / det
-    vx = (b * inv)[..., None] * ux - (c * inv)[..., None] * uy     # M⁻¹ applied: rows x, y
-    vy = (a * inv)[..., None] * uy - (c * inv)[..., None] * ux
-    Af = A[..., None, :, :] - ux[..., :, None] * vx[..., None, :] - uy[..., :, None] * vy[..., None, :]
-    return _TWO_PI / numpy.sqrt(det), Af
-
-
 def erf_fourth_moment(v, nodes=None):
     """``E[erf(u/√2)⁴]``, ``u ~ N(0, v)``, by the Price path over four copies (``PRICE_NODES``).
 
@@ -234,21 +214,55 @@ def four_erf(A, c1, c2, c3, c4, nodes=None):
     # when the linear forms are the same object, e.g. four times δ)
     splits = [((i, j), tuple(m for m in range(4) if m not in (i, j)))
               for i in range(4) for j in range(i + 1, 4)]
+    # the folded two-point functions on the triangle a <= b only (E2 is symmetric):
+    # Σ_ab E2_ab c_a d_b = Σ_{a<=b} E2_ab (c_a d_b + c_b d_a)/(1 + δ_ab)
+    ta, tb = numpy.triu_indices(n)
+    half = numpy.where(ta == tb, 0.5, 1.0)
+    sym = {}
+
+    def tri(k, l):
+        key = tuple(sorted((id(cs[k]), id(cs[l]))))
+        if key not in sym:
+            ck, cl = cs[k], cs[l]
+            sym[key] = (ck[..., ta] * cl[..., tb] + ck[..., tb] * cl[..., ta]) * half
+        return key, sym[key]
     for tk, wk in zip(t, wt):
         At = off * tk + dg[..., :, None] * numpy.eye(n)
-        factor, Af = _pair_fold(At, xs, ys)                        # (..., P), (..., P, n, n)
-        E2 = two_point(Af)
+        factor, E2 = _pair_fold_triangle(At, xs, ys, ta, tb)      # (..., P), (..., P, T)
         forms = {}
         S = 0.0
         for (i, j), (k, l) in splits:
-            key = tuple(sorted((id(cs[k]), id(cs[l]))))
+            key, coeff = tri(k, l)
             if key not in forms:
-                forms[key] = numpy.einsum("...Pab,...ea,...eb->...eP", E2, cs[k], cs[l],
-                                          optimize=True)
+                forms[key] = numpy.einsum("...PT,...eT->...eP", E2, coeff)
             outer = cs[i][..., xs] * cs[j][..., ys] + cs[j][..., xs] * cs[i][..., ys]
             S = S + outer * forms[key]
         total = total + wk * numpy.einsum("...P,...eP->...e", Axy * factor, S)
     return total
+
+
+def _pair_fold_triangle(A, xs, ys, ta, tb):
+    """Fold two fields ``(x, y)`` for every pair, then :func:`two_point` on ``(ta, tb)``.
+
+    The ``2 × 2`` inverse written out: with ``M = [[1 + A_xx, A_xy], [A_xy, 1 + A_yy]]``,
+    ``A'' = A − (1/det M)[(1 + A_yy) u_x u_xᵀ − A_xy (u_x u_yᵀ + u_y u_xᵀ) + (1 + A_xx) u_y u_yᵀ]``,
+    ``u_v = A_{·v}`` (measured 3x faster than a batched ``solve``).  Returns the fold factor (..., P) and ``E[erf erf]`` of the folded covariance at
+    the index pairs (..., P, T).
+    """
+    a = A[..., xs, xs] + 1.0
+    b = A[..., ys, ys] + 1.0
+    c = A[..., xs, ys]
+    det = a * b - c * c
+    ux = numpy.swapaxes(A[..., :, xs], -1, -2)                     # (..., P, n)
+    uy = numpy.swapaxes(A[..., :, ys], -1, -2)
+    inv = 1.0 / det
+    vx = (b * inv)[..., None] * ux - (c * inv)[..., None] * uy
+    vy = (a * inv)[..., None] * uy - (c * inv)[..., None] * ux
+    diag = numpy.diagonal(A, axis1=-2, axis2=-1)[..., None, :] - ux * vx - uy * vy
+    s = 1.0 / numpy.sqrt(1.0 + diag)                               # (..., P, n)
+    off = (A[..., ta, tb][..., None, :] - ux[..., ta] * vx[..., tb] - uy[..., ta] * vy[..., tb])
+    r = off * s[..., ta] * s[..., tb]
+    return _TWO_PI / numpy.sqrt(det), _TWO_PI * numpy.arcsin(numpy.clip(r, -1.0, 1.0))
 
 
 def _tuples(p, d):
