@@ -353,8 +353,10 @@ require_polynomial_diffusion = require_diffusion
 
 #: Largest estimated seconds of one erf diffusion matrix (one state): refused above.
 ERF_DIFFUSION_REFUSE_SECONDS = 600.0
-#: Seconds per arcsine evaluation of the erf diffusion (numpy, one core; measured with
-#: benchmarks/bench_erf_diffusion.py on the shared 2-core development machine).
+#: Seconds per unit of the erf diffusion's cost law (numpy, one core): measured 8–29 ns
+#: for p >= 4 with benchmarks/bench_erf_diffusion.py on the shared 2-core development
+#: machine at load 10 (the law counts 24 nodes; states with variances near 1 use 12);
+#: the bound used is pessimistic.
 ERF_DIFFUSION_COST_PER_ASIN = 4e-8
 
 
@@ -372,7 +374,7 @@ def check_erf_diffusion_cost(model: Model) -> float:
         raise ValueError(
             f"the erf diffusion matrix at p={model.p}, p_star={model.p_star} is estimated at "
             f"{est:.3g} s per state (cost ~ p^4 (p+p*)^4 x {_special_nodes()} quadrature "
-            f"nodes / 48 arcsines; limit {ERF_DIFFUSION_REFUSE_SECONDS:g} s): use a smaller p")
+            f"nodes / 96 arcsines; limit {ERF_DIFFUSION_REFUSE_SECONDS:g} s): use a smaller p")
     return est
 
 
