@@ -27,13 +27,26 @@ def weights_with_gram(Q, rho, T, N, rng):
     return X[:p], X[p:]
 
 
+def _activation(act):
+    """``(σ, σ')`` of a coefficient tuple or a name (erf(z/√2), relu), from the definitions."""
+    if isinstance(act, str):
+        from scipy.special import erf
+        if act == "erf":
+            return (lambda z: erf(z / np.sqrt(2.0)),
+                    lambda z: np.sqrt(2.0 / np.pi) * np.exp(-0.5 * z * z))
+        if act == "relu":
+            return (lambda z: np.maximum(z, 0.0), lambda z: (z > 0).astype(float))
+        raise ValueError(act)
+    sigma = Polynomial([float(c) for c in act])
+    return sigma, sigma.deriv()
+
+
 def increments(model, Q, rho, T, n, rng, N=2000, a=None, chunk=4000):
     """``(n, dim)`` samples of ``N ΔX`` in the state order (Q upper triangle, ρ, a)."""
     p, k, b = model.p, model.p_star, model.batch_size
     W, Ws = weights_with_gram(Q, rho, T, N, rng)
-    sigma = Polynomial([float(c) for c in model.activation])
-    sigma_t = Polynomial([float(c) for c in model.teacher_activation])
-    dsigma = sigma.deriv()
+    sigma, dsigma = _activation(model.activation)
+    sigma_t, _ = _activation(model.teacher_activation)
     a = np.array([float(c) for c in model.readout]) if a is None else np.asarray(a, float)
     bt = np.array([float(c) for c in model.teacher_readout])
     eta, wd, eta_a = model.eta, model.weight_decay, model.lr_readout

@@ -6,9 +6,13 @@ start: the true model passes from an informed and from a random start, and the
 same SGD data against the ODE of a 10 % wrong learning rate fails.  The
 plateau/escape analysis and the drift study of ``S`` are skipped with a reason
 that names the activation (symquad.applicability).  Cheap versions (N = 1000,
-16 replicas, no finite-size scaling) run by default; the full default settings
-of ``symquad validate`` (N = 2000, 64 replicas, finite-size scaling) under
-``-m slow``.
+16 replicas, no finite-size scaling, the whole-run criteria left to the next
+test) run by default; the full default settings of ``symquad validate``
+(N = 2000, 64 replicas, finite-size scaling, whole-run criteria) under
+``-m slow``.  For erf every criterion runs — the whole-run law against the
+order-parameter SDE and the replica spread against the linear-noise prediction,
+from the derived erf diffusion matrix (symquad/runtime/special_diffusion.py);
+for ReLU they are skipped with the reason "not derived".
 """
 
 from __future__ import annotations
@@ -35,8 +39,31 @@ def _check(report, model, act, wrong_factors=(0.9, 1.1)):
 def test_validate_passes_and_a_wrong_lr_fails(act, start):
     model = sq.Model(p=4, p_star=2, lr=1.0, activation=act)
     report = sq.validate(model, N=1000, replicas=16, start=start, fss=False, invariant=False,
-                         n_times=21, t_max=10.0, seed=3)
+                         n_times=21, t_max=10.0, seed=3, whole_run=False)
     _check(report, model, act, wrong_factors=(1.1,))
+
+
+def _whole_run_statuses(report):
+    return {c["name"]: c["status"] for c in report.numbers["verdict"]["checks"]}
+
+
+def test_validate_erf_runs_every_criterion():
+    """erf: the whole-run law (SDE) and the LNA spread are tested (none skipped) and pass."""
+    model = sq.Model(p=2, p_star=1, lr=1.0, activation="erf")
+    report = sq.validate(model, N=1000, replicas=32, start="informed", fss=False,
+                         invariant=False, n_times=7, t_max=3.0, seed=3)
+    assert report.verdict == "PASS", report.reasons
+    assert "skipped" not in report.numbers["whole_run"]
+    status = _whole_run_statuses(report)
+    for name in ("divergence", "mean_deviation", "band", "whole_run_law", "lna_spread"):
+        assert status.get(name) == "pass", (name, report.reasons)
+
+
+def test_validate_relu_says_why_the_whole_run_criteria_are_skipped():
+    model = sq.Model(p=2, p_star=1, lr=1.0, activation="relu")
+    report = sq.validate(model, N=1000, replicas=16, start="informed", fss=False,
+                         invariant=False, n_times=5, t_max=2.0, seed=3)
+    assert "not derived" in report.numbers["whole_run"]["skipped"]
 
 
 @pytest.mark.slow
@@ -44,6 +71,12 @@ def test_validate_passes_and_a_wrong_lr_fails(act, start):
 def test_validate_passes_with_the_default_settings(act, start):
     model = sq.Model(p=4, p_star=2, lr=1.0, activation=act)
     report = sq.validate(model, start=start, seed=11)
+    if act == "erf":        # every criterion tested (the LNA where the replicas share a start)
+        status = _whole_run_statuses(report)
+        assert "skipped" not in report.numbers["whole_run"]
+        assert status["whole_run_law"] == "pass"
+        if start == "informed":
+            assert status["lna_spread"] == "pass"
     assert report.numbers["finite_size_scaling"]["exponent"] == pytest.approx(-0.5, abs=0.12)
     assert "activation" in report.numbers["invariant_drift_skipped"]
     _check(report, model, act)

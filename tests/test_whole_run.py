@@ -133,20 +133,36 @@ def test_compare_checks_the_whole_run_arguments_before_any_work(monkeypatch):
         sq.compare(m, run.t, run.Q, run.rho, readout=run.readout, whole_run=True)
 
 
-@pytest.mark.parametrize("activation", ["erf", "relu"])
-def test_non_polynomial_activations_are_refused_by_name_where_D_is_needed(activation):
-    """D is derived for polynomials: every route that needs it says so, naming the field."""
-    m = sq.Model(2, 1, 0.1, activation=activation)
+@pytest.mark.parametrize("activation, teacher", [("relu", "relu"), ("erf", "relu"),
+                                                   ("relu", "erf")])
+def test_underived_activations_are_refused_by_name_where_D_is_needed(activation, teacher):
+    """D is derived for polynomials and erf: every route that needs it refuses ReLU by name."""
+    m = sq.Model(2, 1, 0.1, activation=activation, teacher_activation=teacher)
     Q, rho, T = np.eye(2), np.zeros((2, 1)), np.eye(1)
     calls = [lambda: sq.simulate(m, N=100, t_max=1.0, replicas=2, method="sde"),
              lambda: sq.kernels(m).diffusion(Q, rho, T),
              lambda: sq.fluctuations(m, Q, rho, T, 100, [0.0, 1.0]),
              lambda: sq.escape_time(m, 100, method="sde", t_max=5.0, threshold=0.1)]
     for call in calls:
-        with pytest.raises(ValueError, match=f"activation='{activation}'.*is not one"):
+        with pytest.raises(ValueError, match=f"activation='{activation}'.*not derived"):
             call()
     from symquad.studies.whole_run import sde_cost_reason
-    assert "polynomial activations" in sde_cost_reason(m)
+    assert "not derived" in sde_cost_reason(m)
+
+
+def test_erf_runs_every_route_that_needs_D():
+    """erf(z/√2): the SDE, the LNA, the SDE escape law and the whole-run criteria run."""
+    m = sq.Model(2, 1, 0.5, activation="erf")
+    Q, rho, T = np.eye(2), np.full((2, 1), 0.3), np.eye(1)
+    run = sq.simulate(m, N=1000, t_max=1.0, replicas=2, method="sde", Q0=Q, rho0=rho,
+                      seed=1)
+    assert np.all(np.isfinite(run.risk))
+    fl = sq.fluctuations(m, Q, rho, T, 1000, [0.5, 1.0])
+    assert np.all(fl.risk_std > 0)
+    esc = sq.escape_time(m, 1000, method="sde", t_max=2.0, threshold=0.5, n_samples=4)
+    assert len(esc.samples) == 4
+    from symquad.studies.whole_run import sde_cost_reason
+    assert sde_cost_reason(m) == ""
 
 
 def test_statistics_fixed_by_the_sphere_are_not_tested():

@@ -337,8 +337,8 @@ def fluctuations(model, Q0, rho0, T, N, t_eval, start: str = "fixed", q0: float 
     """
     from scipy.integrate import solve_ivp
     declare(model, "fluctuations")
-    from .kernels import require_polynomial_diffusion
-    require_polynomial_diffusion(model, "the linear-noise approximation (its D and J)")
+    from .kernels import require_diffusion
+    require_diffusion(model, "the linear-noise approximation (its D and J)")
     N = check_int(N, "N", 1)
     check_choice("start", start, STARTS)
     q0 = check_positive("q0", q0)

@@ -61,6 +61,8 @@ from .checks import as_real_array, check_float_activation
 __all__ = ["Kernels", "kernels", "KERNEL_FORMS", "clear_kernel_memo", "default_form",
            "single_thread_blas", "limited_blas", "blas_threads", "THREADS_ENV",
            "BLAS_LIMIT_FIELDS", "special_support", "check_kernels", "special_rhs_seconds",
+           "require_diffusion", "diffusion_support", "erf_diffusion_seconds",
+           "check_erf_diffusion_cost",
            "check_special_cost", "SPECIAL_COST_PER_QUADRUPLE", "SPECIAL_WARN_SECONDS",
            "SPECIAL_REFUSE_SECONDS"]
 
@@ -370,32 +372,88 @@ def _write_and_load(path, name, text, required, distrust=None):
     return load_module_text(text, name, str(path), required), str(path)
 
 
-def require_polynomial_diffusion(model: Model, what: str = "the diffusion matrix") -> None:
-    """Refuse, naming the activation, a model whose diffusion matrix is not derived.
+def diffusion_support(model: Model) -> str | None:
+    """Why the diffusion matrix (and the finite-N routes) of `model` is not derived, or None.
 
-    ``D`` (and the exact Jacobian) are Gaussian moments of products of up to
-    eight activations, derived for polynomials only; erf and ReLU would need
-    closed forms of those 8-point moments, which are not derived.  Everything
-    that needs ``D`` — ``simulate(method="sde")``, :func:`symquad.fluctuations`,
+    Polynomial pairs: the entry, matrix and tensor routes.  ``σ = σ* = erf(z/√2)``:
+    the folded closed forms and the Price-path quadrature of
+    :mod:`symquad.runtime.special_diffusion`.  Other pairs with erf or ReLU need
+    8-point Gaussian moments of step functions (a ReLU student: up to eight
+    distinct fields inside orthant indicators) or of mixed erf/ReLU/polynomial
+    factors, which are not derived.
+    """
+    if model.is_polynomial:
+        return None
+    s, t = model.activation_kind, model.teacher_activation_kind
+    if s == "erf" and t == "erf":
+        return None
+    from ..spec import activation_label
+    return (f"activation={model.activation_str!r} ({activation_label(model.activation)}) "
+            f"with teacher_activation={model.teacher_activation_str!r} "
+            f"({activation_label(model.teacher_activation)}): its 8-point Gaussian moments "
+            f"are not derived (derived: polynomial pairs and erf student with erf teacher)")
+
+
+def require_diffusion(model: Model, what: str = "the diffusion matrix") -> None:
+    """Refuse, naming the activations, a model whose diffusion matrix is not derived.
+
+    ``D`` (and the Jacobian of the finite-N routes) are Gaussian moments of
+    products of up to eight activations: derived for polynomial pairs and for
+    ``σ = σ* = erf(z/√2)`` (:func:`diffusion_support`).  Everything that needs
+    ``D`` — ``simulate(method="sde")``, :func:`symquad.fluctuations`,
     ``escape_time(method="sde")``, the whole-run criteria — calls this first.
     """
-    from ..spec import activation_label
-    for name in ("activation", "teacher_activation"):
-        value = getattr(model, name)
-        if isinstance(value, str):
-            raise ValueError(f"{what} is derived for polynomial activations; {name}={value!r} "
-                             f"({activation_label(value)}) is not one (its 8-point Gaussian "
-                             f"moments are not derived): use method='reduced' or 'full' for "
-                             f"finite-N SGD of this model")
+    reason = diffusion_support(model)
+    if reason is not None:
+        raise ValueError(f"{what} is not derived for this model: {reason}; use "
+                         f"method='reduced' or 'full' for finite-N SGD of this model")
+
+
+#: Former name of :func:`require_diffusion` (it refused every non-polynomial model).
+require_polynomial_diffusion = require_diffusion
+
+#: Largest estimated seconds of one erf diffusion matrix (one state): refused above.
+ERF_DIFFUSION_REFUSE_SECONDS = 600.0
+#: Seconds per unit of the erf diffusion's cost law (numpy, one core): measured 8–29 ns
+#: for p >= 4 with benchmarks/bench_erf_diffusion.py on the shared 2-core development
+#: machine at load 10 (the law counts 24 nodes; states with variances near 1 use 12);
+#: the bound used is pessimistic.
+ERF_DIFFUSION_COST_PER_ASIN = 4e-8
+
+
+def erf_diffusion_seconds(model: Model) -> float:
+    """Estimated seconds of one erf ``D`` (cost law :func:`~symquad.runtime.special_diffusion.erf_diffusion_cost`)."""
+    from ..runtime.special_diffusion import erf_diffusion_cost
+    return ERF_DIFFUSION_COST_PER_ASIN * erf_diffusion_cost(model.p, model.p_star,
+                                                            model.readout_trained)
+
+
+def check_erf_diffusion_cost(model: Model) -> float:
+    """Refuse (ValueError), before any work, an erf ``D`` estimated above the limit."""
+    est = erf_diffusion_seconds(model)
+    if est > ERF_DIFFUSION_REFUSE_SECONDS:
+        raise ValueError(
+            f"the erf diffusion matrix at p={model.p}, p_star={model.p_star} is estimated at "
+            f"{est:.3g} s per state (cost ~ p^4 (p+p*)^4 x {_special_nodes()} quadrature "
+            f"nodes / 96 arcsines; limit {ERF_DIFFUSION_REFUSE_SECONDS:g} s): use a smaller p")
+    return est
+
+
+def _special_nodes():
+    from ..runtime.special_diffusion import PRICE_NODES
+    return PRICE_NODES
 
 
 def _diffusion_function(model: Model, form: str):
     """``D(Q, rho, T, a)`` of `model` in `form` (modules loaded once, see :func:`kernels`)."""
     declare(model, f"the diffusion matrix (form={form!r})")
-    require_polynomial_diffusion(model)
+    require_diffusion(model)
     params = _params(model)
     b = np.array([float(c) for c in model.teacher_readout])
     trained = model.readout_trained
+    if not model.is_polynomial and form == "entries":
+        raise ValueError("form='entries' is for polynomial activations; erf models use "
+                         "form='tensor'")
     if form == "entries":
         from .._generated import ENTRY_MODULES  # noqa: F401 - the registry is imported first
 
@@ -410,7 +468,14 @@ def _diffusion_function(model: Model, form: str):
                                                              "diffusion_sphere"))
     assemble = assembly.DIFFUSION[model.constraint]
     names = assembly.KINDS[(model.constraint, trained)]
-    if form == "matrix":
+    if not model.is_polynomial:
+        # erf: the folded closed forms and the Price-path quadrature (special_diffusion)
+        check_erf_diffusion_cost(model)
+        from ..runtime.special_diffusion import erf_diffusion_kinds
+
+        def source(Q, rho, T, a):
+            return erf_diffusion_kinds(Q, rho, T, a, b, model.noise, names)
+    elif form == "matrix":
         mod, _ = _committed("diffusion_matrix", required=("kinds",))
         act = tuple(float(c[j]) for c, j in ((model.activation, 2), (model.teacher_activation, 2),
                                               (model.activation, 0),
@@ -433,7 +498,11 @@ def _diffusion_function(model: Model, form: str):
 def _jacobian_function(model: Model):
     """``(J, grad ε)(Q, rho, T, a)`` of `model` from its generated entry-route Jacobian module."""
     declare(model, "the exact Jacobian")
-    require_polynomial_diffusion(model, "the exact Jacobian")
+    require_diffusion(model, "the Jacobian")
+    if not model.is_polynomial:
+        # erf: extrapolated central differences of the closed forms (special_derivatives)
+        from .special_derivatives import numeric_jacobian_function
+        return numeric_jacobian_function(kernels(model))
     params = _params(model)
     b = np.array([float(c) for c in model.teacher_readout])
 

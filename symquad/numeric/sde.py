@@ -73,9 +73,11 @@ MAX_SDE_DIM = 2500
 
 def sde_form(model) -> str:
     """Kernels of the SDE: ``"matrix"`` for quadratic activations, else ``"entries"`` for
-    ``p + p* <= 4`` (fast explicit polynomials), else ``"tensor"``."""
-    from .kernels import require_polynomial_diffusion
-    require_polynomial_diffusion(model, "the order-parameter SDE (its diffusion matrix)")
+    ``p + p* <= 4`` (fast explicit polynomials), else ``"tensor"`` (erf models too)."""
+    from .kernels import require_diffusion
+    require_diffusion(model, "the order-parameter SDE (its diffusion matrix)")
+    if not model.is_polynomial:
+        return "tensor"
     if model.is_quadratic:
         return "matrix"
     return "entries" if model.p + model.p_star <= 4 else "tensor"

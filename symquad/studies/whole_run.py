@@ -186,10 +186,14 @@ def sde_cost_reason(model, form=None) -> str:
     """Why the whole-run SDE is not run for `model` (empty when it is affordable)."""
     from ..numeric.layout import state_layout
     from ..numeric.sde import sde_form
-    if not model.is_polynomial:
-        return ("the diffusion matrix of the SDE is derived for polynomial activations (erf "
-                "and relu: not derived)")
+    from ..numeric.kernels import diffusion_support
+    reason = diffusion_support(model)
+    if reason is not None:
+        return f"the diffusion matrix of the SDE is not derived: {reason}"
     dim = state_layout(model).dim
+    if not model.is_polynomial:
+        return (f"the erf diffusion costs O(p^4 (p+p*)^4) per state and replica: too costly "
+                f"for the verdict at p = {model.p} (limit p = 4)") if model.p > 4 else ""
     form = form or sde_form(model)
     if form == "matrix" and dim > MAX_SDE_STATE:
         return (f"the SDE of a state of {dim} entries is too costly for the verdict "
