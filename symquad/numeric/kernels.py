@@ -409,8 +409,15 @@ def require_diffusion(model: Model, what: str = "the diffusion matrix") -> None:
                          f"method='reduced' or 'full' for finite-N SGD of this model")
 
 
-#: Former name of :func:`require_diffusion` (it refused every non-polynomial model).
-require_polynomial_diffusion = require_diffusion
+def require_polynomial_diffusion(model: Model, what: str) -> None:
+    """Refuse, naming the activations, a model that is not polynomial: `what` (the O(1/N)
+    mean correction, the forward sensitivities) rests on the entry route's exact
+    symbolic derivatives, derived for polynomial activations only."""
+    require_diffusion(model, what)
+    if not model.is_polynomial:
+        raise ValueError(f"{what} is derived for polynomial activations, got activation="
+                         f"{model.activation_str!r}, teacher_activation="
+                         f"{model.teacher_activation_str!r}")
 
 #: Largest estimated seconds of one erf diffusion matrix (one state): refused above.
 ERF_DIFFUSION_REFUSE_SECONDS = 600.0
