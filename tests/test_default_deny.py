@@ -128,6 +128,7 @@ CALLS = {
 NO_MODEL = {
     "Model": "the specification itself",
     "DEFAULT_MODEL": "a constant (the classic model)",
+    "ArgumentParser": "argparse with allow_abbrev=False and one-line errors (no model)",
     "LR_SCALINGS": "a constant",
     "Equations": "built by derive (refuses)",
     "Kernels": "built by kernels (refuses); its methods: test_kernel_methods_declare_",
