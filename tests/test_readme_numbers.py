@@ -236,3 +236,43 @@ def test_readme_is_short_and_keeps_the_quick_start_commands():
     # .ci/run and the contributors run these two lines as written
     assert ("```bash\npip install -e . && symquad validate\n"
             "pip install -e \".[test]\" && python -m pytest\n```") in text
+
+
+def _anchors(path):
+    """The anchors of a Markdown file: GitHub's heading slugs (``-1``, ``-2`` for repeats)
+    and ``<a id="...">`` tags; headings inside fenced code are not headings."""
+    text = _read(path)
+    found, seen = set(re.findall(r'<a id="([^"]+)"', text)), {}
+    for _, line in prose_lines(text):
+        if re.match(r"#{1,6} ", line):
+            slug = _slug(line)
+            found.add(slug if slug not in seen else f"{slug}-{seen[slug]}")
+            seen[slug] = seen.get(slug, 0) + 1
+    return found
+
+
+def broken_links(paths):
+    """``[(file, target)]`` of relative Markdown links whose file or anchor does not exist."""
+    bad = []
+    for path in paths:
+        prose = "\n".join(line for _, line in prose_lines(_read(path)))
+        for target in _LINK.findall(prose):
+            if re.match(r"[a-z]+:", target):               # http:, https:, mailto:
+                continue
+            name, _, anchor = target.partition("#")
+            dest = (path.parent / name).resolve() if name else path
+            if not dest.exists() or (anchor and dest.suffix == ".md"
+                                     and anchor not in _anchors(dest)):
+                bad.append((str(path), target))
+    return bad
+
+
+def test_links_of_the_readme_and_docs_resolve(tmp_path):
+    """Links between the README and docs/ follow the move of the README's sections."""
+    paths = [README] + sorted((ROOT / "docs").glob("*.md"))
+    assert broken_links(paths) == []
+    # the check can fail: a missing anchor and a missing file are found
+    probe = tmp_path / "probe.md"
+    probe.write_text("# Probe\n\n[a](#probe) [b](#nowhere) [c](missing.md)\n"
+                     "```\n[d](#in-code)\n```\n", encoding="utf-8")
+    assert [target for _, target in broken_links([probe])] == ["#nowhere", "missing.md"]
