@@ -599,13 +599,13 @@ def test_survival_rows_are_computed():
 
 
 @pytest.mark.slow
-def test_survival_command_output_is_in_the_readme_and_model_md(capsys):
-    """The README's and docs/model.md's tables are what `symquad survival` prints."""
+def test_survival_command_output_is_in_the_user_guide_and_model_md(capsys):
+    """docs/user-guide.md's and docs/model.md's tables are what `symquad survival` prints."""
     from pathlib import Path
 
     from symquad.cli import main
     assert main(["survival"]) == 0
     out = capsys.readouterr().out
     root = Path(__file__).resolve().parents[1]
-    for name in ("README.md", "docs/model.md"):
+    for name in ("docs/user-guide.md", "docs/model.md"):
         assert out.strip() in (root / name).read_text(encoding="utf-8"), name

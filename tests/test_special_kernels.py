@@ -12,7 +12,7 @@ quadrature) by symquad.runtime.special_engine.  Second routes, at the kernel lev
 * ReLU and the mixed pairs: Monte Carlo of the defining expectations
   E[σ'(λ_k) u_j δ], E[σ'σ' δ²] (label noise included), E[σ(λ_k) δ] and
   ½E[δ²], within 4.5 standard errors after asserting them, at p = 2 and p = 8;
-* the right-hand side against the README's index-sum formula of the ODE
+* the right-hand side against the index-sum formula of the ODE (docs/user-guide.md, the tensor route)
   (an assembly independent of the generated one).
 """
 
@@ -110,7 +110,7 @@ def test_erf_moments_equal_saad_solla_sums(p, pk):
 
 
 def test_erf_rhs_equals_the_index_sum_formula():
-    """dQ, dρ of the default erf model against the README's formula (own assembly)."""
+    """dQ, dρ of the default erf model against docs/user-guide.md's formula (own assembly)."""
     p, pk = 4, 2
     rng = np.random.default_rng(3)
     C = random_cov(p + pk, rng)
