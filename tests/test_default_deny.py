@@ -230,6 +230,11 @@ STAGE_CALLS = {
     **{f"simulate(method={k!r})": (lambda k: lambda m: sq.simulate(
         m, N=50, t_max=0.1, replicas=2, method=k))(k) for k in ("full", "reduced", "sde")},
     "fluctuations": lambda m: sq.fluctuations(m, *_overlaps(m), 1000, [0.0, 1.0]),
+    "the O(1/N) correction of the mean":
+        lambda m: sq.fluctuations(m, *_overlaps(m), 1000, [0.0, 1.0], second_order=True),
+    "the forward sensitivities":
+        lambda m: __import__("symquad.numeric.sensitivity", fromlist=["x"]).risk_sensitivity(
+            m, *_overlaps(m), [0.0, 1.0]),
     "the time conventions": lambda m: sq.tau_from_t(m, 1.0),
     "validate": lambda m: sq.validate(m, N=50, t_max=1.0, replicas=4),
     "compare": lambda m: sq.compare(m, *_trajectories(m)),

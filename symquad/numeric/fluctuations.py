@@ -348,7 +348,10 @@ def fluctuations(model, Q0, rho0, T, N, t_eval, start: str = "fixed", q0: float 
     if expansion_tol > 1:
         raise ValueError(f"expansion_tol must be in (0, 1], got {expansion_tol}")
     note = ""
-    if second_order is None:
+    if second_order is None and not model.is_polynomial:
+        second_order, note = False, ("skipped by default: derived for polynomial activations "
+                                     "(erf and relu: not derived)")
+    elif second_order is None:
         from ..symbolic.second_order import SECOND_ORDER_AUTO_SECONDS, second_order_estimate
         estimate = second_order_estimate(model)
         second_order = estimate <= SECOND_ORDER_AUTO_SECONDS
@@ -358,6 +361,7 @@ def fluctuations(model, Q0, rho0, T, N, t_eval, start: str = "fixed", q0: float 
     elif not second_order:
         note = "second_order=False"
     if second_order:
+        from .kernels import require_polynomial_diffusion
         require_polynomial_diffusion(model, "the O(1/N) correction of the mean")
         declare(model, SECOND_ORDER_STAGE)
         from ..symbolic.second_order import check_second_order_size

@@ -31,7 +31,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from ..spec import check_model
+from ..stages import declare
 from .checks import as_overlaps, as_real_array
 from .errors import DivergenceError
 from .kernels import kernels
@@ -153,7 +153,7 @@ def risk_sensitivity(model, Q0, rho0, T, t_eval, parameters=None, a0=None, form=
     from scipy.integrate import solve_ivp
 
     from .kernels import require_polynomial_diffusion
-    check_model(model)
+    declare(model, "the forward sensitivities")
     require_polynomial_diffusion(model, "the forward sensitivities (their exact Jacobian)")
     allowed = sensitivity_parameters(model)
     parameters = allowed if parameters is None else tuple(parameters)
