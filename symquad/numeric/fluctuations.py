@@ -24,6 +24,17 @@ overlaps — the escape *time* then has an O(1) random part (see
 :func:`symquad.escape_time`) that no Gaussian approximation of the state
 captures.  On a flat manifold of minima (``p > p*``) ``J`` has zero modes and ``Σ``
 grows linearly along them: the overlaps wander while the risk stays put.
+
+**The O(1/N) mean** (``second_order``; docs/derivation.md §8.3a).  The ODE is the
+``N → ∞`` limit of the mean; to the next order ``E[X(t)] = x(t) + c(t)/N`` with
+
+.. math::  \dot c = J c + \tfrac12\, ∂^2 f : Σ + f_1 − \tfrac12 J f, \qquad c(0) = 0,
+
+``f₁`` the ``1/N`` term of one step's mean increment
+(:meth:`~symquad.numeric.kernels.Kernels.second_order`), ``½ ∂²f : Σ`` the drift's
+curvature against the LNA covariance, ``−½ J f`` the discreteness of time (steps of
+``1/N``), and ``E[ε] = ε(x) + (∇ε·c + ½ ∇²ε : Σ)/N``.  :attr:`Fluctuations.expansion_valid`
+flags where the expansion has failed (same validity as above).
 """
 
 from __future__ import annotations
