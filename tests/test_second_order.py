@@ -203,7 +203,7 @@ def test_api_and_refusals():
 
 
 def test_expansion_flagged_on_a_plateau_escape():
-    """A random start on the plateau: Σ grows like e^{2κt} and the flag turns False (finite values)."""
+    """A random start on the plateau: Σ grows like e^{2κt}, the flag turns False (values finite)."""
     m = sq.Model(2, 1, 0.2)
     fl = sq.fluctuations(m, None, None, np.eye(1), 100, np.linspace(0, 20, 11), start="random")
     valid = fl.expansion_valid

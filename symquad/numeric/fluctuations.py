@@ -24,6 +24,17 @@ overlaps — the escape *time* then has an O(1) random part (see
 :func:`symquad.escape_time`) that no Gaussian approximation of the state
 captures.  On a flat manifold of minima (``p > p*``) ``J`` has zero modes and ``Σ``
 grows linearly along them: the overlaps wander while the risk stays put.
+
+**The O(1/N) mean** (``second_order``; docs/derivation.md §8.3a).  The ODE is the
+``N → ∞`` limit of the mean; to the next order ``E[X(t)] = x(t) + c(t)/N`` with
+
+.. math::  \dot c = J c + \tfrac12\, ∂^2 f : Σ + f_1 − \tfrac12 J f, \qquad c(0) = 0,
+
+``f₁`` the ``1/N`` term of one step's mean increment
+(:meth:`~symquad.numeric.kernels.Kernels.second_order`), ``½ ∂²f : Σ`` the drift's
+curvature against the LNA covariance, ``−½ J f`` the discreteness of time (steps of
+``1/N``), and ``E[ε] = ε(x) + (∇ε·c + ½ ∇²ε : Σ)/N``.  :attr:`Fluctuations.expansion_valid`
+flags where the expansion has failed (same validity as above).
 """
 
 from __future__ import annotations
@@ -138,7 +149,8 @@ class Fluctuations:
         Rule (:func:`expansion_valid`): at every time up to ``t``, every state entry's
         spread ``√(Σ_II/N)`` and its mean shift ``|c_I|/N`` are at most
         :attr:`expansion_tol` times the entry's natural scale ``s_I`` (``√(Q_ii Q_jj)``
-        for ``Q_ij``, ``√(Q_ii T_mm)`` for ``ρ_im``, the largest ``|a_j|`` so far for ``a_i``).  Where it
+        for ``Q_ij``, ``√(Q_ii T_mm)`` for ``ρ_im``, the largest ``|a_j|`` so far for
+        ``a_i``).  Where it
         is False the corrected means are still returned (finite) but are not a
         prediction: the linearisation has failed (typically a noise-seeded escape from
         a plateau, where ``Σ`` grows like ``e^{2κt}``) and the whole-run law against
@@ -320,7 +332,8 @@ def fluctuations(model, Q0, rho0, T, N, t_eval, start: str = "fixed", q0: float 
         every model field (:data:`SECOND_ORDER_FIELDS`), polynomial activations.
         None (default): computed when its one-time derivation per model structure is
         estimated below :data:`~symquad.symbolic.second_order.SECOND_ORDER_AUTO_SECONDS`
-        (``σ = z²``: up to ``dim ≈ 24``, e.g. ``p = 4, p* = 2`` with a trained readout), otherwise skipped
+        (``σ = z²``: up to ``dim ≈ 24``, e.g. ``p = 4, p* = 2`` with a trained readout),
+        otherwise skipped
         (the attributes are None and say why); True computes it whatever the cost
         (warned above that estimate, refused above an hour).
     expansion_tol : float in (0, 1]
@@ -424,7 +437,8 @@ def fluctuations(model, Q0, rho0, T, N, t_eval, start: str = "fixed", q0: float 
         return max_norm - np.max(np.abs(y)) if np.all(np.isfinite(y)) else -1.0
     blown.terminal = True
     with np.errstate(over="ignore", invalid="ignore"):
-        sol = solve_ivp(rhs, (0.0, float(t_eval[-1])), y0, t_eval=t_eval, method=method, rtol=rtol, atol=atol, events=blown)
+        sol = solve_ivp(rhs, (0.0, float(t_eval[-1])), y0, t_eval=t_eval, method=method,
+                        rtol=rtol, atol=atol, events=blown)
     if sol.status == 1 or not sol.success or sol.y.shape[1] < len(t_eval):
         last = sol.y[:, -1] if sol.y.size else y0
         Qd, rd, _ = lay.unpack(last[:dim])

@@ -243,7 +243,7 @@ def _mean_correction(constraint: str, trained: bool) -> MeanCorrection:
 
 
 def mean_correction_expressions(model: Model) -> MeanCorrection:
-    """``f_1`` for generic units (module docstring); depends on the constraint and the readout only."""
+    """``f_1`` for generic units (module docstring); depends on the constraint and readout only."""
     return _mean_correction(model.constraint, model.readout_trained)
 
 
@@ -316,7 +316,7 @@ def _mean_correction_entries(model: Model):
 
 
 def mean_correction_entries(model: Model):
-    """``(f1_Q, f1_ρ, f1_a)`` as explicit SymPy matrices in the entry symbols (cached per structure)."""
+    """``(f1_Q, f1_ρ, f1_a)``: explicit SymPy matrices in the entry symbols (cached per structure)."""
     from .entries import _structure, check_entry_route_size
     check_entry_route_size(model)
     return _mean_correction_entries(_structure(model))
