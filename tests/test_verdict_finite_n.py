@@ -64,5 +64,21 @@ def test_unrepresentable_teacher_with_trained_readout_passes(N):
     branch, 64 replicas, seeds 0 and 1)."""
     m = sq.Model(3, 2, 0.3, teacher_activation="z**3 - 3*z", lr_readout=0.2)
     rep = sq.validate(m, N=N, replicas=64, start="informed", fss=False, invariant=False,
-                      whole_run=False, resolution=False, seed={1000: 0, 4000: 1}[N])
+                      whole_run=False, resolution=False, finite_n=True,
+                      seed={1000: 0, 4000: 1}[N])
     assert _mean_check(rep)["status"] == "pass" and rep.verdict == "PASS", rep.reasons
+
+
+def test_finite_n_switch(floor_report):
+    rep = floor_report
+    args = (rep.t[:11], rep.sgd_Q[:32, :11], rep.sgd_rho[:32, :11], rep.T)
+    with pytest.raises(ValueError, match="finite_n must be None, True or False"):
+        sq.compare(FLOOR, *args, N=500, finite_n="yes")
+    off = sq.compare(FLOOR, *args, N=500, finite_n=False, whole_run=False, resolution=False)
+    assert "finite_n=False" in off.numbers["finite_n_bias"]["reason"]
+    # automatic: skipped, with the estimate, when the one-time derivation is long
+    big = sq.Model(4, 2, 0.1)
+    from symquad.studies.validation import _finite_n_correction
+    c, valid, reason = _finite_n_correction(big, np.linspace(0, 1, 3), np.eye(4),
+                                            np.zeros((4, 2)), np.eye(2), None, 1000)
+    assert c is None and "estimated at" in reason and "finite_n=True" in reason

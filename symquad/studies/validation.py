@@ -473,7 +473,12 @@ def _mean_deviation_window(t, ode_rho, escape_defined):
 MAX_CORRECTION_STATE = 60
 
 
-def _finite_n_correction(model, t, Q0, rho0, T, a0, N):
+#: finite_n=None (automatic) computes the O(1/N) correction when its one-time derivation
+#: (per model structure, then cached) is estimated at most this many seconds.
+FINITE_N_AUTO_SECONDS = 30.0
+
+
+def _finite_n_correction(model, t, Q0, rho0, T, a0, N, finite_n=None):
     """``(c_ε(t), valid(t), reason)``: the O(1/N) correction of the mean risk from one start.
 
     ``E[ε_SGD(t) | start] = ε_ODE(t) + c_ε(t)/N + O(N⁻²)`` (:func:`symquad.fluctuations`,
@@ -493,10 +498,19 @@ def _finite_n_correction(model, t, Q0, rho0, T, a0, N):
         return None, None, (f"too costly here ({dim} state entries, limit "
                             f"{MAX_CORRECTION_STATE}; non-quadratic: p + p* <= 6): tested "
                             f"against the ODE")
+    if finite_n is False:
+        return None, None, "finite_n=False: tested against the ODE"
+    if finite_n is None:
+        from ..symbolic.second_order import second_order_estimate
+        estimate = second_order_estimate(model)
+        if estimate > FINITE_N_AUTO_SECONDS:
+            return None, None, (f"its one-time derivation for this structure is estimated at "
+                                f"{estimate:.0f} s > {FINITE_N_AUTO_SECONDS:.0f} s; "
+                                f"finite_n=True computes it: tested against the ODE")
     from ..numeric.errors import DivergenceError
     from ..numeric.fluctuations import fluctuations
     try:
-        fl = fluctuations(model, Q0, rho0, T, N, t - t[0], a0=a0)
+        fl = fluctuations(model, Q0, rho0, T, N, t - t[0], a0=a0, second_order=True)
     except (ValueError, ArithmeticError, NotImplementedError, DivergenceError) as exc:
         return None, None, f"not available ({exc}): tested against the ODE"
     if fl.risk_mean_correction is None:
@@ -526,7 +540,7 @@ def _finite_n_numbers(t, N, window, mean_dev, se, c, valid, reason, z_plain):
 
 
 def _analyse(model, t, sgd_Q, sgd_rho, sgd_risk, sgd_ok, T, *, band, escape_fraction, escape,
-             progress, sgd_readout=None, N=None):
+             progress, sgd_readout=None, N=None, finite_n=None):
     """ODE from every replica's start and all summary numbers (no verdict).
 
     `sgd_readout` (replicas, n, p): the recorded readouts of a trained readout
@@ -615,7 +629,7 @@ def _analyse(model, t, sgd_Q, sgd_rho, sgd_risk, sgd_ok, T, *, band, escape_frac
     upto = int(np.nonzero(window)[0][-1]) + 1 if window.any() else 1
     c, c_valid, c_reason = _finite_n_correction(
         model, t[:upto], sgd_Q[first, 0], sgd_rho[first, 0], T,
-        None if sgd_readout is None else sgd_readout[first, 0], N)
+        None if sgd_readout is None else sgd_readout[first, 0], N, finite_n)
     if c is not None:
         c = np.concatenate([c, np.zeros(len(t) - upto)])
         c_valid = np.concatenate([c_valid, np.zeros(len(t) - upto, bool)])
@@ -1058,6 +1072,12 @@ def _finite_or_none(values):
 # ---------------------------------------------------------------------------
 # validate and compare
 # ---------------------------------------------------------------------------
+def _check_finite_n(finite_n):
+    if finite_n not in (None, True, False) or isinstance(finite_n, (int, float)) and \
+            not isinstance(finite_n, bool):
+        raise ValueError(f"finite_n must be None, True or False, got {finite_n!r}")
+
+
 def _check_common(band, escape_fraction, alpha):
     if not (isinstance(band, (tuple, list)) and len(band) == 2
             and all(isinstance(x, Real) and not isinstance(x, bool) for x in band)
@@ -1093,7 +1113,7 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start=None, seed=0, *,
              escape_fraction=0.5, overlap=0.5, alpha=ALPHA, fss=True, fss_N=None,
              fss_t_max=None, fss_replicas=None, fss_start="informed", invariant=True,
              invariant_N=(250, 500, 1000, 2000), invariant_replicas=16, workers=1,
-             progress=False, whole_run=True, resolution=True):
+             progress=False, whole_run=True, resolution=True, finite_n=None):
     r"""Compare SGD with the ODE theory for `model`; return a :class:`ValidationReport`.
 
     The report carries a PASS/FAIL verdict (``report.passed``,
@@ -1187,6 +1207,11 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start=None, seed=0, *,
         noise, weight decay, batch size, a trained readout's rate, each activation
         coefficient) this run's mean-deviation test detects
         (:mod:`symquad.studies.resolution`).
+    finite_n : bool or None
+        Compare SGD with ``ODE + c/N``, the derived O(1/N) correction of the mean
+        (:func:`symquad.fluctuations`), in the mean-deviation and band criteria.  None:
+        when its one-time derivation is estimated at most ``FINITE_N_AUTO_SECONDS``
+        (30 s); True: always (polynomial activations); False: never.
 
     Returns
     -------
@@ -1204,6 +1229,7 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start=None, seed=0, *,
     replicas = _check_int(replicas, "replicas", 2)
     n_times = _check_int(n_times, "n_times", 3, MAX_TIMES)
     _check_common(band, escape_fraction, alpha)
+    _check_finite_n(finite_n)
     given = Q0 is not None or rho0 is not None
     if given and (Q0 is None or rho0 is None):
         raise ValueError("Q0 and rho0 must be given together")
@@ -1316,7 +1342,7 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start=None, seed=0, *,
         numbers, ode, shared, phases["ode"] = _analyse(
             model, run.t, run.Q, run.rho, run.risk, ok, run.T, band=band,
             escape_fraction=escape_fraction, escape=escape, progress=progress,
-            sgd_readout=run.readout, N=N)
+            sgd_readout=run.readout, N=N, finite_n=finite_n)
         phases["analysis"] = time.perf_counter() - tick - phases["ode"]
         results, study_times = studies.results()
     phases.update(study_times)
@@ -1696,7 +1722,7 @@ def _check_whole_run(model, whole_run, N, a):
 
 def compare(model, t, Q, rho, T=None, readout=None, *, band=(2.5, 97.5), escape_fraction=0.5,
             escape=None, alpha=ALPHA, progress=False, N=None, whole_run=None,
-            seed=0, resolution=True) -> ValidationReport:
+            seed=0, resolution=True, finite_n=None) -> ValidationReport:
     r"""Compare trajectories you supply with the ODE theory of `model`: report and verdict.
 
     For each replica the ODE is integrated from that replica's own first
@@ -1752,6 +1778,8 @@ def compare(model, t, Q, rho, T=None, readout=None, *, band=(2.5, 97.5), escape_
         Seed of the SDE ensemble of the whole-run criteria.
     resolution : bool
         Add ``report.resolution`` (as in :func:`validate`).
+    finite_n : bool or None
+        The O(1/N) correction of the mean, as in :func:`validate` (needs `N`).
 
     Returns
     -------
@@ -1774,6 +1802,7 @@ def compare(model, t, Q, rho, T=None, readout=None, *, band=(2.5, 97.5), escape_
     t_start = time.perf_counter()
     declare(model, "compare")
     _check_common(band, escape_fraction, alpha)
+    _check_finite_n(finite_n)
     if escape not in (None, True, False):
         raise ValueError(f"escape must be None, True or False, got {escape!r}")
     t, Q, rho, T = _as_trajectories(model, t, Q, rho, T)
@@ -1787,7 +1816,8 @@ def compare(model, t, Q, rho, T=None, readout=None, *, band=(2.5, 97.5), escape_
     risk = population_risk(model, Q, rho, T, a)
     numbers, ode, shared, t_ode = _analyse(
         model, t, Q, rho, risk, np.ones(R, bool), T, band=band,
-        escape_fraction=escape_fraction, escape=escape, progress=progress, sgd_readout=a, N=N)
+        escape_fraction=escape_fraction, escape=escape, progress=progress, sgd_readout=a, N=N,
+        finite_n=finite_n)
     numbers["finite_size_scaling_skipped"] = ("user data at one N: the finite-size scaling "
                                               "needs simulations at several N (validate)")
     numbers["verdict"] = _decide(numbers, R, alpha)
