@@ -224,3 +224,10 @@ def test_saved_model_with_zero_denominator_is_a_value_error():
     data["activation"] = ["0", "1/0"]
     with pytest.raises(ValueError, match="non-zero denominator"):
         model_from_dict(data)
+
+
+def test_a_decimal_literal_beyond_float_is_exact_and_refused_by_float_routes():
+    m = sq.Model(p=2, p_star=1, lr=0.1, activation="1e400*z")
+    assert m.activation == (0, Fraction(10) ** 400)         # exact, like ("0", "1e400")
+    with pytest.raises(ValueError, match="largest non-constant coefficient"):
+        sq.kernels(m)
