@@ -21,8 +21,6 @@ not timed.
     OMP_NUM_THREADS=1 python benchmarks/bench_model_spec.py --before /tmp/symquad-0.2
 """
 
-
-from symquad.entry import ArgumentParser
 import json
 import os
 import pathlib
@@ -32,6 +30,8 @@ import tempfile
 import textwrap
 
 import numpy as np
+
+from symquad.entry import ArgumentParser
 
 HERE = pathlib.Path(__file__).resolve().parents[1]
 

@@ -14,12 +14,11 @@
     OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1 python benchmarks/bench_special.py [--p 64] [--p-star 4] [--sample 200000]
 """
 
-
-from symquad.entry import ArgumentParser
 import time
 
 import numpy as np
 
+from symquad.entry import ArgumentParser
 from symquad.numeric import special as NS
 
 ERF = NS.special_kernels("erf", "erf")

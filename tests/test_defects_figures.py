@@ -21,7 +21,7 @@ LONG = sq.Model(p=3, p_star=2, lr=0.1, noise=0.25, weight_decay=0.01,
 @functools.lru_cache(maxsize=None)
 def _trained_report():
     m = sq.Model(p=2, p_star=1, lr=0.3, lr_readout=0.3)
-    run = sq.simulate(m, N=400, t_max=3.0, replicas=6, seed=2, t_eval=np.linspace(0, 3, 13))
+    run = sq.simulate(m, N=400, t_max=2.0, replicas=4, seed=2, t_eval=np.linspace(0, 2, 7))
     assert run.readout is not None
     return sq.compare(m, run.t, run.Q, run.rho, None, run.readout, progress=False), run
 

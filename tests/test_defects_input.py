@@ -164,10 +164,15 @@ def test_coefficient_string_with_zero_denominator():
         parse_activation("0 1e-99999999")          # refused at once, not minutes of Fraction
 
 
-@pytest.mark.parametrize("method", ["auto", "LSODA", "BDF", "RK45"])
-@pytest.mark.parametrize("model", [sq.Model(p=2, p_star=1, lr=1e12),
-                                   sq.Model(p=2, p_star=1, lr=1e12, activation="z**3"),
-                                   sq.Model(p=2, p_star=1, lr=1e200)])
+_QUADRATIC_BLOW_UP = sq.Model(p=2, p_star=1, lr=1e12)
+
+
+@pytest.mark.parametrize("model, method", [
+    *[(_QUADRATIC_BLOW_UP, m) for m in ("auto", "LSODA", "BDF", "RK45")],
+    (sq.Model(p=2, p_star=1, lr=1e12, activation="z**3"), "LSODA"),    # scipy's brentq error
+    (sq.Model(p=2, p_star=1, lr=1e200), "auto"),                       # scipy's list outputs
+    (sq.Model(p=2, p_star=1, lr=1e200), "RK45"),
+])
 def test_a_first_step_blow_up_is_a_divergence(model, method):
     with np.errstate(all="ignore"):
         with pytest.raises(sq.DivergenceError):
@@ -219,3 +224,10 @@ def test_saved_model_with_zero_denominator_is_a_value_error():
     data["activation"] = ["0", "1/0"]
     with pytest.raises(ValueError, match="non-zero denominator"):
         model_from_dict(data)
+
+
+def test_a_decimal_literal_beyond_float_is_exact_and_refused_by_float_routes():
+    m = sq.Model(p=2, p_star=1, lr=0.1, activation="1e400*z")
+    assert m.activation == (0, Fraction(10) ** 400)         # exact, like ("0", "1e400")
+    with pytest.raises(ValueError, match="largest non-constant coefficient"):
+        sq.kernels(m)
