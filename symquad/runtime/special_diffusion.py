@@ -44,6 +44,7 @@ i.e. ``≈ p⁴n⁴ · nodes / 96`` arcsines; a trained readout adds ``M201``
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 
@@ -76,9 +77,14 @@ def price_nodes(variance) -> int:
     return NODE_TABLE[-1][1]     # NaN: the state is not finite, any rule
 
 
+@functools.lru_cache(maxsize=16)
 def _nodes(count):
+    """Gauss–Legendre nodes and weights on ``[0, 1]`` (read-only arrays, cached)."""
     x, wts = numpy.polynomial.legendre.leggauss(int(count))
-    return 0.5 * (x + 1.0), 0.5 * wts
+    t, wt = 0.5 * (x + 1.0), 0.5 * wts
+    t.flags.writeable = False
+    wt.flags.writeable = False
+    return t, wt
 
 
 def fold(C, F):
