@@ -112,7 +112,14 @@ def fold(C, F):
     X = numpy.moveaxis(C[..., F], -3, -3)                  # (..., n, K, d)
     X = numpy.moveaxis(X, -3, -2)                          # (..., K, n, d)
     M = C[..., F[:, :, None], F[:, None, :]] + numpy.eye(d)  # (..., K, d, d)
-    Minv_Xt = numpy.linalg.solve(M, numpy.swapaxes(X, -1, -2))   # (..., K, d, n)
+    try:
+        Minv_Xt = numpy.linalg.solve(M, numpy.swapaxes(X, -1, -2))   # (..., K, d, n)
+    except numpy.linalg.LinAlgError:
+        # I + C_FF is positive definite on the cone of covariances; a singular one means
+        # a state far outside it (a diverging SDE run): NaN, which the callers report
+        shape = C.shape[:-2] + (K,)
+        return (numpy.full(shape, numpy.nan),
+                numpy.full(shape + C.shape[-2:], numpy.nan))
     A = C[..., None, :, :] - X @ Minv_Xt
     A = 0.5 * (A + numpy.swapaxes(A, -1, -2))
     factor = _SQRT_TWO_PI ** d / numpy.sqrt(numpy.linalg.det(M))
