@@ -239,3 +239,10 @@ def test_erf_risk_gradient_equals_the_closed_derivative():
         assert abs(g[idx] - ref) < 1e-9 * max(1.0, abs(ref)), name
         checked += 1
     assert checked == 3 + 6 and lay.dim == 12
+
+
+def test_a_state_outside_the_cone_gives_nan_not_an_exception():
+    """I + C_FF singular (far outside the covariances, a diverging SDE run): NaN, reported."""
+    C = np.array([[-1.0, 0.0], [0.0, 1.0]])
+    factor, A = sd.fold(C, np.array([[0]]))
+    assert np.all(np.isnan(factor)) and np.all(np.isnan(A))

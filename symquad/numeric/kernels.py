@@ -254,7 +254,9 @@ class Kernels:
         shape ``(..., dim, dim)``, symmetric positive semi-definite; leading batch
         dimensions allowed.  The first call of a form generates its module if
         needed (tensor: once per activation pair, entries: once per structure;
-        both check their size first).
+        both check their size first).  ``σ = σ* = erf(z/√2)``: the folded closed
+        forms and Price-path quadrature of :mod:`symquad.runtime.special_diffusion`
+        (cost checked first); ReLU and mixed erf pairs are refused by name.
         """
         Q, rho, T, a = self._arrays(Q, rho, T, a)
         return _diffusion_function(self.model, self.form)(Q, rho, T, a)
@@ -264,7 +266,9 @@ class Kernels:
 
         Derived by differentiating the entry route's drift symbolically
         (:mod:`symquad.symbolic.jacobian`), whatever this kernel's form: its cost
-        grows fast with ``p`` (checked first; ``σ = z²`` reaches ``p ≈ 10``).
+        grows fast with ``p`` (checked first; ``σ = z²`` reaches ``p ≈ 10``).  For
+        erf models: Richardson-extrapolated central differences of the closed
+        forms (:mod:`symquad.numeric.special_derivatives`, 1e-10 relative).
         Shape ``(..., dim, dim)``.
         """
         Q, rho, T, a = self._arrays(Q, rho, T, a)

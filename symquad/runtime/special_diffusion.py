@@ -44,6 +44,7 @@ i.e. ``≈ p⁴n⁴ · nodes / 96`` arcsines; a trained readout adds ``M201``
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 
@@ -76,9 +77,14 @@ def price_nodes(variance) -> int:
     return NODE_TABLE[-1][1]     # NaN: the state is not finite, any rule
 
 
+@functools.lru_cache(maxsize=16)
 def _nodes(count):
+    """Gauss–Legendre nodes and weights on ``[0, 1]`` (read-only arrays, cached)."""
     x, wts = numpy.polynomial.legendre.leggauss(int(count))
-    return 0.5 * (x + 1.0), 0.5 * wts
+    t, wt = 0.5 * (x + 1.0), 0.5 * wts
+    t.flags.writeable = False
+    wt.flags.writeable = False
+    return t, wt
 
 
 def fold(C, F):
@@ -106,7 +112,14 @@ def fold(C, F):
     X = numpy.moveaxis(C[..., F], -3, -3)                  # (..., n, K, d)
     X = numpy.moveaxis(X, -3, -2)                          # (..., K, n, d)
     M = C[..., F[:, :, None], F[:, None, :]] + numpy.eye(d)  # (..., K, d, d)
-    Minv_Xt = numpy.linalg.solve(M, numpy.swapaxes(X, -1, -2))   # (..., K, d, n)
+    try:
+        Minv_Xt = numpy.linalg.solve(M, numpy.swapaxes(X, -1, -2))   # (..., K, d, n)
+    except numpy.linalg.LinAlgError:
+        # I + C_FF is positive definite on the cone of covariances; a singular one means
+        # a state far outside it (a diverging SDE run): NaN, which the callers report
+        shape = C.shape[:-2] + (K,)
+        return (numpy.full(shape, numpy.nan),
+                numpy.full(shape + C.shape[-2:], numpy.nan))
     A = C[..., None, :, :] - X @ Minv_Xt
     A = 0.5 * (A + numpy.swapaxes(A, -1, -2))
     factor = _SQRT_TWO_PI ** d / numpy.sqrt(numpy.linalg.det(M))
