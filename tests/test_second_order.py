@@ -194,9 +194,15 @@ def test_api_and_refusals():
                           second_order=False)
     with pytest.raises(ValueError, match="second_order"):
         off.risk_mean
+    # erf: the LNA exists (its D is derived), the O(1/N) mean is not: refused when asked
+    # for, skipped with the reason by default
+    erf = sq.Model(2, 1, 0.3, activation="erf")
     with pytest.raises(ValueError, match="activation"):
-        sq.fluctuations(sq.Model(2, 1, 0.3, activation="erf"), np.eye(2), np.zeros((2, 1)),
-                        np.eye(1), 500, [0, 1])
+        sq.fluctuations(erf, np.eye(2), np.zeros((2, 1)), np.eye(1), 500, [0, 1],
+                        second_order=True)
+    lna = sq.fluctuations(erf, np.eye(2), 0.1 * np.ones((2, 1)), np.eye(1), 500, [0, 1])
+    with pytest.raises(ValueError, match="erf and relu: not derived"):
+        lna.risk_mean
     with pytest.raises(ValueError, match="expansion_tol"):
         sq.fluctuations(m, np.eye(2), np.zeros((2, 1)), np.eye(1), 500, [0, 1],
                         expansion_tol=2.0)
