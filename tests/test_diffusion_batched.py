@@ -60,10 +60,10 @@ def test_batched_kinds_equal_the_reference(activation, p, ps):
 
 def test_chunked_terms_equal_the_reference(monkeypatch):
     model = sq.Model(3, 2, 0.3, activation="z**3 - 3*z", lr_readout=0.2)
-    monkeypatch.setattr(E, "_PATHS", {})
+    monkeypatch.setattr(E, "_CHUNKS", {})
     monkeypatch.setattr(E, "MAX_INTERMEDIATE", 64)      # every class in chunks of terms
     plan, args, ref = _check(model, replicas=2, seed=3)
-    assert any(chunk < nterms for _, chunk, nterms in E._PATHS.values())   # chunks were used
+    assert any(chunk < nterms for chunk, nterms in E._CHUNKS.values())   # chunks were used
     assert _max_rel(E.tensor_kinds(plan, *args[:5], 0.3, NAMES), ref) <= 1e-14
 
 
