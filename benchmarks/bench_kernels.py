@@ -19,6 +19,16 @@ The peer measures time as ``τ = steps·η/(pN)``, so its right-hand side is
 
     OMP_NUM_THREADS=1 SYMQUAD_PEER_PATH=/path/to/DimensionlessDynamicsSGD \
         python benchmarks/bench_kernels.py [--max-p 512] [--lambdify-max-p 6] [--repeat 5]
+
+``--diffusion`` instead times the diffusion matrix ``D`` (:meth:`Kernels.diffusion`)
+against one RHS call of the same kernels, for ``z²``, ``z² + z³/3`` and ``z³ − 3z`` at
+``p`` in ``--diffusion-p`` (``p* = 2``, trained readout), with the library's default
+BLAS threads and pinned to one (threadpoolctl), side by side; where
+``--reference-max-p`` allows, the former term-by-term tensor route
+(``tensor_kinds_reference``) too; and the first call for each activation in a fresh
+kernel cache (a subprocess: derivation, generation, planning).
+
+    python benchmarks/bench_kernels.py --diffusion [--diffusion-p 2,4,8,16]
 """
 
 import importlib
@@ -184,6 +194,72 @@ def main(max_p=512, lambdify_max_p=6, repeat=5, p_star=2, before=None):
                   f"(O(p^3) matrix products; BLAS makes small p overhead-bound)")
 
 
+DIFFUSION_ACTIVATIONS = ("z**2", "z**2 + z**3/3", "z**3 - 3*z")
+
+_FIRST_CALL = """
+import sys, time
+import numpy as np
+import symquad as sq
+t0 = time.perf_counter()
+m = sq.Model(4, 2, 0.1, activation=sys.argv[1], lr_readout=0.1)
+k = sq.kernels(m, "tensor")
+Q, rho, T = np.eye(4) * 0.5, np.zeros((4, 2)) + 0.1, np.eye(2)
+k.diffusion(Q, rho, T, np.full(4, 0.25))
+print(time.perf_counter() - t0)
+"""
+
+
+def first_call_seconds(activation):
+    """Wall seconds of the first tensor-route ``D`` at (4, 2) in a fresh kernel cache."""
+    import subprocess
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        env = dict(os.environ, SYMQUAD_CACHE_DIR=tmp)
+        out = subprocess.run([sys.executable, "-c", _FIRST_CALL, activation], env=env,
+                             capture_output=True, text=True, check=True)
+    return float(out.stdout.split()[-1])
+
+
+def diffusion_main(ps, repeat, reference_max_p, first_call, activations=DIFFUSION_ACTIVATIONS):
+    """D / RHS ratios (see the module docstring)."""
+    import threadpoolctl
+    from symquad.numeric.kernels import _diffusion_tensor_module
+    from symquad.runtime import diffusion_engine as engine
+    rng = np.random.default_rng(0)
+    print("# D and one RHS call, p* = 2, trained readout, unbatched; best of "
+          f"{repeat}; CPU milliseconds; 'pinned' = BLAS on one thread (threadpoolctl)")
+    print(f"{'activation':>16} {'p':>3} {'form':>7} {'RHS':>8} {'D':>9} {'D/RHS':>8} "
+          f"{'D pinned':>9} {'D/RHS pinned':>13} {'former D':>9}")
+    for act in activations:
+        for p in ps:
+            model = sq.Model(p, 2, 0.1, activation=act, lr_readout=0.1)
+            form = "matrix" if model.is_quadratic else "tensor"
+            k = sq.kernels(model, form)
+            Q, rho, T = _point(p, 2, rng)
+            a = np.full(p, 1.0 / p)
+            k.diffusion(Q, rho, T, a)                       # generation and planning
+            row = {}
+            for label, limit in (("default", None), ("pinned", 1)):
+                with threadpoolctl.threadpool_limits(limits=limit):
+                    row[label] = (time_call(lambda: k.rhs(Q, rho, T, a), repeat),
+                                  time_call(lambda: k.diffusion(Q, rho, T, a), repeat))
+            former = "-"
+            if form == "tensor" and p <= reference_max_p:
+                plan = _diffusion_tensor_module(model).PLAN
+                b = np.ones(2)
+                names = ("M001", "M002", "M110", "M111", "M200", "M201", "M220", "M310", "M400")
+                t0 = time.process_time()
+                engine.tensor_kinds_reference(plan, Q, rho, T, a, b, model.noise, names)
+                former = f"{(time.process_time() - t0) * 1e3:.1f}"
+            (r0, d0), (r1, d1) = row["default"], row["pinned"]
+            print(f"{act:>16} {p:>3} {form:>7} {r0 * 1e3:8.3f} {d0 * 1e3:9.2f} {d0 / r0:8.0f} "
+                  f"{d1 * 1e3:9.2f} {d1 / r1:13.0f} {former:>9}", flush=True)
+    if first_call:
+        print("# first tensor-route D at (4, 2) in a fresh cache (wall seconds, incl. derivation)")
+        for act in [a for a in activations if a != "z**2"]:
+            print(f"{act:>16} {first_call_seconds(act):8.1f}", flush=True)
+
+
 if __name__ == "__main__":
     parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--max-p", type=int, default=512)
@@ -191,5 +267,16 @@ if __name__ == "__main__":
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--p-star", type=int, default=2)
     parser.add_argument("--before", help="an older generated quadratic_matrix.py to compare")
+    parser.add_argument("--diffusion", action="store_true", help="time D against the RHS")
+    parser.add_argument("--diffusion-p", default="2,4,8,16")
+    parser.add_argument("--reference-max-p", type=int, default=8)
+    parser.add_argument("--no-first-call", action="store_true")
+    parser.add_argument("--activations", default=",".join(DIFFUSION_ACTIVATIONS),
+                        help="comma-separated activations for --diffusion")
     args = parser.parse_args()
+    if args.diffusion:
+        diffusion_main([int(x) for x in args.diffusion_p.split(",")], args.repeat,
+                       args.reference_max_p, not args.no_first_call,
+                       args.activations.split(","))
+        raise SystemExit(0)
     main(args.max_p, args.lambdify_max_p, args.repeat, args.p_star, args.before)

@@ -13,6 +13,7 @@ Usage::
     OMP_NUM_THREADS=1 python benchmarks/bench_sde.py                 # N = 1e3 ... 1e9
     python benchmarks/bench_sde.py --quick
     python benchmarks/bench_sde.py --p 8 --p-star 2 --replicas 64
+    python benchmarks/bench_sde.py --activation "z**2 + z**3/3" --ns 1e3,1e4,1e6 --t-max 1
 """
 
 from __future__ import annotations
@@ -42,12 +43,16 @@ def main(argv=None) -> int:
     parser.add_argument("--max-seconds", type=float, default=60.0,
                         help="largest run of the reduced simulator that is timed")
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--activation", default="z**2")
+    parser.add_argument("--ns", default=None, help="comma-separated N (e.g. 1e3,1e4,1e6)")
     args = parser.parse_args(argv)
     if args.p < 1 or args.p_star < 1 or args.replicas < 1 or not args.t_max > 0:
         parser.error("p, p-star, replicas must be >= 1 and t-max > 0")
     Ns = [10**3, 10**4, 10**5] if args.quick else [10**k for k in range(3, 10)]
+    if args.ns:
+        Ns = [int(float(x)) for x in args.ns.split(",")]
     t_max = 1.0 if args.quick else args.t_max
-    model = sq.Model(args.p, args.p_star, args.lr)
+    model = sq.Model(args.p, args.p_star, args.lr, activation=args.activation)
     print(f"{model.describe()}, {args.replicas} replicas, t in [0, {t_max}]")
     print(f"{'N':>12} {'SDE s/unit t':>14} {'SDE steps':>10} {'reduced s/unit t':>18}")
     reduced_rate = None                     # seconds per (unit of time · N)

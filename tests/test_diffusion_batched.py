@@ -1,0 +1,93 @@
+"""The class-batched tensor-route diffusion kinds equal the term-by-term reference.
+
+:func:`symquad.runtime.diffusion_engine.tensor_kinds` contracts all multigraphs of one
+edge set together (a term axis) through precomputed pairwise steps;
+:func:`~symquad.runtime.diffusion_engine.tensor_kinds_reference` is the former route,
+one ``einsum`` per multigraph.  Both sum the same terms in a different order, so they
+agree to rounding: 1e-14 relative to the largest entry of each kind, on random
+states, batched over replicas, and with the terms forced into chunks.
+"""
+
+import numpy as np
+import pytest
+
+import symquad as sq
+from symquad.numeric.kernels import _diffusion_tensor_module
+from symquad.runtime import diffusion_engine as E
+
+NAMES = ("M001", "M002", "M110", "M111", "M200", "M201", "M220", "M310", "M400")
+
+
+def _states(p, ps, replicas, rng):
+    n = p + ps
+    G = rng.standard_normal((replicas, n, n + 2))
+    C = G @ np.swapaxes(G, -1, -2) / (n + 2)
+    a = rng.uniform(-1.0, 1.0, (replicas, p))
+    return C[:, :p, :p], C[:, :p, p:], C[0, p:, p:], a, rng.uniform(0.3, 1.2, ps)
+
+
+def _max_rel(x, y):
+    out = 0.0
+    for name in NAMES:
+        scale = np.max(np.abs(y.arrays[name]))
+        assert scale > 0, name
+        out = max(out, float(np.max(np.abs(x.arrays[name] - y.arrays[name])) / scale))
+    return out
+
+
+def _check(model, replicas=3, seed=0):
+    plan = _diffusion_tensor_module(model).PLAN
+    rng = np.random.default_rng(seed)
+    Q, rho, T, a, b = _states(model.p, model.p_star, replicas, rng)
+    new = E.tensor_kinds(plan, Q, rho, T, a, b, 0.3, NAMES)
+    ref = E.tensor_kinds_reference(plan, Q, rho, T, a, b, 0.3, NAMES)
+    assert _max_rel(new, ref) <= 1e-14
+    # the replica axis is a batch axis: one vectorised call equals per-replica calls
+    for r in range(replicas):
+        one = E.tensor_kinds(plan, Q[r], rho[r], T, a[r], b, 0.3, NAMES)
+        for name in NAMES:
+            assert np.array_equal(one.arrays[name].shape, new.arrays[name][r].shape)
+            scale = np.max(np.abs(new.arrays[name][r]))
+            assert np.max(np.abs(one.arrays[name] - new.arrays[name][r])) <= 1e-14 * scale
+    return plan, (Q, rho, T, a, b), ref
+
+
+@pytest.mark.parametrize("activation,p,ps", [("z**2", 3, 2), ("z**2", 5, 1), ("z + z**2", 3, 2),
+                                             ("z**3 - 3*z", 3, 2)])
+def test_batched_kinds_equal_the_reference(activation, p, ps):
+    _check(sq.Model(p, ps, 0.3, activation=activation, lr_readout=0.2))
+
+
+def test_chunked_terms_equal_the_reference(monkeypatch):
+    model = sq.Model(3, 2, 0.3, activation="z**3 - 3*z", lr_readout=0.2)
+    monkeypatch.setattr(E, "_CHUNKS", {})
+    monkeypatch.setattr(E, "MAX_INTERMEDIATE", 64)      # every class in chunks of terms
+    plan, args, ref = _check(model, replicas=2, seed=3)
+    assert any(chunk < nterms for chunk, nterms in E._CHUNKS.values())   # chunks were used
+    assert _max_rel(E.tensor_kinds(plan, *args[:5], 0.3, NAMES), ref) <= 1e-14
+
+
+def test_reference_check_has_power():
+    # a wrong plan (one weight changed) is caught by the same comparison
+    model = sq.Model(3, 2, 0.3, activation="z**3 - 3*z", lr_readout=0.2)
+    plan = dict(_diffusion_tensor_module(model).PLAN)
+    roles, parts = plan["M400"]
+    (noise, q, terms), *rest = parts
+    (size, group), edges, orders = terms[0]
+    plan["M400"] = (roles, ((noise, q, (((size + 1, group), edges, orders),) + terms[1:]),
+                            *rest))
+    rng = np.random.default_rng(1)
+    Q, rho, T, a, b = _states(3, 2, 2, rng)
+    wrong = E.tensor_kinds(plan, Q, rho, T, a, b, 0.3, NAMES)
+    right = E.tensor_kinds_reference(_diffusion_tensor_module(model).PLAN, Q, rho, T, a, b,
+                                     0.3, NAMES)
+    assert _max_rel(wrong, right) > 1e-6
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("activation,teacher", [("z**2 + z**3/3", None),
+                                                ("z**2", "z**3 - 3*z")])
+def test_batched_kinds_equal_the_reference_mixed_degree(activation, teacher):
+    model = sq.Model(3, 2, 0.3, activation=activation, lr_readout=0.2,
+                     teacher_activation=teacher or activation)
+    _check(model)
