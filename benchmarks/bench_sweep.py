@@ -117,6 +117,14 @@ def main():
         print(f"  speed-up dask-2 vs dask-1: {res['dask-1'][1] / res['dask-2'][1]:.2f}x; "
               f"dask-2 vs serial: {res['serial'][1] / res['dask-2'][1]:.2f}x")
         print(f"  identical numbers on all three executors: {same}")
+        if not same:            # say where: which executor, column and grid point differ
+            for k in ("dask-1", "dask-2"):
+                got = res[k][0][cols].to_numpy(float)
+                for j, c in enumerate(cols):
+                    bad = ~((got[:, j] == ref[:, j]) | (np.isnan(got[:, j]) & np.isnan(ref[:, j])))
+                    if bad.any():
+                        print(f"    {k} {c}: rows {np.flatnonzero(bad).tolist()}, serial "
+                              f"{ref[bad, j].tolist()} vs {got[bad, j].tolist()}")
         # points in flight on average = summed task time / wall time: ~2 on 2 workers means
         # they ran concurrently; if the speed-up is still ~1, the cores were not idle
         for k in ("serial", "dask-1", "dask-2"):
