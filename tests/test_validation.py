@@ -171,9 +171,12 @@ def test_cli_rejects_bad_arguments(capsys):
 
 
 def test_numeric_runtime_never_imports_sympy(tmp_path):
+    # (the O(1/N) correction is a symbolic derivation on its first use, like the
+    # Jacobian of the linear-noise criterion: finite_n=False keeps to the numeric runtime;
+    # deciding whether to derive it imports no SymPy, symquad.second_order_cost)
     code = ("import sys, symquad as sq\n"
             "r = sq.validate(sq.Model(p=2, p_star=1, lr=0.3), N=50, t_max=2.0, replicas=3,"
-            " fss=False)\n"
+            " fss=False, finite_n=False)\n"
             "sq.simulate(sq.Model(p=2, p_star=1, lr=0.3), N=20, t_max=1.0, replicas=2,"
             " method='full')\n"
             "print('sympy' in sys.modules)\n")

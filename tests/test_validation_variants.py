@@ -82,8 +82,10 @@ def _assert_every_criterion_tested(rep, whole_run):
         expected |= {"whole_run_law", "lna_spread"}
         lna = status.pop("lna_spread")
         assert lna == "pass" or (lna == "not tested" and "resolved to" in " ".join(rep.reasons))
-    assert set(status) | ({"lna_spread"} if whole_run else set()) == expected
-    assert "not tested" not in status.values(), rep.reasons
+    # every criterion is listed; those of the plateau (escape) and of the finite-size
+    # scaling (not run here) are listed as not tested, with the reason
+    tested = {k for k, v in status.items() if v != "not tested"}
+    assert tested | ({"lna_spread"} if whole_run else set()) == expected, rep.reasons
 
 
 # ---------------------------------------------------------------------------

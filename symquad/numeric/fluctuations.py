@@ -331,7 +331,7 @@ def fluctuations(model, Q0, rho0, T, N, t_eval, start: str = "fixed", q0: float 
         ``Q_mean``, ``rho_mean``, ``readout_mean`` and ``expansion_valid``.  Derived for
         every model field (:data:`SECOND_ORDER_FIELDS`), polynomial activations.
         None (default): computed when its one-time derivation per model structure is
-        estimated below :data:`~symquad.symbolic.second_order.SECOND_ORDER_AUTO_SECONDS`
+        estimated below :data:`~symquad.second_order_cost.SECOND_ORDER_AUTO_SECONDS`
         (``σ = z²``: up to ``dim ≈ 24``, e.g. ``p = 4, p* = 2`` with a trained readout),
         otherwise skipped
         (the attributes are None and say why); True computes it whatever the cost
@@ -365,7 +365,7 @@ def fluctuations(model, Q0, rho0, T, N, t_eval, start: str = "fixed", q0: float 
         second_order, note = False, ("skipped by default: derived for polynomial activations "
                                      "(erf and relu: not derived)")
     elif second_order is None:
-        from ..symbolic.second_order import SECOND_ORDER_AUTO_SECONDS, second_order_estimate
+        from ..second_order_cost import SECOND_ORDER_AUTO_SECONDS, second_order_estimate
         estimate = second_order_estimate(model)
         second_order = estimate <= SECOND_ORDER_AUTO_SECONDS
         if not second_order:

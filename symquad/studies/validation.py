@@ -501,7 +501,7 @@ def _finite_n_correction(model, t, Q0, rho0, T, a0, N, finite_n=None):
     if finite_n is False:
         return None, None, "finite_n=False: tested against the ODE"
     if finite_n is None:
-        from ..symbolic.second_order import second_order_estimate
+        from ..second_order_cost import second_order_estimate
         estimate = second_order_estimate(model)
         if estimate > FINITE_N_AUTO_SECONDS:
             return None, None, (f"its one-time derivation for this structure is estimated at "

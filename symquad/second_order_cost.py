@@ -1,0 +1,33 @@
+"""Cost law of the O(1/N) mean correction's one-time derivation (standard library only).
+
+Kept out of :mod:`symquad.symbolic.second_order` so that the numeric runtime and the
+studies can decide whether to derive it without importing SymPy.
+"""
+
+from __future__ import annotations
+
+from .spec import Model
+
+__all__ = ["SECOND_ORDER_AUTO_SECONDS", "SECOND_ORDER_REFUSE_SECONDS", "second_order_estimate"]
+
+#: :func:`symquad.fluctuations` computes the correction by default when its derivation is
+#: estimated below this (seconds), warns above it when asked explicitly ...
+SECOND_ORDER_AUTO_SECONDS = 120.0
+#: ... and refuses above this.
+SECOND_ORDER_REFUSE_SECONDS = 3600.0
+
+
+def second_order_estimate(model: Model) -> float:
+    """Rough derivation time (s, shared 2-core machine) of :func:`second_order_polynomials`.
+
+    Measured (one-time, cached per structure afterwards): ``σ = z²`` 6.9 s at
+    ``(p, p*) = (2, 2)`` (``dim = 7``), 12 s at ``(3, 2)`` with a trained readout
+    (``dim = 15``), 53 s at ``(4, 2)`` (``dim = 18``, busy machine); a ``z³ − 3z``
+    teacher at ``(3, 2)``, trained, 20 s; a ``z³ − 3z`` student at ``(2, 1)`` 15 s.
+    The ``dim³`` second derivatives dominate: ``t ≈ 7 s · (dim/7)^2.2 · 2^{deg − 2}``
+    (``deg`` the larger activation degree), an upper bound on these points.
+    """
+    p, k = model.p, model.p_star
+    dim = p * (p + 1) // 2 + p * k + (p if model.readout_trained else 0)
+    deg = max(model.degree, model.teacher_degree, 2)
+    return 7.0 * (dim / 7.0) ** 2.2 * 2.0 ** (deg - 2)
