@@ -58,7 +58,7 @@ Two simulators share one driver and one output type (:class:`SimulationRun`):
     lanes, single-threaded); the random
     numbers are drawn with numpy.  The kernels are compiled on first use and
     cached on disk: the first call in a fresh installation pays that once
-    (see the README for the measured cost).
+    (see docs/benchmarks.md for the measured cost).
 
 Conventions
 -----------

@@ -956,7 +956,7 @@ class ValidationReport:
         study ran, and the figures (``figures=False`` skips them) as ``format``:
         ``"png"`` (300 dpi), ``"pdf"`` or ``"svg"`` (vector, for a paper).  Everything
         is written into a temporary folder beside `folder`, which then replaces
-        `folder` whole (one rename; see "Report folders" in the README): an interrupted save
+        `folder` whole (one rename; see "Report folders" in docs/user-guide.md): an interrupted save
         leaves the previous folder untouched, and no figure of an older run
         survives next to a new report.  `folder` is checked first: an existing
         file, a non-empty folder that is not a symquad report, or an unwritable

@@ -42,7 +42,7 @@ their cost is out of proportion (:func:`sde_cost_reason`).
 Both are in :func:`whole_run_checks`; :func:`decide_whole_run` adds them to the
 verdict of :func:`symquad.studies.verdict.decide`.  Their calibration (false-FAIL
 rate of the true model, power against wrong models) is measured by
-``benchmarks/calibrate_verdict.py`` (README).
+``benchmarks/calibrate_verdict.py`` (docs/benchmarks.md).
 """
 
 from __future__ import annotations
