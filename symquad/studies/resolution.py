@@ -28,18 +28,12 @@ __all__ = ["resolution_numbers", "format_resolution", "MAX_STARTS"]
 
 #: Starts whose sensitivities are averaged for a random start (replicas with their own ODE).
 MAX_STARTS = 4
-#: Largest state of the exact Jacobian in the sensitivities (as for the LNA, whose
-#: Jacobian is the same entry route's).
-_MAX_STATE = 60
-
-
-def _why_not(model, dim) -> str:
+def _why_not(model) -> str:
+    from .whole_run import entry_route_cost
     if not model.is_polynomial:
         return "the exact Jacobian is derived for polynomial activations"
-    if dim > _MAX_STATE or (not model.is_quadratic and model.p + model.p_star > 6):
-        return (f"the exact Jacobian is too costly here ({dim} state entries, limit "
-                f"{_MAX_STATE}; non-quadratic: p + p* <= 6)")
-    return ""
+    costly = entry_route_cost(model)
+    return f"the exact Jacobian is too costly here {costly}" if costly else ""
 
 
 def resolution_numbers(model, t, d_risk, Q0, rho0, T, a0, window, critical, *, shared):
@@ -60,11 +54,10 @@ def resolution_numbers(model, t, d_risk, Q0, rho0, T, a0, window, critical, *, s
     shared : bool
         All replicas share one start (one sensitivity integration).
     """
-    from ..numeric.layout import state_layout
     from ..numeric.sensitivity import _value, risk_sensitivity, sensitivity_parameters
     out = {"criterion": "mean_deviation", "values": {}, "relative": {}, "reason": ""}
     R = d_risk.shape[0]
-    reason = _why_not(model, state_layout(model).dim)
+    reason = _why_not(model)
     if not reason and (critical is None or not np.any(window) or R < 2):
         reason = "the mean-deviation test was not tested"
     if reason:

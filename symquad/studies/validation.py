@@ -468,11 +468,6 @@ def _mean_deviation_window(t, ode_rho, escape_defined):
     return mask, float(t[max(end - 1, 0)])
 
 
-#: The O(1/N) correction of the mean is used by the verdict for states up to this size
-#: (its Jacobian and drift Hessian come from the entry route, as for the LNA).
-MAX_CORRECTION_STATE = 60
-
-
 #: finite_n=None (automatic) computes the O(1/N) correction when its one-time derivation
 #: (per model structure, then cached) is estimated at most this many seconds.
 FINITE_N_AUTO_SECONDS = 30.0
@@ -487,17 +482,15 @@ def _finite_n_correction(model, t, Q0, rho0, T, a0, N, finite_n=None):
     one start serves them all.  ``valid`` is the expansion's own validity flag; where it is
     False the correction is not applied.  None and a reason where it is not available.
     """
-    from ..numeric.layout import state_layout
+    from .whole_run import entry_route_cost
     if N is None:
         return None, None, ("the data's input dimension N is not given (compare(..., N=) or "
                             "--N): tested against the N -> infinity ODE")
     if not model.is_polynomial:
         return None, None, "not derived for erf and relu: tested against the ODE"
-    dim = state_layout(model).dim
-    if dim > MAX_CORRECTION_STATE or (not model.is_quadratic and model.p + model.p_star > 6):
-        return None, None, (f"too costly here ({dim} state entries, limit "
-                            f"{MAX_CORRECTION_STATE}; non-quadratic: p + p* <= 6): tested "
-                            f"against the ODE")
+    costly = entry_route_cost(model)      # (its Jacobian and drift Hessian: entry route)
+    if costly:
+        return None, None, f"too costly here {costly}: tested against the ODE"
     if finite_n is False:
         return None, None, "finite_n=False: tested against the ODE"
     if finite_n is None:

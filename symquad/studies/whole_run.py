@@ -204,14 +204,26 @@ def sde_cost_reason(model, form=None) -> str:
     return ""
 
 
-def _lna_numbers(model, t, sgd_Q, sgd_rho, sgd_risk, T, N, idx, form):
-    from ..numeric.fluctuations import fluctuations
+def entry_route_cost(model) -> str:
+    """``"(… state entries, limit …)"`` when the entry route's exact Jacobian (and the
+    second-order terms beside it) is too costly for the verdict's criteria, else ``""``.
+
+    One rule for the linear-noise spread, the O(1/N) correction of the mean and the
+    resolution, which all rest on it.
+    """
     from ..numeric.layout import state_layout
     dim = state_layout(model).dim
     if dim > MAX_LNA_STATE or (not model.is_quadratic and model.p + model.p_star > 6):
+        return f"({dim} state entries, limit {MAX_LNA_STATE}; non-quadratic: p + p* <= 6)"
+    return ""
+
+
+def _lna_numbers(model, t, sgd_Q, sgd_rho, sgd_risk, T, N, idx, form):
+    from ..numeric.fluctuations import fluctuations
+    costly = entry_route_cost(model)
+    if costly:
         return {"applies": False, "reason": f"the entry-route Jacobian of the linear-noise "
-                f"prediction is too costly here ({dim} state entries, limit {MAX_LNA_STATE}; "
-                f"non-quadratic: p + p* <= 6)"}
+                f"prediction is too costly here {costly}"}
     try:
         # the spread criteria need Σ only (the O(1/N) mean, second_order=True, is not
         # used here: skipping it keeps this criterion's cost that of the LNA)
