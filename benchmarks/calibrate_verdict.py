@@ -170,10 +170,10 @@ def main(argv=None) -> int:
     parser.add_argument("--replicas", type=int, default=32)
     parser.add_argument("--n-times", type=int, default=201)
     parser.add_argument("--configs", nargs="*", default=None,
-                        help=f"a subset of {list(configurations())}")
+                        help=f"a subset of {list(configurations())}".replace("%", "%%"))
     parser.add_argument("--full", action="store_true", help="include the finite-size scaling")
     parser.add_argument("--wrong", nargs="*", default=None,
-                        help=f"a subset of the wrong theories {list(WRONG_LABELS)}")
+                        help=f"a subset of the wrong theories {list(WRONG_LABELS)}".replace("%", "%%"))
     parser.add_argument("--no-whole-run", action="store_true",
                         help="without the whole-run criteria (SDE law, LNA spread)")
     parser.add_argument("--quick", action="store_true", help="2 seeds, 16 replicas, N = 500")
