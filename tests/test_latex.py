@@ -291,7 +291,10 @@ def test_overfull_check_can_fail(tmp_path):
         _assert_no_overfull(log)
 
 
-def test_cli_equations_rejects_bad_input():
-    out = subprocess.run([sys.executable, "-m", "symquad", "equations", "--p", "0"],
-                         capture_output=True, text=True)
-    assert out.returncode == 2 and "p must be an integer in [1, 4096]" in out.stderr and out.stdout == ""
+def test_cli_equations_rejects_bad_input(capsys):
+    # in this process: the exit status and both streams (the `python -m symquad` process
+    # boundary is tested in tests/test_entry_points.py)
+    from symquad.cli import main
+    status = main(["equations", "--p", "0"])
+    out = capsys.readouterr()
+    assert status == 2 and "p must be an integer in [1, 4096]" in out.err and out.out == ""

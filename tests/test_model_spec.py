@@ -4,8 +4,6 @@ The heavy checks of the fields (routes agree, Monte Carlo of one N-dimensional s
 reduced vs full simulator) are in tests/test_model_fields_*.py.
 """
 
-import subprocess
-import sys
 from fractions import Fraction
 
 import numpy as np
@@ -148,7 +146,7 @@ def test_sphere_start_must_be_on_the_sphere():
     np.testing.assert_allclose(np.diagonal(sol.Q, axis1=1, axis2=2), 1.0, atol=1e-9)
 
 
-def test_every_field_is_a_flag_and_bad_values_exit_2_naming_the_field():
+def test_every_field_is_a_flag_and_bad_values_exit_2_naming_the_field(capsys):
     from symquad.cli import build_parser
     help_text = build_parser().parse_args(["equations", "--p", "2"])  # parses
     assert help_text.p == 2
@@ -157,9 +155,9 @@ def test_every_field_is_a_flag_and_bad_values_exit_2_naming_the_field():
             continue
         assert f.metadata["flag"] in build_parser()._subparsers._group_actions[0].choices[
             "equations"].format_help(), f.name
-    out = subprocess.run([sys.executable, "-m", "symquad", "equations", "--batch-size", "0"],
-                         capture_output=True, text=True)
-    assert out.returncode == 2 and "batch_size" in out.stderr and "Traceback" not in out.stderr
-    out = subprocess.run([sys.executable, "-m", "symquad", "equations", "--readout", "1,2"],
-                         capture_output=True, text=True)
-    assert out.returncode == 2 and "readout must have length p = 3" in out.stderr
+    # in this process (exit status and stderr; two interpreter starts saved)
+    from symquad.cli import main
+    status, err = main(["equations", "--batch-size", "0"]), capsys.readouterr().err
+    assert status == 2 and "batch_size" in err and "Traceback" not in err
+    status, err = main(["equations", "--readout", "1,2"]), capsys.readouterr().err
+    assert status == 2 and "readout must have length p = 3" in err

@@ -13,8 +13,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -152,15 +150,21 @@ def test_fold_display_expands_to_the_fold():
     assert sp.expand(nab.xreplace({S.FOLD_SYMBOLS[0]: lam_def}) - n_def) == 0
 
 
-def test_cli_equations_with_named_activations():
-    run = lambda *a: subprocess.run([sys.executable, "-m", "symquad", "equations", *a],   # noqa: E731
-                                    capture_output=True, text=True, timeout=300)
-    out = run("--activation", "erf", "--p", "64")
-    assert out.returncode == 0 and r"\operatorname{erf}(z/\sqrt{2})" in out.stdout
-    out = run("--activation", "erf", "--form", "entries")
-    assert out.returncode == 2 and "needs polynomial activations" in out.stderr
-    out = run("--activation", "tanh")
-    assert out.returncode == 2 and "'erf' or 'relu'" in out.stderr
+def test_cli_equations_with_named_activations(capsys):
+    # in this process (the command's exit status and streams; the process boundary of
+    # `python -m symquad` is tested in tests/test_entry_points.py): saves three interpreter
+    # starts with SymPy imports
+    from symquad.cli import main
+
+    def run(*a):
+        status = main(["equations", *a])
+        return status, capsys.readouterr()
+    status, out = run("--activation", "erf", "--p", "64")
+    assert status == 0 and r"\operatorname{erf}(z/\sqrt{2})" in out.out
+    status, out = run("--activation", "erf", "--form", "entries")
+    assert status == 2 and "needs polynomial activations" in out.err
+    status, out = run("--activation", "tanh")
+    assert status == 2 and "'erf' or 'relu'" in out.err
 
 
 def test_sweep_grid_takes_the_names(tmp_path):
