@@ -148,8 +148,10 @@ def _command(args_list, pinned):
 
 
 def run_one(args):
+    # read now: starting a local cluster sets OMP_NUM_THREADS=1 in this process's environment
+    omp = os.environ.get("OMP_NUM_THREADS")
     load0 = os.getloadavg()
-    print(f"cores: {os.cpu_count()}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}, "
+    print(f"cores: {os.cpu_count()}, OMP_NUM_THREADS={omp}, "
           f"load average {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f} (1, 5, 15 min)")
     _compile_kernels()
     with tempfile.TemporaryDirectory() as root:
@@ -196,14 +198,14 @@ def run_one(args):
             print(f"  rerun of a complete store (nothing computed): {1e3 * r:.2f} ms")
     load1 = os.getloadavg()
     print(f"\nload average at the end: {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}")
-    summary = {"replicas": args.replicas, "omp": os.environ.get("OMP_NUM_THREADS"),
+    summary = {"replicas": args.replicas, "omp": omp,
                "serial": res["serial"]["wall"], "dask1": res["dask-1"]["wall"],
                "dask2": res["dask-2"]["wall"], "speedup": speedup, "same": same,
                "lpt": lpt, "points2": res["dask-2"]["phases"]["points"],
                "sum_serial": float(res["serial"]["df"]["seconds"].sum()),
                "sum2": float(secs2.sum()), "load0": load0[0], "load1": load1[0]}
     print("SUMMARY " + json.dumps(summary))
-    print("rerun: " + _command(sys.argv[1:], os.environ.get("OMP_NUM_THREADS") == "1"))
+    print("rerun: " + _command(sys.argv[1:], omp == "1"))
     return summary
 
 
