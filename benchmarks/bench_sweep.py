@@ -35,6 +35,7 @@ Usage::
     python benchmarks/bench_sweep.py --replicas 192      # 4x the work per point (~70 s serial)
     python benchmarks/bench_sweep.py --suite --wait-load 1.0   # all four, once the load is low
     python benchmarks/bench_sweep.py --quick             # fewer replicas and no-ops
+    python benchmarks/bench_sweep.py --schedule-check    # sleeping points: the order on 2 workers
 
 Run on an otherwise idle machine: the speed-up of 2 workers over 1 is bounded
 by the number of idle cores (the load average is printed before and after).
@@ -68,6 +69,33 @@ TARGETS = {48: 1.5, 192: 1.75}
 def noop(x):
     """The cheapest possible task: measures the engine, not the work."""
     return {"y": x}
+
+
+def nap(d, x=0):
+    """Sleeps `d` s: a point whose length does not depend on the machine's load."""
+    t = time.time()
+    time.sleep(d)
+    return {"start": t, "end": time.time(), "pid": os.getpid()}
+
+
+nap.__symquad_cost__ = lambda params: params["d"]
+
+
+def _schedule_check(root):
+    """Sleeping points of the escape sweep's relative lengths on a running 2-worker cluster."""
+    ds = [1.7, 1.71, 1.05, 1.06, 0.85, 0.86, 0.6, 0.61]      # p = 5, 4, 3, 2 (x2), seconds
+    with sq.dask_client(workers=2) as client:
+        sq.sweep(nap, {"d": [0.01, 0.02]}, os.path.join(root, "nap-warm"), client=client,
+                 progress=False)
+        t0 = time.perf_counter()
+        df = sq.sweep(nap, {"d": ds[::-1]}, os.path.join(root, "nap"), client=client,
+                      progress=False)        # submitted in the reverse (shortest first) grid order
+        wall = time.perf_counter() - t0
+    lpt = _lpt_makespan(ds, 2)
+    per = {pid: [round(d, 2) for d in g.sort_values("start")["d"]]
+           for pid, g in df.groupby("pid")}
+    print(f"\nscheduling (8 sleeping points, 2 workers, already running): {wall:.2f} s against "
+          f"the longest-first makespan {lpt:.2f} s; order per worker: {list(per.values())}")
 
 
 def _grid(points, replicas):
@@ -255,6 +283,9 @@ def main():
     ap.add_argument("--replicas", type=int, default=48, help="SGD replicas per point")
     ap.add_argument("--overhead-points", type=int, default=200,
                     help="no-op points of part 2 (0: leave part 2 out)")
+    ap.add_argument("--schedule-check", action="store_true",
+                    help="only time 8 sleeping points on 2 workers (a scheduling check that "
+                         "does not depend on the load)")
     ap.add_argument("--quick", action="store_true", help="16 replicas, 100 no-ops")
     ap.add_argument("--suite", action="store_true",
                     help="48 and 192 replicas, default and pinned threads, one table")
@@ -266,7 +297,12 @@ def main():
         args.replicas, args.overhead_points = 16, 100
     if args.wait_load is not None:
         _wait_for_load(args.wait_load, args.wait_max)
-    if args.suite:
+    if args.schedule_check:
+        print(f"load average {os.getloadavg()[0]:.2f}")
+        with tempfile.TemporaryDirectory() as root:
+            _schedule_check(root)
+        print(f"load average at the end: {os.getloadavg()[0]:.2f}")
+    elif args.suite:
         run_suite(args)
     else:
         run_one(args)

@@ -19,7 +19,9 @@ Executors
 
 On Dask the points are submitted longest first by the task's run-time
 estimate (:func:`longest_first`), and the workers of a local cluster import the
-task's module and symquad's numerics once, together, before the first point.
+task's module and symquad's numerics, and load the compiled SGD kernels, once,
+together, before the first point (``df.attrs["sweep"].phases`` says where the
+time went).
 Without ``timeout=`` a point runs in the worker process itself (no child
 process).
 
