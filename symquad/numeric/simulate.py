@@ -85,7 +85,10 @@ generated kernels, so it doubles as a second route for the kernels' risk.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
+import tempfile
 import warnings
 from dataclasses import dataclass, field
 from numbers import Integral
@@ -938,6 +941,90 @@ def _reduced_kernel(replicas):
     """The compiled kernel for `replicas` replicas (both give bit-identical numbers)."""
     from . import _sgd_kernels as kern
     return kern.reduced_steps if replicas < _LANES_MIN_REPLICAS else kern.reduced_steps_lanes
+
+
+def _kernel_cache_paths(dispatchers):
+    """Index files of numba's on-disk cache of `dispatchers` (None where numba hides them)."""
+    paths = []
+    for d in dispatchers:
+        try:
+            paths.append(d._cache._cache_file._index_path)     # numba internals: may move
+        except AttributeError:
+            paths.append(None)
+    return paths
+
+
+def warm_kernels() -> bool:
+    """Load the reduced simulator's compiled kernels into this process, compiling them once.
+
+    A fresh process pays its first reduced simulation's kernels: loaded from
+    numba's on-disk cache (about 1.5 s), or compiled when the cache is empty
+    or stale (about a minute on the loaded 2-core machine).  A sweep's worker
+    processes call this before their first point, so a point's ``seconds``
+    is its own work.  Processes that warm at the same time while the cache is
+    missing take turns under a file lock (next to numba's cache, POSIX
+    ``flock``): the first compiles and writes the cache and the others load
+    it, instead of each compiling the same code at once.  One tiny run per
+    kernel (fewer than :data:`_LANES_MIN_REPLICAS` replicas, and more) makes
+    the calls with the argument types of every reduced simulation of the
+    polynomial activations, so nothing else is compiled later.  The runs
+    touch no global random state.
+
+    Returns
+    -------
+    bool
+        True if the cache was complete before the call (nothing compiled).
+    """
+    from . import _sgd_kernels as kern
+    from ..spec import Model
+
+    dispatchers = (kern.reduced_steps, kern.reduced_steps_lanes)
+    paths = _kernel_cache_paths(dispatchers)
+    cached = all(p is not None and os.path.exists(p) for p in paths)
+
+    def run():
+        for replicas in (1, _LANES_MIN_REPLICAS):
+            simulate(Model(2, 1, 0.1), N=64, t_max=4 / 64, replicas=replicas, seed=0,
+                     t_eval=np.array([0.0, 4 / 64]))
+
+    if cached:
+        run()
+        return True
+    with _compile_lock(paths[0]):
+        run()
+    return False
+
+
+@contextlib.contextmanager
+def _compile_lock(index_path):
+    """An exclusive file lock shared by the processes compiling into one numba cache."""
+    import zlib
+
+    try:
+        import fcntl
+    except ImportError:            # not POSIX: no lock, each process compiles for itself
+        yield
+        return
+    folder = os.path.dirname(index_path) if index_path else tempfile.gettempdir()
+    name = "symquad-kernels.lock"
+    fh = None
+    for where in (folder, tempfile.gettempdir()):
+        try:
+            os.makedirs(where, exist_ok=True)
+            lock = name if where == folder else \
+                f"symquad-kernels-{zlib.crc32(folder.encode()):08x}.lock"
+            fh = open(os.path.join(where, lock), "a")
+            break
+        except OSError:            # a read-only installation: the lock goes to the temp dir
+            continue
+    if fh is None:
+        yield
+        return
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        yield
+    finally:
+        fh.close()                 # closing releases the lock
 
 
 # ---------------------------------------------------------------------------

@@ -19,7 +19,9 @@ Executors
 
 On Dask the points are submitted longest first by the task's run-time
 estimate (:func:`longest_first`), and the workers of a local cluster import the
-task's module and symquad's numerics once, together, before the first point.
+task's module and symquad's numerics, and load the compiled SGD kernels, once,
+together, before the first point (``df.attrs["sweep"].phases`` says where the
+time went).
 Without ``timeout=`` a point runs in the worker process itself (no child
 process).
 
@@ -73,7 +75,7 @@ import queue
 import sys
 import time
 import traceback as _traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from numbers import Real
 
@@ -107,6 +109,9 @@ class SweepInfo:
     seconds: float
     executor: str
     store: str
+    #: Seconds of each phase: ``plan`` (grid, store), ``cluster_start``, ``warm_up``
+    #: (local cluster only), ``points`` (submission to the last point) and ``close``.
+    phases: dict = field(default_factory=dict, compare=False)
 
     def line(self) -> str:
         """One-line summary."""
@@ -322,15 +327,24 @@ def longest_first(task, todo):
 
 
 def _warm_modules(task):
-    """Modules a worker imports before its first point (the task's, and symquad's numerics)."""
+    """Modules a worker imports before its first point, and whether it loads the SGD kernels.
+
+    A task of symquad's own warms symquad's numerics: the landscape, the
+    simulators, SciPy's statistics (imported on first use by the random
+    starts) and the reduced simulator's compiled kernels
+    (:func:`symquad.numeric.simulate.warm_kernels`).  A task of another
+    module warms that module only.
+    """
     module = getattr(task.func, "__module__", None) or ""
     mods = [module] if module and module != "__main__" else []
-    if module.startswith("symquad."):
-        mods += ["symquad.numeric.landscape", "symquad.numeric.simulate"]
-    return mods
+    own = module.startswith("symquad.")
+    if own:
+        mods += ["symquad.numeric.landscape", "symquad.numeric.simulate", "scipy.stats"]
+    return mods, own
 
 
-def _import_modules(modules):
+def _import_modules(modules, kernels=False):
+    """Import `modules` (and load the SGD kernels): what a worker runs once, before its points."""
     import importlib
 
     for name in modules:
@@ -338,20 +352,28 @@ def _import_modules(modules):
             importlib.import_module(name)
         except Exception:          # the point itself reports what is wrong with its module
             pass
+    if kernels:
+        try:
+            from ..numeric.simulate import warm_kernels
+            warm_kernels()
+        except Exception:          # e.g. numba missing: the points report it
+            pass
 
 
-def _warm_up(client, modules):
-    """Import `modules` on every worker at once, before the points are submitted.
+def _warm_up(client, modules, kernels=False):
+    """Import `modules` (and load the SGD kernels) on every worker at once, before any point.
 
-    A fresh worker process pays its imports (SciPy, numba, the task's module:
-    seconds) in its first point; warmed together at the start, each point's
-    ``seconds`` is its own work and no worker starts its first (largest) point
-    late.
+    A fresh worker process pays its imports (SciPy, numba, the task's module)
+    and the loading of the compiled kernels -- seconds -- in its first point;
+    warmed together at the start, each point's ``seconds`` is its own work
+    and no worker starts its first (largest) point late.  With an empty numba
+    cache the workers compile one after the other under a file lock, so the
+    code is compiled once (:func:`symquad.numeric.simulate.warm_kernels`).
     """
-    if not modules:
+    if not modules and not kernels:
         return
     try:
-        client.run(_import_modules, list(modules))
+        client.run(_import_modules, list(modules), kernels)
     except Exception:              # a worker that cannot import is reported by its points
         pass
 
@@ -436,7 +458,8 @@ def dask_client(address=None, *, workers=None, timeout="20s"):
         return
     client, cluster, started = _local_client(workers or os.cpu_count() or 1)
     try:
-        _warm_up(client, ["symquad.numeric.landscape", "symquad.numeric.simulate"])
+        _warm_up(client, ["symquad.numeric.landscape", "symquad.numeric.simulate", "scipy.stats"],
+                 kernels=True)
         yield client
     except BaseException:
         _close_local(client, cluster, started, abort=True)
@@ -483,14 +506,21 @@ def _local_client(workers):
 def _close_local(client, cluster, started, abort=False):
     """Close the local cluster; worker processes that do not leave in time are killed.
 
-    With `abort` (an exception, Ctrl-C or SIGTERM ends the sweep) each nanny
-    is closed first with a 1 s grace for its worker, and the cluster gets 2 s
-    instead of 10 -- a graceful close would wait for the points the workers
-    are computing -- so the clean-up fits in a batch scheduler's grace period.
-    Only the cluster's worker processes are touched (psutil handles, so a
-    reused process id is never mistaken for one of them).  distributed's
+    The nannies are closed first, all at once, each giving its worker a grace
+    period (1 s with `abort`, 3 s otherwise), and then the client and the
+    cluster.  distributed's own cluster close retires the workers one by one
+    and took 3.4-3.8 s for 2 idle workers on the loaded 2-core machine, against
+    1.0-1.1 s for the nannies closed together (load 13-14, side by side): after
+    a finished sweep nothing is left on the workers to wait for.  With `abort`
+    (an exception, Ctrl-C or SIGTERM ends the sweep) the client and the cluster
+    get 2 s instead of 10 -- a graceful close would wait for the points the
+    workers are computing -- so the clean-up fits in a batch scheduler's grace
+    period.  Only the cluster's worker processes are touched (psutil handles,
+    so a reused process id is never mistaken for one of them).  distributed's
     shutdown logs are muted (symquad.entry.muted_shutdown_logs).
     """
+    import asyncio
+
     import psutil
 
     def stop(procs, grace):
@@ -508,15 +538,20 @@ def _close_local(client, cluster, started, abort=False):
                 pass
         psutil.wait_procs(alive, timeout=grace)
 
+    grace = 1 if abort else 3
+    reason = "symquad-abort" if abort else "symquad-done"
+
+    async def close_nannies(nannies):
+        # a nanny would restart a worker killed under it: each stops its own, together
+        await asyncio.gather(*(n.close(timeout=grace, reason=reason) for n in nannies),
+                             return_exceptions=True)
+
     with muted_shutdown_logs():
-        if abort:
-            # each nanny stops its worker after 1 s (it would restart a worker killed under it)
-            for nanny in list(getattr(cluster, "workers", {}).values()):
-                try:
-                    cluster.sync(nanny.close, timeout=1, reason="symquad-abort",
-                                 callback_timeout=5)
-                except Exception:       # its process is killed below
-                    pass
+        try:
+            cluster.sync(close_nannies, list(getattr(cluster, "workers", {}).values()),
+                         callback_timeout=grace + 4)
+        except Exception:       # their processes are killed below
+            pass
         for closer in (client.close, cluster.close):
             try:
                 closer(timeout=2 if abort else 10)
@@ -744,27 +779,41 @@ def sweep(task, grid, store, *, client=None, workers=None, progress=None, retrie
 
     executor = "serial"
     finished = False
+    phases = {"plan": time.perf_counter() - t0}
+
+    def phase(name, since):
+        now = time.perf_counter()
+        phases[name] = now - since
+        return now
+
     try:
         with terminate_cleanly():
             if todo:
+                t = time.perf_counter()
                 if client is not None:
                     executor = (f"dask "
                                 f"{getattr(client, 'scheduler', None) and client.scheduler.address}")
                     _run_dask(task, todo, on_done, client, retries, timeout, worker_timeout)
+                    phase("points", t)
                 elif workers == 1:
                     _run_serial(task, todo, on_done, timeout)
+                    phase("points", t)
                 else:
                     n = min(workers or cores, len(todo))
                     executor = f"local dask cluster, {n} worker process{'es' if n > 1 else ''}"
                     own_client, cluster, started = _local_client(n)
+                    t = phase("cluster_start", t)
                     try:
-                        _warm_up(own_client, _warm_modules(task))
+                        _warm_up(own_client, *_warm_modules(task))
+                        t = phase("warm_up", t)
                         _run_dask(task, todo, on_done, own_client, retries, timeout,
                                   worker_timeout)
+                        t = phase("points", t)
                     except BaseException:
                         _close_local(own_client, cluster, started, abort=True)
                         raise
                     _close_local(own_client, cluster, started)
+                    phase("close", t)
         finished = True
     finally:
         if bar is not None:
@@ -790,5 +839,5 @@ def sweep(task, grid, store, *, client=None, workers=None, progress=None, retrie
         ok=counts["ok"], errors=counts["error"], lost=len(lost),
         seconds=time.perf_counter() - t0,
         executor=executor + (f", timeout {timeout:g} s per point" if timeout else ""),
-        store=st.path)
+        store=st.path, phases={k: round(v, 3) for k, v in phases.items()})
     return df
