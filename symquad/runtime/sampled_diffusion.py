@@ -58,7 +58,7 @@ WIDEN = 2.0
 #: Seed of the rule's scrambling (fixed: D is a deterministic function of the state).
 SEED = 20261202
 #: Points per block of the accumulation (bounded memory: ~p²n² · CHUNK doubles).
-CHUNK = 4096
+CHUNK = 16384
 
 
 @functools.lru_cache(maxsize=8)
@@ -143,17 +143,15 @@ def sampled_diffusion_kinds(Q, rho, T, a, b, Delta, names, student, teacher,
         if name not in shapes:
             raise NotImplementedError(f"moment kind {name!r} of the sampled diffusion")
     plan = _plan(p, n)
-    sums = [dict() for _ in range(Cf.shape[0])]
-    for r in range(Cf.shape[0]):
-        for c0 in range(0, z.shape[0], CHUNK):
-            u = z[c0:c0 + CHUNK] @ R[r]                    # (S, n), R symmetric
-            _accumulate(sums[r], names, u, zw[c0:c0 + CHUNK], p, wf[r], Delta, s_f, s_d,
-                        t_f, plan)
+    sums = {}
+    # every state of the batch on each block of points at once (batched products)
+    step = max(1, CHUNK // max(1, Cf.shape[0]))
+    for c0 in range(0, z.shape[0], step):
+        u = z[c0:c0 + step] @ R                            # (B, S, n), R symmetric
+        _accumulate(sums, names, u, zw[c0:c0 + step], p, wf, Delta, s_f, s_d, t_f, plan)
     out = {}
     for name in names:
-        full = numpy.stack([_expand(name, sums[r][name], p, n, plan)
-                            for r in range(Cf.shape[0])])
-        out[name] = full.reshape(batch + shapes[name])
+        out[name] = _expand(name, sums[name], p, n, plan).reshape(batch + shapes[name])
     return KindArrays(out)
 
 
@@ -175,15 +173,15 @@ def _plan(p, n):
 def _expand(name, value, p, n, plan):
     """A kind's full array from its sums on the symmetric reduction of :func:`_accumulate`."""
     pair, field = plan["pair"], plan["field"]
-    if name == "M220":                                     # (pairs, field pairs)
-        return value[pair[:, :, None, None], field[None, None, :, :]]
-    if name == "M400":                                     # (pairs, pairs)
-        return value[pair[:, :, None, None], pair[None, None, :, :]]
-    if name == "M310":                                     # (sorted triples, n)
+    if name == "M220":                                     # (B, pairs, field pairs)
+        return value[:, pair[:, :, None, None], field[None, None, :, :]]
+    if name == "M400":                                     # (B, pairs, pairs)
+        return value[:, pair[:, :, None, None], pair[None, None, :, :]]
+    if name == "M310":                                     # (B, sorted triples, n)
         from .special_diffusion import _scatter_symmetric
         return _scatter_symmetric(value, plan["triples"], p, (n,))
-    if name == "M201":                                     # (pairs, p)
-        return value[pair]
+    if name == "M201":                                     # (B, pairs, p)
+        return value[:, pair]
     return value
 
 
@@ -194,18 +192,22 @@ def _accumulate(acc, names, u, zw, p, w, Delta, s_f, s_d, t_f, plan):
     field pairs ``a ≤ b``, sorted triples; :func:`_expand` restores the full arrays),
     which cuts ``M220`` by ~4, ``M400`` by ~3 and ``M310`` by ~4 at ``p = 8``.
     """
-    S, n = u.shape
+    B, S, n = u.shape
     f = numpy.empty_like(u)
-    f[:, :p] = s_f(u[:, :p])
-    f[:, p:] = t_f(u[:, p:])
-    g = s_d(u[:, :p])                                      # σ' of the students
-    d = f @ w
+    f[..., :p] = s_f(u[..., :p])
+    f[..., p:] = t_f(u[..., p:])
+    g = s_d(u[..., :p])                                    # σ' of the students
+    d = numpy.einsum("bsn,bn->bs", f, w)
     d2 = d * d
-    # the label-noise moments of δ^k given the fields (ξ integrated out)
+    # the label-noise moments of δ^k given the fields (ξ integrated out), times the weights
     m = {1: d * zw, 2: (d2 + Delta) * zw, 3: (d2 * d + 3.0 * Delta * d) * zw,
          4: (d2 * d2 + 6.0 * Delta * d2 + 3.0 * Delta ** 2) * zw}
-    fs = f[:, :p]
+    m = {k: v[..., None] for k, v in m.items()}
+    fs = f[..., :p]
     G2 = None
+
+    def tr(x):
+        return numpy.swapaxes(x, -1, -2)
 
     def add(name, value):
         if name in acc:
@@ -214,26 +216,26 @@ def _accumulate(acc, names, u, zw, p, w, Delta, s_f, s_d, t_f, plan):
             acc[name] = value
     for name in names:
         if name in ("M220", "M400", "M201") and G2 is None:
-            G2 = g[:, plan["pi"]] * g[:, plan["pj"]]       # (S, pairs)
+            G2 = g[..., plan["pi"]] * g[..., plan["pj"]]   # (B, S, pairs)
         if name == "M110":
-            add(name, (g * m[1][:, None]).T @ u)
+            add(name, tr(g * m[1]) @ u)
         elif name == "M200":
-            add(name, (g * m[2][:, None]).T @ g)
+            add(name, tr(g * m[2]) @ g)
         elif name == "M001":
-            add(name, fs.T @ m[1])
+            add(name, (tr(fs) @ m[1])[..., 0])
         elif name == "M220":
-            U2 = u[:, plan["fa"]] * u[:, plan["fb"]]       # (S, field pairs)
-            add(name, (G2 * m[2][:, None]).T @ U2)
+            U2 = u[..., plan["fa"]] * u[..., plan["fb"]]   # (B, S, field pairs)
+            add(name, tr(G2 * m[2]) @ U2)
         elif name == "M310":
             t3 = plan["triples"]
-            G3 = g[:, t3[:, 0]] * g[:, t3[:, 1]] * g[:, t3[:, 2]]
-            add(name, (G3 * m[3][:, None]).T @ u)
+            G3 = g[..., t3[:, 0]] * g[..., t3[:, 1]] * g[..., t3[:, 2]]
+            add(name, tr(G3 * m[3]) @ u)
         elif name == "M400":
-            add(name, (G2 * m[4][:, None]).T @ G2)
+            add(name, tr(G2 * m[4]) @ G2)
         elif name == "M111":
-            UF = (u[:, :, None] * fs[:, None, :]).reshape(S, n * p)
-            add(name, ((g * m[2][:, None]).T @ UF).reshape(p, n, p))
+            UF = (u[..., :, None] * fs[..., None, :]).reshape(B, S, n * p)
+            add(name, (tr(g * m[2]) @ UF).reshape(B, p, n, p))
         elif name == "M201":
-            add(name, (G2 * m[3][:, None]).T @ fs)
+            add(name, tr(G2 * m[3]) @ fs)
         elif name == "M002":
-            add(name, (fs * m[2][:, None]).T @ fs)
+            add(name, tr(fs * m[2]) @ fs)
