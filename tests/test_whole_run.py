@@ -133,10 +133,10 @@ def test_compare_checks_the_whole_run_arguments_before_any_work(monkeypatch):
         sq.compare(m, run.t, run.Q, run.rho, readout=run.readout, whole_run=True)
 
 
-@pytest.mark.parametrize("activation, teacher", [("relu", "relu"), ("erf", "relu"),
-                                                   ("relu", "erf")])
+@pytest.mark.parametrize("activation, teacher", [("z**3", "erf"), ("erf", "z**3 - 3*z")])
 def test_underived_activations_are_refused_by_name_where_D_is_needed(activation, teacher):
-    """D is derived for polynomials and erf: every route that needs it refuses ReLU by name."""
+    """D is derived for polynomials, erf, ReLU and their mixed pairs with polynomials of
+    degree <= 2: every route that needs it refuses a cubic with erf by name."""
     m = sq.Model(2, 1, 0.1, activation=activation, teacher_activation=teacher)
     Q, rho, T = np.eye(2), np.zeros((2, 1)), np.eye(1)
     calls = [lambda: sq.simulate(m, N=100, t_max=1.0, replicas=2, method="sde"),
@@ -144,7 +144,7 @@ def test_underived_activations_are_refused_by_name_where_D_is_needed(activation,
              lambda: sq.fluctuations(m, Q, rho, T, 100, [0.0, 1.0]),
              lambda: sq.escape_time(m, 100, method="sde", t_max=5.0, threshold=0.1)]
     for call in calls:
-        with pytest.raises(ValueError, match=f"activation='{activation}'.*not derived"):
+        with pytest.raises(ValueError, match=r"not derived.*activation=.*degree 3"):
             call()
     from symquad.studies.whole_run import sde_cost_reason
     assert "not derived" in sde_cost_reason(m)

@@ -62,7 +62,8 @@ __all__ = ["Kernels", "kernels", "KERNEL_FORMS", "clear_kernel_memo", "default_f
            "single_thread_blas", "limited_blas", "blas_threads", "THREADS_ENV",
            "BLAS_LIMIT_FIELDS", "special_support", "check_kernels", "special_rhs_seconds",
            "require_diffusion", "diffusion_support", "erf_diffusion_seconds",
-           "check_erf_diffusion_cost",
+           "check_erf_diffusion_cost", "check_sampled_diffusion_cost",
+           "sampled_diffusion_seconds",
            "check_special_cost", "SPECIAL_COST_PER_QUADRUPLE", "SPECIAL_WARN_SECONDS",
            "SPECIAL_REFUSE_SECONDS"]
 
@@ -256,7 +257,9 @@ class Kernels:
         needed (tensor: once per activation pair, entries: once per structure;
         both check their size first).  ``σ = σ* = erf(z/√2)``: the folded closed
         forms and Price-path quadrature of :mod:`symquad.runtime.special_diffusion`
-        (cost checked first); ReLU and mixed erf pairs are refused by name.
+        (cost checked first); ReLU and mixed pairs: the field-space cubature of
+        :mod:`symquad.runtime.sampled_diffusion` (2^17 scrambled Sobol' points, 1e-3
+        of max |D|, cost checked first).
         """
         Q, rho, T, a = self._arrays(Q, rho, T, a)
         return _diffusion_function(self.model, self.form)(Q, rho, T, a)
@@ -267,7 +270,7 @@ class Kernels:
         Derived by differentiating the entry route's drift symbolically
         (:mod:`symquad.symbolic.jacobian`), whatever this kernel's form: its cost
         grows fast with ``p`` (checked first; ``σ = z²`` reaches ``p ≈ 10``).  For
-        erf models: Richardson-extrapolated central differences of the closed
+        erf and ReLU models: Richardson-extrapolated central differences of the closed
         forms (:mod:`symquad.numeric.special_derivatives`, 1e-10 relative).
         Shape ``(..., dim, dim)``.
         """
@@ -381,21 +384,24 @@ def diffusion_support(model: Model) -> str | None:
 
     Polynomial pairs: the entry, matrix and tensor routes.  ``σ = σ* = erf(z/√2)``:
     the folded closed forms and the Price-path quadrature of
-    :mod:`symquad.runtime.special_diffusion`.  Other pairs with erf or ReLU need
-    8-point Gaussian moments of step functions (a ReLU student: up to eight
-    distinct fields inside orthant indicators) or of mixed erf/ReLU/polynomial
-    factors, which are not derived.
+    :mod:`symquad.runtime.special_diffusion`.  Every other pair whose drift is
+    derived (:func:`special_support`: ReLU, erf/ReLU and erf or ReLU with a
+    polynomial): the field-space cubature of :mod:`symquad.runtime.sampled_diffusion`
+    (its 8-point Gaussian moments have no closed form).
     """
     if model.is_polynomial:
         return None
-    s, t = model.activation_kind, model.teacher_activation_kind
-    if s == "erf" and t == "erf":
-        return None
-    from ..spec import activation_label
-    return (f"activation={model.activation_str!r} ({activation_label(model.activation)}) "
-            f"with teacher_activation={model.teacher_activation_str!r} "
-            f"({activation_label(model.teacher_activation)}): its 8-point Gaussian moments "
-            f"are not derived (derived: polynomial pairs and erf student with erf teacher)")
+    reason = special_support(model)
+    if reason is not None:
+        return reason
+    for which, act, text in (("activation", model.activation, model.activation_str),
+                             ("teacher_activation", model.teacher_activation,
+                              model.teacher_activation_str)):
+        if not isinstance(act, str) and len(act) - 1 > 2:
+            return (f"{which}={text!r} (degree {len(act) - 1}) with an erf or "
+                    f"ReLU partner: the field-space cubature's accuracy is established for "
+                    f"polynomial degree <= 2 only (measured 5 % of max |D| for z**3 - 3*z)")
+    return None
 
 
 def require_diffusion(model: Model, what: str = "the diffusion matrix") -> None:
@@ -450,6 +456,34 @@ def check_erf_diffusion_cost(model: Model) -> float:
     return est
 
 
+#: Seconds per multiply–add of the field-space cubature's cost law
+#: (:func:`~symquad.runtime.sampled_diffusion.sampled_diffusion_cost`): measured 2–8 ns at
+#: p = 3–8 on the shared 2-core development machine at load 5–9 (pessimistic bound).
+SAMPLED_DIFFUSION_COST_PER_MAC = 1e-8
+#: Largest estimated seconds of one field-space-cubature diffusion matrix: refused above.
+SAMPLED_DIFFUSION_REFUSE_SECONDS = 120.0
+
+
+def sampled_diffusion_seconds(model: Model) -> float:
+    """Estimated seconds of one ``D`` of a ReLU or mixed pair (the field-space cubature)."""
+    from ..runtime.sampled_diffusion import sampled_diffusion_cost
+    return SAMPLED_DIFFUSION_COST_PER_MAC * sampled_diffusion_cost(
+        model.p, model.p_star, model.readout_trained)
+
+
+def check_sampled_diffusion_cost(model: Model) -> float:
+    """Refuse (ValueError), before any work, a cubature ``D`` estimated above the limit."""
+    est = sampled_diffusion_seconds(model)
+    if est > SAMPLED_DIFFUSION_REFUSE_SECONDS:
+        raise ValueError(
+            f"the diffusion matrix of activation={model.activation_str!r} with "
+            f"teacher_activation={model.teacher_activation_str!r} at p={model.p}, "
+            f"p_star={model.p_star} is estimated at {est:.3g} s per state (field-space "
+            f"cubature, cost ~ 2^17 points x (p^2 n^2 + p^4), n = p + p_star; limit "
+            f"{SAMPLED_DIFFUSION_REFUSE_SECONDS:g} s): use a smaller p")
+    return est
+
+
 def _special_nodes():
     from ..runtime.special_diffusion import PRICE_NODES
     return PRICE_NODES
@@ -479,13 +513,22 @@ def _diffusion_function(model: Model, form: str):
                                                              "diffusion_sphere"))
     assemble = assembly.DIFFUSION[model.constraint]
     names = assembly.KINDS[(model.constraint, trained)]
-    if not model.is_polynomial:
+    if not model.is_polynomial and (model.activation_kind, model.teacher_activation_kind) \
+            == ("erf", "erf"):
         # erf: the folded closed forms and the Price-path quadrature (special_diffusion)
         check_erf_diffusion_cost(model)
         from ..runtime.special_diffusion import erf_diffusion_kinds
 
         def source(Q, rho, T, a):
             return erf_diffusion_kinds(Q, rho, T, a, b, model.noise, names)
+    elif not model.is_polynomial:
+        # ReLU and mixed pairs: the field-space cubature (sampled_diffusion)
+        check_sampled_diffusion_cost(model)
+        from ..runtime.sampled_diffusion import sampled_diffusion_kinds
+
+        def source(Q, rho, T, a):
+            return sampled_diffusion_kinds(Q, rho, T, a, b, model.noise, names,
+                                           model.activation, model.teacher_activation)
     elif form == "matrix":
         mod, _ = _committed("diffusion_matrix", required=("kinds",))
         act = tuple(float(c[j]) for c, j in ((model.activation, 2), (model.teacher_activation, 2),

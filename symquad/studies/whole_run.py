@@ -191,6 +191,13 @@ def sde_cost_reason(model, form=None) -> str:
     if reason is not None:
         return f"the diffusion matrix of the SDE is not derived: {reason}"
     dim = state_layout(model).dim
+    if not model.is_polynomial and (model.activation_kind, model.teacher_activation_kind) \
+            != ("erf", "erf"):
+        # ReLU and mixed pairs: D by the field-space cubature (~2^17 points per state and
+        # step of every replica): derived, but measured > 10 min for a p = 2 verdict
+        return ("the diffusion matrix of this pair is the field-space cubature "
+                "(runtime/sampled_diffusion.py, 2^17 points per state): the whole-run SDE "
+                "(one D per replica and step) is too costly for the verdict")
     if not model.is_polynomial:
         return (f"the erf diffusion costs O(p^4 (p+p*)^4) per state and replica: too costly "
                 f"for the verdict at p = {model.p} (limit p = 4)") if model.p > 4 else ""
