@@ -181,6 +181,8 @@ def _inputs(plan, Q, rho, T, a, b):
 MAX_INTERMEDIATE = 2 ** 24
 
 _COMPILED: dict = {}
+#: Evaluate through :class:`_Program` (False: the class route, kept for the benchmarks).
+USE_PROGRAM = True
 
 
 def _compile_kind(roles, parts):
@@ -247,7 +249,13 @@ def tensor_kinds(plan, Q, rho, T, a, b, Delta, names):
 
     The terms with one edge set are evaluated together (:func:`_compile_kind`):
     one contraction per class instead of one per multigraph, the same sum
-    reordered (equal to :func:`tensor_kinds_reference` to rounding).
+    reordered (equal to :func:`tensor_kinds_reference` to rounding).  The classes of
+    all kinds run as one straight-line program (:class:`_Program`, built once per
+    plan, kinds and ``(p, n)``) in which a sub-contraction shared by several
+    multigraphs is computed once; when its largest intermediate times the batch
+    exceeds :data:`MAX_INTERMEDIATE` the classes run one by one, in chunks of terms.
+    Cost: the program's steps (4610 for ``σ = z³ − 3z``, against 13132 pairwise steps
+    of the classes), each an ``einsum`` of at most ``O(p^a n^b)`` with ``a + b ≤ 8``.
     """
     batch, C, w, p, phi = _inputs(plan, Q, rho, T, a, b)
     top = plan["__top__"]
@@ -257,8 +265,8 @@ def tensor_kinds(plan, Q, rho, T, a, b, Delta, names):
     PHI = numpy.stack(phi, axis=-2)
     stud = PHI[..., :p]
     summed = PHI * w[..., None, :]
-    program = _program(plan, tuple(names), p, n)
-    if program.largest * max(1, math.prod(batch)) <= MAX_INTERMEDIATE:
+    program = _program(plan, tuple(names), p, n) if USE_PROGRAM else None
+    if program is not None and program.largest * max(1, math.prod(batch)) <= MAX_INTERMEDIATE:
         return KindArrays(program.run(CP, stud, summed, Delta, batch))
     out = {}
     for name in names:
