@@ -23,7 +23,8 @@ The peer measures time as ``τ = steps·η/(pN)``, so its right-hand side is
 ``--diffusion`` instead times the diffusion matrix ``D`` (:meth:`Kernels.diffusion`)
 against one RHS call of the same kernels, for ``z²``, ``z² + z³/3`` and ``z³ − 3z`` at
 ``p`` in ``--diffusion-p`` (``p* = 2``, trained readout), with the library's default
-BLAS threads and pinned to one (threadpoolctl), side by side; where
+BLAS threads and pinned to one (threadpoolctl), side by side, and the class route
+(``diffusion_engine.USE_PROGRAM = False``: one contraction per edge set, no CSE); where
 ``--reference-max-p`` allows, the former term-by-term tensor route
 (``tensor_kinds_reference``) too; and the first call for each activation in a fresh
 kernel cache (a subprocess: derivation, generation, planning).
@@ -229,7 +230,7 @@ def diffusion_main(ps, repeat, reference_max_p, first_call, activations=DIFFUSIO
     print("# D and one RHS call, p* = 2, trained readout, unbatched; best of "
           f"{repeat}; CPU milliseconds; 'pinned' = BLAS on one thread (threadpoolctl)")
     print(f"{'activation':>16} {'p':>3} {'form':>7} {'RHS':>8} {'D':>9} {'D/RHS':>8} "
-          f"{'D pinned':>9} {'D/RHS pinned':>13} {'former D':>9}")
+          f"{'D pinned':>9} {'D/RHS pinned':>13} {'class D':>8} {'former D':>9}")
     for act in activations:
         for p in ps:
             model = sq.Model(p, 2, 0.1, activation=act, lr_readout=0.1)
@@ -244,6 +245,13 @@ def diffusion_main(ps, repeat, reference_max_p, first_call, activations=DIFFUSIO
                     row[label] = (time_call(lambda: k.rhs(Q, rho, T, a), repeat),
                                   time_call(lambda: k.diffusion(Q, rho, T, a), repeat))
             former = "-"
+            classes = "-"
+            if form == "tensor":
+                engine.USE_PROGRAM = False
+                try:
+                    classes = f"{time_call(lambda: k.diffusion(Q, rho, T, a), repeat) * 1e3:.2f}"
+                finally:
+                    engine.USE_PROGRAM = True
             if form == "tensor" and p <= reference_max_p:
                 plan = _diffusion_tensor_module(model).PLAN
                 b = np.ones(2)
@@ -253,7 +261,7 @@ def diffusion_main(ps, repeat, reference_max_p, first_call, activations=DIFFUSIO
                 former = f"{(time.process_time() - t0) * 1e3:.1f}"
             (r0, d0), (r1, d1) = row["default"], row["pinned"]
             print(f"{act:>16} {p:>3} {form:>7} {r0 * 1e3:8.3f} {d0 * 1e3:9.2f} {d0 / r0:8.0f} "
-                  f"{d1 * 1e3:9.2f} {d1 / r1:13.0f} {former:>9}", flush=True)
+                  f"{d1 * 1e3:9.2f} {d1 / r1:13.0f} {classes:>8} {former:>9}", flush=True)
     if first_call:
         print("# first tensor-route D at (4, 2) in a fresh cache (wall seconds, incl. derivation)")
         for act in [a for a in activations if a != "z**2"]:

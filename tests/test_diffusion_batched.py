@@ -91,3 +91,20 @@ def test_batched_kinds_equal_the_reference_mixed_degree(activation, teacher):
     model = sq.Model(3, 2, 0.3, activation=activation, lr_readout=0.2,
                      teacher_activation=teacher or activation)
     _check(model)
+
+
+def test_program_shares_steps_and_equals_the_class_route(monkeypatch):
+    # the straight-line program (one step per distinct sub-contraction) against the
+    # class route (forced by a zero intermediate limit): same sum, fewer steps
+    model = sq.Model(3, 2, 0.3, activation="z**3 - 3*z", lr_readout=0.2)
+    plan = _diffusion_tensor_module(model).PLAN
+    prog = E._program(plan, NAMES, 3, 5)
+    class_steps = sum(len(edges) + len(vertices) - 1 for name in NAMES
+                      for _, _, _, classes in E._compiled(plan, name)
+                      for _, edges, vertices, _, _, _ in classes)
+    assert prog.n_steps < 0.5 * class_steps
+    Q, rho, T, a, b = _states(3, 2, 2, np.random.default_rng(5))
+    fast = E.tensor_kinds(plan, Q, rho, T, a, b, 0.3, NAMES)
+    monkeypatch.setattr(E, "MAX_INTERMEDIATE", 0)
+    classes = E.tensor_kinds(plan, Q, rho, T, a, b, 0.3, NAMES)
+    assert _max_rel(fast, classes) <= 1e-14

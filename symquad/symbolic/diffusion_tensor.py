@@ -87,36 +87,52 @@ def _enumerate(caps, allowed):
 
 
 def _canonical(mult, pairs, n_ext, V, orders):
-    """Representative of a multigraph under permutations of the summed vertices ``n_ext..V−1``."""
+    """Representative of a multigraph under permutations of the summed vertices ``n_ext..V−1``.
+
+    The summed vertices are ordered by their signature (order, multiplicities to the
+    external vertices); only vertices of equal signature are permuted, and the
+    smallest sorted edge list over those permutations is the representative.  The
+    edges among external vertices do not move and are sorted once.
+    """
     m = {}
     for (u, v), k in zip(pairs, mult):
         if k:
             m[(u, v)] = k
-    summed = list(range(n_ext, V))
-    if len(summed) <= 1:
+    if V - n_ext <= 1:
         return tuple(sorted(m.items()))
-
-    def signature(s):
-        return (orders[s],) + tuple(m.get((min(e, s), max(e, s)), 0) for e in range(n_ext))
-    ordered = sorted(summed, key=signature)
+    sig = {s: (orders[s],) + tuple(m.get((e, s), 0) for e in range(n_ext))
+           for s in range(n_ext, V)}
+    ordered = sorted(range(n_ext, V), key=sig.__getitem__)
     groups, current = [], [ordered[0]]
     for s in ordered[1:]:
-        if signature(s) == signature(current[-1]):
+        if sig[s] == sig[current[-1]]:
             current.append(s)
         else:
             groups.append(current)
             current = [s]
     groups.append(current)
+    fixed = [(uv, k) for uv, k in m.items() if uv[1] < n_ext]
+    moving = [(uv, k) for uv, k in m.items() if uv[1] >= n_ext]
+    if all(len(g) == 1 for g in groups):      # one candidate: no search
+        relabel = list(range(V))
+        for i, old in enumerate(ordered):
+            relabel[old] = n_ext + i
+        return tuple(sorted(fixed + [((min(relabel[u], relabel[v]), max(relabel[u], relabel[v])),
+                                       k) for (u, v), k in moving]))
+    fixed.sort()
     best = None
+    relabel = list(range(V))
     for choice in product(*[permutations(g) for g in groups]):
-        seq = [s for g in choice for s in g]
-        relabel = {old: n_ext + i for i, old in enumerate(seq)}
-        relabel.update({e: e for e in range(n_ext)})
-        key = tuple(sorted(((min(relabel[u], relabel[v]), max(relabel[u], relabel[v])), k)
-                           for (u, v), k in m.items()))
+        i = n_ext
+        for g in choice:
+            for old in g:
+                relabel[old] = i
+                i += 1
+        key = sorted(((min(relabel[u], relabel[v]), max(relabel[u], relabel[v])), k)
+                     for (u, v), k in moving)
         if best is None or key < best:
             best = key
-    return best
+    return tuple(sorted(fixed + best))
 
 
 def kind_terms(tf, roles, q):
