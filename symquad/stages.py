@@ -59,8 +59,8 @@ STAGES = {
     # numeric/: the solvers, simulators, SDE and LNA
     "integrate": _LOSS,
     "integrate_batch": _LOSS,
-    "simulate(method='full')": FIELDS_0_2,
-    "simulate(method='reduced')": FIELDS_0_2,
+    "simulate(method='full')": _LOSS,
+    "simulate(method='reduced')": _LOSS,
     "simulate(method='sde')": FIELDS_0_2,
     "fluctuations": FIELDS_0_2,
     "the O(1/N) correction of the mean": FIELDS_0_2,
