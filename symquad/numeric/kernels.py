@@ -244,6 +244,34 @@ class Kernels:
             out = self._risk(Q, rho, T, readout, self._exact[1])
         return float(out) if np.ndim(out) == 0 else out
 
+    def population_loss(self, Q, rho, T, a=None):
+        r"""The population loss ``E[ℓ]`` of the model's training loss (label noise included).
+
+        :meth:`risk` is the square-loss generalisation error ``ε = ½E[(ŷ − y*)²]``
+        whatever the loss; this is the loss SGD descends (:data:`symquad.spec.LOSSES`):
+
+        .. math::  E[½(ŷ − y)²] = ε + Δ/2 \qquad\text{(square)},\qquad
+                   −E[y ŷ] = −E[y^* ŷ] = ε − ½E[ŷ²] − ½E[y^{*2}] \qquad\text{(correlation)},
+
+        with ``½E[ŷ²]`` and ``½E[y*²]`` the risk's own sum at teacher readout 0 and
+        at student readout 0 (``ξ`` is independent of the fields and has mean 0).
+        """
+        Q, rho, T, a_float = self._arrays(Q, rho, T, a)
+        a_num = self._exact[0] if a is None else a_float
+        b_num = self._exact[1]
+
+        def risk(a_, b_):
+            if self._limit:
+                with limited_blas(self.threads):
+                    return np.asarray(self._risk(Q, rho, T, a_, b_), dtype=float)
+            return np.asarray(self._risk(Q, rho, T, a_, b_), dtype=float)
+        eps = risk(a_num, b_num)
+        if self.model.loss == "square":
+            out = eps + 0.5 * self.model.noise
+        else:
+            out = eps - risk(a_num, 0 * b_num) - risk(0 * a_num, b_num)
+        return float(out) if np.ndim(out) == 0 else out
+
     def diffusion(self, Q, rho, T, a=None):
         r"""Diffusion matrix ``D`` of the order parameters at ``(Q, ρ, T)`` (and ``a``).
 
