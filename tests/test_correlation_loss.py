@@ -1,0 +1,254 @@
+r"""The correlation loss ``ℓ = −y ŷ`` (issue 23): error signal ``−y`` through every stage.
+
+Checked by independent routes:
+
+* the moment drift is the same expression for both losses (the gradients are
+  ``e a_k σ'(λ_k)``, ``e σ(λ_k)`` with the error signal ``e`` opaque), which is why the
+  generated assembly and the moment modules are shared and only the error weights
+  ``(c a, −b)`` passed to the evaluators change;
+* the tensor and matrix kernels equal the entry route (Wick expectations of the
+  explicit per-sample polynomials of ``ℓ = −y ŷ``) to 1e-12 at ``(p, p*) <= (3, 2)``,
+  alone and combined with a trained readout, batch 2 and weight decay, and differ
+  from the square-loss kernels; the one-step Monte Carlo of the N-dimensional update
+  at ``p = 12`` is in tests/test_model_fields_one_step.py (variants ``loss``,
+  ``loss_combination``);
+* ``Kernels.population_loss`` against a Monte Carlo of ``−y ŷ``; the risk stays the
+  square-loss error ``½E[(ŷ − y*)²]`` (the square-loss model's risk, bit for bit);
+* the full simulator's compiled step equals the literal N-dimensional step of the
+  definition; the reduced simulator has the full one's law (KS, Bonferroni, with
+  power against the square loss);
+* the ODE against full N-dimensional SGD at ``N = 1000`` (slow; a cheap version at
+  ``N = 400``): the mean risk within its error, and the square-loss ODE rejected
+  on the same data;
+* stages without the loss refuse it by name (the SDE, the LNA, the tensor diffusion,
+  the symbolic matrix route, the analyses derived for the square loss).
+
+Well-posedness: with fixed readouts and no constraint, ``−y ŷ`` is unbounded below in
+``‖w‖`` and the ODE diverges (σ = z²: ``Q`` reaches 10⁶ by ``t ≈ 16`` at lr 0.2, and
+weight decay 0.5 does not stop it); the tests use the spherical constraint
+``|w_k|² = N``, where the dynamics are bounded (a trained readout then grows linearly,
+``da/dt = η_a E[y σ(λ)]``, without a blow-up).
+"""
+
+import numpy as np
+import pytest
+from fractions import Fraction
+from scipy.stats import norm
+
+import symquad as sq
+from conftest import random_overlaps
+from symquad.numeric.simulate import simulate
+from test_model_fields_routes import EntryRoute, assert_routes_agree, uneven_readout
+
+CORR = dict(loss="correlation")
+
+
+def _combination(p, k):
+    return dict(loss="correlation", readout=uneven_readout(p), lr_readout=0.4,
+                batch_size=2, weight_decay=0.15)
+
+
+# ----------------------------------------------------------------- the derivation
+def test_moment_drift_does_not_depend_on_the_loss():
+    from symquad.symbolic.moments import moment_drift
+    for kw in ({}, dict(lr_readout=0.3, constraint="sphere")):
+        sqm = sq.Model(p=2, p_star=1, lr=0.1, **kw)
+        assert moment_drift(sqm.replace(loss="correlation")) == moment_drift(sqm)
+
+
+def test_the_per_sample_gradient_is_minus_y():
+    """The explicit network's gradient is ``−y a_k σ'(λ_k)``: no student output in it."""
+    import sympy as sp
+    from symquad.symbolic.network import network
+    from symquad.symbolic.symbols import NOISE, XI
+    model = sq.Model(p=2, p_star=1, lr=0.1, activation="z**2 + z", **CORR)
+    net = network(model)
+    y = net.teacher + sp.sqrt(NOISE) * XI
+    for k, lam in enumerate(net.lam):
+        expected = -y * net.readout[k] * (2 * lam + 1)
+        assert sp.expand(net.grad[k] - expected) == 0
+        assert sp.expand(net.readout_grad[k] + y * (lam**2 + lam)) == 0
+    assert sp.expand(network(model.replace(loss="square")).grad[0]
+                     - net.grad[0]) != 0
+
+
+@pytest.mark.parametrize("size", [(1, 1), (2, 1), (3, 2)], ids=str)
+@pytest.mark.parametrize("case", ["alone", "combination", "tensor_base"])
+def test_kernels_equal_the_entry_route(case, size):
+    p, k = size
+    kw = dict(CORR) if case == "alone" else _combination(p, k)
+    if case == "tensor_base":
+        kw["activation"] = "z + z**2"
+    model = sq.Model(p=p, p_star=k, lr=0.3, noise=0.25, **kw)
+    Q, rho, T, a, ref_rhs, ref_risk = assert_routes_agree(model, points=2, seed=p + 3 * k)
+    # the loss changes the drift, not the risk
+    square = EntryRoute(model.replace(loss="square"))
+    other = square.rhs(Q, rho, T, a)
+    change = max(np.max(np.abs(np.asarray(x) - y)) for x, y in zip(ref_rhs, other))
+    assert change > 1e-3 * max(np.max(np.abs(y)) for y in ref_rhs)
+    assert square.risk(Q, rho, T, a) == ref_risk
+
+
+def test_population_loss_against_monte_carlo():
+    rng = np.random.default_rng(11)
+    model = sq.Model(p=2, p_star=2, lr=0.1, noise=0.3, activation="z**2 + z",
+                     readout=(Fraction(7, 10), Fraction(-1, 5)), **CORR)
+    Q, rho, T = random_overlaps(2, 2, rng)
+    L = np.linalg.cholesky(np.block([[Q, rho], [rho.T, T]]))
+    n = 1_000_000
+    u = rng.standard_normal((n, 4)) @ L.T
+    s = lambda z: z**2 + z                                        # noqa: E731
+    yhat = s(u[:, :2]) @ np.array([0.7, -0.2])
+    y = s(u[:, 2:]) @ np.array([0.5, 0.5]) + np.sqrt(0.3) * rng.standard_normal(n)
+    for form in ("entries", "tensor"):
+        kern = sq.kernels(model, form)
+        for loss, value in (("correlation", -y * yhat), ("square", (yhat - y) ** 2 / 2)):
+            k = sq.kernels(model.replace(loss=loss), form)
+            se = value.std() / np.sqrt(n)
+            assert se < 0.01 * abs(value.mean())
+            assert abs(k.population_loss(Q, rho, T) - value.mean()) < 4 * se, (form, loss)
+        # the risk is the square-loss error for both losses
+        assert kern.risk(Q, rho, T) == sq.kernels(model.replace(loss="square"), form).risk(
+            Q, rho, T)
+
+
+# ----------------------------------------------------------------- the simulators
+def _literal_step(model, W, Ws, x, xi, a, N):
+    """One SGD step of ``ℓ = −y ŷ`` on N-dimensional weights (x: (b, N)), from the definition."""
+    P = np.polynomial.polynomial
+    c, ct = (np.array([float(v) for v in cs]) for cs in (model.activation,
+                                                         model.teacher_activation))
+    lam, nu = x @ W.T / np.sqrt(N), x @ Ws.T / np.sqrt(N)
+    y = P.polyval(nu, ct) @ np.array([float(v) for v in model.teacher_readout]) \
+        + np.sqrt(model.noise) * xi
+    g = -y[:, None] * a * P.polyval(lam, P.polyder(c))            # ∂(−y ŷ)/∂λ_k
+    W_new = (1 - model.eta * model.weight_decay / N) * W \
+        - model.eta * (g.T @ x) / (np.sqrt(N) * len(x))
+    if model.constraint == "sphere":
+        W_new *= np.sqrt(N) / np.linalg.norm(W_new, axis=1, keepdims=True)
+    a_new = a + model.lr_readout / N * (y[:, None] * P.polyval(lam, c)).mean(axis=0)
+    return W_new, a_new
+
+
+@pytest.mark.parametrize("kw", [dict(CORR), _combination(3, 2)], ids=["alone", "combination"])
+def test_one_full_step_is_the_literal_step(kw):
+    import copy
+    import symquad.numeric.simulate as simmod
+    model = sq.Model(p=3, p_star=2, lr=0.2, noise=0.2, **kw)
+    N, R = 50, 2
+    Q0, rho0, T = random_overlaps(3, 2, np.random.default_rng(6))
+    rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(3).spawn(5)]
+    X0, T = simmod._initial_coordinates(model, N, R, Q0, rho0, T, rngs[1])
+    st = simmod._FullStepper(model, N, R, X0, rngs[0], rngs[1], rngs[2], rngs[3],
+                             random_student=False)
+    assert st.general
+    W0, Ws, a0 = st.W.copy(), st.Ws.copy(), st.readout().copy()
+    data, noise = copy.deepcopy(st.rng_data), copy.deepcopy(st.rng_noise)
+    st.advance(1)
+    xi = noise.standard_normal((1, R, model.batch_size))[0]
+    x = data.standard_normal((R, model.batch_size, N))
+    Q1, rho1 = st.gram()
+    for r in range(R):
+        W1, a1 = _literal_step(model, W0[r], Ws, x[r], xi[r], a0[r], N)
+        np.testing.assert_allclose(Q1[r], W1 @ W1.T / N, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(rho1[r], W1 @ Ws.T / N, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(st.readout()[r], a1 if model.readout_trained else a0[r],
+                                   rtol=0, atol=1e-15)
+        assert np.max(np.abs(Q1[r] - W0[r] @ W0[r].T / N)) > 1e-6
+
+
+SIM_BASE = dict(p=3, p_star=2, lr=0.2, noise=0.2, constraint="sphere")
+SIM_CASES = {"alone": dict(CORR),
+             "combination": dict(loss="correlation", lr_readout=0.2, batch_size=2,
+                                 weight_decay=0.5)}
+#: family-wise level over both cases (KS of risk, Q12, |rho|^2, rho11 and the readout's
+#: two statistics at 3 times)
+ALPHA = 0.01
+
+
+@pytest.mark.parametrize("case", list(SIM_CASES))
+def test_reduced_simulator_has_the_law_of_full_sgd(case):
+    from test_model_fields_simulators import family_size, pvalues
+    models = {c: sq.Model(**SIM_BASE, **kw) for c, kw in SIM_CASES.items()}
+    threshold = ALPHA / sum(family_size(m) for m in models.values())
+    model = models[case]
+    N, t_max, R = 40, 3.0, 2000
+    seed = 100 + 10 * list(SIM_CASES).index(case)
+    common = dict(N=N, t_max=t_max, replicas=R, t_eval=np.linspace(0, t_max, 4))
+    full = simulate(model, method="full", seed=seed, **common)
+    red = simulate(model, method="reduced", seed=seed + 1, **common)
+    times = [1.0, 2.0, 3.0]
+    p = pvalues(full, red, times)
+    assert len(p) == family_size(model)
+    worst = min(p, key=p.get)
+    assert p[worst] > threshold, f"{case}: {worst} p = {p[worst]:.2e} < {threshold:.2e}"
+    # power: the square-loss simulator is told apart
+    other = simulate(model.replace(loss="square"), method="reduced", seed=seed + 2, **common)
+    assert min(pvalues(full, other, times).values()) < threshold
+
+
+# ----------------------------------------------------------------- ODE against SGD
+def _ode_vs_sgd(model, N, replicas, t_max, seed):
+    """z-scores of the mean SGD risk against the ODE's and the square-loss ODE's.
+
+    Full N-dimensional SGD from an informed start on the sphere; the ODE from each
+    replica's realised first state, averaged over the replicas like the data.
+    """
+    rng = np.random.default_rng(seed)
+    p, k = model.p, model.p_star
+    rho0 = np.zeros((p, k))
+    rho0[0, 0] = rho0[1 % p, k - 1] = 0.3
+    times = np.linspace(0, t_max, 6)
+    run = simulate(model, method="full", N=N, replicas=replicas, t_max=t_max, seed=seed,
+                   Q0=np.eye(p), rho0=rho0, t_eval=times)
+    out = {}
+    for name, m in (("right", model), ("square", model.replace(loss="square"))):
+        curves = np.array([sq.integrate(m, run.Q[r, 0], run.rho[r, 0], np.eye(k), t_max,
+                                        t_eval=times).risk for r in range(replicas)])
+        out[name] = curves.mean(axis=0)
+    mean = run.risk.mean(axis=0)
+    se = run.risk.std(axis=0, ddof=1) / np.sqrt(replicas)
+    # the O(1/N) mean correction, bounded by the spread at N (bias below the resolution):
+    z = {name: np.abs(mean[1:] - c[1:]) / se[1:] for name, c in out.items()}
+    return z, se[1:], mean[1:]
+
+
+def _check_ode(N, replicas, t_max, seed):
+    model = sq.Model(p=2, p_star=1, lr=0.5, noise=0.1, **SIM_BASE_ODE)
+    z, se, mean = _ode_vs_sgd(model, N, replicas, t_max, seed)
+    threshold = norm.isf(0.01 / (2 * len(se)))          # Bonferroni over the 5 times
+    assert np.max(se) < 0.05 * np.max(np.abs(mean))
+    assert np.max(z["right"]) < threshold, z
+    assert np.max(z["square"]) > threshold, z
+
+
+SIM_BASE_ODE = dict(loss="correlation", constraint="sphere")
+
+
+def test_ode_agrees_with_full_sgd_cheap():
+    _check_ode(N=400, replicas=24, t_max=3.0, seed=5)
+
+
+@pytest.mark.slow
+def test_ode_agrees_with_full_sgd_N1000():
+    _check_ode(N=1000, replicas=48, t_max=3.0, seed=6)
+
+
+# ----------------------------------------------------------------- refusals
+@pytest.mark.parametrize("call", [
+    lambda m: sq.kernels(m, "tensor").diffusion(np.eye(2), np.zeros((2, 1)), np.eye(1)),
+    lambda m: simulate(m, method="sde", N=100, t_max=0.1, replicas=2),
+    lambda m: sq.derive(m, "matrix"),
+], ids=["tensor diffusion", "sde", "derive matrix"])
+def test_stages_without_the_loss_refuse_it(call):
+    model = sq.Model(p=2, p_star=1, lr=0.1, **CORR)
+    with pytest.raises(ValueError, match=r"loss=correlation"):
+        call(model)
+
+
+def test_square_loss_analyses_refuse_it():
+    from symquad.applicability import RULES, check
+    model = sq.Model(p=2, p_star=1, lr=0.1, **CORR)
+    for name in RULES:
+        with pytest.raises(ValueError, match=r"loss=correlation"):
+            check(model, name, name)
