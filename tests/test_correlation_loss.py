@@ -197,7 +197,7 @@ def _ode_vs_sgd(model, N, replicas, t_max, seed):
     rng = np.random.default_rng(seed)
     p, k = model.p, model.p_star
     rho0 = np.zeros((p, k))
-    rho0[0, 0] = rho0[1 % p, k - 1] = 0.3
+    rho0[0, 0], rho0[1 % p, k - 1] = 0.4, 0.1        # generic: no unit symmetry
     times = np.linspace(0, t_max, 6)
     run = simulate(model, method="full", N=N, replicas=replicas, t_max=t_max, seed=seed,
                    Q0=np.eye(p), rho0=rho0, t_eval=times)
@@ -208,13 +208,17 @@ def _ode_vs_sgd(model, N, replicas, t_max, seed):
         out[name] = curves.mean(axis=0)
     mean = run.risk.mean(axis=0)
     se = run.risk.std(axis=0, ddof=1) / np.sqrt(replicas)
-    # the O(1/N) mean correction, bounded by the spread at N (bias below the resolution):
     z = {name: np.abs(mean[1:] - c[1:]) / se[1:] for name, c in out.items()}
     return z, se[1:], mean[1:]
 
 
 def _check_ode(N, replicas, t_max, seed):
-    model = sq.Model(p=2, p_star=1, lr=0.5, noise=0.1, **SIM_BASE_ODE)
+    """The finite-N bias of the mean risk, measured with the reduced simulator (1600
+    replicas, N = 400 and 1000): ``N (E[ε_N] − ε_ODE)`` within ±1.2 over ``t <= 4`` at lr
+    0.2, i.e. below 0.3 of the standard error of these tests (at lr 0.5 it is about −30:
+    the correlation loss's η² term is not damped by the student's output, so the test
+    runs at lr 0.2)."""
+    model = sq.Model(p=2, p_star=1, lr=0.2, noise=0.1, **SIM_BASE_ODE)
     z, se, mean = _ode_vs_sgd(model, N, replicas, t_max, seed)
     threshold = norm.isf(0.01 / (2 * len(se)))          # Bonferroni over the 5 times
     assert np.max(se) < 0.05 * np.max(np.abs(mean))
@@ -226,12 +230,12 @@ SIM_BASE_ODE = dict(loss="correlation", constraint="sphere")
 
 
 def test_ode_agrees_with_full_sgd_cheap():
-    _check_ode(N=400, replicas=24, t_max=3.0, seed=5)
+    _check_ode(N=400, replicas=24, t_max=4.0, seed=5)
 
 
 @pytest.mark.slow
 def test_ode_agrees_with_full_sgd_N1000():
-    _check_ode(N=1000, replicas=48, t_max=3.0, seed=6)
+    _check_ode(N=1000, replicas=48, t_max=4.0, seed=6)
 
 
 # ----------------------------------------------------------------- refusals
