@@ -45,7 +45,7 @@ STAGES = {
     "derive(form='entries')": _LOSS,
     "derive(form='matrix')": FIELDS_0_2,
     "derive(form='tensor')": FIELDS_0_2,
-    "the LaTeX equations": FIELDS_0_2,
+    "the LaTeX equations": _LOSS,      # the loss: through the entry route only
     # numeric/kernels.py: the generated kernels (rhs, risk, moments) of each form, and the
     # diffusion matrix (each form) and exact Jacobian / risk derivatives built beside them
     "kernels(form='matrix')": _LOSS,
