@@ -256,3 +256,57 @@ def test_square_loss_analyses_refuse_it():
     for name in RULES:
         with pytest.raises(ValueError, match=r"loss=correlation"):
             check(model, name, name)
+
+
+# ----------------------------------------------------------------- compare, files, sweeps
+@pytest.fixture(scope="module")
+def sgd_data():
+    """Reduced-simulator runs of the correlation loss on the sphere (N = 1000)."""
+    model = sq.Model(p=2, p_star=1, lr=0.2, noise=0.1, **SIM_BASE_ODE)
+    run = simulate(model, method="reduced", N=1000, replicas=64, t_max=4.0, seed=21,
+                   Q0=np.eye(2), rho0=np.array([[0.4], [0.1]]), t_eval=np.linspace(0, 4, 41))
+    return model, run
+
+
+def test_compare_passes_the_loss_and_fails_the_model_without_it(sgd_data):
+    from symquad.studies.validation import compare
+    model, run = sgd_data
+    kw = dict(whole_run=False, resolution=False, finite_n=False)
+    right = compare(model, run.t, run.Q, run.rho, **kw)
+    assert right.passed, right.reasons
+    wrong = compare(model.replace(loss="square"), run.t, run.Q, run.rho, **kw)
+    assert not wrong.passed, wrong.reasons
+    assert any(r.startswith("FAIL") and "mean risk" in r for r in wrong.reasons), wrong.reasons
+    # and the other way: square-loss data, correlation-loss theory
+    sq_run = simulate(model.replace(loss="square"), method="reduced", N=1000, replicas=64,
+                      t_max=4.0, seed=22, Q0=np.eye(2), rho0=np.array([[0.4], [0.1]]),
+                      t_eval=np.linspace(0, 4, 41))
+    assert compare(model.replace(loss="square"), sq_run.t, sq_run.Q, sq_run.rho, **kw).passed
+    assert not compare(model, sq_run.t, sq_run.Q, sq_run.rho, **kw).passed
+
+
+def test_saved_files_keep_the_loss(sgd_data, tmp_path):
+    from symquad.numeric.simulate import SimulationRun
+    model, run = sgd_data
+    back = SimulationRun.load(run.save(tmp_path / "run.npz"))
+    assert back.model == model and back.model.loss == "correlation"
+    sol = sq.integrate(model, np.eye(2), np.array([[0.4], [0.1]]), np.eye(1), 1.0)
+    assert type(sol).load(sol.save(tmp_path / "sol.npz")).model == model
+
+
+def test_the_loss_is_a_sweep_axis_of_the_ode_task():
+    from symquad.studies.tasks import ode_task
+    out = {loss: ode_task(p=2, p_star=1, lr=0.2, noise=0.1, constraint="sphere", loss=loss,
+                          start="informed", overlap=0.3, t_max=2.0, n_times=5)
+           for loss in ("square", "correlation")}
+    assert all(o["ode_status"] == "ok" for o in out.values())
+    assert abs(out["square"]["final_risk"] - out["correlation"]["final_risk"]) > 1e-3
+
+
+@pytest.mark.slow
+def test_validate_passes_the_correlation_loss():
+    model = sq.Model(p=2, p_star=1, lr=0.2, noise=0.1, **SIM_BASE_ODE)
+    report = sq.validate(model, N=1000, t_max=4.0, replicas=64, seed=3, fss=False,
+                         invariant=False, whole_run=False, resolution=False, finite_n=False)
+    assert report.passed, report.reasons
+    assert any(r.startswith("pass: mean risk") for r in report.reasons), report.reasons
