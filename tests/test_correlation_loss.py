@@ -310,3 +310,29 @@ def test_validate_passes_the_correlation_loss():
                          invariant=False, whole_run=False, resolution=False, finite_n=False)
     assert report.passed, report.reasons
     assert any(r.startswith("pass: mean risk") for r in report.reasons), report.reasons
+
+
+# ----------------------------------------------------------------- the diffusion matrix
+@pytest.mark.parametrize("kw, n", [
+    (dict(p=2, p_star=1, lr=0.3, noise=0.3, **CORR), 100_000),
+    (dict(p=2, p_star=2, lr=0.2, noise=0.3, activation="z + z**2", lr_readout=0.3,
+          batch_size=2, weight_decay=0.2, **CORR), 100_000),
+], ids=["alone", "combination"])
+def test_entry_diffusion_matches_monte_carlo(kw, n):
+    """``D`` of ``form='entries'`` against the covariance of N-dimensional one-step
+    increments of ``ℓ = −y ŷ`` (tests/diffusion_mc.py), with power against the square loss."""
+    from diffusion_mc import covariance_with_errors, increments
+    model = sq.Model(**kw)
+    # overlaps of scale 1/2: the increments of -y yhat are degree-4 polynomials of the
+    # fields, and their sample covariance's error grows fast with the overlaps' scale
+    rng = np.random.default_rng(32)
+    Q, rho, T = random_overlaps(model.p, model.p_star, rng, scale=0.5)
+    a = rng.uniform(0.5, 1.5, model.p) / model.p if model.readout_trained else None
+    cov, se = covariance_with_errors(increments(model, Q, rho, T, n, rng, N=1000, a=a))
+    D = sq.kernels(model, "entries").diffusion(Q, rho, T, a)
+    scale = np.max(np.abs(D))
+    assert np.max(se) < 0.1 * scale
+    threshold = norm.isf(0.001 / (2 * D.size))           # Bonferroni over the entries
+    assert np.max(np.abs(cov - D) / se) < threshold
+    D_square = sq.kernels(model.replace(loss="square"), "entries").diffusion(Q, rho, T, a)
+    assert np.max(np.abs(cov - D_square) / se) > threshold
