@@ -72,8 +72,15 @@ def test_the_per_sample_gradient_is_minus_y():
                      - net.grad[0]) != 0
 
 
-@pytest.mark.parametrize("size", [(1, 1), (2, 1), (3, 2)], ids=str)
-@pytest.mark.parametrize("case", ["alone", "combination", "tensor_base"])
+_SLOW = pytest.mark.slow
+ROUTE_CASES = [(case, size) for case in ("alone", "combination", "tensor_base")
+               for size in ((1, 1), (2, 1))] + [
+    ("alone", (3, 2)),
+    pytest.param("combination", (3, 2), marks=_SLOW),
+    pytest.param("tensor_base", (3, 2), marks=_SLOW)]
+
+
+@pytest.mark.parametrize("case, size", ROUTE_CASES)
 def test_kernels_equal_the_entry_route(case, size):
     p, k = size
     kw = dict(CORR) if case == "alone" else _combination(p, k)
@@ -315,8 +322,9 @@ def test_validate_passes_the_correlation_loss():
 # ----------------------------------------------------------------- the diffusion matrix
 @pytest.mark.parametrize("kw, n", [
     (dict(p=2, p_star=1, lr=0.3, noise=0.3, **CORR), 100_000),
-    (dict(p=2, p_star=2, lr=0.2, noise=0.3, activation="z + z**2", lr_readout=0.3,
-          batch_size=2, weight_decay=0.2, **CORR), 100_000),
+    pytest.param(dict(p=2, p_star=2, lr=0.2, noise=0.3, activation="z + z**2",
+                      lr_readout=0.3, batch_size=2, weight_decay=0.2, **CORR), 100_000,
+                 marks=_SLOW),
 ], ids=["alone", "combination"])
 def test_entry_diffusion_matches_monte_carlo(kw, n):
     """``D`` of ``form='entries'`` against the covariance of N-dimensional one-step
