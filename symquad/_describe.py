@@ -148,6 +148,10 @@ def _render(items, values, tex: bool, exclude=()) -> str:
             continue
         text_sym, tex_sym = _SYMBOLS.get(name, (name, rf"\mathrm{{{name}}}".replace("_", r"\_")))
         sym = tex_sym if tex else text_sym
+        if name == "loss":               # the training loss, by its per-sample definition
+            parts.append(rf"\text{{{value} loss}}\ \ell=-y\hat y" if tex and value == "correlation"
+                         else rf"\text{{{value} loss}}" if tex else f"{value} loss")
+            continue
         if name == "constraint":
             parts.append(rf"\text{{{value} constraint}}" if tex else f"{value} constraint")
             continue

@@ -312,6 +312,23 @@ RULES = {
     },
 }
 
+# The correlation loss l = -y yhat (spec.LOSSES): every analysis here is derived from the
+# square loss's error signal yhat - y; with e = -y the student's own output drops out of
+# the drift, so none of them carries over (fixed refusals, each with its reason).
+_SQUARE_ONLY = "it is derived for the square loss's error signal yhat - y (e = -y here)"
+_LOSS_REASONS = {
+    "plateau": ("the plateau Q = qI, rho = 0 balances the error signal yhat - y; with e = -y "
+                "the -Q restoring term is gone and the norm grows unless constrained "
+                "(not re-derived)"),
+    "manifold": ("zero risk is no fixed point: the error signal e = -y does not vanish where "
+                 "yhat = y*"),
+    "zero_risk_fixed_points": ("zero risk is no fixed point: the error signal e = -y does "
+                               "not vanish where yhat = y*"),
+    "conservation": "the proof of dS/dt = 0 uses the error signal yhat - y (not re-derived)",
+}
+for _name in RULES:
+    RULES[_name]["loss"] = _LOSS_REASONS.get(_name, _SQUARE_ONLY)
+
 #: General reasons, appended for fields that have no rule.
 _GENERAL = {name: "it is derived for the classic model" for name in RULES}
 

@@ -29,7 +29,7 @@ from fractions import Fraction
 from numbers import Integral, Rational, Real
 
 __all__ = ["Model", "LR_SCALINGS", "CONSTRAINTS", "MAX_DEGREE", "MAX_WIDTH", "MAX_RATE", "MAX_BATCH_SIZE", "CLASSIC_FIELDS",
-           "check_model", "require", "model_fields", "default_readout", "parse_polynomial",
+           "check_model", "require", "LOSSES", "error_signal_weight", "model_fields", "default_readout", "parse_polynomial",
            "NAMED_ACTIVATIONS", "ACTIVATION_LABELS", "activation_label", "activation_kind",
            "activation_key", "activation_tag", "special_module_name"]
 
@@ -414,6 +414,22 @@ def _format_activation(coeffs: tuple[Fraction, ...]) -> str:
 #: ``Q_kk = 1`` (docs/model.md §2).
 CONSTRAINTS = ("none", "sphere")
 
+#: The per-sample losses, declared once: name -> the coefficient ``c`` of the student's
+#: output in the loss's *error signal* ``e = ∂ℓ/∂ŷ = c ŷ − y``.  ``"square"``: ``ℓ = ½(ŷ −
+#: y)²``, ``e = ŷ − y`` (``c = 1``); ``"correlation"``: ``ℓ = −y ŷ``, ``e = −y`` (``c = 0``:
+#: the student's own output drops out of the gradient).  Every gradient of the model is
+#: ``e`` times a factor of the network alone (``∂ℓ/∂λ_k = e a_k σ'(λ_k)``, ``∂ℓ/∂a_k = e
+#: σ(λ_k)``), so the per-sample definition (:mod:`symquad.symbolic.network`), the moment
+#: evaluators and the simulators read ``c`` from here (:func:`error_signal_weight`) and
+#: nowhere else.  The risk every stage reports stays the square-loss generalisation error
+#: ``ε = ½E[(ŷ − y*)²]`` whatever the loss.
+LOSSES = {"square": 1, "correlation": 0}
+
+
+def error_signal_weight(model) -> int:
+    """The coefficient ``c`` of ``ŷ`` in the error signal ``e = c ŷ − y`` of `model`'s loss."""
+    return LOSSES[model.loss]
+
 #: Largest readout learning rate and weight decay a Model accepts.  Both are
 #: rates of the dynamics in the time unit ``t = steps/N``; at ``10^12`` every time
 #: scale is below ``10^-12`` of a unit of time, so the stiff solvers need ``10^12``
@@ -599,6 +615,10 @@ class Model:
     constraint : {"none", "sphere"}, optional
         ``"sphere"``: every student row is renormalised to ``|w_k|² = N``
         after each step (``Q_kk = 1``).
+    loss : {"square", "correlation"}, optional
+        The per-sample loss of the SGD step (:data:`LOSSES`): ``½(ŷ − y)²``
+        or the correlation loss ``−y ŷ`` (error signal ``−y``).  The risk is
+        the square-loss error ``½E[(ŷ − y*)²]`` for both.
 
     Examples
     --------
@@ -651,6 +671,10 @@ class Model:
     constraint: str = field(default="none", metadata=_meta(
         "choice", "constraint on the student rows: none, or sphere (|w_k|^2 = N)",
         "none, sphere", "--constraint", role="structure", choices=CONSTRAINTS))
+    loss: str = field(default="square", metadata=_meta(
+        "choice", "per-sample loss: square (l = (yhat - y)^2/2) or correlation (l = -y yhat);"
+        " the risk reported is the square-loss error either way", "square, correlation",
+        "--loss", role="structure", choices=tuple(LOSSES)))
 
     def __post_init__(self):
         for f in fields(self):

@@ -35,44 +35,48 @@ __all__ = ["FIELDS_0_2", "STAGES", "declare", "stage_fields", "require_known_str
 FIELDS_0_2 = ("teacher_activation", "readout", "teacher_readout", "lr_readout",
               "weight_decay", "batch_size", "constraint")
 
+#: The loss (spec.LOSSES), opted in stage by stage where the error signal is read from
+#: spec.error_signal_weight and checked (tests/test_correlation_loss.py).
+_LOSS = FIELDS_0_2 + ("loss",)
+
 #: stage name (as errors print it) -> the fields beyond CLASSIC_FIELDS it implements.
 STAGES = {
     # symbolic/: the three routes, each form of derive(); the LaTeX printed from them
-    "derive(form='entries')": FIELDS_0_2,
+    "derive(form='entries')": _LOSS,
     "derive(form='matrix')": FIELDS_0_2,
     "derive(form='tensor')": FIELDS_0_2,
-    "the LaTeX equations": FIELDS_0_2,
+    "the LaTeX equations": _LOSS,      # the loss: through the entry route only
     # numeric/kernels.py: the generated kernels (rhs, risk, moments) of each form, and the
     # diffusion matrix (each form) and exact Jacobian / risk derivatives built beside them
-    "kernels(form='matrix')": FIELDS_0_2,
-    "kernels(form='tensor')": FIELDS_0_2,
-    "kernels(form='entries')": FIELDS_0_2,
+    "kernels(form='matrix')": _LOSS,
+    "kernels(form='tensor')": _LOSS,
+    "kernels(form='entries')": _LOSS,
     "the diffusion matrix (form='matrix')": FIELDS_0_2,
     "the diffusion matrix (form='tensor')": FIELDS_0_2,
-    "the diffusion matrix (form='entries')": FIELDS_0_2,
+    "the diffusion matrix (form='entries')": _LOSS,
     "the exact Jacobian": FIELDS_0_2,
-    "the state layout": FIELDS_0_2,
+    "the state layout": _LOSS,
     # numeric/: the solvers, simulators, SDE and LNA
-    "integrate": FIELDS_0_2,
-    "integrate_batch": FIELDS_0_2,
-    "simulate(method='full')": FIELDS_0_2,
-    "simulate(method='reduced')": FIELDS_0_2,
+    "integrate": _LOSS,
+    "integrate_batch": _LOSS,
+    "simulate(method='full')": _LOSS,
+    "simulate(method='reduced')": _LOSS,
     "simulate(method='sde')": FIELDS_0_2,
     "fluctuations": FIELDS_0_2,
     "the O(1/N) correction of the mean": FIELDS_0_2,
     "the forward sensitivities": FIELDS_0_2,
     # conventions.py: t <-> tau = eta t (a constant step size)
-    "the time conventions": FIELDS_0_2,
+    "the time conventions": _LOSS,
     # studies/: validation, the sweep tasks (one entry per built-in model task)
-    "validate": FIELDS_0_2,
-    "compare": FIELDS_0_2,
+    "validate": _LOSS,
+    "compare": _LOSS,
     "sweep task 'plateau'": FIELDS_0_2,
     "sweep task 'escape'": FIELDS_0_2,
-    "sweep task 'validate'": FIELDS_0_2,
-    "sweep task 'ode'": FIELDS_0_2,
+    "sweep task 'validate'": _LOSS,
+    "sweep task 'ode'": _LOSS,
     "sweep task 'hessian'": FIELDS_0_2,
     # saved files (numeric/persist.py: runs, solutions, reports; the sweep store's points)
-    "saved files": FIELDS_0_2,
+    "saved files": _LOSS,
 }
 
 

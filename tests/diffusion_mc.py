@@ -4,8 +4,8 @@ Written from the definitions of docs/model.md with numpy only: explicit weights
 ``W`` (p × N), ``W*`` (p* × N) with the given Gram matrix, a mini-batch of ``b``
 fresh inputs ``x^μ ~ N(0, I_N)``, one SGD step
 
-    w_k ← (1 − ηλ/N) w_k − (η/b) Σ_μ g_k^μ x^μ/√N,   g_k = (ŷ − y) a_k σ'(λ_k),
-    a_k ← a_k − (η_a/(bN)) Σ_μ (ŷ − y) σ(λ_k)          (trained readout),
+    w_k ← (1 − ηλ/N) w_k − (η/b) Σ_μ g_k^μ x^μ/√N,   g_k = e a_k σ'(λ_k),  e = ŷ − y (−y: correlation loss),
+    a_k ← a_k − (η_a/(bN)) Σ_μ e σ(λ_k)          (trained readout),
     sphere: w_k ← w_k |w_k|/|w_k'|,
 
 and the increments ``N ΔX`` of the state (upper triangle of Q, ρ, a).  The new
@@ -60,7 +60,9 @@ def increments(model, Q, rho, T, n, rng, N=2000, a=None, chunk=4000):
         nu = np.einsum("kn,mbn->mbk", Ws, x) / np.sqrt(N)
         gram_x = np.einsum("mbn,mcn->mbc", x, x) / N                     # x^μ·x^ν/N
         xi = rng.standard_normal((m, b))
-        err = sigma(lam) @ a - sigma_t(nu) @ bt - np.sqrt(model.noise) * xi   # (m, b)
+        y = sigma_t(nu) @ bt + np.sqrt(model.noise) * xi                 # (m, b)
+        # the error signal dl/dyhat: yhat - y (square loss), -y (correlation loss -y yhat)
+        err = sigma(lam) @ a - y if model.loss == "square" else -y
         g = err[..., None] * a * dsigma(lam)                             # (m, b, p)
         # w' = shrink w − (η/(b√N)) Σ_μ g^μ x^μ: inner products with w, w*, w'
         lam_g = np.einsum("mbk,mbl->mkl", g, lam) / b                      # Σ g_k λ_l / b

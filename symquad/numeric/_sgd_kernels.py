@@ -619,7 +619,7 @@ def _lq_reduce(X, p, width):
 
 
 @njit(cache=True)
-def _general_step(r, j, B, E, F_T, A, bs, c, dc, ct, kinds, coef, coef_a, shrink, sphere, trained,
+def _general_step(r, j, B, E, F_T, A, bs, c, dc, ct, kinds, coef, coef_a, shrink, cw, sphere, trained,
                   G, S, L, XI, residual, triangular, lam, sig, U, D, u, v, ext, X):
     """One exact SGD step of replica ``r`` on a mini-batch (the ``G.shape[2]`` samples of step ``j``).
 
@@ -657,7 +657,7 @@ def _general_step(r, j, B, E, F_T, A, bs, c, dc, ct, kinds, coef, coef_a, shrink
             s = _sigma(kinds[0], c, acc)
             sig[mu, i] = s
             yhat += A[r, i] * s
-        delta = yhat / p - y
+        delta = cw * yhat / p - y  # the loss's error signal c yhat - y
         D[mu] = delta
         err = delta * coef
         for i in range(p):
@@ -730,7 +730,7 @@ def _general_step(r, j, B, E, F_T, A, bs, c, dc, ct, kinds, coef, coef_a, shrink
 
 
 @njit(cache=True, nogil=True)
-def reduced_steps_general(B, E, F_T, A, bs, c, dc, ct, kinds, coef, coef_a, shrink, sphere, trained,
+def reduced_steps_general(B, E, F_T, A, bs, c, dc, ct, kinds, coef, coef_a, shrink, cw, sphere, trained,
                           G, S, L, XI, residual, triangular, alive, step0, check_every, blowup,
                           caught_step, last_step, last_Q, last_rho, last_a):
     """:func:`reduced_steps` for every field of the model specification (one replica at a time).
@@ -740,7 +740,9 @@ def reduced_steps_general(B, E, F_T, A, bs, c, dc, ct, kinds, coef, coef_a, shri
     ``ct`` the coefficients of ``σ*``; ``kinds`` (int64, 2) the activation kinds
     of student and teacher (:data:`ACTIVATION_KINDS`: 0 a polynomial given by
     ``c, dc`` / ``ct``, 1 erf(z/√2), 2 ReLU); ``coef_a = p η_a/(b N)``; ``shrink =
-    1 − ηλ/N``; `sphere`; ``G`` (n, R, b, k); ``S`` (n, R, b) the squared
+    1 − ηλ/N``; ``cw`` the coefficient ``c`` of ``ŷ`` in the loss's error signal ``c ŷ − y``
+    (:func:`symquad.spec.error_signal_weight`: 1 square loss, 0 correlation loss); `sphere`;
+    ``G`` (n, R, b, k); ``S`` (n, R, b) the squared
     diagonal of the inputs' Bartlett factor outside the basis, ``L`` (n, R,
     b(b−1)/2) its sub-diagonal; ``XI`` (n, R, b) or empty; ``last_a`` (R, p).
     For a model with only the classic fields it gives the numbers of
@@ -766,7 +768,7 @@ def reduced_steps_general(B, E, F_T, A, bs, c, dc, ct, kinds, coef, coef_a, shri
         for r in range(R):
             if not alive[r]:
                 continue
-            _general_step(r, j, B, E, F_T, A, bs, c, dc, ct, kinds, coef, coef_a, shrink, sphere,
+            _general_step(r, j, B, E, F_T, A, bs, c, dc, ct, kinds, coef, coef_a, shrink, cw, sphere,
                           trained, G, S, L, XI, residual, triangular, lam, sig, U, D, u, v,
                           ext, X)
             if check:
@@ -787,13 +789,13 @@ def reduced_steps_general(B, E, F_T, A, bs, c, dc, ct, kinds, coef, coef_a, shri
 
 
 @njit(cache=True, nogil=True)
-def full_update_general(W, Ws, x, A, bs, c, dc, ct, kinds, coef, coef_a, shrink, sphere, trained, xi,
+def full_update_general(W, Ws, x, A, bs, c, dc, ct, kinds, coef, coef_a, shrink, cw, sphere, trained, xi,
                         alive):
     r"""One SGD step of the full simulator on a mini-batch, in place.
 
     ``w_k ← shrink·w_k − Σ_μ δ_k^μ x^μ/√N``, then (sphere) ``|w_k|² = N``;
     ``x`` (R, b, N) already divided by ``√N``; ``A``, ``bs``, ``coef``,
-    ``coef_a``, ``shrink`` as in :func:`reduced_steps_general`; ``xi`` (R, b)
+    ``coef_a``, ``shrink``, ``cw`` as in :func:`reduced_steps_general`; ``xi`` (R, b)
     or (0, 0).
     """
     R, p, N = W.shape
@@ -826,7 +828,7 @@ def full_update_general(W, Ws, x, A, bs, c, dc, ct, kinds, coef, coef_a, shrink,
                 s = _sigma(kinds[0], c, acc)
                 sig[mu, k] = s
                 yhat += A[r, k] * s
-            delta = yhat / p - y
+            delta = cw * yhat / p - y  # the loss's error signal c yhat - y
             D[mu] = delta
             err = delta * coef
             for k in range(p):

@@ -54,7 +54,7 @@ import numpy as np
 from ..kernel_files import (GENERATED_DIR, KernelFileError, UntrustedCacheError, cached_path,
                             load_module_file, load_module_text, read_cache_file,
                             write_cache_file)
-from ..spec import Model, check_model
+from ..spec import Model, check_model, error_signal_weight
 from ..stages import declare, stage_fields
 from .checks import as_real_array, check_float_activation
 
@@ -243,6 +243,34 @@ class Kernels:
                 out = self._risk(Q, rho, T, readout, self._exact[1])
         else:
             out = self._risk(Q, rho, T, readout, self._exact[1])
+        return float(out) if np.ndim(out) == 0 else out
+
+    def population_loss(self, Q, rho, T, a=None):
+        r"""The population loss ``E[ℓ]`` of the model's training loss (label noise included).
+
+        :meth:`risk` is the square-loss generalisation error ``ε = ½E[(ŷ − y*)²]``
+        whatever the loss; this is the loss SGD descends (:data:`symquad.spec.LOSSES`):
+
+        .. math::  E[½(ŷ − y)²] = ε + Δ/2 \qquad\text{(square)},\qquad
+                   −E[y ŷ] = −E[y^* ŷ] = ε − ½E[ŷ²] − ½E[y^{*2}] \qquad\text{(correlation)},
+
+        with ``½E[ŷ²]`` and ``½E[y*²]`` the risk's own sum at teacher readout 0 and
+        at student readout 0 (``ξ`` is independent of the fields and has mean 0).
+        """
+        Q, rho, T, a_float = self._arrays(Q, rho, T, a)
+        a_num = self._exact[0] if a is None else a_float
+        b_num = self._exact[1]
+
+        def risk(a_, b_):
+            if self._limit:
+                with limited_blas(self.threads):
+                    return np.asarray(self._risk(Q, rho, T, a_, b_), dtype=float)
+            return np.asarray(self._risk(Q, rho, T, a_, b_), dtype=float)
+        eps = risk(a_num, b_num)
+        if self.model.loss == "square":
+            out = eps + 0.5 * self.model.noise
+        else:
+            out = eps - risk(a_num, 0 * b_num) - risk(0 * a_num, b_num)
         return float(out) if np.ndim(out) == 0 else out
 
     def diffusion(self, Q, rho, T, a=None):
@@ -641,7 +669,11 @@ def _assembly():
 #: constraint and readout state.  Any other field that keys the structure (a field added
 #: later) is unknown to them.
 _GENERATED_FOR = ("p", "p_star", "activation", "teacher_activation", "constraint",
-                  "lr_readout")
+                  "lr_readout", "loss")
+# ``loss``: the drift in moment form is the same for every loss of spec.LOSSES (the abstract
+# gradients are ``a_k σ'(λ_k) e`` with the error signal e opaque, tests/test_correlation_loss.py
+# checks it), and the moment evaluators see the loss only through the error weights
+# ``(c a, −b)`` that _moment_kernels passes them.
 
 
 def check_generated_for(model: Model, what: str) -> None:
@@ -678,9 +710,13 @@ def _moment_kernels(model: Model, form: str, mod, source, extra=()) -> Kernels:
     params = _params(model)
     b = np.array([float(c) for c in model.teacher_readout])
     trained, noise = model.readout_trained, model.noise
+    # the moment kinds are expectations against the loss's error signal e = c yhat - y
+    # (spec.LOSSES): the evaluators take its output weights (c a, -b) through `a`, and the
+    # risk below keeps (a, -b), the square-loss error
+    c = float(error_signal_weight(model))
 
     def moments(Q, rho, T, a):
-        return mod.moments(Q, rho, T, a, b, noise, trained, *extra)
+        return mod.moments(Q, rho, T, c * np.asarray(a, dtype=float), b, noise, trained, *extra)
 
     def rhs(Q, rho, T, a):
         G, Gt, B, R = moments(Q, rho, T, a)
@@ -690,9 +726,10 @@ def _moment_kernels(model: Model, form: str, mod, source, extra=()) -> Kernels:
 
 
 def _uniform_readouts(model: Model) -> bool:
-    """Fixed readouts, each uniform, and no constraint: the block-form kernel applies."""
+    """Fixed readouts, each uniform, no constraint, the square loss: the block-form kernel
+    applies (it is generated for the error signal ``ŷ − y``)."""
     return (not model.readout_trained and model.constraint == "none"
-            and len(set(model.readout)) == 1 and len(set(model.teacher_readout)) == 1)
+            and model.loss == "square" and len(set(model.readout)) == 1 and len(set(model.teacher_readout)) == 1)
 
 
 def _matrix_kernels(model: Model) -> Kernels:
@@ -716,7 +753,7 @@ def _matrix_kernels(model: Model) -> Kernels:
 #: assembly, and the trained readout is an argument of their ``moments``.  Every other field
 #: that keys the structure (:meth:`~symquad.Model.structure_text`, a field added later
 #: included) keys these modules too.
-_MOMENT_MODULE_FREE = ("p", "p_star", "constraint", "lr_readout")
+_MOMENT_MODULE_FREE = ("p", "p_star", "constraint", "lr_readout", "loss")
 
 
 def activation_key(model: Model) -> str:

@@ -96,6 +96,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..spec import error_signal_weight
 from ..stages import STAGES, declare
 from .errors import DivergenceError, describe_state
 from .checks import (as_real_array, check_float_activation, check_int as _check_int,
@@ -657,6 +658,8 @@ class _Stepper:
         self.ct = np.array(teacher.c, dtype=float)
         self.kinds = np.array([self.act.kind, teacher.kind], dtype=np.int64)
         self.shrink = 1.0 - model.eta * model.weight_decay / N
+        # the loss's error signal c yhat - y (spec.LOSSES; the classic kernels are c = 1)
+        self.cw = float(error_signal_weight(model))
         self.coef_a = model.p * model.lr_readout / (model.batch_size * N)
         # ŷ − y_clean = σ(z) · a with a = (1/p, …, 1/p, −1/p*, …, −1/p*)
         self.out_weights = np.concatenate([np.full(self.p, 1.0 / self.p),
@@ -738,7 +741,7 @@ class _FullStepper(_Stepper):
                 x *= inv
                 _sgd_kernels.full_update_general(
                     self.W, self.Ws, x, self.A, self.bs, self.c, self.dc, self.ct, self.kinds,
-                    coef, self.coef_a, self.shrink, self.sphere, self.trained,
+                    coef, self.coef_a, self.shrink, self.cw, self.sphere, self.trained,
                     no_noise if xi is None else xi[j], live)
             return
         for j in range(n):
@@ -864,7 +867,7 @@ class _ReducedStepper(_Stepper):
                 G, S, L, xi = self.draw(m)
                 _sgd_kernels_module().reduced_steps_general(
                     self.B, self.E, self.F_T, self.A, self.bs, self.c, self.dc, self.ct,
-                    self.kinds, self.coef, self.coef_a, self.shrink, self.sphere, self.trained,
+                    self.kinds, self.coef, self.coef_a, self.shrink, self.cw, self.sphere, self.trained,
                     G, S, L, xi, self.residual, self.triangular, self.live, self.step,
                     self.check_every, self.blowup, self.caught_step, self.last_step,
                     self.last_Q, self.last_rho, self.last_a)

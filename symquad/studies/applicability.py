@@ -26,7 +26,7 @@ __all__ = ["ANALYSES", "refusal", "require_analysis"]
 # informed start (Q(0) = I, rho(0) = alpha P, a valid start on the sphere too)
 # depends on the classic model.  The fields of symquad 0.2: a field added later is
 # refused until someone has checked it and named it here.
-_GENERIC = FIELDS_0_2
+_GENERIC = FIELDS_0_2 + ("loss",)   # the loss: neither depends on the error signal
 
 #: analysis -> (routine name used in messages, the rules of :data:`symquad.applicability.RULES`
 #: that decide it, or the fields it handles when it rests on no derived result)

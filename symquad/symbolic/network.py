@@ -30,13 +30,14 @@ from dataclasses import dataclass
 
 import sympy as sp
 
-from ..spec import Model
+from ..spec import Model, error_signal_weight
 from .symbols import NOISE, XI, field_symbols, readout_symbols
 
 __all__ = ["Network", "network", "abstract_network", "activation_expr", "readout_values",
            "ERROR", "SIGMA", "SIGMA_STAR"]
 
-#: The per-sample error ``δ = ŷ − y`` (label noise included) as one symbol.
+#: The per-sample error signal ``e = ∂ℓ/∂ŷ`` (``δ = ŷ − y`` for the square loss, ``−y``
+#: for the correlation loss; label noise included) as one symbol.
 ERROR = sp.Symbol("delta", real=True)
 #: Undefined student and teacher activations of :func:`abstract_network`.
 SIGMA = sp.Function("sigma", real=True)
@@ -68,10 +69,12 @@ class Network:
     student, teacher : Expr
         ``ŷ = Σ_k a_k σ(λ_k)`` and the clean label ``Σ_m b_m σ*(ν_m)``.
     error : Expr
-        ``δ = ŷ − y`` with ``y`` = teacher ``+ √Δ ξ`` (:data:`ERROR` in the
-        abstract network).
+        The loss's error signal ``e = ∂ℓ/∂ŷ = c ŷ − y`` with ``y`` = teacher
+        ``+ √Δ ξ`` and ``c`` of :data:`symquad.spec.LOSSES` (square loss:
+        ``δ = ŷ − y``; correlation loss: ``−y``); :data:`ERROR` in the
+        abstract network.
     loss : Expr
-        ``ℓ = ½ δ²``.
+        ``ℓ = ½ δ²`` (square) or ``ℓ = −y ŷ`` (correlation).
     grad : tuple of Expr
         ``g_k = ∂ℓ/∂λ_k``, so that ``∂ℓ/∂w_k = g_k x/√N``.
     readout_grad : tuple of Expr
@@ -96,8 +99,13 @@ def _build(model: Model, sigma, sigma_star, opaque_error: bool) -> Network:
     a, b = readout_symbols(model.p, model.p_star)
     student = sp.Add(*[ak * sigma(l) for ak, l in zip(a, lam)])
     teacher = sp.Add(*[bm * sigma_star(n) for bm, n in zip(b, nu)])
-    error = student - (teacher + sp.sqrt(NOISE) * XI)
-    loss = error**2 / 2
+    label = teacher + sp.sqrt(NOISE) * XI
+    # the loss's error signal e = dl/dyhat = c yhat - y, c declared once (spec.LOSSES);
+    # l is written so that dl/dyhat is exactly that (square: (yhat - y)^2/2, correlation:
+    # -y yhat) and every gradient below is e times a factor of the network alone
+    c = error_signal_weight(model)
+    error = c * student - label
+    loss = c * (student - label) ** 2 / 2 - (1 - c) * label * student
     grad = tuple(sp.diff(loss, l) for l in lam)
     readout_grad = tuple(sp.diff(loss, ak) for ak in a)
     if opaque_error:
