@@ -599,6 +599,12 @@ class Model:
     constraint : {"none", "sphere"}, optional
         ``"sphere"``: every student row is renormalised to ``|w_k|² = N``
         after each step (``Q_kk = 1``).
+    lr_schedule : str or tuple, optional
+        Learning-rate schedule, ``η(t) = η s(t)`` (:mod:`symquad.schedule`):
+        ``"constant"`` (default), ``"inverse:τ"`` / ``("inverse", τ)``,
+        ``"power:t0:β"``, ``"step:t1=f1:…"`` / ``("step", ((t1, f1), …))``, or
+        a table of ``(t, factor)`` points (linearly interpolated).  Stored as
+        the canonical text.
 
     Examples
     --------
@@ -651,6 +657,11 @@ class Model:
     constraint: str = field(default="none", metadata=_meta(
         "choice", "constraint on the student rows: none, or sphere (|w_k|^2 = N)",
         "none, sphere", "--constraint", role="structure", choices=CONSTRAINTS))
+    lr_schedule: str = field(default="constant", metadata=_meta(
+        "schedule", "learning-rate schedule eta(t) = lr*s(t): constant, inverse:TAU, "
+        "power:T0:BETA, step:T1=F1:T2=F2:... or table:T0=F0:T1=F1:... (symquad/schedule.py)",
+        "constant, inverse:TAU, power:T0:BETA, step:T=F:..., table:T=F:...",
+        "--lr-schedule", role="time"))
 
     def __post_init__(self):
         for f in fields(self):
@@ -672,6 +683,9 @@ class Model:
             if value is None and name == "teacher_activation":     # the student's
                 return self.activation
             return _parse_activation(value, name)
+        if kind == "schedule":
+            from .schedule import parse_schedule
+            return parse_schedule(value).text
         if kind == "readout":
             width_name = f.metadata["width"]
             width = getattr(self, width_name)
@@ -685,6 +699,16 @@ class Model:
     def eta(self) -> float:
         """The SGD step size ``η`` (``lr`` or ``lr·p``, see `lr_scaling`)."""
         return self.lr * self.p if self.lr_scaling == "width" else self.lr
+
+    @property
+    def schedule(self):
+        """The :class:`symquad.schedule.Schedule` of `lr_schedule`: ``η(t) = η · s(t)``."""
+        from .schedule import parse_schedule
+        return parse_schedule(self.lr_schedule)
+
+    def eta_at(self, t) -> float:
+        """The step size ``η(t) = η s(t)`` at time ``t`` (``η`` for a constant schedule)."""
+        return self.eta * self.schedule.factor(float(t))
 
     @property
     def activation_kind(self) -> str:
