@@ -69,7 +69,8 @@ def _number(value, what: str, positive: bool = True, zero_ok: bool = False) -> f
 
 
 def _text(x: float) -> str:
-    return f"{x:.17g}" if x != int(x) or abs(x) >= 1e16 else str(int(x))
+    # the shortest text that reads back as the same float (0.2, not 0.20000000000000001)
+    return str(int(x)) if x.is_integer() and abs(x) < 1e16 else repr(float(x))
 
 
 class Schedule:

@@ -35,6 +35,10 @@ __all__ = ["FIELDS_0_2", "STAGES", "declare", "stage_fields", "require_known_str
 FIELDS_0_2 = ("teacher_activation", "readout", "teacher_readout", "lr_readout",
               "weight_decay", "batch_size", "constraint")
 
+#: The learning-rate schedule (a ``"time"`` field): the stages below that name it evaluate
+#: every ``η`` of the theory at ``η(t)`` (docs/model.md §2).
+SCHEDULE = ("lr_schedule",)
+
 #: stage name (as errors print it) -> the fields beyond CLASSIC_FIELDS it implements.
 STAGES = {
     # symbolic/: the three routes, each form of derive(); the LaTeX printed from them
@@ -44,16 +48,16 @@ STAGES = {
     "the LaTeX equations": FIELDS_0_2,
     # numeric/kernels.py: the generated kernels (rhs, risk, moments) of each form, and the
     # diffusion matrix (each form) and exact Jacobian / risk derivatives built beside them
-    "kernels(form='matrix')": FIELDS_0_2,
-    "kernels(form='tensor')": FIELDS_0_2,
-    "kernels(form='entries')": FIELDS_0_2,
-    "the diffusion matrix (form='matrix')": FIELDS_0_2,
-    "the diffusion matrix (form='tensor')": FIELDS_0_2,
-    "the diffusion matrix (form='entries')": FIELDS_0_2,
-    "the exact Jacobian": FIELDS_0_2,
-    "the state layout": FIELDS_0_2,
+    "kernels(form='matrix')": FIELDS_0_2 + SCHEDULE,
+    "kernels(form='tensor')": FIELDS_0_2 + SCHEDULE,
+    "kernels(form='entries')": FIELDS_0_2 + SCHEDULE,
+    "the diffusion matrix (form='matrix')": FIELDS_0_2 + SCHEDULE,
+    "the diffusion matrix (form='tensor')": FIELDS_0_2 + SCHEDULE,
+    "the diffusion matrix (form='entries')": FIELDS_0_2 + SCHEDULE,
+    "the exact Jacobian": FIELDS_0_2 + SCHEDULE,
+    "the state layout": FIELDS_0_2 + SCHEDULE,
     # numeric/: the solvers, simulators, SDE and LNA
-    "integrate": FIELDS_0_2,
+    "integrate": FIELDS_0_2 + SCHEDULE,
     "integrate_batch": FIELDS_0_2,
     "simulate(method='full')": FIELDS_0_2,
     "simulate(method='reduced')": FIELDS_0_2,
