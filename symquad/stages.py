@@ -58,7 +58,7 @@ STAGES = {
     "the state layout": FIELDS_0_2 + SCHEDULE,
     # numeric/: the solvers, simulators, SDE and LNA
     "integrate": FIELDS_0_2 + SCHEDULE,
-    "integrate_batch": FIELDS_0_2,
+    "integrate_batch": FIELDS_0_2 + SCHEDULE,
     "simulate(method='full')": FIELDS_0_2,
     "simulate(method='reduced')": FIELDS_0_2,
     "simulate(method='sde')": FIELDS_0_2,
