@@ -59,10 +59,10 @@ STAGES = {
     # numeric/: the solvers, simulators, SDE and LNA
     "integrate": FIELDS_0_2 + SCHEDULE,
     "integrate_batch": FIELDS_0_2 + SCHEDULE,
-    "simulate(method='full')": FIELDS_0_2,
-    "simulate(method='reduced')": FIELDS_0_2,
-    "simulate(method='sde')": FIELDS_0_2,
-    "fluctuations": FIELDS_0_2,
+    "simulate(method='full')": FIELDS_0_2 + SCHEDULE,
+    "simulate(method='reduced')": FIELDS_0_2 + SCHEDULE,
+    "simulate(method='sde')": FIELDS_0_2 + SCHEDULE,
+    "fluctuations": FIELDS_0_2 + SCHEDULE,
     "the O(1/N) correction of the mean": FIELDS_0_2,
     "the forward sensitivities": FIELDS_0_2,
     # conventions.py: t <-> tau = eta t (a constant step size)
