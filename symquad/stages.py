@@ -75,8 +75,10 @@ STAGES = {
     "sweep task 'validate'": FIELDS_0_2,
     "sweep task 'ode'": FIELDS_0_2,
     "sweep task 'hessian'": FIELDS_0_2,
+    # numeric/optimal.py: the optimal schedule (its model's schedule must be constant)
+    "optimal_schedule": FIELDS_0_2 + SCHEDULE,
     # saved files (numeric/persist.py: runs, solutions, reports; the sweep store's points)
-    "saved files": FIELDS_0_2,
+    "saved files": FIELDS_0_2 + SCHEDULE,
 }
 
 

@@ -439,6 +439,21 @@ def _check_explicit_steps(method, f0, y0, t_max) -> None:
             f"'LSODA' (stiff solvers), or a shorter t_max")
 
 
+def left_of(fun, b):
+    """`fun` with its time argument kept just below `b` (the left limit at a jump of η).
+
+    A solver's last stage of a piece evaluates the right-hand side at the piece's end
+    ``t = b``, where a step schedule already has its next (right-continuous) value; the
+    piece ``[a, b)`` must see its own value up to ``b``.  The shift, ``1e-13·max(1, b)``,
+    moves a continuous schedule's factor by a relative ``~1e-13`` only.
+    """
+    below = b - 1e-13 * max(1.0, abs(b))
+
+    def f(t, y):
+        return fun(t if t < below else below, y)
+    return f
+
+
 def solve_pieces(fun, t_max, y0, method, t_eval, rtol, atol, blow_up, breaks=()):
     """:func:`_solve` from 0 to `t_max`, restarted at each time of `breaks`.
 
@@ -456,7 +471,8 @@ def solve_pieces(fun, t_max, y0, method, t_eval, rtol, atol, blow_up, breaks=())
     for i, (a, b) in enumerate(zip(knots[:-1], knots[1:])):
         inside = t_eval[(t_eval > a) & (t_eval <= b) | ((t_eval == a) & (i == 0))]
         seg_eval = np.union1d(inside, [b])          # the end state starts the next piece
-        sol = _solve(fun, b, y_start, method, seg_eval, rtol, atol, blow_up, t0=a)
+        sol = _solve(left_of(fun, b), b, y_start, method, seg_eval, rtol, atol, blow_up,
+                     t0=a)
         nfev += sol.nfev
         messages.append(sol.message)
         t_seg, y_seg = np.asarray(sol.t, dtype=float), np.asarray(sol.y, dtype=float)

@@ -406,14 +406,18 @@ def _solve(fun, y0, t_max, t_eval, method, rtol, atol, live, blame, breaks=()):
     n_live = int(live.sum())
     bounds = [float(b) for b in breaks if 0.0 < b < t_max] + [float(t_max)]
     t_max = bounds.pop(0)
-    solver = cls(fun, 0.0, y0, t_max, rtol=rtol, atol=atol)
+    # each piece before a breakpoint sees its own side of a jump up to its end
+    from .integrate import left_of
+    piece = left_of(fun, t_max) if bounds else fun
+    solver = cls(piece, 0.0, y0, t_max, rtol=rtol, atol=atol)
     nfev = 0
     while solver.status == "running" or (solver.status == "finished" and bounds):
         if solver.status == "finished":
             # a breakpoint reached: the next smooth piece starts from this state
             nfev += solver.nfev
             t_max = bounds.pop(0)
-            solver = cls(fun, solver.t, solver.y.copy(), t_max, rtol=rtol, atol=atol)
+            piece = left_of(fun, t_max) if bounds else fun
+            solver = cls(piece, solver.t, solver.y.copy(), t_max, rtol=rtol, atol=atol)
         t_old = solver.t
         message = solver.step()
         if solver.status == "failed":
@@ -424,7 +428,7 @@ def _solve(fun, y0, t_max, t_eval, method, rtol, atol, live, blame, breaks=()):
             # it is frozen now, restart without it
             nfev += solver.nfev
             n_live = int(live.sum())
-            solver = cls(fun, t_old, solver.y.copy(), t_max, rtol=rtol, atol=atol)
+            solver = cls(piece, t_old, solver.y.copy(), t_max, rtol=rtol, atol=atol)
             continue
         stop = int(np.searchsorted(t_eval, solver.t, side="right"))
         if stop > nxt:
@@ -433,7 +437,7 @@ def _solve(fun, y0, t_max, t_eval, method, rtol, atol, live, blame, breaks=()):
         if int(live.sum()) < n_live and solver.status == "running":
             nfev += solver.nfev
             n_live = int(live.sum())
-            solver = cls(fun, solver.t, solver.y.copy(), t_max, rtol=rtol, atol=atol)
+            solver = cls(piece, solver.t, solver.y.copy(), t_max, rtol=rtol, atol=atol)
     nfev += solver.nfev
     return out, nfev, "The solver successfully reached the end of the integration interval."
 

@@ -176,13 +176,15 @@ def simulate_sde(model, N, t_max, replicas, seed, X0, T, rec_steps, on_divergenc
                 h = times[i_rec] - t
             # no step across a kink or jump of the learning-rate schedule
             ahead = schedule.breakpoints(t * (1 + 1e-14) + 1e-300, t + h)
+            t_end = t + h
             if ahead:
                 h = ahead[0] - t
+                t_end = ahead[0] - 1e-13 * max(1.0, ahead[0])   # the left limit of a jump
             D = k.diffusion(Qa, ra, T, aa, t=t)
             L = _sqrt_psd(0.5 * (D + np.swapaxes(D, -1, -2)))
             xi = rng_data.standard_normal((replicas, lay.dim))[live]
             Qp, rp, ap = lay.unpack(x[live] + f * h)
-            f_pred = lay.pack(*k.rhs(Qp, rp, T, ap, t=t + h))
+            f_pred = lay.pack(*k.rhs(Qp, rp, T, ap, t=t_end))
             x[live] = (x[live] + 0.5 * (f + f_pred) * h
                        + math.sqrt(h / N) * np.einsum("rij,rj->ri", L, xi))
             if sphere:
