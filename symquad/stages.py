@@ -42,10 +42,10 @@ SCHEDULE = ("lr_schedule",)
 #: stage name (as errors print it) -> the fields beyond CLASSIC_FIELDS it implements.
 STAGES = {
     # symbolic/: the three routes, each form of derive(); the LaTeX printed from them
-    "derive(form='entries')": FIELDS_0_2,
-    "derive(form='matrix')": FIELDS_0_2,
-    "derive(form='tensor')": FIELDS_0_2,
-    "the LaTeX equations": FIELDS_0_2,
+    "derive(form='entries')": FIELDS_0_2 + SCHEDULE,
+    "derive(form='matrix')": FIELDS_0_2 + SCHEDULE,
+    "derive(form='tensor')": FIELDS_0_2 + SCHEDULE,
+    "the LaTeX equations": FIELDS_0_2 + SCHEDULE,
     # numeric/kernels.py: the generated kernels (rhs, risk, moments) of each form, and the
     # diffusion matrix (each form) and exact Jacobian / risk derivatives built beside them
     "kernels(form='matrix')": FIELDS_0_2 + SCHEDULE,
@@ -68,12 +68,12 @@ STAGES = {
     # conventions.py: t <-> tau = eta t (a constant step size)
     "the time conventions": FIELDS_0_2,
     # studies/: validation, the sweep tasks (one entry per built-in model task)
-    "validate": FIELDS_0_2,
-    "compare": FIELDS_0_2,
+    "validate": FIELDS_0_2 + SCHEDULE,
+    "compare": FIELDS_0_2 + SCHEDULE,
     "sweep task 'plateau'": FIELDS_0_2,
     "sweep task 'escape'": FIELDS_0_2,
-    "sweep task 'validate'": FIELDS_0_2,
-    "sweep task 'ode'": FIELDS_0_2,
+    "sweep task 'validate'": FIELDS_0_2 + SCHEDULE,
+    "sweep task 'ode'": FIELDS_0_2 + SCHEDULE,
     "sweep task 'hessian'": FIELDS_0_2,
     # numeric/optimal.py: the optimal schedule (its model's schedule must be constant)
     "optimal_schedule": FIELDS_0_2 + SCHEDULE,

@@ -305,3 +305,34 @@ def test_analyses_assuming_a_constant_eta_refuse_the_schedule_by_name():
     k = sq.kernels(m.replace(p=2, p_star=1))
     with pytest.raises(ValueError, match="lr_schedule"):
         k.second_order(Q, rho, T)
+
+
+# ---- validate / compare -----------------------------------------------------------------
+
+def _scheduled_run(N, replicas, seed):
+    m = sq.Model(p=2, p_star=1, lr=0.3, noise=0.05, lr_schedule="step:1=0.5:2.5=0.2")
+    Q, rho, T = np.eye(2), np.array([[0.5], [0.3]]), np.eye(1)
+    run = sq.simulate(m, N=N, t_max=5, replicas=replicas, seed=seed, Q0=Q, rho0=rho, T=T,
+                      t_eval=np.linspace(0, 5, 26))
+    return m, run, T
+
+
+def test_compare_passes_with_the_schedule_and_fails_the_model_without_it_cheap():
+    m, run, T = _scheduled_run(500, 32, 3)
+    kw = dict(N=500, whole_run=False, resolution=False, finite_n=False)
+    assert sq.compare(m, run.t, run.Q, run.rho, T, **kw).verdict == "PASS"
+    wrong = sq.compare(m.replace(lr_schedule="constant"), run.t, run.Q, run.rho, T, **kw)
+    assert wrong.verdict == "FAIL"
+    assert any(r.startswith("FAIL: mean risk deviation") for r in wrong.reasons)
+    with pytest.raises(ValueError, match="t must start at 0"):
+        sq.compare(m, run.t[1:], run.Q[:, 1:], run.rho[:, 1:], T, **kw)
+
+
+@pytest.mark.slow
+def test_validate_passes_with_the_schedule_and_its_data_fail_the_constant_model():
+    m = sq.Model(p=2, p_star=1, lr=0.3, noise=0.05, lr_schedule="step:1=0.5:2.5=0.2")
+    rep = sq.validate(m, N=1000, t_max=5, replicas=64, fss=False, invariant=False)
+    assert rep.passed, rep.reasons
+    wrong = sq.compare(m.replace(lr_schedule="constant"), rep.t, rep.sgd_Q, rep.sgd_rho,
+                       rep.T, N=1000)
+    assert wrong.verdict == "FAIL"
