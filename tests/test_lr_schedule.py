@@ -336,3 +336,23 @@ def test_validate_passes_with_the_schedule_and_its_data_fail_the_constant_model(
     wrong = sq.compare(m.replace(lr_schedule="constant"), rep.t, rep.sgd_Q, rep.sgd_rho,
                        rep.T, N=1000)
     assert wrong.verdict == "FAIL"
+
+
+def test_cli_flag_and_sweep_axis_read_and_refuse_schedules(capsys):
+    from symquad.cli._model_args import field_value
+    from symquad.studies.tasks import task_model
+    assert field_value("lr_schedule", "step:1=0.5:2=0.2") == "step:1=0.5:2=0.2"
+    with pytest.raises(ValueError, match="lr_schedule"):
+        field_value("lr_schedule", "inverse:-3")
+    m = task_model(p=2, p_star=1, lr=0.1, lr_schedule="inverse:10")
+    assert m.schedule.factor(10) == 0.5
+    from symquad.cli import main
+    def run(*args):
+        try:
+            return main(list(args))
+        except SystemExit as exc:
+            return exc.code
+    assert run("equations", "--p", "2", "--p-star", "1", "--lr-schedule", "inverse:0") == 2
+    assert "lr_schedule" in capsys.readouterr().err
+    assert run("equations", "--p", "2", "--p-star", "1", "--lr-schedule", "power:10:0.5") == 0
+    assert r"\eta(t) = \eta\,\min" in capsys.readouterr().out

@@ -15,10 +15,10 @@ with ``J_f = ∂f/∂X`` the exact Jacobian of the drift (:meth:`symquad.Kernels
 the entry route differentiated symbolically) and ``∇ε`` the exact risk gradient.  The
 drift is a polynomial of degree 2 in the step size — ``f = f₀ + η f₁ + η² f₂``: the
 gradient term is linear in ``η`` (weight decay's ``ηλ`` too), the ``η²`` term is the
-squared step, ``f₀`` the readout's own rate ``η_a`` — so ``∂f/∂η = f₁ + 2η f₂`` with
-``f₁ = (f(1) − f(−1))/2`` and ``f₂ = (f(1) + f(−1))/2 − f(0)``, three evaluations of the
-drift at exact step sizes (no finite differences; the degree is checked on the symbolic
-drift by ``tests/test_optimal_schedule.py``).  The minimisation is L-BFGS-B over the
+squared step, ``f₀`` the readout's own rate ``η_a`` — so ``∂f/∂η = f₁ + 2η f₂ =
+(f(η + 1) − f(η − 1))/2`` exactly, two evaluations of the drift at exact step sizes (an
+identity of quadratics, not a finite-difference approximation; the degree is checked on
+the symbolic drift by ``tests/test_optimal_schedule.py``).  The minimisation is L-BFGS-B over the
 ``η_j`` with the bounds, from the model's constant ``lr``.
 
 Every forward solve is one piece at a time (the schedule's jumps are solver restarts);
@@ -139,10 +139,10 @@ class _Problem:
         self.nfev += 1
         return self.lay.pack(*_blocks(k, k._rhs(*args, self._params(eta))))
 
-    def f_eta(self, x):
-        """``(f₁, f₂)``: the coefficients of ``η`` and ``η²`` in the drift at `x`."""
-        f0, fp, fm = self.f(x, 0.0), self.f(x, 1.0), self.f(x, -1.0)
-        return 0.5 * (fp - fm), 0.5 * (fp + fm) - f0
+    def f_eta(self, x, eta):
+        """``∂f/∂η = f₁ + 2η f₂`` at `x`: ``(f(η + 1) − f(η − 1))/2``, exact for a drift of
+        degree 2 in ``η`` (the symmetric difference of a quadratic is its derivative)."""
+        return 0.5 * (self.f(x, eta + 1.0) - self.f(x, eta - 1.0))
 
     def J(self, x, eta):
         Q, rho, a = self.lay.unpack(x)
@@ -186,9 +186,8 @@ class _Problem:
             def back(t, y, eta=eta, xs=xs):
                 x = xs(t)
                 lam_t = y[:n]
-                f1, f2 = self.f_eta(x)
                 return np.concatenate([-self.J(x, eta).T @ lam_t,
-                                       [-lam_t @ (f1 + 2 * eta * f2)]])
+                                       [-lam_t @ self.f_eta(x, eta)]])
             # the gradient needs fewer digits than the risk: 100x the forward tolerance
             sol = solve_ivp(back, (self.edges[j + 1], self.edges[j]),
                             np.concatenate([lam, [0.0]]), method="DOP853",
