@@ -209,6 +209,9 @@ class Kernels:
         of ``η`` and weight decay's ``ηλ`` follow).  `t` is required when the model has
         a schedule and ignored (may be None) when it has none.
         """
+        if self._params is None:            # a Kernels built by hand, not by kernels()
+            object.__setattr__(self, "_params", _params(_untimed(self.model, "kernels(form="
+                                                                 f"{self.form!r})")))
         schedule = self.model.schedule
         if schedule.is_constant:
             return self._params
