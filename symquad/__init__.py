@@ -83,6 +83,9 @@ _LAZY = {
     "hessian_spectra_figure": "symquad.plotting",
     "S_trajectories_figure": "symquad.plotting",
     "distance_strip_figure": "symquad.plotting",
+    "optimal_schedule": "symquad.numeric.optimal",
+    "OptimalSchedule": "symquad.numeric.optimal",
+    "optimal_schedule_figure": "symquad.plotting",
 }
 
 __all__ = ["Model", "DEFAULT_MODEL", "LR_SCALINGS", *_LAZY]

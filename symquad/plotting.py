@@ -1468,3 +1468,26 @@ def _annotate_cells(fig, ax, im, Z):
         dark = 0.299 * r + 0.587 * g + 0.114 * b < 0.5
         ax.text(j, i, text, ha="center", va="center", fontsize=size,
                 color="white" if dark else "black")
+
+
+@_styled
+def optimal_schedule_figure(result):
+    """Two panels of a :class:`symquad.OptimalSchedule`: ``lr(t)`` and the risk ``ε(t)``.
+
+    The optimal piecewise-constant learning rate (steps) on the left, the risk under it
+    (log scale) on the right, with the constant-``lr`` start's final risk marked.
+    """
+    fig, (ax_lr, ax_risk) = new_figure((7.0, 2.8), 1, 2)
+    t = np.asarray(result.t)
+    ax_lr.step(t, np.append(result.lr, result.lr[-1]), where="post", color="C0")
+    ax_lr.set_xlabel(r"$t$")
+    ax_lr.set_ylabel(r"learning rate $\eta(t)$")
+    ax_lr.set_title("optimal schedule")
+    ax_risk.semilogy(result.t_curve, result.risk, color="C1", label="optimal schedule")
+    ax_risk.axhline(result.risk_start, color="0.5", ls="--",
+                    label=f"constant lr = {result.model.lr:g} at $t_f$")
+    ax_risk.set_xlabel(r"$t$")
+    ax_risk.set_ylabel(r"risk $\varepsilon(t)$")
+    ax_risk.set_title(f"final risk {result.risk_final:.4g}")
+    ax_risk.legend(loc="upper right")
+    return fig

@@ -619,6 +619,12 @@ class Model:
         The per-sample loss of the SGD step (:data:`LOSSES`): ``½(ŷ − y)²``
         or the correlation loss ``−y ŷ`` (error signal ``−y``).  The risk is
         the square-loss error ``½E[(ŷ − y*)²]`` for both.
+    lr_schedule : str or tuple, optional
+        Learning-rate schedule, ``η(t) = η s(t)`` (:mod:`symquad.schedule`):
+        ``"constant"`` (default), ``"inverse:τ"`` / ``("inverse", τ)``,
+        ``"power:t0:β"``, ``"step:t1=f1:…"`` / ``("step", ((t1, f1), …))``, or
+        a table of ``(t, factor)`` points (linearly interpolated).  Stored as
+        the canonical text.
 
     Examples
     --------
@@ -675,6 +681,11 @@ class Model:
         "choice", "per-sample loss: square (l = (yhat - y)^2/2) or correlation (l = -y yhat);"
         " the risk reported is the square-loss error either way", "square, correlation",
         "--loss", role="structure", choices=tuple(LOSSES)))
+    lr_schedule: str = field(default="constant", metadata=_meta(
+        "schedule", "learning-rate schedule eta(t) = lr*s(t): constant, inverse:TAU, "
+        "power:T0:BETA, step:T1=F1:T2=F2:... or table:T0=F0:T1=F1:... (symquad/schedule.py)",
+        "constant, inverse:TAU, power:T0:BETA, step:T=F:..., table:T=F:...",
+        "--lr-schedule", role="time"))
 
     def __post_init__(self):
         for f in fields(self):
@@ -696,6 +707,9 @@ class Model:
             if value is None and name == "teacher_activation":     # the student's
                 return self.activation
             return _parse_activation(value, name)
+        if kind == "schedule":
+            from .schedule import parse_schedule
+            return parse_schedule(value).text
         if kind == "readout":
             width_name = f.metadata["width"]
             width = getattr(self, width_name)
@@ -709,6 +723,16 @@ class Model:
     def eta(self) -> float:
         """The SGD step size ``η`` (``lr`` or ``lr·p``, see `lr_scaling`)."""
         return self.lr * self.p if self.lr_scaling == "width" else self.lr
+
+    @property
+    def schedule(self):
+        """The :class:`symquad.schedule.Schedule` of `lr_schedule`: ``η(t) = η · s(t)``."""
+        from .schedule import parse_schedule
+        return parse_schedule(self.lr_schedule)
+
+    def eta_at(self, t) -> float:
+        """The step size ``η(t) = η s(t)`` at time ``t`` (``η`` for a constant schedule)."""
+        return self.eta * self.schedule.factor(float(t))
 
     @property
     def activation_kind(self) -> str:

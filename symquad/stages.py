@@ -39,44 +39,50 @@ FIELDS_0_2 = ("teacher_activation", "readout", "teacher_readout", "lr_readout",
 #: spec.error_signal_weight and checked (tests/test_correlation_loss.py).
 _LOSS = FIELDS_0_2 + ("loss",)
 
+#: The learning-rate schedule (a ``"time"`` field): the stages below that name it evaluate
+#: every ``η`` of the theory at ``η(t)`` (docs/model.md §2).
+SCHEDULE = ("lr_schedule",)
+
 #: stage name (as errors print it) -> the fields beyond CLASSIC_FIELDS it implements.
 STAGES = {
     # symbolic/: the three routes, each form of derive(); the LaTeX printed from them
-    "derive(form='entries')": _LOSS,
-    "derive(form='matrix')": FIELDS_0_2,
-    "derive(form='tensor')": FIELDS_0_2,
-    "the LaTeX equations": _LOSS,      # the loss: through the entry route only
+    "derive(form='entries')": _LOSS + SCHEDULE,
+    "derive(form='matrix')": FIELDS_0_2 + SCHEDULE,
+    "derive(form='tensor')": FIELDS_0_2 + SCHEDULE,
+    "the LaTeX equations": _LOSS + SCHEDULE,      # the loss: through the entry route only
     # numeric/kernels.py: the generated kernels (rhs, risk, moments) of each form, and the
     # diffusion matrix (each form) and exact Jacobian / risk derivatives built beside them
-    "kernels(form='matrix')": _LOSS,
-    "kernels(form='tensor')": _LOSS,
-    "kernels(form='entries')": _LOSS,
-    "the diffusion matrix (form='matrix')": FIELDS_0_2,
-    "the diffusion matrix (form='tensor')": FIELDS_0_2,
-    "the diffusion matrix (form='entries')": _LOSS,
-    "the exact Jacobian": FIELDS_0_2,
-    "the state layout": _LOSS,
+    "kernels(form='matrix')": _LOSS + SCHEDULE,
+    "kernels(form='tensor')": _LOSS + SCHEDULE,
+    "kernels(form='entries')": _LOSS + SCHEDULE,
+    "the diffusion matrix (form='matrix')": FIELDS_0_2 + SCHEDULE,
+    "the diffusion matrix (form='tensor')": FIELDS_0_2 + SCHEDULE,
+    "the diffusion matrix (form='entries')": _LOSS + SCHEDULE,
+    "the exact Jacobian": FIELDS_0_2 + SCHEDULE,
+    "the state layout": _LOSS + SCHEDULE,
     # numeric/: the solvers, simulators, SDE and LNA
-    "integrate": _LOSS,
-    "integrate_batch": _LOSS,
-    "simulate(method='full')": _LOSS,
-    "simulate(method='reduced')": _LOSS,
-    "simulate(method='sde')": FIELDS_0_2,
-    "fluctuations": FIELDS_0_2,
+    "integrate": _LOSS + SCHEDULE,
+    "integrate_batch": _LOSS + SCHEDULE,
+    "simulate(method='full')": _LOSS + SCHEDULE,
+    "simulate(method='reduced')": _LOSS + SCHEDULE,
+    "simulate(method='sde')": FIELDS_0_2 + SCHEDULE,
+    "fluctuations": FIELDS_0_2 + SCHEDULE,
     "the O(1/N) correction of the mean": FIELDS_0_2,
     "the forward sensitivities": FIELDS_0_2,
     # conventions.py: t <-> tau = eta t (a constant step size)
     "the time conventions": _LOSS,
     # studies/: validation, the sweep tasks (one entry per built-in model task)
-    "validate": _LOSS,
-    "compare": _LOSS,
+    "validate": _LOSS + SCHEDULE,
+    "compare": _LOSS + SCHEDULE,
     "sweep task 'plateau'": FIELDS_0_2,
     "sweep task 'escape'": FIELDS_0_2,
-    "sweep task 'validate'": _LOSS,
-    "sweep task 'ode'": _LOSS,
+    "sweep task 'validate'": _LOSS + SCHEDULE,
+    "sweep task 'ode'": _LOSS + SCHEDULE,
     "sweep task 'hessian'": FIELDS_0_2,
+    # numeric/optimal.py: the optimal schedule (its model's schedule must be constant)
+    "optimal_schedule": FIELDS_0_2 + SCHEDULE,
     # saved files (numeric/persist.py: runs, solutions, reports; the sweep store's points)
-    "saved files": _LOSS,
+    "saved files": _LOSS + SCHEDULE,
 }
 
 

@@ -122,6 +122,8 @@ CALLS = {
     "to_unnormalised": lambda m: sq.to_unnormalised(m),
     "overlaps_from_unnormalised": lambda m: sq.overlaps_from_unnormalised(m, *_overlaps(m)),
     "overlaps_to_unnormalised": lambda m: sq.overlaps_to_unnormalised(m, *_overlaps(m)),
+    "optimal_schedule": lambda m: sq.optimal_schedule(m, 1.0, rho0=_overlaps(m)[1],
+                                                      lr_max=1.0, n_pieces=1, maxiter=1),
 }
 
 #: public names that take no model, and why that is safe
@@ -139,6 +141,8 @@ NO_MODEL = {
     "SimulationRun": "built by simulate (refuses); save: saved files",
     "ValidationReport": "built by validate/compare (refuse); save: saved files",
     "ZeroRiskPoint": "a result type",
+    "OptimalSchedule": "a result type (built by optimal_schedule, which refuses)",
+    "optimal_schedule_figure": "plots an OptimalSchedule (optimal_schedule refuses)",
     "EscapePrediction": "a result type",
     "PlateauFixedPoint": "a result type",
     "HessianSpectrum": "a result type",
@@ -241,6 +245,7 @@ STAGE_CALLS = {
     **{f"sweep task {n!r}": _task(n) for n in ("plateau", "escape", "validate", "ode",
                                                 "hessian")},
     "saved files": _persist,
+    "optimal_schedule": CALLS["optimal_schedule"],
 }
 
 
@@ -341,7 +346,8 @@ def _variants():
     changes = {"p": 3, "p_star": 2, "lr": 0.2, "noise": 0.1, "activation": "z**3",
                "lr_scaling": "width", "teacher_activation": "z**3 - 3*z", "readout": (1, 2),
                "teacher_readout": 2, "lr_readout": 0.1, "weight_decay": 0.1, "batch_size": 2,
-               "constraint": "sphere", "loss": "correlation"}
+               "constraint": "sphere", "loss": "correlation",
+               "lr_schedule": "inverse:100"}
     assert set(changes) == {f.name for f in spec.model_fields()}, \
         "a new field: add the value it is varied to here"
     out = [(name, base, base.replace(**{name: value})) for name, value in changes.items()]

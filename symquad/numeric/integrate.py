@@ -329,7 +329,7 @@ def integrate(model: Model, Q0, rho0, T, t_max, t_eval=None, *, method: str = "a
         else:
             blew["nonfinite"] = True
         with np.errstate(over="ignore", invalid="ignore"):
-            out = _pack(*kern.rhs(Q, rho, T, a))
+            out = _pack(*kern.rhs(Q, rho, T, a, t=t))
         if not np.all(np.isfinite(out)):
             # An infinite slope would make the step-size control shrink forever.
             out = np.full_like(out, np.inf)
@@ -350,7 +350,8 @@ def integrate(model: Model, Q0, rho0, T, t_max, t_eval=None, *, method: str = "a
     if method in EXPLICIT_METHODS:
         _check_explicit_steps(method, fun(0.0, y0), y0, t_max)
     try:
-        sol = _solve(fun, t_max, y0, method, t_eval, rtol, atol, blow_up)
+        sol = solve_pieces(fun, t_max, y0, method, t_eval, rtol, atol, blow_up,
+                           model.schedule.breakpoints(0.0, t_max))
     except (ValueError, ArithmeticError, np.linalg.LinAlgError) as exc:
         if not blew["nonfinite"]:
             raise
@@ -438,14 +439,64 @@ def _check_explicit_steps(method, f0, y0, t_max) -> None:
             f"'LSODA' (stiff solvers), or a shorter t_max")
 
 
-def _solve(fun, t_max, y0, method, t_eval, rtol, atol, blow_up):
+def left_of(fun, b):
+    """`fun` with its time argument kept just below `b` (the left limit at a jump of η).
+
+    A solver's last stage of a piece evaluates the right-hand side at the piece's end
+    ``t = b``, where a step schedule already has its next (right-continuous) value; the
+    piece ``[a, b)`` must see its own value up to ``b``.  The shift, ``1e-13·max(1, b)``,
+    moves a continuous schedule's factor by a relative ``~1e-13`` only.
+    """
+    below = b - 1e-13 * max(1.0, abs(b))
+
+    def f(t, y):
+        return fun(t if t < below else below, y)
+    return f
+
+
+def solve_pieces(fun, t_max, y0, method, t_eval, rtol, atol, blow_up, breaks=()):
+    """:func:`_solve` from 0 to `t_max`, restarted at each time of `breaks`.
+
+    A learning-rate schedule's kinks and jumps (:meth:`symquad.schedule.Schedule.breakpoints`)
+    are where the right-hand side is not smooth; a Runge-Kutta step across one loses the
+    method's order and its error estimate, so each smooth piece is solved on its own and
+    the next starts from the state the previous one reached.  Without `breaks` this is
+    :func:`_solve`.  The output times are those of `t_eval`.
+    """
+    if not breaks:
+        return _solve(fun, t_max, y0, method, t_eval, rtol, atol, blow_up)
+    knots = [0.0] + [float(b) for b in breaks] + [float(t_max)]
+    ts, ys, nfev, messages, sol = [], [], 0, [], None
+    y_start = y0
+    for i, (a, b) in enumerate(zip(knots[:-1], knots[1:])):
+        inside = t_eval[(t_eval > a) & (t_eval <= b) | ((t_eval == a) & (i == 0))]
+        seg_eval = np.union1d(inside, [b])          # the end state starts the next piece
+        sol = _solve(left_of(fun, b), b, y_start, method, seg_eval, rtol, atol, blow_up,
+                     t0=a)
+        nfev += sol.nfev
+        messages.append(sol.message)
+        t_seg, y_seg = np.asarray(sol.t, dtype=float), np.asarray(sol.y, dtype=float)
+        reached = sol.status == 0 and t_seg.size and t_seg[-1] == b
+        keep = np.isin(t_seg, inside)
+        ts.append(t_seg[keep])
+        ys.append(y_seg.reshape(y0.size, -1)[:, keep])
+        if not reached:
+            break
+        y_start = y_seg[:, -1]
+    return _Joined(t=np.concatenate(ts), y=np.concatenate(ys, axis=1), status=sol.status,
+                   nfev=nfev, message=f"{len(messages)} pieces between the schedule's "
+                                      f"breakpoints; last: {messages[-1]}",
+                   t_events=sol.t_events, y_events=sol.y_events)
+
+
+def _solve(fun, t_max, y0, method, t_eval, rtol, atol, blow_up, t0=0.0):
     """:func:`solve_ivp` with ``method="auto"`` resolved (RK45, then LSODA on a long tail).
 
     Returns an object with the fields of solve_ivp's result that
     :func:`integrate` uses (``t, y, status, message, nfev, t_events, y_events``).
     """
     if method != "auto":
-        return solve_ivp(fun, (0.0, t_max), y0, method=method, t_eval=t_eval,
+        return solve_ivp(fun, (t0, t_max), y0, method=method, t_eval=t_eval,
                          rtol=rtol, atol=atol, events=blow_up)
     # The budget event is evaluated once per accepted step: it stays positive
     # until the budget is spent, then crosses zero exactly at that step's end,
@@ -462,7 +513,7 @@ def _solve(fun, t_max, y0, method, t_eval, rtol, atol, blow_up):
 
     rk45_budget.terminal = True
     rk45_budget.direction = -1
-    first = solve_ivp(fun, (0.0, t_max), y0, method="RK45", t_eval=t_eval,
+    first = solve_ivp(fun, (t0, t_max), y0, method="RK45", t_eval=t_eval,
                       rtol=rtol, atol=atol, events=(blow_up, rk45_budget))
     if not (first.status == 1 and first.t_events[1].size and not first.t_events[0].size):
         first.t_events = first.t_events[:1]

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 import os
 import threading
 import warnings
@@ -178,6 +179,9 @@ class Kernels:
     _exact: tuple = field(default=None, repr=False, compare=False)
     _limit: bool = field(default=False, repr=False, compare=False)
     threads: int = field(default=1, repr=False, compare=False)
+    #: the kernel parameters of the constant-η model (``PARAMS`` order); a schedule scales
+    #: their ``eta`` by ``s(t)`` at each call (:meth:`params_at`)
+    _params: tuple = field(default=None, repr=False, compare=False)
 
     def __post_init__(self):
         # formed once: converting the exact readouts is not free at large p
@@ -196,6 +200,33 @@ class Kernels:
     def layout(self):
         from .layout import state_layout
         return state_layout(self.model)
+
+    def params_at(self, t=None) -> tuple:
+        r"""The kernel parameters at time `t`: ``η(t) = η s(t)`` in place of ``η``.
+
+        The one convention of time in every kernel: the drift, the diffusion and the
+        Jacobian of a scheduled model at time ``t`` are those of the constant-η model at
+        the step size ``η(t)`` (one SGD step at ``t = k/N`` uses ``η(k/N)``; every power
+        of ``η`` and weight decay's ``ηλ`` follow).  `t` is required when the model has
+        a schedule and ignored (may be None) when it has none.
+        """
+        if self._params is None:            # a Kernels built by hand, not by kernels()
+            object.__setattr__(self, "_params", _params(_untimed(self.model, "kernels(form="
+                                                                 f"{self.form!r})")))
+        schedule = self.model.schedule
+        if schedule.is_constant:
+            return self._params
+        if t is None:
+            raise ValueError(f"t (the time) is required: this model has lr_schedule="
+                             f"{self.model.lr_schedule!r}, so its kernels depend on t "
+                             f"(rhs(Q, rho, T, a, t=...))")
+        t = float(t)
+        if not math.isfinite(t) or t < 0:
+            raise ValueError(f"t must be a finite time >= 0, got {t}")
+        params = list(self._params)
+        i = _eta_index()
+        params[i] = params[i] * schedule.factor(t)
+        return tuple(params)
 
     def _arrays(self, Q, rho, T, a):
         # complex input refused (never truncated); non-finite allowed inside solvers
@@ -219,19 +250,21 @@ class Kernels:
                                  f"{a.shape}")
         return Q, rho, T, a
 
-    def rhs(self, Q, rho, T, a=None):
-        """Time derivative of every state block at ``(Q, ρ, T)`` (and ``a``).
+    def rhs(self, Q, rho, T, a=None, t=None):
+        """Time derivative of every state block at ``(Q, ρ, T)`` (and ``a``) at time `t`.
 
         Returns ``(dQ/dt, dρ/dt)``, or ``(dQ/dt, dρ/dt, da/dt)`` when the
         readout is trained (then `a` is the current readout, default ``a(0)``).
-        Leading batch dimensions are allowed.
+        Leading batch dimensions are allowed.  `t` is needed only with a
+        learning-rate schedule (:meth:`params_at`).
         """
+        params = self.params_at(t)
         args = self._arrays(Q, rho, T, a)
         if self._limit:
             with limited_blas(self.threads):
-                dQ, drho, da = self._rhs(*args)
+                dQ, drho, da = self._rhs(*args, params)
         else:
-            dQ, drho, da = self._rhs(*args)
+            dQ, drho, da = self._rhs(*args, params)
         return (dQ, drho, da) if self.model.readout_trained else (dQ, drho)
 
     def risk(self, Q, rho, T, a=None):
@@ -273,7 +306,7 @@ class Kernels:
             out = eps - risk(a_num, 0 * b_num) - risk(0 * a_num, b_num)
         return float(out) if np.ndim(out) == 0 else out
 
-    def diffusion(self, Q, rho, T, a=None):
+    def diffusion(self, Q, rho, T, a=None, t=None):
         r"""Diffusion matrix ``D`` of the order parameters at ``(Q, ρ, T)`` (and ``a``).
 
         ``D_XY = Cov[φ_X, φ_Y]/b``, the covariance of the per-sample increments
@@ -289,10 +322,12 @@ class Kernels:
         :mod:`symquad.runtime.sampled_diffusion` (2^17 scrambled Sobol' points, 1e-3
         of max |D|, cost checked first).
         """
+        params = self.params_at(t)
         Q, rho, T, a = self._arrays(Q, rho, T, a)
-        return _diffusion_function(self.model, self.form)(Q, rho, T, a)
+        return _diffusion_function(_untimed(self.model, "the diffusion matrix (form="
+                                            f"{self.form!r})"), self.form)(Q, rho, T, a, params)
 
-    def jacobian(self, Q, rho, T, a=None):
+    def jacobian(self, Q, rho, T, a=None, t=None):
         r"""Exact Jacobian ``J_IJ = ∂f_I/∂X_J`` of the drift in the state order of :attr:`layout`.
 
         Derived by differentiating the entry route's drift symbolically
@@ -302,18 +337,22 @@ class Kernels:
         forms (:mod:`symquad.numeric.special_derivatives`, 1e-10 relative).
         Shape ``(..., dim, dim)``.
         """
+        params = self.params_at(t)
         Q, rho, T, a = self._arrays(Q, rho, T, a)
-        return _jacobian_function(self.model)(Q, rho, T, a)[0]
+        return _jacobian_function(_untimed(self.model, "the exact Jacobian"))(
+            Q, rho, T, a, params)[0]
 
     def risk_gradient(self, Q, rho, T, a=None):
         """Exact gradient ``∂ε/∂X`` of the population risk in the state order; ``(..., dim)``."""
         Q, rho, T, a = self._arrays(Q, rho, T, a)
-        return _jacobian_function(self.model)(Q, rho, T, a)[1]
+        return _jacobian_function(_untimed(self.model, "the exact Jacobian"))(
+            Q, rho, T, a, self._params)[1]
 
     def risk_hessian(self, Q, rho, T, a=None):
         """Exact Hessian ``∂²ε/∂X∂X`` of the population risk in the state order; ``(..., dim, dim)``."""
         Q, rho, T, a = self._arrays(Q, rho, T, a)
-        return _jacobian_function(self.model)(Q, rho, T, a)[2]
+        return _jacobian_function(_untimed(self.model, "the exact Jacobian"))(
+            Q, rho, T, a, self._params)[2]
 
     def second_order(self, Q, rho, T, a=None):
         r"""``(f₁, ∂²f)``: the ``1/N`` term of the mean step and the drift's exact Hessian.
@@ -535,7 +574,7 @@ def _diffusion_function(model: Model, form: str):
             return render_diffusion_entries_module(model)
         mod, _ = _cached("diffusion_entries", model.structure_key, render,
                          required=("diffusion",))
-        return lambda Q, rho, T, a: mod.diffusion(Q, rho, T, a, b, params)
+        return lambda Q, rho, T, a, params=params: mod.diffusion(Q, rho, T, a, b, params)
     check_generated_for(model, f"the diffusion matrix (form={form!r})")
     assembly, _ = _committed("diffusion_assembly", required=("diffusion_none",
                                                              "diffusion_sphere"))
@@ -571,7 +610,7 @@ def _diffusion_function(model: Model, form: str):
         def source(Q, rho, T, a):
             return mod.kinds(Q, rho, T, a, b, model.noise, names)
 
-    def D(Q, rho, T, a):
+    def D(Q, rho, T, a, params=params):
         batch = np.broadcast_shapes(Q.shape[:-2], rho.shape[:-2], T.shape[:-2], a.shape[:-1])
         return assemble(Q, rho, a, source(Q, rho, T, a), params, trained, batch)
     return D
@@ -584,7 +623,15 @@ def _jacobian_function(model: Model):
     if not model.is_polynomial:
         # erf: extrapolated central differences of the closed forms (special_derivatives)
         from .special_derivatives import numeric_jacobian_function
-        return numeric_jacobian_function(kernels(model))
+        numeric, base = numeric_jacobian_function(kernels(model)), _params(model)
+
+        def jac(Q, rho, T, a, params=base):
+            if tuple(params) != tuple(base):
+                raise ValueError("the Jacobian of an erf/ReLU model is taken by differences "
+                                 "of its kernels at the constant step size; at a scheduled "
+                                 "eta(t) it is not implemented (use a polynomial activation)")
+            return numeric(Q, rho, T, a)
+        return jac
     params = _params(model)
     b = np.array([float(c) for c in model.teacher_readout])
 
@@ -592,7 +639,7 @@ def _jacobian_function(model: Model):
         from ..codegen.diffusion_render import render_jacobian_entries_module
         return render_jacobian_entries_module(model)
     mod, _ = _cached("jacobian_entries", model.structure_key, render, required=("jacobian",))
-    return lambda Q, rho, T, a: mod.jacobian(Q, rho, T, a, b, params)
+    return lambda Q, rho, T, a, params=params: mod.jacobian(Q, rho, T, a, b, params)
 
 
 def _second_order_function(model: Model):
@@ -718,7 +765,7 @@ def _moment_kernels(model: Model, form: str, mod, source, extra=()) -> Kernels:
     def moments(Q, rho, T, a):
         return mod.moments(Q, rho, T, c * np.asarray(a, dtype=float), b, noise, trained, *extra)
 
-    def rhs(Q, rho, T, a):
+    def rhs(Q, rho, T, a, params=params):
         G, Gt, B, R = moments(Q, rho, T, a)
         return drift(Q, rho, a, G, Gt, B, R, params)
     return Kernels(model, form, source, rhs,
@@ -742,7 +789,7 @@ def _matrix_kernels(model: Model) -> Kernels:
                                                   float(model.teacher_readout[0]))
         params = _params(model)
         return Kernels(model, "matrix", source,
-                       lambda Q, rho, T, a: mod.rhs(Q, rho, T, params, *args),
+                       lambda Q, rho, T, a, params=params: mod.rhs(Q, rho, T, params, *args),
                        lambda Q, rho, T, a, b: mod.risk(Q, rho, T, *args))
     mod, source = _committed("quadratic_matrix", required=("moments", "risk"))
     return _moment_kernels(model, "matrix", mod, source, extra)
@@ -960,8 +1007,36 @@ def kernels(model: Model, form: str | None = None, *, threads: int | None = None
     1.5
     """
     n_threads = blas_threads(threads)
-    kern = _kernels(model, form)
+    if not model.schedule.is_constant:
+        # the generated code does not depend on the schedule (eta is an argument): the
+        # constant-eta model's kernels, called with eta(t) (Kernels.params_at)
+        form = check_kernels(model, form)
+        base = _kernels(_untimed(model, f"kernels(form={form!r})"), form)
+        kern = dataclasses.replace(base, model=model)
+    else:
+        kern = _kernels(model, form)
+    kern = dataclasses.replace(kern, _params=_params(kern.model))
     return kern if n_threads == 1 else dataclasses.replace(kern, threads=n_threads)
+
+
+def _eta_index() -> int:
+    """Where ``eta`` sits in the kernels' ``PARAMS``."""
+    from .._generated.assembly import PARAMS
+    return PARAMS.index("eta")
+
+
+def _untimed(model: Model, stage: str) -> Model:
+    """`model` with its schedule removed, after `stage` has accepted the schedule.
+
+    The generated modules take ``η`` as an argument, so a scheduled model's code is the
+    constant model's, called with ``η(t)``; the stage's own declaration (which must name
+    ``lr_schedule``) is checked first, so a stage that does not implement schedules still
+    refuses them.
+    """
+    if model.schedule.is_constant:
+        return model
+    declare(model, stage)
+    return model.replace(lr_schedule="constant")
 
 
 def _kernels(model: Model, form: str | None) -> Kernels:
@@ -976,5 +1051,6 @@ def _kernels(model: Model, form: str | None) -> Kernels:
     mod, source = _entry_module(model)
     params = _params(model)
     b = np.array([float(c) for c in model.teacher_readout])
-    return Kernels(model, form, source, lambda Q, rho, T, a: mod.rhs(Q, rho, T, a, b, params),
+    return Kernels(model, form, source,
+                   lambda Q, rho, T, a, params=params: mod.rhs(Q, rho, T, a, b, params),
                    lambda Q, rho, T, a, bb: mod.risk(Q, rho, T, a, bb))

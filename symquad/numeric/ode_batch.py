@@ -236,7 +236,7 @@ def integrate_batch(model, Q0, rho0, T, t_max, t_eval=None, *, method: str = "RK
         rho = Y[:, nq:nr].reshape(B, p, k)
         a = Y[:, nr:] if trained else None
         with np.errstate(over="ignore", invalid="ignore"):
-            blocks = kern.rhs(Q, rho, T, a)
+            blocks = kern.rhs(Q, rho, T, a, t=t)
         out = np.concatenate([x.reshape(B, -1) for x in blocks], axis=1)
         # a start beyond max_norm or non-finite (state or slope) diverges here
         bad = live & ~(np.all(np.isfinite(Y), axis=1) & np.all(np.isfinite(out), axis=1)
@@ -262,7 +262,8 @@ def integrate_batch(model, Q0, rho0, T, t_max, t_eval=None, *, method: str = "RK
         live[worst] = False
         return True
 
-    ys, nfev, message = _solve(fun, y0, t_max, t_eval, method, rtol, atol, live, blame)
+    ys, nfev, message = _solve(fun, y0, t_max, t_eval, method, rtol, atol, live, blame,
+                               model.schedule.breakpoints(0.0, t_max))
     bar.close()
     sol = _Solved(t_eval, ys.T, nfev, message)
     n = sol.t.size
@@ -388,22 +389,35 @@ class _Solved:
     message: str
 
 
-def _solve(fun, y0, t_max, t_eval, method, rtol, atol, live, blame):
+def _solve(fun, y0, t_max, t_eval, method, rtol, atol, live, blame, breaks=()):
     """Step ``method`` from 0 to ``t_max``; the state at `t_eval` (shape (n, size)).
 
     Restarts the solver from its last accepted state after any step in which
     `fun` marked a start as diverged (``live`` lost an entry).  If the step
     size collapses with no start marked, ``blame(t, y)`` marks the start that
-    limits it (returns False when there is none) and the solve goes on.
+    limits it (returns False when there is none) and the solve goes on.  The
+    solver also stops and restarts at each time of `breaks` (a learning-rate
+    schedule's kinks: no step crosses one).
     """
     cls = METHODS[method]
     out = np.full((t_eval.size, y0.size), np.nan)
     nxt = int(np.searchsorted(t_eval, 0.0, side="right"))
     out[:nxt] = y0
     n_live = int(live.sum())
-    solver = cls(fun, 0.0, y0, t_max, rtol=rtol, atol=atol)
+    bounds = [float(b) for b in breaks if 0.0 < b < t_max] + [float(t_max)]
+    t_max = bounds.pop(0)
+    # each piece before a breakpoint sees its own side of a jump up to its end
+    from .integrate import left_of
+    piece = left_of(fun, t_max) if bounds else fun
+    solver = cls(piece, 0.0, y0, t_max, rtol=rtol, atol=atol)
     nfev = 0
-    while solver.status == "running":
+    while solver.status == "running" or (solver.status == "finished" and bounds):
+        if solver.status == "finished":
+            # a breakpoint reached: the next smooth piece starts from this state
+            nfev += solver.nfev
+            t_max = bounds.pop(0)
+            piece = left_of(fun, t_max) if bounds else fun
+            solver = cls(piece, solver.t, solver.y.copy(), t_max, rtol=rtol, atol=atol)
         t_old = solver.t
         message = solver.step()
         if solver.status == "failed":
@@ -414,7 +428,7 @@ def _solve(fun, y0, t_max, t_eval, method, rtol, atol, live, blame):
             # it is frozen now, restart without it
             nfev += solver.nfev
             n_live = int(live.sum())
-            solver = cls(fun, t_old, solver.y.copy(), t_max, rtol=rtol, atol=atol)
+            solver = cls(piece, t_old, solver.y.copy(), t_max, rtol=rtol, atol=atol)
             continue
         stop = int(np.searchsorted(t_eval, solver.t, side="right"))
         if stop > nxt:
@@ -423,7 +437,7 @@ def _solve(fun, y0, t_max, t_eval, method, rtol, atol, live, blame):
         if int(live.sum()) < n_live and solver.status == "running":
             nfev += solver.nfev
             n_live = int(live.sum())
-            solver = cls(fun, solver.t, solver.y.copy(), t_max, rtol=rtol, atol=atol)
+            solver = cls(piece, solver.t, solver.y.copy(), t_max, rtol=rtol, atol=atol)
     nfev += solver.nfev
     return out, nfev, "The solver successfully reached the end of the integration interval."
 

@@ -156,6 +156,7 @@ def simulate_sde(model, N, t_max, replicas, seed, X0, T, rec_steps, on_divergenc
         if readouts is not None:
             readouts[alive, i] = ar
 
+    schedule = model.schedule
     t = 0.0
     i_rec = 0
     while i_rec < n_rec and times[i_rec] <= 0.0:
@@ -166,18 +167,24 @@ def simulate_sde(model, N, t_max, replicas, seed, X0, T, rec_steps, on_divergenc
         while i_rec < n_rec and alive.any():
             live = np.nonzero(alive)[0]
             Qa, ra, aa = lay.unpack(x[live])
-            out = k.rhs(Qa, ra, T, aa)
+            out = k.rhs(Qa, ra, T, aa, t=t)
             f = lay.pack(*out)
             rate = np.max(np.abs(f) / (np.abs(x[live]) + floor)) if f.size else 0.0
             h = dt if not rate > 0 else min(dt, RELATIVE_STEP / rate)
             h = min(h, times[i_rec] - t)
             if not np.isfinite(h) or h <= 0:
                 h = times[i_rec] - t
-            D = k.diffusion(Qa, ra, T, aa)
+            # no step across a kink or jump of the learning-rate schedule
+            ahead = schedule.breakpoints(t * (1 + 1e-14) + 1e-300, t + h)
+            t_end = t + h
+            if ahead:
+                h = ahead[0] - t
+                t_end = ahead[0] - 1e-13 * max(1.0, ahead[0])   # the left limit of a jump
+            D = k.diffusion(Qa, ra, T, aa, t=t)
             L = _sqrt_psd(0.5 * (D + np.swapaxes(D, -1, -2)))
             xi = rng_data.standard_normal((replicas, lay.dim))[live]
             Qp, rp, ap = lay.unpack(x[live] + f * h)
-            f_pred = lay.pack(*k.rhs(Qp, rp, T, ap))
+            f_pred = lay.pack(*k.rhs(Qp, rp, T, ap, t=t_end))
             x[live] = (x[live] + 0.5 * (f + f_pred) * h
                        + math.sqrt(h / N) * np.einsum("rij,rj->ri", L, xi))
             if sphere:

@@ -660,10 +660,19 @@ class _Stepper:
         self.shrink = 1.0 - model.eta * model.weight_decay / N
         # the loss's error signal c yhat - y (spec.LOSSES; the classic kernels are c = 1)
         self.cw = float(error_signal_weight(model))
+        # a learning-rate schedule: step k (from 0) uses eta(k/N) = eta s(k/N) in the
+        # gradient and in weight decay's shrink factor (the readout's eta_a is not scheduled)
+        self.schedule = None if model.schedule.is_constant else model.schedule
+        self.eta, self.weight_decay = model.eta, model.weight_decay
         self.coef_a = model.p * model.lr_readout / (model.batch_size * N)
         # ŷ − y_clean = σ(z) · a with a = (1/p, …, 1/p, −1/p*, …, −1/p*)
         self.out_weights = np.concatenate([np.full(self.p, 1.0 / self.p),
                                            np.full(self.ps, -1.0 / self.ps)])
+
+    def _scheduled(self, step, coef):
+        """``(coef · s(step/N), 1 − η s(step/N) λ/N)``: the step's scaled coefficients."""
+        f = self.schedule.factor(step / self.N)
+        return coef * f, 1.0 - self.eta * f * self.weight_decay / self.N
 
     def _noise_block(self, n):
         if self.sqrt_noise == 0.0:
@@ -723,6 +732,7 @@ class _FullStepper(_Stepper):
         self.W = np.ascontiguousarray(self.W)
         self.Ws = np.ascontiguousarray(self.Ws)
         self.sqrtN = sqrtN
+        self.step = 0
         self.c = np.array(self.act.c, dtype=float)
         self.dc = np.array(self.act.dc if self.act.dc else [0.0], dtype=float)
 
@@ -734,15 +744,18 @@ class _FullStepper(_Stepper):
         no_noise = np.zeros(0)
         live = self.alive > 0
         if self.general:
-            coef = self.eta_over_p / self.batch
+            coef, shrink = self.eta_over_p / self.batch, self.shrink
             no_noise = np.zeros((0, 0))
             for j in range(n):
+                if self.schedule is not None:
+                    coef, shrink = self._scheduled(self.step + j, self.eta_over_p / self.batch)
                 x = self.rng_data.standard_normal((R, self.batch, N))
                 x *= inv
                 _sgd_kernels.full_update_general(
                     self.W, self.Ws, x, self.A, self.bs, self.c, self.dc, self.ct, self.kinds,
-                    coef, self.coef_a, self.shrink, self.cw, self.sphere, self.trained,
+                    coef, self.coef_a, shrink, self.cw, self.sphere, self.trained,
                     no_noise if xi is None else xi[j], live)
+            self.step += n
             return
         for j in range(n):
             x = self.rng_data.standard_normal((R, N))
@@ -863,7 +876,20 @@ class _ReducedStepper(_Stepper):
         chunk = _reduced_chunk(self.R, self.k * self.batch)
         while n > 0:
             m = min(n, chunk)
-            if self.general:
+            if self.general and self.schedule is not None:
+                # the same draws as without a schedule, stepped one at a time so that
+                # step k gets eta(k/N)
+                G, S, L, xi = self.draw(m)
+                for j in range(m):
+                    coef, shrink = self._scheduled(self.step + j, self.coef)
+                    _sgd_kernels_module().reduced_steps_general(
+                        self.B, self.E, self.F_T, self.A, self.bs, self.c, self.dc, self.ct,
+                        self.kinds, coef, self.coef_a, shrink, self.cw, self.sphere, self.trained,
+                        G[j:j + 1], S[j:j + 1], L[j:j + 1], xi[j:j + 1], self.residual,
+                        self.triangular, self.live, self.step + j, self.check_every,
+                        self.blowup, self.caught_step, self.last_step, self.last_Q,
+                        self.last_rho, self.last_a)
+            elif self.general:
                 G, S, L, xi = self.draw(m)
                 _sgd_kernels_module().reduced_steps_general(
                     self.B, self.E, self.F_T, self.A, self.bs, self.c, self.dc, self.ct,

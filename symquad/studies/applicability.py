@@ -38,7 +38,8 @@ ANALYSES = {
     "manifold": ("the zero-risk manifold", "manifold"),
     "conservation": ("the conservation proof of S", "conservation"),
     "finite_size_scaling": ("the finite-size scaling", _GENERIC),
-    "informed_start": ("the informed start", _GENERIC),
+    # Q(0) = I, rho(0) = alpha P does not depend on the step size: a schedule keeps it valid
+    "informed_start": ("the informed start", _GENERIC + ("lr_schedule",)),
 }
 
 

@@ -1799,6 +1799,11 @@ def compare(model, t, Q, rho, T=None, readout=None, *, band=(2.5, 97.5), escape_
     if escape not in (None, True, False):
         raise ValueError(f"escape must be None, True or False, got {escape!r}")
     t, Q, rho, T = _as_trajectories(model, t, Q, rho, T)
+    if not model.schedule.is_constant and t[0] != 0:
+        # the ODE starts at t[0] on its own clock; a schedule's eta(t) needs the true time
+        raise ValueError(f"t must start at 0 for a model with lr_schedule="
+                         f"{model.lr_schedule!r} (eta(t) is evaluated at the data's times), "
+                         f"got t[0] = {t[0]:g}")
     _check_ode_horizon(model, t, Q, rho, T)
     R = Q.shape[0]
     a = _as_readout(model, readout, t, R)

@@ -23,6 +23,7 @@ of the equations; the learning parameters that are on stay symbols
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import sympy as sp
@@ -188,6 +189,11 @@ def derive(model: Model, form: str | None = None) -> Equations:
     if form not in FORMS:
         raise ValueError(f"form must be one of {FORMS}, got {form!r}")
     declare(model, f"derive(form={form!r})")
+    if not model.schedule.is_constant:
+        # a schedule changes no expression: the drift of the constant-eta model with the
+        # symbol eta read as eta(t) = eta s(t) (docs/model.md); derived untimed, kept on it
+        eqs = derive(model.replace(lr_schedule="constant"), form)
+        return dataclasses.replace(eqs, model=model)
     off = switched_off(model)
     if form == "matrix":
         eqs = matrix_form.derive_matrix_form(model)

@@ -684,9 +684,14 @@ def _model_line(model) -> str:
            else r"\eta = \mathrm{lr}\cdot p")
     fields = ", ".join(f"${part}$" for part in
                        describe_model(model, tex=True, exclude=("lr", "noise")).split(",\\ "))
-    return (f"% model: {describe_model(model, exclude=('lr', 'noise'))}\n"
+    text = (f"% model: {describe_model(model, exclude=('lr', 'noise'))}\n"
             f"\\noindent Model: {fields}; step size ${eta}$ and label-noise variance "
             "$\\Delta$ are symbols. Time $t$ = steps$/N$.\n")
+    if not model.schedule.is_constant:
+        text += (f"% learning-rate schedule: {model.lr_schedule}\n"
+                 "\\noindent Learning-rate schedule: every $\\eta$ below is "
+                 f"${model.schedule.latex()}$.\n")
+    return text
 
 
 _TENSOR_INTRO = (
