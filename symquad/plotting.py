@@ -463,7 +463,7 @@ def layout_problems(fig, tol=0.5) -> list:
 # titles
 # ---------------------------------------------------------------------------
 def _report_title(config) -> str:
-    from ._describe import describe_config
+    from ._describe_report import describe_config
 
     return describe_config(config)
 

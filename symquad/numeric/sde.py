@@ -59,6 +59,7 @@ import numpy as np
 
 from .errors import DivergenceError
 from .layout import state_layout
+from .simulation_run import SimulationRun, population_risk
 
 __all__ = ["simulate_sde", "DEFAULT_DT", "RELATIVE_STEP", "sde_form", "MAX_SDE_DIM"]
 
@@ -110,7 +111,6 @@ def simulate_sde(model, N, t_max, replicas, seed, X0, T, rec_steps, on_divergenc
     """
     from ..stages import declare
     from .kernels import kernels
-    from .simulate import SimulationRun, population_risk
     declare(model, "simulate(method='sde')")
     dt = DEFAULT_DT if dt is None else float(dt)
     if not (math.isfinite(dt) and dt > 0):

@@ -969,7 +969,7 @@ class ValidationReport:
         return {key: os.path.join(dest, name) for key, name in names.items()}
 
     def _write_files(self, folder, figures, format="png") -> dict:
-        from .._describe import describe_config
+        from .._describe_report import describe_config
         from ..plotting import plot_invariant_drift, save_figure
         from .report_io import split_arrays
 
