@@ -22,6 +22,7 @@ def register(sub):
 
 
 def run(args) -> int:
+    # lazy: sympy
     from ..symbolic.derive import derive
     from ._model_args import model_from_args
     try:

@@ -45,9 +45,12 @@ def _fmt_spec(spec: dict) -> str:
 def run(args) -> int:
     import sympy as sp
 
+    # lazy: scipy
     from ..numeric import landscape as L
     from ..studies.applicability import require_analysis
+    # lazy: sympy
     from ..symbolic import hessian as H
+    # lazy: sympy
     from ..symbolic.fixed_points import plateau_solution
     from ._model_args import model_from_args
     try:

@@ -377,6 +377,7 @@ def fluctuations(model, Q0, rho0, T, N, t_eval, start: str = "fixed", q0: float 
         from .kernels import require_polynomial_diffusion
         require_polynomial_diffusion(model, "the O(1/N) correction of the mean")
         declare(model, SECOND_ORDER_STAGE)
+        # lazy: sympy
         from ..symbolic.second_order import check_second_order_size
         check_second_order_size(model)
     t_eval = as_real_array(t_eval, "t_eval")
@@ -392,6 +393,7 @@ def fluctuations(model, Q0, rho0, T, N, t_eval, start: str = "fixed", q0: float 
         rho0 = np.zeros((p, ps))
     Q0, rho0, T = as_overlaps(model, Q0, rho0, T)
     if model.constraint == "sphere":
+        # lazy: scipy
         from .integrate import check_sphere
         check_sphere(model, Q0)
     lay = state_layout(model)

@@ -223,6 +223,7 @@ def _initial_coordinates(model, N, replicas, Q0, rho0, T, rng_init):
             # w_k ~ N(0, q0 I_N) renormalised: uniform on the sphere |w_k|² = N
             X[:, :p] /= np.linalg.norm(X[:, :p], axis=-1, keepdims=True)
         else:
+            # lazy: scipy
             from .integrate import check_sphere
             check_sphere(model, Q0)
     return X, T
@@ -240,6 +241,7 @@ class _Activation:
     """
 
     def __init__(self, activation):
+        # lazy: numba
         from ._sgd_kernels import ACTIVATION_KINDS
         self.name = activation if isinstance(activation, str) else None
         self.kind = ACTIVATION_KINDS["polynomial" if self.name is None else self.name]
@@ -382,6 +384,7 @@ class _FullStepper(_Stepper):
         self.dc = np.array(self.act.dc if self.act.dc else [0.0], dtype=float)
 
     def advance(self, n):
+        # lazy: numba
         from . import _sgd_kernels
         R, N = self.R, self.N
         xi = self._noise_block(n)
@@ -575,6 +578,7 @@ _EMPTY3 = np.zeros((0, 0, 0))
 
 
 def _sgd_kernels_module():
+    # lazy: numba
     from . import _sgd_kernels
     return _sgd_kernels
 
@@ -597,6 +601,7 @@ _LANES_MIN_REPLICAS = 4
 
 def _reduced_kernel(replicas):
     """The compiled kernel for `replicas` replicas (both give bit-identical numbers)."""
+    # lazy: numba
     from . import _sgd_kernels as kern
     return kern.reduced_steps if replicas < _LANES_MIN_REPLICAS else kern.reduced_steps_lanes
 

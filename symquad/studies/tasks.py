@@ -538,6 +538,7 @@ def plateau_task(model):
     ``rate_gf`` (:func:`symquad.plateau`; quadratic activation, ``T = I``).
     Fields the plateau analysis was not derived for are refused by name.
     """
+    # lazy: scipy
     from ..numeric.landscape import plateau
 
     _refuse(model, "plateau")
@@ -566,6 +567,7 @@ def escape_task(model, N=1000, replicas=64, seed=0, sgd=True):
     the plateau to the minimum.  Fields the escape law was not derived for are
     refused by name.
     """
+    # lazy: scipy
     from ..numeric import landscape as L
     from .escape_grid import median_se
 
@@ -673,7 +675,9 @@ def ode_task(model, start="random", N=1000, q0=1.0, overlap=0.5, t_max=100.0, se
     singular value of ρ); arrays ``t``, ``risk`` and, for a trained readout,
     ``readout_trajectory`` (n, p).
     """
+    # lazy: scipy
     from ..numeric.integrate import integrate
+    # lazy: scipy
     from ..numeric import landscape as L
     from .applicability import refusal
 
@@ -724,7 +728,9 @@ def hessian_task(model, point="plateau", N=12, rtol=1e-7):
     ``max_eigenvalue``.  (`lr` only builds the model; the risk does not depend
     on it.)  Fields the Hessian analysis was not derived for are refused by name.
     """
+    # lazy: scipy
     from ..numeric.landscape import sign_counts
+    # lazy: sympy
     from ..symbolic.hessian import hessian_spectrum
 
     _refuse(model, "hessian")

@@ -273,6 +273,7 @@ def _ode_per_replica(model, Q0, rho0, T, t, a0=None, progress=False):
 
 def _integrate_starts(model, Q0, rho0, T, horizon, tau, a0=None, progress=False):
     """Batched ODE solve of the starts; NaN after a start's divergence."""
+    # lazy: scipy
     from ..numeric.ode_batch import integrate_batch
 
     sol = integrate_batch(model, Q0, rho0, T, horizon, t_eval=tau, rtol=1e-8, atol=1e-11,
@@ -345,6 +346,7 @@ def _escape_setup(model, T, escape_fraction):
         return None, None, reason
     if not np.allclose(T, np.eye(model.p_star)):
         return None, None, "the plateau/escape analysis needs T = I"
+    # lazy: scipy
     from ..numeric.landscape import escape_threshold, plateau
     try:
         fp = plateau(model)
@@ -360,6 +362,7 @@ def _escape_setup(model, T, escape_fraction):
 
 def _seeding_shift(model, q0, fp):
     """Predicted mean ``t_esc^SGD − t_esc^ODE = −log(1 + J/q0)/(2κ)`` and ``J`` (module docstring)."""
+    # lazy: scipy
     from ..numeric.landscape import escape_prediction
 
     # J does not depend on N: any N gives the same seed noise
@@ -567,6 +570,7 @@ def _analyse(model, t, sgd_Q, sgd_rho, sgd_risk, sgd_ok, T, *, band, escape_frac
             threshold, reason = None, str(exc)
     esc = {"defined": threshold is not None, "reason": reason}
     if threshold is not None:
+        # lazy: scipy
         from ..numeric.landscape import escape_times
         ts = escape_times(t, sgd_risk[good], threshold)
         to = escape_times(t, orisk[good], threshold)
@@ -1518,6 +1522,7 @@ def _check_start(model, Q0, rho0, T):
     """Check initial overlaps (one start or one per replica) before any simulation."""
     from ..numeric.checks import as_overlaps
 
+    # lazy: scipy
     from ..numeric.integrate import check_sphere
 
     Q0, rho0 = np.asarray(Q0), np.asarray(rho0)
@@ -1668,6 +1673,7 @@ def _check_ode_horizon(model, t, Q, rho, T):
     ``symquad.numeric.simulate.MAX_ESTIMATED_SECONDS``.
     """
     from ..numeric import simulate as S
+    # lazy: scipy
     from ..numeric.ode_batch import estimate_solve
 
     horizon = float(t[-1] - t[0])
@@ -1804,6 +1810,7 @@ def compare(model, t, Q, rho, T=None, readout=None, *, band=(2.5, 97.5), escape_
     a = _as_readout(model, readout, t, R)
     whole_run, N = _check_whole_run(model, whole_run, N, a)
     if model.constraint == "sphere":
+        # lazy: scipy
         from ..numeric.integrate import check_sphere
         check_sphere(model, Q[:, 0], name="Q[:, 0]", tol=1e-6)
     risk = population_risk(model, Q, rho, T, a)
