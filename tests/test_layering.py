@@ -32,7 +32,7 @@ _LAZY = re.compile(r"#[ \t]*lazy:[ \t]*([\w][\w, .\t-]*)")
 
 #: (importer, target) -> why the lower module calls up into the higher one.
 UPWARD = {
-    ("symquad.studies.validation", "symquad.plotting"):
+    ("symquad.studies.validation_report", "symquad.plotting"):
         "a ValidationReport draws and saves its own figures on request (report.figures(), "
         "report.save(figures=True)); matplotlib is imported only then",
 }
@@ -246,7 +246,15 @@ LEGACY = {
     'symquad.studies.resolution': 2,
     'symquad.studies.sweep': 3,
     'symquad.studies.tasks': 17,
-    'symquad.studies.validation': 52,
+    'symquad.studies.validation': 20,
+    'symquad.studies.validation_common': 2,
+    'symquad.studies.validation_escape': 1,
+    'symquad.studies.validation_fss': 2,
+    'symquad.studies.validation_inputs': 5,
+    'symquad.studies.validation_mean': 4,
+    'symquad.studies.validation_report': 15,
+    'symquad.studies.validation_runs': 2,
+    'symquad.studies.validation_starts': 1,
     'symquad.studies.whole_run': 8,
     'symquad.survival': 5,
     'symquad.symbolic.derive': 1,
