@@ -39,6 +39,7 @@ from fractions import Fraction
 import numpy as np
 
 from .spec import Model, check_model
+from .applicability import zero_risk_reason
 
 __all__ = ["RESULTS", "Cell", "SurvivalTable", "survival_models", "survival_row",
            "survival_table"]
@@ -184,7 +185,6 @@ def _escape_cell(m: Model, N: int, n_samples: int) -> Cell:
 
 
 def _manifold_cell(m: Model) -> Cell:
-    from .applicability import zero_risk_reason
     from .numeric.invariants import (manifold_dimension, manifold_rank_deficiency,
                                      random_manifold_points)
     from .numeric.kernels import kernels

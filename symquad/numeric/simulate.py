@@ -96,6 +96,7 @@ from .errors import DivergenceError, describe_state
 from .checks import (as_real_array, check_float_activation, check_int as _check_int,
                      check_positive)
 from .simulation_run import SimulationRun, population_risk
+from ..spec import check_model
 
 __all__ = ["simulate", "SimulationRun", "population_risk", "DEFAULT_Q0", "METHODS",
            "SIMULATED_FIELDS"]
@@ -693,7 +694,6 @@ def plan_simulation(model, N, t_max, replicas, method="reduced", n_times=101) ->
     is allocated, so a study of several runs can check all of them first.
     Returns the estimated seconds (a lower bound).
     """
-    from ..spec import check_model
 
     check_model(model)
     N = _check_int(N, "N", 1)
@@ -860,7 +860,6 @@ def simulate(model, N=2000, t_max=20.0, replicas=64, seed=0, method="reduced",
     -------
     SimulationRun
     """
-    from ..spec import check_model
 
     check_model(model)
     check_float_activation(model.activation)

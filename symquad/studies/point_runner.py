@@ -45,6 +45,7 @@ import time
 import weakref
 
 from .point_outcome import run_untimed
+from .._signals import Terminated
 
 __all__ = ["PointProcess", "run_with_timeout", "close_thread_runner"]
 
@@ -197,7 +198,6 @@ def _stopped(signum, seconds):
     if threading.current_thread() is threading.main_thread():
         if signum == signal.SIGINT:
             raise KeyboardInterrupt
-        from .._signals import Terminated
         raise Terminated(signum)
     return ({}, {}, "interrupted", f"Interrupted: the point's process was stopped by "
             f"{signal.Signals(signum).name} (not stored; rerun to compute it)", None,

@@ -83,6 +83,9 @@ from .store import META_COLUMNS, SweepStore, canonical_params, new_token, point_
 from .tasks import get_task
 from .point_outcome import _failure_message, _split_result, _storable_scalar, run_untimed  # noqa: F401
 from .point_runner import close_thread_runner, run_with_timeout
+from ..progress import progress as _progress
+from ..entry import children_ignore_sigint
+from .._signals import terminate_cleanly
 
 __all__ = ["sweep", "expand_grid", "run_point", "SweepInfo", "dask_client", "connect_scheduler",
            "longest_first"]
@@ -200,7 +203,6 @@ def _row(task, key, params, outcome):
 # executors
 # ---------------------------------------------------------------------------
 def _progress_bar(progress, total, initial, desc):
-    from ..progress import progress as _progress
     return _progress(progress, total, desc, "points", initial=initial)
 
 
@@ -385,7 +387,6 @@ def _local_client(workers):
     import psutil
     from distributed import Client, LocalCluster
 
-    from ..entry import children_ignore_sigint
 
     # Workers ignore Ctrl-C (it stops the sweep here, which stops them; symquad.entry):
     # they are started while SIGINT is ignored here, so they inherit that.  A Ctrl-C
@@ -622,7 +623,6 @@ def sweep(task, grid, store, *, client=None, workers=None, progress=None, retrie
     """
     import pandas as pd
 
-    from .._signals import terminate_cleanly
 
     t0 = time.perf_counter()
     task = get_task(task)
