@@ -16,7 +16,13 @@ import dataclasses
 from fractions import Fraction
 from numbers import Real
 
-__all__ = ["describe_model", "describe_config"]
+__all__ = ["describe_model", "ACTIVATION_LABELS"]
+
+#: Text and LaTeX of each named activation, as every description prints it.
+ACTIVATION_LABELS = {
+    "erf": ("erf(z/√2)", r"\operatorname{erf}(z/\sqrt{2})"),
+    "relu": ("max(0, z)", r"\max(0, z)"),
+}
 
 _SUPERSCRIPTS = str.maketrans("0123456789-", "⁰¹²³⁴⁵⁶⁷⁸⁹⁻")
 
@@ -83,7 +89,6 @@ def _value(name, value, tex: bool) -> str:
     if name.endswith("activation"):
         if isinstance(value, str):
             # a named activation always prints with its convention (erf means erf(z/√2))
-            from .spec import ACTIVATION_LABELS
             if value in ACTIVATION_LABELS:
                 return ACTIVATION_LABELS[value][1 if tex else 0]
             return rf"\mathrm{{{value}}}" if tex else value
@@ -178,22 +183,3 @@ def describe_model(model, tex: bool = False, exclude=()) -> str:
     values = {f.name: getattr(model, f.name) for f in fields}
     defaults = {f.name: _default_of(f) for f in fields}
     return _render(_items(values, defaults, model), values, tex, tuple(exclude))
-
-
-def describe_config(config: dict, tex: bool = False) -> str:
-    """The description of a report's model from its configuration dict.
-
-    Uses the stored ``"description"`` when the report has one (reports written
-    by this version), else the model keys of the configuration (``p``,
-    ``p_star``, ``lr``, ``noise``, ``activation``, ``lr_scaling``).
-    """
-    if not tex and isinstance(config.get("description"), str):
-        return config["description"]
-    from .spec import Model, _parse_activation
-
-    values = {k: config[k] for k in ("p", "p_star", "lr", "noise", "activation", "lr_scaling")
-              if k in config}
-    if "activation" in values:
-        values["activation"] = _parse_activation(values["activation"])
-    defaults = {f.name: _default_of(f) for f in dataclasses.fields(Model)}
-    return _render(_items(values, defaults), values, tex)

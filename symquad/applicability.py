@@ -26,6 +26,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 from .spec import Model, check_model, require
+from .spec import activation_label
 
 __all__ = ["RULES", "check", "is_uniform", "quadratic_coefficients", "output_constant",
            "zero_risk_scale", "readout_sign_reason", "zero_risk_reason",
@@ -351,7 +352,6 @@ _NAMED_DEFAULT = "it is derived for sigma = c z^2 (the risk and drift as quadrat
 def _named_student_reason(model: Model, analysis: str) -> str | None:
     if not isinstance(model.activation, str):
         return None
-    from .spec import activation_label
     return (f"activation={model.activation!r} ({activation_label(model.activation)}): "
             + _NAMED_STUDENT.get(analysis, _NAMED_DEFAULT))
 

@@ -35,6 +35,8 @@ import sys
 import threading
 import traceback
 import warnings
+from .numeric.errors import DivergenceError
+from ._signals import Terminated, terminate_cleanly
 
 __all__ = ["run_main", "ArgumentParser", "exit_status", "quiet_close", "ignore_sigint", "children_ignore_sigint",
            "one_line_warnings", "EXIT_BAD_INPUT", "EXIT_DIVERGED", "EXIT_INTERNAL",
@@ -70,7 +72,6 @@ class ArgumentParser(argparse.ArgumentParser):
 
 def exit_status(exc: BaseException) -> tuple[int, str]:
     """``(exit status, kind)`` of an exception that ends an entry point (see module docstring)."""
-    from .numeric.errors import DivergenceError
 
     if isinstance(exc, KeyboardInterrupt):
         return EXIT_INTERRUPTED, "interrupted"
@@ -131,7 +132,6 @@ def run_main(func, *args, prog: str | None = None, **kwargs) -> int:
     prog : str, optional
         Name in the messages (default: the script's file name).
     """
-    from ._signals import Terminated, terminate_cleanly
 
     prog = prog or os.path.basename(sys.argv[0] or "symquad")
     with one_line_warnings(prog):

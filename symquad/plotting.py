@@ -42,6 +42,9 @@ import os
 import numpy as np
 
 from ._atomic import atomic_file
+from ._describe_report import describe_config
+from ._describe import describe_model
+from .studies.escape_grid import records_from_sweep, sgd_fits
 
 __all__ = [
     "PUBLICATION_STYLE", "FORMATS", "style", "new_figure", "save_figure", "layout_problems",
@@ -463,7 +466,6 @@ def layout_problems(fig, tol=0.5) -> list:
 # titles
 # ---------------------------------------------------------------------------
 def _report_title(config) -> str:
-    from ._describe import describe_config
 
     return describe_config(config)
 
@@ -1043,7 +1045,6 @@ def phases_figure(model, sol, plateau_risk, t_escape, N):
     The norms ``Q_kk`` and overlaps ``|ρ_km|`` are drawn entry by entry up to
     :data:`MAX_ENTRY_LINES` entries, else as mean with the min–max band.
     """
-    from ._describe import describe_model
 
     fig, axes = new_figure((FULL_WIDTH, 2.7), 1, 3)
     t = sol.t
@@ -1248,7 +1249,6 @@ def escape_sweep_figures(df, lr=None, N=1000) -> dict:
     rows, width convention, straight from the table).  `lr`: ``{convention: lr}``
     for the titles (default: read from the table); `N`: the N of the vs-p figure.
     """
-    from .studies.escape_grid import records_from_sweep, sgd_fits
 
     ode, sgd = records_from_sweep(df)
     if lr is None:

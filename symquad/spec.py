@@ -28,6 +28,9 @@ from dataclasses import dataclass, field, fields
 from fractions import Fraction
 from numbers import Integral, Rational, Real
 
+# ACTIVATION_LABELS lives with the descriptions (the floor below), re-exported here
+from ._describe import ACTIVATION_LABELS, _polynomial, describe_model
+
 __all__ = ["Model", "LR_SCALINGS", "CONSTRAINTS", "MAX_DEGREE", "MAX_WIDTH", "MAX_RATE", "MAX_BATCH_SIZE", "CLASSIC_FIELDS",
            "check_model", "require", "LOSSES", "error_signal_weight", "model_fields", "default_readout", "parse_polynomial",
            "NAMED_ACTIVATIONS", "ACTIVATION_LABELS", "activation_label", "activation_kind",
@@ -129,11 +132,6 @@ def special_module_name(student, teacher) -> str:
     return f"special_{activation_tag(student)}_{activation_tag(teacher)}"
 
 
-#: Text and LaTeX of each named activation, as every description prints it.
-ACTIVATION_LABELS = {
-    "erf": ("erf(z/√2)", r"\operatorname{erf}(z/\sqrt{2})"),
-    "relu": ("max(0, z)", r"\max(0, z)"),
-}
 
 _NAMED_HINT = ("for erf(z/√2) or max(0, z) give the names 'erf' or 'relu' "
                "(activation='erf')")
@@ -153,7 +151,6 @@ def activation_label(activation, tex: bool = False) -> str:
     if isinstance(activation, str):
         return ACTIVATION_LABELS[activation][1 if tex else 0]
     if tex:
-        from ._describe import _polynomial
         return _polynomial(activation, tex=True)
     return _format_activation(activation)
 
@@ -931,7 +928,6 @@ class Model:
         Built from the fields (:func:`symquad._describe.describe_model`): fields at
         their defaults are left out; figure titles and report headers use it.
         """
-        from ._describe import describe_model
         return describe_model(self)
 
     def _field_text(self, name: str) -> str:

@@ -39,6 +39,7 @@ from fractions import Fraction
 import numpy as np
 
 from .spec import Model, check_model
+from .applicability import zero_risk_reason
 
 __all__ = ["RESULTS", "Cell", "SurvivalTable", "survival_models", "survival_row",
            "survival_table"]
@@ -142,6 +143,7 @@ def _trained_plateau_drift(m: Model) -> tuple:
 
 # --------------------------------------------------------------------------- cells
 def _plateau_cell(m: Model) -> Cell:
+    # lazy: scipy
     from .numeric.landscape import plateau
     try:
         fp = plateau(m)
@@ -160,6 +162,7 @@ def _plateau_cell(m: Model) -> Cell:
 
 
 def _escape_cell(m: Model, N: int, n_samples: int) -> Cell:
+    # lazy: scipy
     from .numeric.landscape import escape_time
     note = ""
     try:
@@ -182,7 +185,6 @@ def _escape_cell(m: Model, N: int, n_samples: int) -> Cell:
 
 
 def _manifold_cell(m: Model) -> Cell:
-    from .applicability import zero_risk_reason
     from .numeric.invariants import (manifold_dimension, manifold_rank_deficiency,
                                      random_manifold_points)
     from .numeric.kernels import kernels
@@ -212,6 +214,7 @@ def _manifold_cell(m: Model) -> Cell:
 
 def _conservation_cell(m: Model) -> Cell:
     from .numeric.invariants import closest_solution
+    # lazy: sympy
     from .symbolic.invariants import conservation_verdict, typical_start
     verdict = conservation_verdict(m)
     if verdict.conserved is None:
@@ -235,6 +238,7 @@ def _conservation_cell(m: Model) -> Cell:
 
 
 def _hessian_cell(m: Model, N: int) -> Cell:
+    # lazy: sympy
     from .symbolic.hessian import count_formulas, hessian_spectrum
     counts = {}
     try:
@@ -252,6 +256,7 @@ def _hessian_cell(m: Model, N: int) -> Cell:
               "minimum": counts["minimum"][0] == 0 and counts["minimum"][1] > 0}
     regime = "over" if p >= k else "under"
     classic = {}
+    # lazy: sympy
     from .symbolic.hessian import N_SYM, P_STAR_SYM, P_SYM
     for point in counts:
         f = count_formulas(point, regime if point == "minimum" else None)

@@ -72,7 +72,7 @@ def test_kernels_accept_batches():
 
 _DIGEST = textwrap.dedent("""
     import hashlib
-    from symquad.codegen.render import render_all
+    from symquad.codegen.regenerate import render_all
     files = render_all()
     print(hashlib.sha256(repr(sorted(files.items())).encode()).hexdigest())
 """)
@@ -86,7 +86,7 @@ def _digest(files):
 def rendered():
     """render_all() once for this module (seconds of SymPy each time; it is deterministic:
     test_rendering_is_independent_of_hash_seed, and the CLI check renders afresh)."""
-    from symquad.codegen.render import render_all
+    from symquad.codegen.regenerate import render_all
     return render_all()
 
 

@@ -272,7 +272,7 @@ def test_model_description_is_built_from_the_fields():
 
 def test_report_title_without_a_stored_description():
     """Reports written before the description was stored get the same title from their keys."""
-    from symquad._describe import describe_config
+    from symquad._describe_report import describe_config
     from symquad.studies.validation import _model_config
 
     m = sq.Model(p=5, p_star=3, lr=0.2, activation="z**2/2 + 1", noise=0.25)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from .. import __version__
 
 # sub-command modules, in the order they are listed by --help
 COMMAND_MODULES = (
@@ -30,7 +31,6 @@ def build_parser() -> argparse.ArgumentParser:
         prog="symquad",
         description="Derive, generate and validate the ODE theory of one-pass SGD "
                     "in two-layer quadratic networks.")
-    from .. import __version__
     parser.add_argument("--version", action="version", version=f"symquad {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 
 from ..spec import DEFAULT_MODEL, Model, model_fields
+from ..spec import _to_fraction
 
 __all__ = ["add_model_arguments", "model_from_args", "model_flags", "field_value",
            "fields_help"]
@@ -116,7 +117,6 @@ def field_value(name: str, text: str):
     ``p`` is known).  ``none`` means the field's default where it has one
     that depends on other fields (teacher activation, readouts).
     """
-    from ..spec import _to_fraction
 
     fields = {f.name: f for f in model_fields()}
     f = fields[name]

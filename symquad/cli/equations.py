@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from ._model_args import add_model_arguments
 
 
 def register(sub):
@@ -10,7 +11,6 @@ def register(sub):
         "equations", help="print the risk and the ODEs as LaTeX",
         description="Derive the population risk and the order-parameter ODEs of a model "
                     "and print them as LaTeX.")
-    from ._model_args import add_model_arguments
     add_model_arguments(parser, exclude=("lr", "noise", "lr_scaling"), fixed={"p": 3, "p_star": 2})
     parser.add_argument("--form", choices=("matrix", "tensor", "entries"), default=None,
                         help="matrix (width independent, σ = c z²), tensor (width "
@@ -22,6 +22,7 @@ def register(sub):
 
 
 def run(args) -> int:
+    # lazy: sympy
     from ..symbolic.derive import derive
     from ._model_args import model_from_args
     try:

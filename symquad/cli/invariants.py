@@ -42,6 +42,7 @@ def register(sub):
 
 
 def _manifold_part(model) -> str:
+    # lazy: sympy
     from ..symbolic.manifold import manifold_latex
     try:
         return manifold_latex(model.p, model.p_star, model=model)
@@ -52,7 +53,9 @@ def _manifold_part(model) -> str:
 
 
 def run(args) -> int:
+    # lazy: sympy
     from ..symbolic.invariants import ProofError, conservation_verdict
+    # lazy: sympy
     from ..symbolic.latex import document
     try:
         if args.p < 1 or args.p_star < 1:

@@ -19,6 +19,8 @@ field they do not handle is refused by name (exit 2,
 from __future__ import annotations
 
 import sys
+from ._model_args import add_model_arguments
+from ..studies.applicability import require_analysis
 
 
 def register(sub):
@@ -27,7 +29,6 @@ def register(sub):
         description="Weight-space Hessian of the population risk at W=0, the plateau and "
                     "the minimum (exact spectra and counts), the plateau fixed point of the "
                     "ODE with its growth rate, and the predicted escape time.")
-    from ._model_args import add_model_arguments
     add_model_arguments(parser)
     parser.add_argument("--N", type=int, default=1000,
                         help="input dimension for counts and escape time (default 1000)")
@@ -45,9 +46,11 @@ def _fmt_spec(spec: dict) -> str:
 def run(args) -> int:
     import sympy as sp
 
+    # lazy: scipy
     from ..numeric import landscape as L
-    from ..studies.applicability import require_analysis
+    # lazy: sympy
     from ..symbolic import hessian as H
+    # lazy: sympy
     from ..symbolic.fixed_points import plateau_solution
     from ._model_args import model_from_args
     try:

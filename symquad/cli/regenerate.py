@@ -16,6 +16,7 @@ def register(sub):
 
 
 def run(args) -> int:
+    # lazy: sympy
     from ..codegen.regenerate import GENERATED_DIR, regenerate
     diffs = regenerate(check=args.check)
     if args.check:

@@ -38,6 +38,7 @@ def register(sub):
 
 def run(args) -> int:
     from ..survival import survival_table
+    # lazy: sympy
     from ..symbolic.hessian import MAX_HESSIAN_WIDTH
     try:
         base = model_from_args(args)

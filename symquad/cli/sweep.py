@@ -37,6 +37,8 @@ from __future__ import annotations
 import math
 import re
 import sys
+from ._model_args import field_value
+from ._model_args import fields_help
 
 _INT = re.compile(r"^[+-]?\d+$")
 _FLOAT = re.compile(r"^[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?$")
@@ -94,7 +96,6 @@ def parse_grid(items) -> dict:
         if not values.strip() or any(not v.strip() for v in vals):
             raise ValueError(f"--grid {name}: empty value in {values!r}")
         if name in _model_field_names():
-            from ._model_args import field_value
             try:
                 grid[name] = [field_value(name, v) for v in vals]
             except ValueError as exc:
@@ -136,7 +137,6 @@ def _seconds_or_zero(text):
 def register(sub):
     import argparse
 
-    from ._model_args import fields_help
 
     ps = sub.add_parser(
         "sweep", help="run a study over a parameter grid (serial, local Dask, or a cluster)",

@@ -40,6 +40,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from ._model_args import add_model_arguments
+from ..spec import DEFAULT_MODEL
+from ..numeric.errors import DivergenceError
 
 # --quick: small enough for a test, still every stage (SGD, ODE, escape, FSS, drift)
 _QUICK = dict(N=400, replicas=32, fss_N=[50, 200, 800, 3200], fss_replicas=16, fss_t_max=4.0,
@@ -71,7 +74,6 @@ def _positive_float(text):
 
 def register(subparsers) -> None:
     """Add the ``validate`` sub-command."""
-    from ._model_args import add_model_arguments
 
     ps = subparsers.add_parser(
         "validate",
@@ -212,7 +214,6 @@ def _is_saved_run(path) -> bool:
 def _read_data_file(args):
     """``(model, arrays)`` for ``--data``: a saved run (its model) or a plain .npz (the flags')."""
     from ..array_files import read_saved_run
-    from ..spec import DEFAULT_MODEL
 
     if _is_saved_run(args.data):
         if args.T is not None:
@@ -265,8 +266,6 @@ def _simulation_kwargs(args) -> dict:
 
 def run(args) -> int:
     """Execute ``symquad validate``; returns the exit status."""
-    from ..numeric.errors import DivergenceError
-    from ..spec import DEFAULT_MODEL
     from ..studies.report_io import check_destination
     from ..studies.validation import compare, validate
     try:

@@ -26,6 +26,14 @@ from ..spec import CONSTRAINTS, Model
 from ..symbolic.symbols import PARAMS
 from .assembly import cse_block_lines
 from .printer import ScalarPrinter
+from ..symbolic.diffusion import KY, LY, MY, K, L, M
+from ..symbolic.diffusion import moment_diffusion
+from ..symbolic.symbols import NOISE
+from ..symbolic.tensor import derive_tensor_form
+from ..numeric.layout import state_layout
+from ..symbolic.diffusion import diffusion_polynomials
+from ..symbolic.jacobian import jacobian_polynomials
+from ..symbolic.second_order import second_order_polynomials
 
 __all__ = ["render_diffusion_assembly", "render_diffusion_matrix_module",
            "render_diffusion_tensor_module", "render_diffusion_entries_module",
@@ -58,7 +66,6 @@ def _atom_code(atom, index_names) -> str:
 
 
 def _block_lines(x, y, expr, printer) -> list:
-    from ..symbolic.diffusion import KY, LY, MY, K, L, M
     index_names = {K: "i_k", L: "i_l", M: "i_m", KY: "i_K", LY: "i_L", MY: "i_M"}
     row_units = {"Q": "i_k, i_l", "rho": "i_k, i_m", "a": "i_k"}[x]
     col_units = {"Q": "i_K, i_L", "rho": "i_K, i_M", "a": "i_K"}[y]
@@ -73,7 +80,6 @@ def _block_lines(x, y, expr, printer) -> list:
 
 
 def _diffusion_function(constraint: str, printer) -> tuple:
-    from ..symbolic.diffusion import moment_diffusion
     md = moment_diffusion(Model(2, 1, 1.0, constraint=constraint, lr_readout=1.0))
     fixed = moment_diffusion(Model(2, 1, 1.0, constraint=constraint))
     args = ", ".join(s.name for s in PARAMS)
@@ -147,7 +153,6 @@ def render_diffusion_matrix_module() -> str:
     """Moment kinds of the diffusion for ``σ = c z² + c0``, ``σ* = c* z² + c0*`` (any width)."""
     from ..symbolic.diffusion_matrix import MAX_WORD, kind_recipes
     from ..symbolic.matrix_form import ACT_SYMBOLS, KAPPA
-    from ..symbolic.symbols import NOISE
     printer = ScalarPrinter()
     recipes = kind_recipes()
     doc = textwrap.dedent(f'''\
@@ -267,7 +272,6 @@ def render_diffusion_tensor_module(activation, teacher_activation=None,
                                    generator: str | None = None) -> str:
     """Tensor-route moment kinds of the diffusion for ``(σ, σ*)`` (a multigraph plan)."""
     from ..symbolic.diffusion_tensor import kind_plans
-    from ..symbolic.tensor import derive_tensor_form
     from .tensor_render import _phi_source
     activation = tuple(activation)
     teacher_activation = activation if teacher_activation is None else tuple(teacher_activation)
@@ -385,8 +389,6 @@ def render_diffusion_entries_module(model: Model) -> str:
     (Printed as code, the same polynomials took minutes of common-subexpression
     elimination at ``p = 2``.)
     """
-    from ..numeric.layout import state_layout
-    from ..symbolic.diffusion import diffusion_polynomials
     gens, entries = diffusion_polynomials(model)
     layout = state_layout(model)
     pairs = sorted(entries)
@@ -417,8 +419,6 @@ def render_diffusion_entries_module(model: Model) -> str:
 
 def render_jacobian_entries_module(model: Model) -> str:
     """The exact Jacobian of the drift and the gradient of the risk, entry route (one structure)."""
-    from ..numeric.layout import state_layout
-    from ..symbolic.jacobian import jacobian_polynomials
     gens, jac, grad, hess = jacobian_polynomials(model)
     layout = state_layout(model)
     data, size = _sparse_data(gens, jac + grad + hess, model.readout_trained)
@@ -457,8 +457,6 @@ def render_second_order_entries_module(model: Model) -> str:
     ``1/N`` term of one step's mean increment) and ``∂²f_I/∂X_J∂X_K`` as sparse
     polynomials, rendered like the Jacobian's module (kernel cache, never committed).
     """
-    from ..numeric.layout import state_layout
-    from ..symbolic.second_order import second_order_polynomials
     gens, f1, hess = second_order_polynomials(model)
     layout = state_layout(model)
     data, size = _sparse_data(gens, f1 + hess, model.readout_trained)

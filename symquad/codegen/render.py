@@ -10,7 +10,6 @@ unpacked in sorted order, no timestamps or versions, a fixed banner.
 from __future__ import annotations
 
 import textwrap
-from fractions import Fraction
 
 import sympy as sp
 
@@ -21,7 +20,7 @@ from ..symbolic.symbols import PARAMS, overlap_symbols, readout_symbols
 from .printer import BatchedMatrixPrinter, ScalarPrinter
 
 __all__ = ["BANNER", "CANONICAL_ENTRY_MODELS", "render_matrix_module", "render_entries_module",
-           "entries_module_name", "render_all"]
+           "entries_module_name"]
 
 
 #: Models whose entry-by-entry kernels are committed (σ = z²).  Any other
@@ -328,40 +327,3 @@ def render_entries_module(model: Model) -> str:
         out.append("    return dQ, drho, da")
     body = "\n".join(out) + "\n"
     return body + checksum_line(body)
-
-
-def render_all() -> dict:
-    """``{relative path under symquad/_generated: text}`` of every committed generated file."""
-    from ..symbolic.latex_outputs import render_tex_files
-    from .assembly import render_assembly_module
-    from .diffusion_render import render_diffusion_assembly, render_diffusion_matrix_module
-    from .matrix_block import render_uniform_matrix_module
-    files = {"quadratic_matrix.py": render_matrix_module(),
-             "quadratic_matrix_uniform.py": render_uniform_matrix_module(),
-             "assembly.py": render_assembly_module(),
-             "diffusion_assembly.py": render_diffusion_assembly(),
-             "diffusion_matrix.py": render_diffusion_matrix_module()}
-    for model in CANONICAL_ENTRY_MODELS:
-        files[entries_module_name(model) + ".py"] = render_entries_module(model)
-    files.update(render_tex_files())
-    from .tensor_render import TENSOR_BUILTINS, render_tensor_module
-    for (student, teacher), name in TENSOR_BUILTINS.items():
-        files[name + ".py"] = render_tensor_module(tuple(Fraction(c) for c in student),
-                                                   tuple(Fraction(c) for c in teacher))
-    from .special_render import render_special_files
-    files.update(render_special_files())
-    registry = [BANNER, '"""Registry of committed generated kernels."""\n', "",
-                "#: (p, p_star) of committed entry-kernel modules for σ = σ* = z², no constraint,",
-                "#: fixed readout (the readout values and the learning parameters are arguments)",
-                "ENTRY_MODULES = {"]
-    for model in CANONICAL_ENTRY_MODELS:
-        registry.append(f"    ({model.p}, {model.p_star}): {entries_module_name(model)!r},")
-    registry.append("}")
-    registry += ["", "#: (student, teacher) activation coefficients (str of each c_j, lowest",
-                 "#: order first) -> committed tensor-form module",
-                 "TENSOR_MODULES = {"]
-    for key, name in sorted(TENSOR_BUILTINS.items()):
-        registry.append(f"    {key!r}: {name!r},")
-    registry.append("}")
-    files["__init__.py"] = "\n".join(registry) + "\n"
-    return dict(sorted(files.items()))

@@ -256,6 +256,6 @@ def render_special_module(student, teacher) -> str:
 
 
 def render_special_files() -> dict:
-    """``{file name: text}`` of the committed modules (for :func:`~symquad.codegen.render.render_all`)."""
+    """``{file name: text}`` of the committed modules (for :func:`~symquad.codegen.regenerate.render_all`)."""
     return {special_module_name(f, t) + ".py": render_special_module(f, t)
             for f, t in SPECIAL_BUILTINS}

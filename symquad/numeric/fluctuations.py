@@ -48,6 +48,11 @@ from .checks import as_overlaps, as_real_array, check_choice, check_int, check_p
 from .errors import DivergenceError, describe_state
 from .kernels import SECOND_ORDER_FIELDS, SECOND_ORDER_STAGE, kernels
 from .layout import StateLayout, state_layout
+from .kernels import require_diffusion
+from ..second_order_cost import SECOND_ORDER_AUTO_SECONDS, second_order_estimate
+from .kernels import require_polynomial_diffusion
+from .checks import check_times
+from .sde import MAX_SDE_DIM
 
 __all__ = ["fluctuations", "Fluctuations", "random_start_covariance", "STARTS",
            "mean_correction_rhs", "expansion_valid", "SECOND_ORDER_FIELDS"]
@@ -350,7 +355,6 @@ def fluctuations(model, Q0, rho0, T, N, t_eval, start: str = "fixed", q0: float 
     """
     from scipy.integrate import solve_ivp
     declare(model, "fluctuations")
-    from .kernels import require_diffusion
     require_diffusion(model, "the linear-noise approximation (its D and J)")
     N = check_int(N, "N", 1)
     check_choice("start", start, STARTS)
@@ -371,7 +375,6 @@ def fluctuations(model, Q0, rho0, T, N, t_eval, start: str = "fixed", q0: float 
         second_order, note = False, ("skipped by default: derived for polynomial activations "
                                      "(erf and relu: not derived)")
     elif second_order is None:
-        from ..second_order_cost import SECOND_ORDER_AUTO_SECONDS, second_order_estimate
         estimate = second_order_estimate(model)
         second_order = estimate <= SECOND_ORDER_AUTO_SECONDS
         if not second_order:
@@ -380,9 +383,9 @@ def fluctuations(model, Q0, rho0, T, N, t_eval, start: str = "fixed", q0: float 
     elif not second_order:
         note = "second_order=False"
     if second_order:
-        from .kernels import require_polynomial_diffusion
         require_polynomial_diffusion(model, "the O(1/N) correction of the mean")
         declare(model, SECOND_ORDER_STAGE)
+        # lazy: sympy
         from ..symbolic.second_order import check_second_order_size
         check_second_order_size(model)
     t_eval = as_real_array(t_eval, "t_eval")
@@ -398,12 +401,11 @@ def fluctuations(model, Q0, rho0, T, N, t_eval, start: str = "fixed", q0: float 
         rho0 = np.zeros((p, ps))
     Q0, rho0, T = as_overlaps(model, Q0, rho0, T)
     if model.constraint == "sphere":
+        # lazy: scipy
         from .integrate import check_sphere
         check_sphere(model, Q0)
     lay = state_layout(model)
     # sizes before any work: the state, its covariance (dim x dim) at every output time
-    from .checks import check_times
-    from .sde import MAX_SDE_DIM
     if lay.dim > MAX_SDE_DIM:
         raise ValueError(f"fluctuations at p={p}, p_star={ps} has a state of {lay.dim} "
                          f"entries (limit {MAX_SDE_DIM}: a dim x dim covariance and dim^3 "

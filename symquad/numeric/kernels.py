@@ -570,6 +570,7 @@ def _diffusion_function(model: Model, form: str):
         from .._generated import ENTRY_MODULES  # noqa: F401 - the registry is imported first
 
         def render():
+            # lazy: sympy
             from ..codegen.diffusion_render import render_diffusion_entries_module
             return render_diffusion_entries_module(model)
         mod, _ = _cached("diffusion_entries", model.structure_key, render,
@@ -636,6 +637,7 @@ def _jacobian_function(model: Model):
     b = np.array([float(c) for c in model.teacher_readout])
 
     def render():
+        # lazy: sympy
         from ..codegen.diffusion_render import render_jacobian_entries_module
         return render_jacobian_entries_module(model)
     mod, _ = _cached("jacobian_entries", model.structure_key, render, required=("jacobian",))
@@ -650,6 +652,7 @@ def _second_order_function(model: Model):
     b = np.array([float(c) for c in model.teacher_readout])
 
     def render():
+        # lazy: sympy
         from ..codegen.diffusion_render import render_second_order_entries_module
         return render_second_order_entries_module(model)
     mod, _ = _cached("second_order_entries", model.structure_key, render,
@@ -697,6 +700,7 @@ def _diffusion_tensor_module(model: Model):
     check_tensor_diffusion_size(model)
 
     def render():
+        # lazy: sympy
         from ..codegen.diffusion_render import render_diffusion_tensor_module
         from ..kernel_files import generator_version
         return render_diffusion_tensor_module(model.activation, model.teacher_activation,
@@ -831,6 +835,7 @@ def _tensor_module(model: Model):
         return _committed(committed, required=("moments", "risk"))
 
     def render():
+        # lazy: sympy
         from ..codegen.tensor_render import render_tensor_module
         from ..kernel_files import generator_version
         return render_tensor_module(model.activation, model.teacher_activation,
@@ -846,6 +851,7 @@ def _entry_module(model: Model):
         return _committed(committed)
 
     def render():
+        # lazy: sympy
         from ..codegen.render import render_entries_module
         return render_entries_module(model)
     return _cached("entries", model.structure_key, render)
@@ -926,6 +932,7 @@ def _special_kernels(model: Model) -> Kernels:
         raise ValueError(f"kernels: {reason}")
     check_special_cost(model)
     from ..runtime.special_engine import SpecialEngine
+    # lazy: numba
     from .special import special_kernels, special_module_name
     key = ("special", activation_key(model))
     with _LOCK:

@@ -45,6 +45,8 @@ from .errors import DivergenceError, describe_state
 from .kernels import kernels
 from .checks import (as_real_array, check_float_activation, check_int as _check_int,
                      check_positive, check_real, check_seed)
+from .sde import DEFAULT_DT
+from .simulate import _check_sde_time
 
 __all__ = [
     "POINTS", "PlateauFixedPoint", "EscapePrediction",
@@ -1199,8 +1201,6 @@ def sde_escape_prediction(m: Model, N: int, q0: float = 1.0, sgd_noise: bool = T
         dt = check_positive("dt", dt)
     if t_max is not None:
         # the run-time check before any work (simulate repeats it once t_max is known)
-        from .sde import DEFAULT_DT
-        from .simulate import _check_sde_time
         _check_sde_time(n_samples, check_positive("t_max", t_max),
                         DEFAULT_DT if dt is None else dt)
     fp = None

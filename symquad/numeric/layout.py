@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
+from ..stages import declare
 
 __all__ = ["StateLayout", "state_layout"]
 
@@ -150,6 +151,5 @@ class StateLayout:
 
 def state_layout(model) -> StateLayout:
     """The :class:`StateLayout` of a :class:`~symquad.spec.Model`."""
-    from ..stages import declare
     declare(model, "the state layout")
     return StateLayout(model.p, model.p_star, model.readout_trained)

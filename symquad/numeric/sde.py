@@ -59,6 +59,9 @@ import numpy as np
 
 from .errors import DivergenceError
 from .layout import state_layout
+from .simulation_run import SimulationRun, population_risk
+from ..stages import declare
+from .errors import describe_state
 
 __all__ = ["simulate_sde", "DEFAULT_DT", "RELATIVE_STEP", "sde_form", "MAX_SDE_DIM"]
 
@@ -108,9 +111,7 @@ def simulate_sde(model, N, t_max, replicas, seed, X0, T, rec_steps, on_divergenc
     (so the start has the same law, and for the same seed the same values, as for
     the other methods); ``rec_steps`` the recorded times in SGD steps.
     """
-    from ..stages import declare
     from .kernels import kernels
-    from .simulate import SimulationRun, population_risk
     declare(model, "simulate(method='sde')")
     dt = DEFAULT_DT if dt is None else float(dt)
     if not (math.isfinite(dt) and dt > 0):
@@ -220,7 +221,6 @@ def simulate_sde(model, N, t_max, replicas, seed, X0, T, rec_steps, on_divergenc
     if run.n_diverged and on_divergence == "raise":
         first = int(np.nanargmin(t_div))
         state = {"t": last["t"][first], "Q": last["Q"][first], "rho": last["rho"][first]}
-        from .errors import describe_state
         raise DivergenceError(
             f"the order-parameter SDE diverged in {run.n_diverged}/{replicas} replicas (first "
             f"at t = {t_div[first]:.6g}, replica {first}); last finite state at t = "

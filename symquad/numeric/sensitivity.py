@@ -36,6 +36,7 @@ from .checks import as_overlaps, as_real_array
 from .errors import DivergenceError
 from .kernels import kernels
 from .layout import state_layout
+from .kernels import require_polynomial_diffusion
 
 __all__ = ["Sensitivity", "risk_sensitivity", "sensitivity_parameters"]
 
@@ -152,7 +153,6 @@ def risk_sensitivity(model, Q0, rho0, T, t_eval, parameters=None, a0=None, form=
     """
     from scipy.integrate import solve_ivp
 
-    from .kernels import require_polynomial_diffusion
     declare(model, "the forward sensitivities")
     require_polynomial_diffusion(model, "the forward sensitivities (their exact Jacobian)")
     allowed = sensitivity_parameters(model)

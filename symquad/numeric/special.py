@@ -702,6 +702,7 @@ def special_kernels(student, teacher) -> SpecialKernels:
         try:
             module = load_module_file(path, f"symquad_cached_{name}", required)
         except (OSError, KernelFileError):
+            # lazy: sympy
             from ..codegen.special_render import render_special_module
             atomic_write(path, render_special_module(student, teacher))
             module = load_module_file(path, f"symquad_cached_{name}", required)

@@ -134,6 +134,7 @@ class SpecialEngine:
     def _four_point(self, C, w, p):
         """``Σ_ab w_a w_b I_4(k, l, a, b)``; (B, p, p)."""
         if self.method == "quadrature":
+            # lazy: numba
             from ..numeric.special import relu_four_point_sums
             return relu_four_point_sums(C, w, p, (self.k.teacher,))
         Bt, n = C.shape[0], C.shape[-1]

@@ -16,6 +16,8 @@ from numbers import Integral
 import numpy as np
 
 from ..numeric.invariants import S_or_nan, _teacher, invariant_S, random_stiefel
+from .applicability import require_analysis
+from ..numeric.checks import MAX_TIMES, check_int
 
 __all__ = ["invariant_drift_study", "summarize_drift_study"]
 
@@ -87,7 +89,6 @@ def invariant_drift_study(model, Ns, t_max, replicas, seed, sigma_ref=0.2,
         informed start's ``S``.
     """
     from ..numeric.simulate import simulate
-    from .applicability import require_analysis
 
     require_analysis(model, "invariant_drift")
     Ns = [int(n) for n in Ns]
@@ -105,7 +106,6 @@ def invariant_drift_study(model, Ns, t_max, replicas, seed, sigma_ref=0.2,
     if not protocols or any(pr not in ("random", "informed") for pr in protocols):
         raise ValueError(f"protocols must be a non-empty subset of ('random', 'informed'), "
                          f"got {protocols!r}")
-    from ..numeric.checks import MAX_TIMES, check_int
 
     n_save = check_int(n_save, "n_save", 3, MAX_TIMES)
     p, k = model.p, model.p_star

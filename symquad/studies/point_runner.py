@@ -44,6 +44,9 @@ import threading
 import time
 import weakref
 
+from .point_outcome import run_untimed
+from .._signals import Terminated
+
 __all__ = ["PointProcess", "run_with_timeout", "close_thread_runner"]
 
 _FRAME = struct.Struct("!Q")
@@ -195,7 +198,6 @@ def _stopped(signum, seconds):
     if threading.current_thread() is threading.main_thread():
         if signum == signal.SIGINT:
             raise KeyboardInterrupt
-        from .._signals import Terminated
         raise Terminated(signum)
     return ({}, {}, "interrupted", f"Interrupted: the point's process was stopped by "
             f"{signal.Signals(signum).name} (not stored; rerun to compute it)", None,
@@ -265,8 +267,6 @@ def _child_main():
     os.close(null)
     signal.signal(signal.SIGINT, signal.SIG_IGN)     # the parent decides when to stop us
     threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
-    from .sweep import run_point
-
     while True:
         try:
             head = inp.read(_FRAME.size)
@@ -284,7 +284,7 @@ def _child_main():
                 f"({type(exc).__name__}: {exc})")))
             continue
         _write_frame(out, b"started")
-        outcome = run_point(func, params)
+        outcome = run_untimed(func, params)
         try:
             blob = pickle.dumps(outcome, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as exc:

@@ -23,13 +23,13 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from .whole_run import entry_route_cost
 
 __all__ = ["resolution_numbers", "format_resolution", "MAX_STARTS"]
 
 #: Starts whose sensitivities are averaged for a random start (replicas with their own ODE).
 MAX_STARTS = 4
 def _why_not(model) -> str:
-    from .whole_run import entry_route_cost
     if not model.is_polynomial:
         return "the exact Jacobian is derived for polynomial activations"
     costly = entry_route_cost(model)

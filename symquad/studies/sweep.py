@@ -74,7 +74,6 @@ import os
 import queue
 import sys
 import time
-import traceback as _traceback
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from numbers import Real
@@ -82,8 +81,13 @@ from numbers import Real
 import numpy as np
 
 from ..entry import muted_shutdown_logs, quiet_close
-from .store import INT64_RANGE, META_COLUMNS, SweepStore, canonical_params, new_token, point_key
+from .store import META_COLUMNS, SweepStore, canonical_params, new_token, point_key
 from .tasks import get_task
+from .point_outcome import _failure_message, _split_result, _storable_scalar, run_untimed  # noqa: F401
+from .point_runner import close_thread_runner, run_with_timeout
+from ..progress import progress as _progress
+from ..entry import children_ignore_sigint
+from .._signals import terminate_cleanly
 
 __all__ = ["sweep", "expand_grid", "run_point", "SweepInfo", "dask_client", "connect_scheduler",
            "longest_first"]
@@ -172,59 +176,8 @@ def expand_grid(grid, max_points=1_000_000) -> list:
 
 
 # ---------------------------------------------------------------------------
-# one point (runs on a worker)
+# one point (runs on a worker; the untimed run is symquad.studies.point_outcome's)
 # ---------------------------------------------------------------------------
-def _split_result(result, params):
-    """Scalars and arrays of a task's result; TypeError if it is not a flat dict."""
-    if not isinstance(result, dict):
-        raise TypeError(f"a task must return a dict, got {type(result).__name__}")
-    scalars, arrays = {}, {}
-    for k, v in result.items():
-        if not isinstance(k, str) or not k.isidentifier():
-            raise TypeError(f"result names must be identifiers, got {k!r}")
-        if k in META_COLUMNS or k in params:
-            raise TypeError(f"result name {k!r} is reserved (a parameter or one of "
-                            f"{META_COLUMNS})")
-        if isinstance(v, np.ndarray) and v.ndim > 0:
-            if v.dtype.hasobject:
-                raise TypeError(f"result {k!r} is an array of Python objects (dtype {v.dtype}), "
-                                f"which the store cannot read back without unpickling; return "
-                                f"a numeric array")
-            arrays[k] = v
-        else:
-            scalars[k] = _storable_scalar(k, v.item() if isinstance(v, (np.generic, np.ndarray))
-                                          else v)
-    return scalars, arrays
-
-
-def _failure_message(exc: BaseException) -> str:
-    if isinstance(exc, SystemExit):
-        return f"SystemExit: the task called sys.exit({exc.code!r})"
-    return f"{type(exc).__name__}: {exc}"
-
-
-def _storable_scalar(k, v):
-    """`v` if a store's Parquet row holds it exactly; TypeError/ValueError naming `k` otherwise."""
-    if v is None or isinstance(v, (bool, float)):
-        return v
-    if isinstance(v, int):
-        if not INT64_RANGE[0] <= v <= INT64_RANGE[1]:
-            raise ValueError(f"result {k!r} = {v:.4g} is an integer beyond int64, which the store "
-                             f"cannot hold; return it as a float or a string")
-        return v
-    if isinstance(v, str):
-        try:
-            v.encode("utf-8")
-        except UnicodeEncodeError:
-            raise ValueError(f"result {k!r} is not valid text (unpaired surrogate); the store "
-                             f"cannot hold it") from None
-        return v
-    if isinstance(v, Real) and not isinstance(v, np.generic):
-        return float(v)       # e.g. fractions.Fraction: stored as the nearest float
-    raise TypeError(f"result {k!r} must be a scalar (int, float, str, bool, None) or "
-                    f"a numpy array, got {type(v).__name__}")
-
-
 def run_point(func, params, timeout=None):
     """Run ``func(**params)``; return ``(scalars, arrays, status, error, traceback, seconds)``.
 
@@ -237,23 +190,8 @@ def run_point(func, params, timeout=None):
     seconds with an error outcome ``"TimeoutError: ..."``.
     """
     if timeout is not None:
-        from .point_runner import run_with_timeout
         return run_with_timeout(func, params, timeout)
-    from .._signals import Terminated
-
-    t0 = time.perf_counter()
-    try:
-        scalars, arrays = _split_result(func(**params), params)
-        status, error, tb = "ok", None, None
-    except Terminated:
-        # SIGTERM stops the sweep like Ctrl-C: the point in flight is not an outcome
-        # (never stored as an error row), so a rerun computes it
-        raise
-    except (Exception, SystemExit) as exc:     # one bad point never kills the sweep
-        scalars, arrays = {}, {}
-        status, error = "error", _failure_message(exc)
-        tb = _traceback.format_exc(limit=-8)
-    return scalars, arrays, status, error, tb, time.perf_counter() - t0
+    return run_untimed(func, params)
 
 
 def _row(task, key, params, outcome):
@@ -270,7 +208,6 @@ def _row(task, key, params, outcome):
 # executors
 # ---------------------------------------------------------------------------
 def _progress_bar(progress, total, initial, desc):
-    from ..progress import progress as _progress
     return _progress(progress, total, desc, "points", initial=initial)
 
 
@@ -280,7 +217,6 @@ def _run_serial(task, todo, on_done, timeout):
             on_done(key, params, run_point(task.func, params, timeout))
     finally:
         if timeout is not None:
-            from .point_runner import close_thread_runner
             close_thread_runner()
 
 
@@ -474,7 +410,6 @@ def _local_client(workers):
     import psutil
     from distributed import Client, LocalCluster
 
-    from ..entry import children_ignore_sigint
 
     # Workers ignore Ctrl-C (it stops the sweep here, which stops them; symquad.entry):
     # they are started while SIGINT is ignored here, so they inherit that.  A Ctrl-C
@@ -723,7 +658,6 @@ def sweep(task, grid, store, *, client=None, workers=None, progress=None, retrie
     """
     import pandas as pd
 
-    from .._signals import terminate_cleanly
 
     t0 = time.perf_counter()
     task = get_task(task)

@@ -55,6 +55,14 @@ from types import MappingProxyType
 from fractions import Fraction
 
 import numpy as np
+from ..spec import NAMED_ACTIVATIONS
+from ..spec import _to_fraction
+from ..spec import require
+from ..stages import FIELDS_0_2, STAGES
+from .applicability import require_analysis
+from .escape_grid import median_se
+from .applicability import refusal
+from ..numeric.checks import MAX_TIMES, check_int, check_positive
 
 __all__ = ["Task", "register_task", "register_model_task", "get_task", "list_tasks", "TASKS",
            "parse_activation", "parse_readout", "task_model", "model_parameters"]
@@ -258,13 +266,11 @@ def parse_activation(activation):
     separated by spaces or semicolons (``"0 0 1"`` is ``z²``), parsed number
     by number with :class:`fractions.Fraction`.
     """
-    from ..spec import NAMED_ACTIVATIONS
     if isinstance(activation, str) and ("z" in activation
                                         or activation.strip().lower() in NAMED_ACTIVATIONS):
         from ..spec import Model
         return Model(1, 1, 1.0, activation=activation).activation
     if isinstance(activation, str):
-        from ..spec import _to_fraction
         items = [s for s in re.split(r"[;\s]+", activation.strip()) if s]
         try:
             # bounded exponents: Fraction("1e-99999999") alone would take minutes
@@ -303,7 +309,6 @@ def parse_readout(value, name="readout"):
 
 def _readout_text(value, name):
     """Canonical text of a readout parameter: exact rationals joined by ``:`` (None stays)."""
-    from ..spec import _to_fraction
 
     if value is None:
         return None
@@ -420,8 +425,6 @@ class _ModelTask:
         bound.apply_defaults()
         args = dict(bound.arguments)
         model = task_model(**{k: args.pop(k) for k in self.model_names})
-        from ..spec import require
-        from ..stages import FIELDS_0_2, STAGES
         implemented = self.fields if self.fields is not None else STAGES.get(self.stage,
                                                                              FIELDS_0_2)
         require(model, self.stage, implemented,
@@ -492,7 +495,6 @@ def _validate_cost(params):
 
 def _refuse(model, analysis):
     """Raise ValueError naming the changed fields `analysis` was not derived for."""
-    from .applicability import require_analysis
 
     require_analysis(model, analysis)
 
@@ -504,7 +506,6 @@ def _finite(x):
 
 def _spread(samples, prefix):
     """Median, bootstrap s.e. of the median, 5/95 % quantiles and escaped fraction."""
-    from .escape_grid import median_se
 
     x = np.asarray(samples, float)
     ok = np.isfinite(x)
@@ -538,6 +539,7 @@ def plateau_task(model):
     ``rate_gf`` (:func:`symquad.plateau`; quadratic activation, ``T = I``).
     Fields the plateau analysis was not derived for are refused by name.
     """
+    # lazy: scipy
     from ..numeric.landscape import plateau
 
     _refuse(model, "plateau")
@@ -566,8 +568,8 @@ def escape_task(model, N=1000, replicas=64, seed=0, sgd=True):
     the plateau to the minimum.  Fields the escape law was not derived for are
     refused by name.
     """
+    # lazy: scipy
     from ..numeric import landscape as L
-    from .escape_grid import median_se
 
     m = model
     _refuse(m, "escape")
@@ -673,9 +675,10 @@ def ode_task(model, start="random", N=1000, q0=1.0, overlap=0.5, t_max=100.0, se
     singular value of ρ); arrays ``t``, ``risk`` and, for a trained readout,
     ``readout_trajectory`` (n, p).
     """
+    # lazy: scipy
     from ..numeric.integrate import integrate
+    # lazy: scipy
     from ..numeric import landscape as L
-    from .applicability import refusal
 
     m = model
     if start == "random":
@@ -689,7 +692,6 @@ def ode_task(model, start="random", N=1000, q0=1.0, overlap=0.5, t_max=100.0, se
         Q0, rho0 = informed_start(m, overlap)
     else:
         raise ValueError(f"start must be 'random' or 'informed', got {start!r}")
-    from ..numeric.checks import MAX_TIMES, check_int, check_positive
 
     t_max = check_positive("t_max", t_max)
     t_eval = np.linspace(0.0, t_max, check_int(n_times, "n_times", 2, MAX_TIMES))
@@ -724,7 +726,9 @@ def hessian_task(model, point="plateau", N=12, rtol=1e-7):
     ``max_eigenvalue``.  (`lr` only builds the model; the risk does not depend
     on it.)  Fields the Hessian analysis was not derived for are refused by name.
     """
+    # lazy: scipy
     from ..numeric.landscape import sign_counts
+    # lazy: sympy
     from ..symbolic.hessian import hessian_spectrum
 
     _refuse(model, "hessian")

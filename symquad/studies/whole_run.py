@@ -50,6 +50,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from .verdict import _check
 
 __all__ = ["invariant_statistics", "whole_run_numbers", "whole_run_checks",
            "decide_whole_run", "whole_run_not_run", "N_TEST", "MIN_REPLICAS", "STATISTICS"]
@@ -291,7 +292,6 @@ def _variance_pvalues(ratio, dof):
 
 def whole_run_checks(numbers, alpha):
     """The criteria ``whole_run_law`` and ``lna_spread`` from :func:`whole_run_numbers`'s output."""
-    from .verdict import _check
     checks = []
     law = numbers["law"]
     R = numbers["replicas"]
@@ -385,7 +385,6 @@ def decide_whole_run(verdict, numbers, alpha):
 
 def whole_run_not_run(verdict, reason):
     """The verdict with both whole-run criteria listed as not tested, for `reason`."""
-    from .verdict import _check
     checks = list(verdict["checks"]) + [
         _check("whole_run_law", "not tested", f"whole-run law vs the SDE: not run ({reason})"),
         _check("lna_spread", "not tested",

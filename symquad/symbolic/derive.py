@@ -35,6 +35,7 @@ from .symbols import (ETA, NOISE, P, P_STAR, PARAMS, matrix_symbols, overlap_sym
                       readout_symbols)
 from .network import readout_values
 from .update import switched_off
+from .latex import equations_latex
 
 __all__ = ["Equations", "derive", "FORMS"]
 
@@ -127,7 +128,6 @@ class Equations:
 
     def latex(self, standalone: bool = False) -> str:
         """The risk and both ODEs as LaTeX (an ``align*`` block, or a whole document)."""
-        from .latex import equations_latex
         declare(self.model, "the LaTeX equations")
         return equations_latex(self, standalone=standalone)
 

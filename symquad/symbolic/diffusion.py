@@ -51,6 +51,11 @@ from ..spec import Model
 from .symbols import BATCH
 from .update import E, G, H, LAM, NU, R_NORM, UNITS, Af, Qf, RHOf, increments
 from .wick import RingGaussianFields, to_ring
+from .entries import _structure
+from .network import network
+from ..numeric.layout import state_layout
+from .moments import DSIG, SIG, _generic_gradients
+from .network import ERROR
 
 __all__ = ["UNITS_Y", "BLOCK_PAIRS", "per_sample", "covariance_expressions",
            "diffusion_entries", "moment_diffusion", "MomentDiffusion", "kind_name",
@@ -177,7 +182,6 @@ def diffusion_entries(model: Model) -> sp.Matrix:
     model's structure matters (cached per structure); the size is checked
     first (:func:`check_entry_diffusion_size`).
     """
-    from .entries import _structure
     check_entry_diffusion_size(model)
     return _diffusion_entries(_structure(model))
 
@@ -193,7 +197,6 @@ class _RingEntries:
 
     def __init__(self, model: Model):
         from sympy.polys.rings import ring
-        from .network import network
         from .symbols import NOISE, PARAMS, XI, overlap_symbols, readout_symbols
         p, k = model.p, model.p_star
         Q, rho, T = overlap_symbols(p, k)
@@ -261,7 +264,6 @@ class _RingEntries:
 @lru_cache(maxsize=16)
 def _diffusion_ring(model: Model):
     """``(engine, {(I, J): ring element})`` of ``D`` over the upper triangle (state order)."""
-    from ..numeric.layout import state_layout
     engine = _RingEntries(model)
     cov = covariance_expressions(model)
     entries = state_layout(model).entries
@@ -289,7 +291,6 @@ def diffusion_polynomials(model: Model):
     denominator, exponents), ...]}`` over the upper triangle ``I <= J``.
     The size is checked first (:func:`check_entry_diffusion_size`).
     """
-    from .entries import _structure
     check_entry_diffusion_size(model)
     engine, ring_entries = _diffusion_ring(_structure(model))
     randoms = len(engine.fields.fields)
@@ -307,7 +308,6 @@ def diffusion_polynomials(model: Model):
 
 @lru_cache(maxsize=16)
 def _diffusion_entries(model: Model) -> sp.Matrix:
-    from ..numeric.layout import state_layout
     engine, ring_entries = _diffusion_ring(model)
     dim = state_layout(model).dim
     D = sp.zeros(dim, dim)
@@ -386,8 +386,6 @@ class MomentDiffusion:
 
 @lru_cache(maxsize=8)
 def _moment_diffusion(model: Model) -> MomentDiffusion:
-    from .moments import DSIG, SIG, _generic_gradients
-    from .network import ERROR
     g, h = _generic_gradients(model)
 
     def to_kinds(monomial):

@@ -30,6 +30,7 @@ from .network import network
 from .symbols import XI, overlap_symbols, readout_symbols
 from .update import Af, E, G, H, LAM, NU, Qf, RHOf, drift
 from .wick import GaussianFields
+from ..spec import activation_label
 
 __all__ = ["model_fields", "derive_entries", "entry_route_estimate", "check_entry_route_size",
            "ENTRY_WARN_SECONDS", "ENTRY_REFUSE_SECONDS"]
@@ -64,7 +65,6 @@ def check_entry_route_size(model: Model) -> None:
     """
     import warnings
     if not model.is_polynomial:
-        from ..spec import activation_label
         names = ", ".join(f"{f}={getattr(model, f)!r} ({activation_label(getattr(model, f))})"
                           for f in ("activation", "teacher_activation")
                           if isinstance(getattr(model, f), str))

@@ -53,6 +53,11 @@ from sympy.matrices.expressions import MatAdd, MatMul, MatPow, Trace, Transpose
 from ..applicability import check, zero_risk_scale
 from ..spec import Model
 from .symbols import BATCH, ETA, NOISE, P, P_STAR, WEIGHT_DECAY, matrix_symbols
+from ..stages import require_known_structure
+from .symbols import ETA as eta
+from .network import network, readout_values
+from .symbols import XI
+from .wick import GaussianFields
 
 __all__ = [
     "Q_SYM", "isotropic_reduction", "PlateauSolution", "plateau_solution",
@@ -179,7 +184,6 @@ def isotropic_reduction(activation=(0, 0, 1), model: Model | None = None):
     if not model.is_quadratic:
         raise ValueError(f"isotropic_reduction needs quadratic activations; got "
                          f"{model.activation_str!r}, {model.teacher_activation_str!r}")
-    from ..stages import require_known_structure
     require_known_structure(model, "the cached isotropic reduction", _REDUCTION_KNOWS)
     return _reduction(*_structure(model))
 
@@ -313,7 +317,6 @@ def plateau_solution(m: Model | None = None) -> PlateauSolution:
         raise ValueError(f"the plateau is derived for σ(z) = c z² (+ c0); got "
                          f"{m.activation_str!r}" + ("" if m.is_default("teacher_activation")
                                                      else f", σ* = {m.teacher_activation_str!r}"))
-    from ..stages import require_known_structure
     require_known_structure(m, "the cached isotropic reduction", _REDUCTION_KNOWS)
     red = _reduction(*_structure(m))
     vals = _model_values(m)
@@ -450,7 +453,6 @@ def solution_stability_threshold(m: Model):
     positive ``η`` where one of them reaches 0.  Returns ``oo`` if none does.
     """
     _, ev, _ = solution_jacobian(m, eta="symbol")
-    from .symbols import ETA as eta
     roots = []
     for value in ev:
         if value == 0:
@@ -469,10 +471,7 @@ def rho_diffusion_symbolic(m: Model, q=Q_SYM):
     ``b``, and weight decay (deterministic) adds nothing.  Model changes:
     :data:`symquad.applicability.RULES` ``["rho_diffusion"]``.
     """
-    from .network import network, readout_values
     check(m, "rho_diffusion_symbolic", "rho_diffusion")
-    from .symbols import XI
-    from .wick import GaussianFields
     net = network(m)
     lam, nu = net.lam, net.nu
     cov = sp.diag(*([q] * m.p + [sp.S.One] * m.p_star))

@@ -55,6 +55,8 @@ from sympy.polys.matrices import DomainMatrix
 
 from ..applicability import check, zero_risk_reason
 from ..spec import Model, check_model
+from ..stages import require_known_structure
+from ..spec import require
 
 __all__ = [
     "POINTS", "HessianBlocks", "HessianSpectrum", "effective_point", "hessian_blocks",
@@ -98,7 +100,6 @@ def _check(m, point):
 
 def _risk_key(m: Model) -> tuple:
     """What the risk depends on: widths, activations and readouts (others refused)."""
-    from ..stages import require_known_structure
     require_known_structure(m, "the cached risk of the Hessian analyses",
                             ("p", "p_star", "activation", "teacher_activation", "constraint",
                              "lr_readout"))
@@ -553,7 +554,6 @@ def spectrum_formulas(point: str, regime: str | None = None, model: Model | None
     (only the batch size, which does not enter the risk, keeps them).
     """
     if model is not None:
-        from ..spec import require
         require(model, "spectrum_formulas", supports=("batch_size",),
                 why="the closed-form eigenvalues are the classic model's")
     p, k, N = P_SYM, P_STAR_SYM, N_SYM

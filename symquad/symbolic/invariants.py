@@ -43,6 +43,13 @@ import sympy as sp
 from ..applicability import check
 from ..spec import Model, check_model
 from .symbols import BATCH
+from .latex import latex_names_for
+from .latex import to_latex
+from .latex import LINE_WIDTH_PT, tex_width
+from .._describe import describe_model
+from .latex import align_rows, display_rhs
+from .latex import document
+from .symbols import readout_symbols
 
 #: ``1/b`` of a mini-batch as one symbol (the proof's polynomial arithmetic needs it).
 INVERSE_BATCH = sp.Symbol("inverse_batch_size", positive=True)
@@ -454,7 +461,6 @@ def prove_conservation(m: Model, check_equivariance: bool = True) -> Conservatio
 
 def _names(*exprs) -> dict:
     """LaTeX names of the proof's symbols; ``T``'s eigenvalues print as ``θ_j`` (τ is the clock)."""
-    from .latex import latex_names_for
 
     symbols = set()
     for e in exprs:
@@ -468,7 +474,6 @@ def _names(*exprs) -> dict:
 
 
 def _tex(expr, names=None) -> str:
-    from .latex import to_latex
 
     # the proof works with 1/b as a symbol: print it as 1/B
     expr = expr.xreplace({INVERSE_BATCH: 1 / BATCH}) if hasattr(expr, "xreplace") else expr
@@ -477,7 +482,6 @@ def _tex(expr, names=None) -> str:
 
 def _matrices_tex(pairs) -> str:
     r"""``Q = (...),\ ρ = (...)`` on one displayed line, or one per line when too wide."""
-    from .latex import LINE_WIDTH_PT, tex_width
 
     parts = [f"{name}={_tex(M)}" for name, M in pairs]
     if sum(tex_width(x) for x in parts) + 20.0 * len(parts) <= LINE_WIDTH_PT:
@@ -497,8 +501,6 @@ def conservation_latex(proof: ConservationProof, standalone: bool = False) -> st
     p, k = m.p, m.p_star
     inst, inv = proof.instant, proof.invariance
     L = []
-    from .._describe import describe_model
-    from .latex import align_rows, display_rhs
 
     L.append("% symquad: conservation of S = rho (rho^T rho)^(-1/2); model "
              f"{describe_model(m, exclude=('lr', 'noise'))}\n")
@@ -591,7 +593,6 @@ def conservation_latex(proof: ConservationProof, standalone: bool = False) -> st
              + (r"$0$." if pos["zero"] else r"\emph{nonzero} (FAILED)."))
     body = "".join(L) + "\n"
     if standalone:
-        from .latex import document
         return document(body, title="Conservation of S")
     return body
 
@@ -608,7 +609,6 @@ def _state_ode(m: Model):
     exact rationals (:attr:`symquad.symbolic.derive.Equations.params`).
     """
     from .derive import derive
-    from .symbols import readout_symbols
     check_model(m, "m")
     eq = derive(m)
     out = eq.explicit()
@@ -804,7 +804,6 @@ class ConservationVerdict:
                 r"closest-solution result, does not hold for this model." + "\n")
         body = "".join(L)
         if standalone:
-            from .latex import document
             return document(body, title="Conservation of S")
         return body
 

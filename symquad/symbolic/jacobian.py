@@ -26,6 +26,7 @@ from ..spec import Model
 from .entries import _structure, check_entry_route_size, derive_entries
 from .symbols import BATCH, PARAMS, overlap_symbols, readout_symbols
 from .wick import to_ring
+from ..numeric.layout import state_layout
 
 __all__ = ["jacobian_polynomials"]
 
@@ -80,7 +81,6 @@ def jacobian_polynomials(model: Model):
 
 @lru_cache(maxsize=16)
 def _jacobian_polynomials(model: Model):
-    from ..numeric.layout import state_layout
     risk, dQ, drho, da = derive_entries(model)
     ring = _Ring(model)
     p, k = model.p, model.p_star

@@ -30,6 +30,9 @@ from sympy.core.function import AppliedUndef
 from sympy.printing.latex import LatexPrinter
 
 from .symbols import ETA, NOISE, P, P_STAR, XI, latex_names_for
+from .._describe import describe_model
+from .symbols import readout_symbols
+from ..spec import activation_label
 
 __all__ = ["equations_latex", "document", "tex_width", "display_rhs", "align_rows",
            "LINE_WIDTH_PT", "TEXT_WIDTH_PT", "to_latex"]
@@ -678,7 +681,6 @@ def align_rows(rows, width=LINE_WIDTH_PT) -> str:
 # the documents
 # ---------------------------------------------------------------------------
 def _model_line(model) -> str:
-    from .._describe import describe_model
 
     eta = (r"\eta = \mathrm{lr}" if model.lr_scaling == "fixed"
            else r"\eta = \mathrm{lr}\cdot p")
@@ -777,7 +779,6 @@ def _matrix_rows(eq):
 
 
 def _entry_rows(eq):
-    from .symbols import readout_symbols
     model = eq.model
     Q, rho, _ = eq.symbols
     names = _names(eq.risk, eq.dQ, eq.drho, eq.da)
@@ -799,7 +800,6 @@ def _entry_rows(eq):
 
 def _special_intro(model) -> str:
     """What the closed forms of an erf/ReLU model mean (conventions, roles, quadrature)."""
-    from ..spec import activation_label
     labels = {f: activation_label(getattr(model, f), tex=True)
               for f in ("activation", "teacher_activation")}
     text = (r"% closed forms of the 2-, 3- and 4-point functions (symquad.symbolic.special)" "\n"

@@ -30,6 +30,7 @@ import sympy as sp
 
 from ..applicability import check, quadratic_coefficients, zero_risk_reason, zero_risk_scale
 from ..spec import Model
+from .network import readout_values
 
 __all__ = [
     "risk_trace_form", "zero_risk_points_check", "constraint_jacobian", "orbit_jacobian",
@@ -59,7 +60,6 @@ def _risk(m: Model):
     eq = derive(m)
     risk = eq.explicit()[0]
     if m.readout_trained:   # the readout is a coordinate; the manifold checks use a(0)
-        from .network import readout_values
         risk = sp.expand(risk.xreplace(readout_values(m, trained_too=True)))
     return risk, eq.entry_symbols
 

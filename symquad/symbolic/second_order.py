@@ -71,6 +71,13 @@ __all__ = ["ELAP", "ECROSS", "MeanCorrection", "mean_correction_expressions",
 # the cost law lives beside the specification, so that deciding costs no SymPy import
 from ..second_order_cost import (SECOND_ORDER_AUTO_SECONDS, SECOND_ORDER_REFUSE_SECONDS,  # noqa: E402
                                  second_order_estimate)
+from .entries import _ExplicitExpectations
+from .entries import _explicit_state
+from .entries import _structure, check_entry_route_size
+from ..numeric.layout import state_layout
+from .entries import derive_entries
+from .jacobian import _Ring, _terms
+from .symbols import readout_symbols
 
 
 def check_second_order_size(model: Model) -> None:
@@ -233,7 +240,6 @@ class _EntryHeads:
     """Entry-route values of ``E``, ``ELAP`` and ``ECROSS`` for the explicit network."""
 
     def __init__(self, model: Model):
-        from .entries import _ExplicitExpectations
         self.expect = _ExplicitExpectations(model)
         net = self.expect.net
         Q, rho, T = overlap_symbols(model.p, model.p_star)
@@ -277,7 +283,6 @@ class _EntryHeads:
 
 @lru_cache(maxsize=16)
 def _mean_correction_entries(model: Model):
-    from .entries import _explicit_state
     heads = _EntryHeads(model)
     state = _explicit_state(model)
     corr = mean_correction_expressions(model)
@@ -299,7 +304,6 @@ def _mean_correction_entries(model: Model):
 
 def mean_correction_entries(model: Model):
     """``(f1_Q, f1_ρ, f1_a)``: explicit SymPy matrices in the entry symbols (cached per structure)."""
-    from .entries import _structure, check_entry_route_size
     check_entry_route_size(model)
     return _mean_correction_entries(_structure(model))
 
@@ -312,7 +316,6 @@ def second_order_polynomials(model: Model):
     Jacobian's (:mod:`symquad.symbolic.jacobian`: entry symbols, readouts,
     parameters, ``1/b``, ``1/Q_kk``).
     """
-    from .entries import _structure, check_entry_route_size
     check_entry_route_size(model)
     check_second_order_size(model)
     return _second_order_polynomials(_structure(model))
@@ -320,10 +323,6 @@ def second_order_polynomials(model: Model):
 
 @lru_cache(maxsize=16)
 def _second_order_polynomials(model: Model):
-    from ..numeric.layout import state_layout
-    from .entries import derive_entries
-    from .jacobian import _Ring, _terms
-    from .symbols import readout_symbols
     _, dQ, drho, da = derive_entries(model)
     cQ, crho, ca = _mean_correction_entries(model)
     ring = _Ring(model)

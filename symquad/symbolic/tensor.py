@@ -85,6 +85,10 @@ from math import factorial, prod
 import sympy as sp
 
 from ..spec import Model
+from . import special as S
+from .moments import MB, MG, MGT, MR, moment_drift
+from .symbols import NOISE, P
+from .update import Af, Qf, RHOf
 
 __all__ = ["TensorForm", "derive_tensor_form", "vertex_function", "multigraphs",
            "NPoint", "VARIANCE", "tensor_equations", "npoint_definition"]
@@ -371,7 +375,6 @@ ROLE_FUNCTIONS = {(name, role): sp.Function(f"{name}^{{{role}}}")
 
 def _special_display(expr):
     """Covariance symbols ``C_vw`` of :mod:`symquad.symbolic.special` → ``C[v, w]`` (Indexed)."""
-    from . import special as S
     sub = {}
     for sym in expr.free_symbols:
         name = sym.name
@@ -395,7 +398,6 @@ NOT_IMPLEMENTED_FORM = sp.Symbol(r"\text{closes, not implemented (docs/special\_
 
 def _special_four_point(f, g, h):
     """The displayed ``I_4`` of one role: closed (folded for erf), or a marker."""
-    from . import special as S
     if f == "erf":
         # the kernels' atan2(y, x) (consistent at singular covariances) displayed as
         # the asin(y/√(x² + y²)) it equals
@@ -412,7 +414,6 @@ def _special_four_point(f, g, h):
 
 @lru_cache(maxsize=16)
 def _special_definitions(student, teacher):
-    from . import special as S
     f, t = S.activation_key(student), S.activation_key(teacher)
     k, l, j, a, b = (IDX[x] for x in "kljab")
     same = f == t
@@ -448,7 +449,6 @@ def fold_display():
     r"""``Λ(k,l) = (1 + C_kk)(1 + C_ll) − C_kl²`` and ``N(k,l,a,b) = Λ C_ab − x_aᵀ adj(M) x_b``
     in readable (unexpanded) form, ``x_v = (C_kv, C_lv)``, ``M = I + C_{kl}``; equal to
     :func:`symquad.symbolic.special.fold_definitions` when expanded (tested)."""
-    from . import special as S
     s = S.cov_symbols("k", "l", "a", "b")
     Ckk, Ckl, Cll = s[("k", "k")], s[("k", "l")], s[("l", "l")]
     Lam = sp.Mul(1 + Ckk, 1 + Cll, evaluate=False) - Ckl**2
@@ -476,9 +476,6 @@ def special_definitions(student, teacher) -> dict:
 
 def _display_drift(probe):
     """The ODE as index sums of ``I_2, J_2, I_3, I_4`` (independent of the activations)."""
-    from .moments import MB, MG, MGT, MR, moment_drift
-    from .symbols import NOISE, P
-    from .update import Af, Qf, RHOf
     k, l, j, a, b, m = (IDX[x] for x in "kljabm")
     over_a, over_b = (a, 1, N_FIELDS), (b, 1, N_FIELDS)
 
@@ -605,9 +602,7 @@ def reference_entries(model: Model, Q, rho, T, dq_entries=(), drho_entries=(),
     """
     import mpmath
     import numpy as np
-    from .moments import MB, MG, MGT, MR, moment_drift
     from .symbols import PARAMS
-    from .update import Af, Qf, RHOf
     tf = derive_tensor_form(model.activation, model.teacher_activation)
     p, pk = model.p, model.p_star
     n = p + pk
