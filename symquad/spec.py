@@ -30,6 +30,7 @@ from numbers import Integral, Rational, Real
 
 # ACTIVATION_LABELS lives with the descriptions (the floor below), re-exported here
 from ._describe import ACTIVATION_LABELS, _polynomial, describe_model
+from .schedule import parse_schedule
 
 __all__ = ["Model", "LR_SCALINGS", "CONSTRAINTS", "MAX_DEGREE", "MAX_WIDTH", "MAX_RATE", "MAX_BATCH_SIZE", "CLASSIC_FIELDS",
            "check_model", "require", "LOSSES", "error_signal_weight", "model_fields", "default_readout", "parse_polynomial",
@@ -705,7 +706,6 @@ class Model:
                 return self.activation
             return _parse_activation(value, name)
         if kind == "schedule":
-            from .schedule import parse_schedule
             return parse_schedule(value).text
         if kind == "readout":
             width_name = f.metadata["width"]
@@ -724,7 +724,6 @@ class Model:
     @property
     def schedule(self):
         """The :class:`symquad.schedule.Schedule` of `lr_schedule`: ``η(t) = η · s(t)``."""
-        from .schedule import parse_schedule
         return parse_schedule(self.lr_schedule)
 
     def eta_at(self, t) -> float:

@@ -448,6 +448,7 @@ def fluctuations(model, Q0, rho0, T, N, t_eval, start: str = "fixed", q0: float 
         breaks = model.schedule.breakpoints(0.0, float(t_eval[-1]))
         if breaks:
             # restarted at the schedule's kinks (no solver step across one)
+            # lazy: scipy
             from .integrate import solve_pieces
             sol = solve_pieces(rhs, float(t_eval[-1]), y0, method, t_eval, rtol, atol,
                                blown, breaks)

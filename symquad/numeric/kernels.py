@@ -58,6 +58,13 @@ from ..kernel_files import (GENERATED_DIR, KernelFileError, UntrustedCacheError,
 from ..spec import Model, check_model, error_signal_weight
 from ..stages import declare, stage_fields
 from .checks import as_real_array, check_float_activation
+from .layout import state_layout
+from .._generated import ENTRY_MODULES
+from .special_derivatives import numeric_jacobian_function
+from ..stages import require_known_structure
+from .._generated import TENSOR_MODULES
+from ..runtime.special_engine import four_point_method
+from ..runtime.special_engine import SpecialEngine
 
 __all__ = ["Kernels", "kernels", "KERNEL_FORMS", "clear_kernel_memo", "default_form",
            "single_thread_blas", "limited_blas", "blas_threads", "THREADS_ENV",
@@ -198,7 +205,6 @@ class Kernels:
 
     @property
     def layout(self):
-        from .layout import state_layout
         return state_layout(self.model)
 
     def params_at(self, t=None) -> tuple:
@@ -567,7 +573,6 @@ def _diffusion_function(model: Model, form: str):
         raise ValueError("form='entries' is for polynomial activations; erf models use "
                          "form='tensor'")
     if form == "entries":
-        from .._generated import ENTRY_MODULES  # noqa: F401 - the registry is imported first
 
         def render():
             # lazy: sympy
@@ -623,7 +628,6 @@ def _jacobian_function(model: Model):
     require_diffusion(model, "the Jacobian")
     if not model.is_polynomial:
         # erf: extrapolated central differences of the closed forms (special_derivatives)
-        from .special_derivatives import numeric_jacobian_function
         numeric, base = numeric_jacobian_function(kernels(model)), _params(model)
 
         def jac(Q, rho, T, a, params=base):
@@ -736,7 +740,6 @@ def check_generated_for(model: Model, what: str) -> None:
     The entry route (``form='entries'``) generates one module per structure and has no
     such limit.
     """
-    from ..stages import require_known_structure
     require_known_structure(model, f"{what}: the generated width-independent code",
                             _GENERATED_FOR, "extend the generators (symquad/codegen/), or "
                             "use form='entries'")
@@ -824,7 +827,6 @@ def _is_committed_for(model: Model, canonical: Model, exclude=()) -> bool:
 
 
 def _tensor_module(model: Model):
-    from .._generated import TENSOR_MODULES
     key = (tuple(str(c) for c in model.activation),
            tuple(str(c) for c in model.teacher_activation))
     committed = TENSOR_MODULES.get(key)
@@ -844,7 +846,6 @@ def _tensor_module(model: Model):
 
 
 def _entry_module(model: Model):
-    from .._generated import ENTRY_MODULES
     committed = ENTRY_MODULES.get((model.p, model.p_star))
     # committed for the default model of each width (codegen.render.CANONICAL_ENTRY_MODELS)
     if committed and _is_committed_for(model, Model(model.p, model.p_star, 1.0)):
@@ -901,7 +902,6 @@ def special_rhs_seconds(model: Model) -> float:
     ``p(p+1)/2 · n(n+1)/2`` quadruples of the four-point sum at
     :data:`SPECIAL_COST_PER_QUADRUPLE` plus ``p n²`` three-point elements.
     """
-    from ..runtime.special_engine import four_point_method
     p, n = model.p, model.p + model.p_star
     method = four_point_method(model.activation_kind, model.teacher_activation_kind)
     quads = p * (p + 1) / 2 * n * (n + 1) / 2
@@ -931,7 +931,6 @@ def _special_kernels(model: Model) -> Kernels:
     if reason:
         raise ValueError(f"kernels: {reason}")
     check_special_cost(model)
-    from ..runtime.special_engine import SpecialEngine
     # lazy: numba
     from .special import special_kernels, special_module_name
     key = ("special", activation_key(model))

@@ -36,6 +36,7 @@ from .checks import as_real_array, check_positive
 from .errors import describe_state
 from .integrate import check_sphere, initial_readout
 from .kernels import kernels
+from .integrate import left_of
 
 __all__ = ["BatchODESolution", "integrate_batch", "estimate_solve"]
 
@@ -407,7 +408,6 @@ def _solve(fun, y0, t_max, t_eval, method, rtol, atol, live, blame, breaks=()):
     bounds = [float(b) for b in breaks if 0.0 < b < t_max] + [float(t_max)]
     t_max = bounds.pop(0)
     # each piece before a breakpoint sees its own side of a jump up to its end
-    from .integrate import left_of
     piece = left_of(fun, t_max) if bounds else fun
     solver = cls(piece, 0.0, y0, t_max, rtol=rtol, atol=atol)
     nfev = 0

@@ -35,6 +35,11 @@ import numpy as np
 
 from ..stages import declare
 from .checks import as_overlaps, check_int, check_positive
+from ..spec import check_model
+from .._generated.assembly import PARAMS
+from .integrate import initial_readout
+from .kernels import _jacobian_function, kernels
+from .layout import state_layout
 
 __all__ = ["optimal_schedule", "OptimalSchedule"]
 
@@ -114,15 +119,12 @@ class _Problem:
     """Forward and adjoint solves of ``dX/dt = f(X, η)`` for piecewise-constant ``η``."""
 
     def __init__(self, model, x0, T, edges, rtol, atol):
-        from .kernels import _jacobian_function, kernels
-        from .layout import state_layout
         # the explicit entry polynomials are the fastest drift at small widths
         self.kern = kernels(model, "entries" if model.p + model.p_star <= 4 else None)
         self.jac = _jacobian_function(model)
         self.lay = state_layout(model)
         self.T, self.x0, self.edges = T, x0, edges
         self.rtol, self.atol = rtol, atol
-        from .._generated.assembly import PARAMS
         self.base = list(self.kern.params_at(None))
         self.i_eta = PARAMS.index("eta")
         self.nfev = 0
@@ -281,9 +283,6 @@ def optimal_schedule(model, t_final, Q0=None, rho0=None, T=None, *, lr_max=None,
     """
     from scipy.optimize import minimize
 
-    from ..spec import check_model
-    from .integrate import initial_readout
-
     check_model(model)
     declare(model, "optimal_schedule")
     if not model.schedule.is_constant:
@@ -315,7 +314,6 @@ def optimal_schedule(model, t_final, Q0=None, rho0=None, T=None, *, lr_max=None,
     x_init = np.broadcast_to(np.asarray(lr_init, dtype=float), (n_pieces,)).copy()
     if not (np.all(np.isfinite(x_init)) and np.all(x_init >= 0) and np.all(x_init <= lr_max)):
         raise ValueError(f"lr_init must be in [0, lr_max={lr_max:g}] on every piece")
-    from .layout import state_layout
     x0 = state_layout(model).pack(Q0, rho0, a_start)
     edges = np.linspace(0.0, t_final, n_pieces + 1)
     scale = model.eta / model.lr                     # eta = lr * scale (lr_scaling)

@@ -101,6 +101,7 @@ from .checks import (as_real_array, check_float_activation, check_int as _check_
                      check_positive)
 from .simulation_run import SimulationRun, population_risk
 from ..spec import check_model
+from ..spec import Model
 
 __all__ = ["simulate", "SimulationRun", "population_risk", "DEFAULT_Q0", "METHODS",
            "SIMULATED_FIELDS"]
@@ -300,7 +301,6 @@ class _Stepper:
     STAGE = "simulate"
 
     def __init__(self, model, N, replicas, rng_data, rng_noise):
-        from ..stages import declare
         declare(model, self.STAGE)
         self.p, self.ps = model.p, model.p_star
         self.N = N
@@ -671,8 +671,8 @@ def warm_kernels() -> bool:
     bool
         True if the cache was complete before the call (nothing compiled).
     """
+    # lazy: numba
     from . import _sgd_kernels as kern
-    from ..spec import Model
 
     dispatchers = (kern.reduced_steps, kern.reduced_steps_lanes)
     paths = _kernel_cache_paths(dispatchers)

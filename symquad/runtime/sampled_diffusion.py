@@ -47,6 +47,8 @@ import numpy
 
 from .diffusion_engine import KindArrays
 from .tensor_engine import combine, weights
+from .special_diffusion import _tuples
+from .special_diffusion import _scatter_symmetric
 
 __all__ = ["sampled_diffusion_kinds", "sampled_diffusion_cost", "SAMPLES", "SEED",
            "activation_functions"]
@@ -159,7 +161,6 @@ def sampled_diffusion_kinds(Q, rho, T, a, b, Delta, names, student, teacher,
 @functools.lru_cache(maxsize=16)
 def _plan(p, n):
     """Index maps of the symmetric reductions: sorted pairs/triples of students, field pairs."""
-    from .special_diffusion import _tuples
     pi, pj = numpy.triu_indices(p)
     fa, fb = numpy.triu_indices(n)
     pair = numpy.empty((p, p), dtype=int)
@@ -179,7 +180,6 @@ def _expand(name, value, p, n, plan):
     if name == "M400":                                     # (B, pairs, pairs)
         return value[:, pair[:, :, None, None], pair[None, None, :, :]]
     if name == "M310":                                     # (B, sorted triples, n)
-        from .special_diffusion import _scatter_symmetric
         return _scatter_symmetric(value, plan["triples"], p, (n,))
     if name == "M201":                                     # (B, pairs, p)
         return value[:, pair]

@@ -88,6 +88,7 @@ from .point_runner import close_thread_runner, run_with_timeout
 from ..progress import progress as _progress
 from ..entry import children_ignore_sigint
 from .._signals import terminate_cleanly
+from ..numeric.simulate import warm_kernels
 
 __all__ = ["sweep", "expand_grid", "run_point", "SweepInfo", "dask_client", "connect_scheduler",
            "longest_first"]
@@ -290,7 +291,6 @@ def _import_modules(modules, kernels=False):
             pass
     if kernels:
         try:
-            from ..numeric.simulate import warm_kernels
             warm_kernels()
         except Exception:          # e.g. numba missing: the points report it
             pass
