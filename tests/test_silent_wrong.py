@@ -103,6 +103,9 @@ COMPLEX_CASES = [
     ("fluctuations", "rho0", lambda r: sq.fluctuations(M, Q0, cplx(RHO0), T, 100, [0.0, 1.0])),
     ("fluctuations", "T", lambda r: sq.fluctuations(M, Q0, RHO0, cplx(T), 100, [0.0, 1.0])),
     ("fluctuations", "t_eval", lambda r: sq.fluctuations(M, Q0, RHO0, T, 100, cplx([0.0, 1.0]))),
+    ("optimal_schedule", "Q0", lambda r: sq.optimal_schedule(M, 1.0, Q0=cplx(Q0), rho0=RHO0, T=T, lr_max=1.0)),
+    ("optimal_schedule", "rho0", lambda r: sq.optimal_schedule(M, 1.0, Q0=Q0, rho0=cplx(RHO0), T=T, lr_max=1.0)),
+    ("optimal_schedule", "T", lambda r: sq.optimal_schedule(M, 1.0, Q0=Q0, rho0=RHO0, T=cplx(T), lr_max=1.0)),
 ]
 
 
