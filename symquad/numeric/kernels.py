@@ -1013,6 +1013,7 @@ def kernels(model: Model, form: str | None = None, *, threads: int | None = None
     1.5
     """
     n_threads = blas_threads(threads)
+    check_model(model)                 # before model.schedule: a non-Model is a TypeError
     if not model.schedule.is_constant:
         # the generated code does not depend on the schedule (eta is an argument): the
         # constant-eta model's kernels, called with eta(t) (Kernels.params_at)
