@@ -114,11 +114,11 @@ def test_symquad_tasks_warm_the_numerics_and_the_kernels_other_tasks_their_modul
 
 
 def test_the_warm_up_loads_the_kernels_only_when_asked(monkeypatch):
-    from symquad.numeric import simulate as S
+    from symquad.studies import sweep as sweep_module
     from symquad.studies.sweep import _import_modules
 
     calls = []
-    monkeypatch.setattr(S, "warm_kernels", lambda: calls.append(1))
+    monkeypatch.setattr(sweep_module, "warm_kernels", lambda: calls.append(1))
     _import_modules(["json", "no_such_module_xyz"])        # a bad module never raises
     assert calls == []
     _import_modules(["json"], True)
