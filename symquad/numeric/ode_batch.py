@@ -36,13 +36,14 @@ from .checks import as_real_array, check_positive
 from .errors import describe_state
 from .integrate import check_sphere, initial_readout
 from .kernels import kernels
+from .status import MemberStatus
 from .integrate import left_of
 
 __all__ = ["BatchODESolution", "integrate_batch", "estimate_solve"]
 
 
 @dataclass(frozen=True)
-class BatchODESolution:
+class BatchODESolution(MemberStatus):
     """Trajectories of ``B`` starts of one model on a shared time grid.
 
     Attributes
@@ -87,15 +88,6 @@ class BatchODESolution:
     def size(self) -> int:
         """Number of starts ``B``."""
         return self.Q.shape[0]
-
-    @property
-    def diverged(self) -> np.ndarray:
-        """Boolean mask of the starts that diverged."""
-        return self.status == "diverged"
-
-    @property
-    def n_diverged(self) -> int:
-        return int(np.count_nonzero(self.diverged))
 
     def __repr__(self):
         return (f"BatchODESolution(model={self.model!r}, starts={self.size}, n={len(self.t)}, "

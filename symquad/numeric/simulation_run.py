@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from .checks import as_real_array, check_float_activation
+from .status import MemberStatus
 
 __all__ = ["SimulationRun", "population_risk"]
 
@@ -23,7 +24,7 @@ __all__ = ["SimulationRun", "population_risk"]
 # results
 # ---------------------------------------------------------------------------
 @dataclass
-class SimulationRun:
+class SimulationRun(MemberStatus):
     """Recorded SGD trajectories of several independent replicas.
 
     Attributes
@@ -77,16 +78,6 @@ class SimulationRun:
     def replicas(self) -> int:
         """Number of replicas."""
         return self.Q.shape[0]
-
-    @property
-    def diverged(self) -> np.ndarray:
-        """Boolean mask of the replicas that diverged."""
-        return self.status == "diverged"
-
-    @property
-    def n_diverged(self) -> int:
-        """Number of replicas that diverged."""
-        return int(np.count_nonzero(self.diverged))
 
     def summary(self) -> str:
         """One-paragraph printable summary."""
