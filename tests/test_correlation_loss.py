@@ -37,6 +37,7 @@ from scipy.stats import norm
 
 import symquad as sq
 from conftest import random_overlaps
+from literal_sgd import assert_full_step_is_literal
 from symquad.numeric.simulate import simulate
 from test_model_fields_routes import EntryRoute, assert_routes_agree, uneven_readout
 
@@ -120,48 +121,12 @@ def test_population_loss_against_monte_carlo():
 
 
 # ----------------------------------------------------------------- the simulators
-def _literal_step(model, W, Ws, x, xi, a, N):
-    """One SGD step of ``ℓ = −y ŷ`` on N-dimensional weights (x: (b, N)), from the definition."""
-    P = np.polynomial.polynomial
-    c, ct = (np.array([float(v) for v in cs]) for cs in (model.activation,
-                                                         model.teacher_activation))
-    lam, nu = x @ W.T / np.sqrt(N), x @ Ws.T / np.sqrt(N)
-    y = P.polyval(nu, ct) @ np.array([float(v) for v in model.teacher_readout]) \
-        + np.sqrt(model.noise) * xi
-    g = -y[:, None] * a * P.polyval(lam, P.polyder(c))            # ∂(−y ŷ)/∂λ_k
-    W_new = (1 - model.eta * model.weight_decay / N) * W \
-        - model.eta * (g.T @ x) / (np.sqrt(N) * len(x))
-    if model.constraint == "sphere":
-        W_new *= np.sqrt(N) / np.linalg.norm(W_new, axis=1, keepdims=True)
-    a_new = a + model.lr_readout / N * (y[:, None] * P.polyval(lam, c)).mean(axis=0)
-    return W_new, a_new
-
-
 @pytest.mark.parametrize("kw", [dict(CORR), _combination(3, 2)], ids=["alone", "combination"])
 def test_one_full_step_is_the_literal_step(kw):
-    import copy
-    import symquad.numeric.simulate as simmod
+    """The full simulator's step of ``ℓ = −y ŷ`` == the literal step of the definition."""
     model = sq.Model(p=3, p_star=2, lr=0.2, noise=0.2, **kw)
-    N, R = 50, 2
     Q0, rho0, T = random_overlaps(3, 2, np.random.default_rng(6))
-    rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(3).spawn(5)]
-    X0, T = simmod._initial_coordinates(model, N, R, Q0, rho0, T, rngs[1])
-    st = simmod._FullStepper(model, N, R, X0, rngs[0], rngs[1], rngs[2], rngs[3],
-                             random_student=False)
-    assert st.general
-    W0, Ws, a0 = st.W.copy(), st.Ws.copy(), st.readout().copy()
-    data, noise = copy.deepcopy(st.rng_data), copy.deepcopy(st.rng_noise)
-    st.advance(1)
-    xi = noise.standard_normal((1, R, model.batch_size))[0]
-    x = data.standard_normal((R, model.batch_size, N))
-    Q1, rho1 = st.gram()
-    for r in range(R):
-        W1, a1 = _literal_step(model, W0[r], Ws, x[r], xi[r], a0[r], N)
-        np.testing.assert_allclose(Q1[r], W1 @ W1.T / N, rtol=0, atol=1e-12)
-        np.testing.assert_allclose(rho1[r], W1 @ Ws.T / N, rtol=0, atol=1e-12)
-        np.testing.assert_allclose(st.readout()[r], a1 if model.readout_trained else a0[r],
-                                   rtol=0, atol=1e-15)
-        assert np.max(np.abs(Q1[r] - W0[r] @ W0[r].T / N)) > 1e-6
+    assert_full_step_is_literal(model, Q0, rho0, T)
 
 
 SIM_BASE = dict(p=3, p_star=2, lr=0.2, noise=0.2, constraint="sphere")
@@ -201,7 +166,6 @@ def _ode_vs_sgd(model, N, replicas, t_max, seed):
     Full N-dimensional SGD from an informed start on the sphere; the ODE from each
     replica's realised first state, averaged over the replicas like the data.
     """
-    rng = np.random.default_rng(seed)
     p, k = model.p, model.p_star
     rho0 = np.zeros((p, k))
     rho0[0, 0], rho0[1 % p, k - 1] = 0.4, 0.1        # generic: no unit symmetry

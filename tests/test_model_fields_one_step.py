@@ -54,11 +54,11 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from numpy.polynomial.polynomial import polyder, polyval
 from scipy.stats import norm
 
 import symquad as sq
 from conftest import random_overlaps
+from literal_sgd import literal_step, polynomial_gradients as sample_gradients
 
 P, P_STAR = 12, 3
 #: Family-wise level of each comparison (Bonferroni over its entries).
@@ -122,39 +122,12 @@ def _values(coeffs):
 # ---------------------------------------------------------------------------------------
 # the definitions: weights, one literal step, and its exact expansion
 # ---------------------------------------------------------------------------------------
-def sample_gradients(model, lam, nu, xi, a):
-    """Per-sample errors and gradients: ``δ = ∂ℓ/∂ŷ``, ``g_k = ∂ℓ/∂λ_k``, ``h_k = ∂ℓ/∂a_k``.
-
-    ``δ = ŷ − y`` for ``ℓ = ½(ŷ − y)²``; ``δ = −y`` for the correlation loss ``ℓ = −y ŷ``.
-    """
-    c, c_t = _values(model.activation), _values(model.teacher_activation)
-    sigma_lam = polyval(lam, c)
-    y = polyval(nu, c_t) @ _values(model.teacher_readout) + np.sqrt(model.noise) * xi
-    delta = sigma_lam @ a - y if model.loss == "square" else -y
-    g = delta[..., None] * a * polyval(lam, polyder(c))
-    h = delta[..., None] * sigma_lam
-    return g, h
-
-
-def literal_step(model, W, Ws, x, xi, a):
-    """One SGD step on the N-dimensional weights (``x``: (b, N) inputs): ``(W'', a')``."""
-    N, b = W.shape[1], x.shape[0]
-    lam, nu = x @ W.T / np.sqrt(N), x @ Ws.T / np.sqrt(N)
-    g, h = sample_gradients(model, lam, nu, xi, a)
-    grad_W = np.einsum("bk,bn->kn", g, x) / np.sqrt(N) / b          # mean of ∂ℓ/∂W
-    W_new = (1 - model.eta * model.weight_decay / N) * W - model.eta * grad_W
-    if model.constraint == "sphere":
-        W_new *= np.sqrt(N) / np.linalg.norm(W_new, axis=1, keepdims=True)
-    a_new = a - model.lr_readout / N * h.mean(axis=0) if model.readout_trained else a
-    return W_new, a_new
-
-
 def increments(model, Q, rho, lam, nu, R, g, h, N):
     """``N(Q'' − Q)``, ``N(ρ'' − ρ)``, ``N(a' − a)`` of one step, exactly at finite N.
 
     ``lam`` (n, b, p), ``nu`` (n, b, p*) the fields of the ``b`` inputs of each of ``n``
     steps, ``R`` (n, b, b) their inner products ``x^μ·x^ν/N``, ``g``, ``h`` their
-    gradients (:func:`sample_gradients`).  With ``s = 1 − ηλ/N`` and ``G`` the
+    gradients (:func:`literal_sgd.polynomial_gradients`).  With ``s = 1 − ηλ/N`` and ``G`` the
     ``p × b`` matrix of the ``g^μ``, ``W' = sW − (η/(b√N)) G Xᵀ`` gives
     ``Q' = s²Q − (sη/(bN))(ΛGᵀ + GΛᵀ) + (η²/(b²N)) G R Gᵀ`` and
     ``ρ' = sρ − (η/(bN)) G Νᵀ``; the sphere divides row ``k`` by ``√(Q'_kk)``,

@@ -31,6 +31,8 @@ from scipy.stats import ks_2samp
 
 import symquad as sq
 from conftest import random_overlaps
+from literal_sgd import (assert_full_step_is_literal, assert_reduced_step_is_literal, bartlett,
+                         on_the_sphere)
 import symquad.numeric.simulate as simmod
 from symquad.numeric import _sgd_kernels
 from symquad.numeric.simulate import simulate
@@ -150,17 +152,6 @@ def _stepper(model, N, replicas, Q0, rho0, T, seed=0):
     return simmod._ReducedStepper(model, N, replicas, X0, rngs[1], rngs[2], rngs[3])
 
 
-def _bartlett(S, L, b):
-    """Lower-triangular factors (..., b, b): diagonal √S, sub-diagonal L row by row."""
-    F = np.zeros(S.shape[:-1] + (b, b))
-    pos = 0
-    for mu in range(b):
-        F[..., mu, mu] = np.sqrt(S[..., mu])
-        F[..., mu, :mu] = L[..., pos:pos + mu]
-        pos += mu
-    return F
-
-
 def _gram_pvalues(A, B):
     """KS p-values of the entries, trace and log-determinant of two samples of b×b Gram matrices."""
     b = A.shape[-1]
@@ -181,7 +172,7 @@ def test_batch_inputs_outside_the_span_have_the_wishart_law():
     assert st.residual and st.k == 5
     _, S, L, _ = st.draw(steps)
     assert S.shape == (steps, 1, b) and L.shape == (steps, 1, b * (b - 1) // 2)
-    F = _bartlett(S[:, 0], L[:, 0], b)
+    F = bartlett(S[:, 0], L[:, 0], b)
     drawn = F @ np.swapaxes(F, 1, 2)
     Z = np.random.default_rng(1).standard_normal((steps, b, N - st.k))
     explicit = Z @ np.swapaxes(Z, 1, 2)
@@ -189,68 +180,19 @@ def test_batch_inputs_outside_the_span_have_the_wishart_law():
     assert min(p.values()) > ALPHA / len(p), p
     # power: the same family rejects a Bartlett factor with every diagonal dof N − k
     wrong_S = np.random.default_rng(2).chisquare(N - st.k, size=(steps, b))
-    F = _bartlett(wrong_S, L[:, 0], b)
+    F = bartlett(wrong_S, L[:, 0], b)
     p = _gram_pvalues(F @ np.swapaxes(F, 1, 2), explicit)
     assert min(p.values()) < ALPHA / len(p), p
-
-
-def _literal_step(model, W, Ws, x, xi, a, N):
-    """One SGD step of the definitions on N-dimensional weights (x: (b, N))."""
-    c, ct = (np.array([float(v) for v in cs]) for cs in (model.activation,
-                                                         model.teacher_activation))
-    P = np.polynomial.polynomial
-    lam, nu = x @ W.T / np.sqrt(N), x @ Ws.T / np.sqrt(N)
-    y = P.polyval(nu, ct) @ np.array([float(v) for v in model.teacher_readout]) \
-        + np.sqrt(model.noise) * xi
-    delta = P.polyval(lam, c) @ a - y
-    g = delta[:, None] * a * P.polyval(lam, P.polyder(c))
-    W_new = (1 - model.eta * model.weight_decay / N) * W \
-        - model.eta * (g.T @ x) / (np.sqrt(N) * len(x))
-    if model.constraint == "sphere":
-        W_new *= np.sqrt(N) / np.linalg.norm(W_new, axis=1, keepdims=True)
-    a_new = a - model.lr_readout / N * (delta[:, None] * P.polyval(lam, c)).mean(axis=0)
-    return W_new, a_new
 
 
 @pytest.mark.parametrize("kwargs", [dict(batch_size=3), {**_ALL, "batch_size": 3}],
                          ids=["batch", "combination"])
 def test_one_reduced_batch_step_is_the_literal_step_with_those_inputs(kwargs):
-    """The compiled step uses the drawn factor as the inputs' out-of-span coordinates.
-
-    Inputs are rebuilt explicitly in ``R^N``: coordinates ``G`` in the basis of the
-    weights, and row ``μ`` of the Bartlett factor on ``b`` further orthonormal
-    directions; the literal step on those N-dimensional vectors must give the
-    reduced step's new overlaps and readout to round-off.
-    """
+    """The compiled step uses the drawn factor as the inputs' out-of-span coordinates
+    (the literal step on inputs rebuilt in R^N gives the new overlaps and readout)."""
     model = sq.Model(**{**BASE, **kwargs})
-    b, N = model.batch_size, 11
     Q0, rho0, T = random_overlaps(3, 2, np.random.default_rng(4))
-    if model.constraint == "sphere":
-        d = np.sqrt(np.diag(Q0))
-        Q0, rho0 = Q0 / np.outer(d, d), rho0 / d[:, None]
-    st = _stepper(model, N, 1, Q0, rho0, T, seed=9)
-    k = st.k
-    assert st.general and st.residual and N - k >= b
-    X = st.X[0]                                             # (p+p*, k), C = X Xᵀ
-    draws = st.draw(1)
-    G, S, L, xi = draws
-    st.draw = lambda n: draws                               # the step uses exactly these
-    a0 = st.readout()[0].copy()
-    st.advance(1)
-    Q1, rho1 = (v[0] for v in st.gram())
-    a1 = st.readout()[0]
-    # the literal step in R^N: basis e_1..e_k of the weights, e_{k+1}..e_{k+b} for the batch
-    Wfull = np.zeros((5, N))
-    Wfull[:, :k] = np.sqrt(N) * X
-    x = np.zeros((b, N))
-    x[:, :k] = G[0, 0]
-    x[:, k:k + b] = _bartlett(S[0, 0], L[0, 0], b)
-    xi_standard = xi[0, 0] / np.sqrt(model.noise)          # the drawn noise is √Δ ξ
-    W1, a_lit = _literal_step(model, Wfull[:3], Wfull[3:], x, xi_standard, a0, N)
-    np.testing.assert_allclose(Q1, W1 @ W1.T / N, rtol=0, atol=1e-13)
-    np.testing.assert_allclose(rho1, W1 @ Wfull[3:].T / N, rtol=0, atol=1e-13)
-    np.testing.assert_allclose(a1, a_lit if model.readout_trained else a0, rtol=0, atol=1e-15)
-    assert np.max(np.abs(Q1 - Q0)) > 1e-3                   # the step moved
+    assert_reduced_step_is_literal(model, *on_the_sphere(model, Q0, rho0), T)
 
 
 @pytest.mark.parametrize("kwargs", [dict(batch_size=3), {**_ALL, "batch_size": 3}],
@@ -259,31 +201,9 @@ def test_one_full_step_is_the_literal_step(kwargs):
     """The full simulator's compiled step == the literal step on the same inputs and noise
     (so what both simulators share, the readouts, σ*, the shrink and the rates, is checked
     against the definitions, not only against each other)."""
-    import copy
     model = sq.Model(**{**BASE, **kwargs})
-    N, R = 50, 2
     Q0, rho0, T = random_overlaps(3, 2, np.random.default_rng(6))
-    if model.constraint == "sphere":
-        d = np.sqrt(np.diag(Q0))
-        Q0, rho0 = Q0 / np.outer(d, d), rho0 / d[:, None]
-    rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(3).spawn(5)]
-    X0, T = simmod._initial_coordinates(model, N, R, Q0, rho0, T, rngs[1])
-    st = simmod._FullStepper(model, N, R, X0, rngs[0], rngs[1], rngs[2], rngs[3],
-                             random_student=False)
-    assert st.general
-    W0, Ws, a0 = st.W.copy(), st.Ws.copy(), st.readout().copy()
-    data, noise = copy.deepcopy(st.rng_data), copy.deepcopy(st.rng_noise)
-    st.advance(1)
-    xi = noise.standard_normal((1, R, model.batch_size))[0]      # drawn first, per advance
-    x = data.standard_normal((R, model.batch_size, N))
-    Q1, rho1 = st.gram()
-    for r in range(R):
-        W1, a1 = _literal_step(model, W0[r], Ws, x[r], xi[r], a0[r], N)
-        np.testing.assert_allclose(Q1[r], W1 @ W1.T / N, rtol=0, atol=1e-12)
-        np.testing.assert_allclose(rho1[r], W1 @ Ws.T / N, rtol=0, atol=1e-12)
-        expect_a = a1 if model.readout_trained else a0[r]
-        np.testing.assert_allclose(st.readout()[r], expect_a, rtol=0, atol=1e-15)
-        assert np.max(np.abs(Q1[r] - W0[r] @ W0[r].T / N)) > 1e-6      # the step moved
+    assert_full_step_is_literal(model, *on_the_sphere(model, Q0, rho0), T)
 
 
 def test_small_N_batch_reduced_matches_full():

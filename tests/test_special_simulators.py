@@ -28,11 +28,11 @@ from scipy import special as sps
 from scipy.stats import ks_2samp
 
 import symquad as sq
-import symquad.numeric.simulate as simmod
 from conftest import random_overlaps
 from symquad.numeric.simulate import population_risk, simulate
 from test_model_fields_one_step import Sums, increments, limit_increments, z_threshold
-from test_model_fields_simulators import _bartlett, family_size, statistics
+from test_model_fields_simulators import family_size, statistics
+from literal_sgd import assert_full_step_is_literal, assert_reduced_step_is_literal, on_the_sphere
 
 # ---------------------------------------------------------------------------------------
 # activations from their definitions
@@ -200,85 +200,26 @@ SIM_FIELDS = dict(readout=(Fraction(1, 2), Fraction(-1, 6), Fraction(1, 3)),
                   weight_decay=0.5)
 
 
-def literal_step(model, W, Ws, x, xi, a, N):
-    """One SGD step of the definitions on N-dimensional weights (x: (b, N))."""
-    lam, nu = x @ W.T / np.sqrt(N), x @ Ws.T / np.sqrt(N)
-    g, h = sample_gradients(model, lam, nu, xi, a)
-    W_new = (1 - model.eta * model.weight_decay / N) * W \
-        - model.eta * (g.T @ x) / (np.sqrt(N) * len(x))
-    if model.constraint == "sphere":
-        W_new *= np.sqrt(N) / np.linalg.norm(W_new, axis=1, keepdims=True)
-    return W_new, a - model.lr_readout / N * h.mean(axis=0)
-
-
 STEP_CASES = [dict(activation="erf"), dict(activation="relu"),
               dict(activation="relu", teacher_activation="erf", batch_size=3, **SIM_FIELDS),
               dict(activation="erf", teacher_activation="z**2", constraint="sphere",
                    batch_size=2, **SIM_FIELDS)]
 
 
-def _unit_diagonal(model, Q0, rho0):
-    if model.constraint != "sphere":
-        return Q0, rho0
-    d = np.sqrt(np.diag(Q0))
-    return Q0 / np.outer(d, d), rho0 / d[:, None]
-
-
 @pytest.mark.parametrize("kwargs", STEP_CASES, ids=[str(i) for i in range(len(STEP_CASES))])
 def test_one_reduced_step_is_the_literal_step(kwargs):
     model = sq.Model(**SIM_BASE, **kwargs)
-    b, N = model.batch_size, 11
     Q0, rho0, T = random_overlaps(3, 2, np.random.default_rng(4))
-    Q0, rho0 = _unit_diagonal(model, Q0, rho0)
-    rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(9).spawn(4)]
-    X0, T = simmod._initial_coordinates(model, N, 1, Q0, rho0, T, rngs[0])
-    st = simmod._ReducedStepper(model, N, 1, X0, rngs[1], rngs[2], rngs[3])
-    assert st.general and st.residual and N - st.k >= b
-    X, k = st.X[0], st.k
-    draws = st.draw(1)
-    G, S, L, xi = draws
-    st.draw = lambda n: draws
-    a0 = st.readout()[0].copy()
-    st.advance(1)
-    Q1, rho1 = (v[0] for v in st.gram())
-    Wfull = np.zeros((5, N))
-    Wfull[:, :k] = np.sqrt(N) * X
-    x = np.zeros((b, N))
-    x[:, :k] = G[0, 0]
-    x[:, k:k + b] = _bartlett(S[0, 0], L[0, 0] if L.size else np.zeros(0), b)
-    W1, a_lit = literal_step(model, Wfull[:3], Wfull[3:], x, xi[0, 0] / np.sqrt(model.noise),
-                             a0, N)
-    np.testing.assert_allclose(Q1, W1 @ W1.T / N, rtol=0, atol=1e-13)
-    np.testing.assert_allclose(rho1, W1 @ Wfull[3:].T / N, rtol=0, atol=1e-13)
-    np.testing.assert_allclose(st.readout()[0], a_lit if model.readout_trained else a0,
-                               rtol=0, atol=1e-15)
-    assert np.max(np.abs(Q1 - Q0)) > 1e-3
+    assert_reduced_step_is_literal(model, *on_the_sphere(model, Q0, rho0), T,
+                                   gradients=sample_gradients)
 
 
 @pytest.mark.parametrize("kwargs", STEP_CASES, ids=[str(i) for i in range(len(STEP_CASES))])
 def test_one_full_step_is_the_literal_step(kwargs):
-    import copy
     model = sq.Model(**SIM_BASE, **kwargs)
-    N, R = 50, 2
     Q0, rho0, T = random_overlaps(3, 2, np.random.default_rng(6))
-    Q0, rho0 = _unit_diagonal(model, Q0, rho0)
-    rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(3).spawn(5)]
-    X0, T = simmod._initial_coordinates(model, N, R, Q0, rho0, T, rngs[1])
-    st = simmod._FullStepper(model, N, R, X0, rngs[0], rngs[1], rngs[2], rngs[3],
-                             random_student=False)
-    assert st.general
-    W0, Ws, a0 = st.W.copy(), st.Ws.copy(), st.readout().copy()
-    data, noise = copy.deepcopy(st.rng_data), copy.deepcopy(st.rng_noise)
-    st.advance(1)
-    xi = noise.standard_normal((1, R, model.batch_size))[0]
-    x = data.standard_normal((R, model.batch_size, N))
-    Q1, rho1 = st.gram()
-    for r in range(R):
-        W1, a1 = literal_step(model, W0[r], Ws, x[r], xi[r], a0[r], N)
-        np.testing.assert_allclose(Q1[r], W1 @ W1.T / N, rtol=0, atol=1e-12)
-        np.testing.assert_allclose(rho1[r], W1 @ Ws.T / N, rtol=0, atol=1e-12)
-        np.testing.assert_allclose(st.readout()[r], a1 if model.readout_trained else a0[r],
-                                   rtol=0, atol=1e-15)
+    assert_full_step_is_literal(model, *on_the_sphere(model, Q0, rho0), T,
+                                gradients=sample_gradients)
 
 
 # ---------------------------------------------------------------------------------------
