@@ -327,8 +327,12 @@ def test_every_cli_command_refuses_a_new_field(command, synthetic, monkeypatch, 
 
     from symquad.cli import main
     model, name = synthetic
-    for module in ("_model_args", *COMMANDS):
-        mod = importlib.import_module(f"symquad.cli.{module}")
+    # import every command module before patching any: a module first imported after
+    # _model_args is patched would bind the patch at import, and monkeypatch would
+    # "restore" it to the patch (the leak that broke later CLI tests in the session)
+    modules = [importlib.import_module(f"symquad.cli.{module}")
+               for module in ("_model_args", *COMMANDS)]
+    for mod in modules:
         if hasattr(mod, "model_from_args"):
             monkeypatch.setattr(mod, "model_from_args", lambda args, **kw: model)
         if hasattr(mod, "_model"):
