@@ -297,7 +297,10 @@ class SweepStore:
         try:
             if data is None:
                 data, _ = self._point_bytes(path)
-            rows = pq.read_table(io.BytesIO(data)).to_pylist()
+            # one-row tables: no reader threads (Arrow's pool, torn down at interpreter
+            # exit while a worker is alive, aborted a finished sweep once with "terminate
+            # called without an active exception"; apache/arrow#34314)
+            rows = pq.read_table(io.BytesIO(data), use_threads=False).to_pylist()
         except (OSError, pa.ArrowException) as exc:
             raise ValueError(f"{type(exc).__name__}: {exc}") from None
         if len(rows) != 1 or not isinstance(rows[0], dict) or rows[0].get("key") != key:
@@ -337,7 +340,7 @@ class SweepStore:
         if os.path.exists(cache_path):
             try:
                 with open_regular(cache_path, "table.parquet") as fh:
-                    for r in pq.read_table(fh).to_pylist():
+                    for r in pq.read_table(fh, use_threads=False).to_pylist():
                         cached[r["key"]] = r
             except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):
                 cached = {}       # a damaged cache is rebuilt from the point files
