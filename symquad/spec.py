@@ -841,14 +841,14 @@ class Model:
         names fields a cache is known not to depend on (e.g. the widths, for the
         width-independent tensor modules).
         """
-        parts = []
+        parts, keyed = [], set(self.keyed_changes())
         for f in fields(self):
             role, name = f.metadata["role"], f.name
             if name in exclude:
                 continue
             if role == "structure" and (name in CLASSIC_FIELDS or not self.is_default(name)):
                 parts.append(f"{name}={self._field_text(name)}")
-            elif name in self.keyed_changes():
+            elif name in keyed:
                 parts.append(f"{name}=on")
         return ";".join(parts)
 
