@@ -21,8 +21,11 @@ M = sq.Model(p=4, p_star=2, lr=0.3)     # p > p*, plateau and escape by t ~ 30
 
 
 def _informed_check(N, t_max, replicas, seed):
+    # (the band is what is read: the whole-run law, the resolution and the O(1/N) mean
+    # are tested in tests/test_whole_run.py, test_resolution.py, test_verdict_finite_n.py)
     rep = validate(M, N=N, t_max=t_max, replicas=replicas, start="informed", seed=seed,
-                   fss=False, invariant=False, n_times=41)
+                   fss=False, invariant=False, n_times=41, whole_run=False,
+                   resolution=False, finite_n=False)
     b = rep.numbers["band"]
     # precision first: the standard error of the mean risk is far below the
     # O(N^-1/2) fluctuation scale the band measures
@@ -49,7 +52,7 @@ def test_informed_start_ode_inside_band_N1e4_whole_run():
 
 def test_random_start_tracks_until_plateau_and_reports_escape_spread():
     rep = validate(M, N=1000, replicas=24, start="random", seed=5, fss=False, invariant=False,
-                   n_times=131)
+                   n_times=131, whole_run=False, resolution=False, finite_n=False)
     e = rep.numbers["escape"]
     assert e["defined"]
     assert e["sgd_escaped"] == e["ode_escaped"] == 24, "the run must contain every escape"
@@ -76,8 +79,10 @@ def test_random_start_tracks_sgd_until_the_plateau_with_N_minus_half():
 def test_replica_mean_start_would_not_escape():
     """Why the ODE starts per replica: from the replica-mean ρ(0) (≈ 0) it stays on the
     plateau far longer than any SGD replica."""
+    # (only the escape analysis is read: the whole-run law, the resolution and the O(1/N)
+    # mean would cost 70 s here and are tested elsewhere)
     rep = validate(M, N=1000, t_max=40.0, replicas=24, seed=5, fss=False, invariant=False,
-                   n_times=41)
+                   n_times=41, whole_run=False, resolution=False, finite_n=False)
     rho_mean = rep.sgd_rho[:, 0].mean(0)
     Q_mean = rep.sgd_Q[:, 0].mean(0)
     sol = sq.integrate(M, Q_mean, rho_mean, np.eye(2), 40.0, t_eval=rep.t)
