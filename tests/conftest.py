@@ -8,18 +8,49 @@ import pytest
 # SYMQUAD_CACHE_DIR of their own): every test, and every subprocess a test
 # starts (they inherit the environment), uses a fresh folder that is removed at
 # the end.  SYMQUAD_TEST_CACHE_DIR names a folder to reuse across sessions
-# instead (it is kept).
+# instead (it is kept).  Under pytest-xdist every worker uses the controller's folder
+# (handed over in ``workerinput``; cache files are written atomically), so a kernel is
+# generated once per session rather than once per worker.
 _SESSION_CACHE = {}
 
 
 def pytest_configure(config):
     chosen = os.environ.get("SYMQUAD_TEST_CACHE_DIR")
-    if chosen:
+    handed = getattr(config, "workerinput", {}).get("symquad_cache_dir")
+    if handed:
+        path, owned = handed, False          # an xdist worker: the controller removes it
+    elif chosen:
         path, owned = chosen, False
     else:
         path, owned = tempfile.mkdtemp(prefix="symquad-test-cache-"), True
     _SESSION_CACHE.update(path=path, owned=owned, before=os.environ.get("SYMQUAD_CACHE_DIR"))
     os.environ["SYMQUAD_CACHE_DIR"] = path
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """pytest-xdist: hand this session's cache folder to each worker it starts."""
+    node.workerinput["symquad_cache_dir"] = _SESSION_CACHE["path"]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Keep the tests that share a module-scoped fixture on one pytest-xdist worker.
+
+    Such fixtures (a validation report, a set of simulations) cost seconds to a minute
+    and are built once per process; ``--dist loadgroup`` honours an ``xdist_group``, so
+    each module's shared fixtures are built once per session instead of once per worker.
+    Runs before xdist's own hook, which reads the groups (a no-op without xdist).
+    """
+    for item in items:
+        if item.get_closest_marker("xdist_group") is not None:
+            continue
+        info = getattr(item, "_fixtureinfo", None)
+        defs = getattr(info, "name2fixturedefs", {}) if info is not None else {}
+        if any(getattr(fd[-1], "scope", "function") == "module" and
+               getattr(fd[-1], "baseid", "").startswith(item.nodeid.split("::")[0])
+               for fd in defs.values() if fd):
+            item.add_marker(pytest.mark.xdist_group(f"module-fixtures:{item.nodeid.split('::')[0]}"))
 
 
 def pytest_unconfigure(config):

@@ -42,6 +42,25 @@ VARIANTS = {
 CLASSIC = sq.Model(**BASE)
 
 
+def _on_report(*names):
+    """Parameters that keep every test of one report on one pytest-xdist worker.
+
+    A report costs 10-40 s and is computed once per process (:func:`_report`); grouping
+    the tests that read it (``--dist loadgroup``) computes it once per session."""
+    return [pytest.param(*n if isinstance(n, tuple) else (n,),
+                         marks=pytest.mark.xdist_group(f"variant-report-{_data_of(n)}"))
+            for n in names]
+
+
+def _data_of(n):
+    return n[0] if isinstance(n, tuple) else n
+
+
+def _uses_report(name):
+    """Mark a test that reads the report of `name` (see :func:`_on_report`)."""
+    return pytest.mark.xdist_group(f"variant-report-{name}")
+
+
 def _model(name):
     return CLASSIC if name == "classic" else sq.Model(**BASE, **VARIANTS[name])
 
@@ -91,7 +110,7 @@ def _assert_every_criterion_tested(rep, whole_run):
 # ---------------------------------------------------------------------------
 # validate passes each variant's true model
 # ---------------------------------------------------------------------------
-@pytest.mark.parametrize("name", list(VARIANTS))
+@pytest.mark.parametrize("name", _on_report(*VARIANTS))
 def test_validate_passes_the_variants_true_model(name):
     m = _model(name)
     rep = _report(name)
@@ -135,6 +154,7 @@ def test_validate_passes_the_variants_true_model(name):
     assert rep.model == m
 
 
+@_uses_report("classic")
 def test_classic_baseline_passes_with_the_same_statistics():
     rep = _report("classic")
     status = _status(rep)
@@ -149,7 +169,7 @@ def test_classic_baseline_passes_with_the_same_statistics():
 # ---------------------------------------------------------------------------
 # compare fails the SGD of one variant against the ODE of another
 # ---------------------------------------------------------------------------
-@pytest.mark.parametrize("name", list(VARIANTS))
+@pytest.mark.parametrize("name", _on_report(*VARIANTS))
 def test_variant_sgd_fails_against_the_classic_ode(name):
     """Every field changes the dynamics visibly: its SGD against the classic ODE FAILs."""
     rep = _report(name)
@@ -158,11 +178,11 @@ def test_variant_sgd_fails_against_the_classic_ode(name):
     assert _status(bad)["mean_deviation"] == "fail", bad.reasons
 
 
-@pytest.mark.parametrize("data, theory", [
+@pytest.mark.parametrize("data, theory", _on_report(
     ("batch_size", "classic"), ("classic", "batch_size"),          # batch 4 vs 1
     ("weight_decay", "classic"), ("classic", "weight_decay"),      # weight decay 0.1 vs 0
     ("lr_readout", "classic"), ("classic", "lr_readout"),          # trained vs fixed readout
-])
+))
 def test_compare_fails_the_wrong_variant(data, theory):
     rep, m = _report(data), _model(theory)
     readout = _fixed_readout_as_data(m, rep) if m.readout_trained else None
@@ -175,6 +195,7 @@ def test_compare_fails_the_wrong_variant(data, theory):
     assert good.verdict == "PASS", good.reasons
 
 
+@_uses_report("combination")
 def test_compare_reproduces_validate_for_a_trained_readout():
     rep = _report("combination")
     again = sq.compare(_model("combination"), rep.t, rep.sgd_Q, rep.sgd_rho,
@@ -185,6 +206,7 @@ def test_compare_reproduces_validate_for_a_trained_readout():
     assert again.verdict == rep.verdict == "PASS"
 
 
+@_uses_report("readout")
 def test_forced_escape_analysis_is_a_stated_skip_for_a_variant():
     """A variant the escape law was not derived for (a non-uniform readout) is a stated skip."""
     rep = _report("readout")
@@ -227,6 +249,7 @@ def test_compare_checks_the_readout_first(model_kw, readout, error, match, no_od
         sq.compare(sq.Model(**BASE, **model_kw), t, Q, rho, readout=readout)
 
 
+@_uses_report("lr_readout")
 def test_compare_takes_a_single_replica_readout_without_replica_axis():
     rep = _report("lr_readout")
     one = sq.compare(_model("lr_readout"), rep.t, rep.sgd_Q[0], rep.sgd_rho[0],
@@ -268,6 +291,7 @@ def test_drift_study_refuses_a_field_by_name():
 # ---------------------------------------------------------------------------
 # the report shows the model with all its fields and round-trips them
 # ---------------------------------------------------------------------------
+@_uses_report("combination")
 def test_report_round_trips_every_field_and_the_readout(tmp_path):
     rep = _report("combination")
     m = _model("combination")
@@ -286,6 +310,7 @@ def test_report_round_trips_every_field_and_the_readout(tmp_path):
     assert "λ = 0.05" in title and r"$\eta_a$ = 0.3" in title
 
 
+@_uses_report("classic")
 def test_old_report_without_model_spec_still_gives_its_model():
     rep = _report("classic")
     old = ValidationReport(config={k: v for k, v in rep.config.items()
