@@ -47,9 +47,9 @@ SCHEDULE = ("lr_schedule",)
 STAGES = {
     # symbolic/: the three routes, each form of derive(); the LaTeX printed from them
     "derive(form='entries')": _LOSS + SCHEDULE,
-    "derive(form='matrix')": FIELDS_0_2 + SCHEDULE,
-    "derive(form='tensor')": FIELDS_0_2 + SCHEDULE,
-    "the LaTeX equations": _LOSS + SCHEDULE,      # the loss: through the entry route only
+    "derive(form='matrix')": _LOSS + SCHEDULE,
+    "derive(form='tensor')": _LOSS + SCHEDULE,
+    "the LaTeX equations": _LOSS + SCHEDULE,
     # numeric/kernels.py: the generated kernels (rhs, risk, moments) of each form, and the
     # diffusion matrix (each form) and exact Jacobian / risk derivatives built beside them
     "kernels(form='matrix')": _LOSS + SCHEDULE,

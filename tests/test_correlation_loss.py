@@ -20,8 +20,13 @@ Checked by independent routes:
 * the ODE against full N-dimensional SGD at ``N = 1000`` (slow; a cheap version at
   ``N = 400``): the mean risk within its error, and the square-loss ODE rejected
   on the same data;
+* ``derive(form='matrix')`` and ``derive(form='tensor')`` (the tensor form's index sums
+  evaluated at the widths) equal ``derive(form='entries')`` exactly at
+  ``(p, p*) <= (3, 2)``, alone and with a trained readout, batch 2 and weight decay
+  (the tensor form on the sphere and for ``z³ − 3z`` too), and the square loss's forms
+  differ; the 40-digit reference of the tensor form follows the loss;
 * stages without the loss refuse it by name (the SDE, the LNA, the tensor diffusion,
-  the symbolic matrix route, the analyses derived for the square loss).
+  the analyses derived for the square loss).
 
 Well-posedness: with fixed readouts and no constraint, ``−y ŷ`` is unbounded below in
 ``‖w‖`` and the ODE diverges (σ = z²: ``Q`` reaches 10⁶ by ``t ≈ 16`` at lr 0.2, and
@@ -32,6 +37,7 @@ weight decay 0.5 does not stop it); the tests use the spherical constraint
 
 import numpy as np
 import pytest
+import sympy as sp
 from fractions import Fraction
 from scipy.stats import norm
 
@@ -118,6 +124,123 @@ def test_population_loss_against_monte_carlo():
         # the risk is the square-loss error for both losses
         assert kern.risk(Q, rho, T) == sq.kernels(model.replace(loss="square"), form).risk(
             Q, rho, T)
+
+
+# ----------------------------------------------------------------- derive: matrix, tensor
+def _exactly_equal(x, y):
+    if isinstance(x, sp.MatrixBase):
+        return x.shape == y.shape and all(sp.expand(e) == 0 for e in (x - y))
+    return sp.expand(x - y) == 0
+
+
+def tensor_explicit(eq):
+    """The tensor form's index sums evaluated at the model's widths, entry by entry.
+
+    Written from what the tensor form prints (docs/derivation.md): fields ``1..n``,
+    ``C = [[Q, ρ], [ρᵀ, T]]`` of entry symbols, output weights ``w = (a, −b)``, the
+    definitions ``I_2, J_2, I_3, I_4`` (and the vertex functions of each activation)
+    substituted at concrete indices, the sums expanded.  Returns ``(risk, dQ, drho[, da])``
+    like :meth:`symquad.Equations.explicit`.
+    """
+    from symquad.symbolic import tensor as ts
+    from symquad.symbolic.symbols import P, overlap_symbols, readout_symbols
+    model = eq.model
+    p, k = model.p, model.p_star
+    n = p + k
+    Q, rho, T = (sp.Matrix(M) for M in overlap_symbols(p, k))
+    C = sp.Matrix(sp.BlockMatrix([[Q, rho], [rho.T, T]]))
+    exact = lambda c: sp.Rational(c.numerator, c.denominator)          # noqa: E731
+    a = list(readout_symbols(p, k)[0]) if model.readout_trained else [exact(c) for c in model.readout]
+    w = a + [-exact(c) for c in model.teacher_readout]
+    defs = eq.definitions
+    heads = {key.func: key for key in defs if key.func is not ts.PHI}
+    phi = {(key.args[0], str(key.args[1])): v for key, v in defs.items() if key.func is ts.PHI}
+    atoms = {ts.COV[i + 1, j + 1]: C[i, j] for i in range(n) for j in range(n)}
+    atoms.update({ts.WEIGHT[i + 1]: w[i] for i in range(n)})
+    atoms.update({ts.READOUT[i + 1]: a[i] for i in range(p)})
+
+    def vertex(e):
+        order, field, variance = e.args
+        role = "student" if int(field) <= p else "teacher"
+        return phi[(order, role)].subs(ts.VARIANCE, variance)
+
+    def definition(e):
+        key = heads[e.func]
+        return defs[key].xreplace(dict(zip(key.args, e.args)))
+
+    def evaluate(expr, units):
+        expr = expr.xreplace({P: p, ts.N_FIELDS: n}).xreplace(units).doit()
+        expr = expr.replace(lambda e: e.func in heads, definition)
+        expr = expr.replace(lambda e: e.func is ts.PHI, vertex)
+        return sp.expand(expr.xreplace(atoms))
+
+    kk, ll, mm = (ts.IDX[x] for x in "klm")
+    out = (evaluate(eq.risk, {}),
+           sp.Matrix(p, p, lambda i, j: evaluate(eq.dQ, {kk: i + 1, ll: j + 1})),
+           sp.Matrix(p, k, lambda i, m: evaluate(eq.drho, {kk: i + 1, mm: m + 1})))
+    if eq.da is not None:
+        out += (sp.Matrix(p, 1, lambda i, _: evaluate(eq.da, {kk: i + 1})),)
+    return out
+
+
+def _derived(model, form):
+    eq = sq.derive(model, form)
+    return eq.explicit() if form == "matrix" else tensor_explicit(eq)
+
+
+DERIVE_CASES = {
+    "alone": dict(CORR),
+    "combination": dict(loss="correlation", readout=uneven_readout,
+                        lr_readout=0.4, batch_size=2, weight_decay=0.15,
+                        activation="z**2 + 1", teacher_activation="3*z**2/2 - 1/2"),
+    "sphere": dict(loss="correlation", activation="z + z**2", constraint="sphere",
+                   lr_readout=0.3),
+    "cubic": dict(loss="correlation", activation="z**3 - 3*z", lr_readout=0.4,
+                  batch_size=2, weight_decay=0.15),
+}
+_DERIVE_GRID = [("matrix", "alone", (2, 1)), ("matrix", "alone", (3, 2)),
+                ("matrix", "combination", (2, 1)), ("matrix", "combination", (3, 2)),
+                ("tensor", "alone", (2, 1)), ("tensor", "alone", (3, 2)),
+                ("tensor", "combination", (2, 2)), ("tensor", "sphere", (2, 1)),
+                ("tensor", "cubic", (2, 1)),
+                pytest.param("tensor", "combination", (3, 2), marks=_SLOW),
+                pytest.param("tensor", "sphere", (2, 2), marks=_SLOW),
+                pytest.param("tensor", "cubic", (3, 2), marks=_SLOW)]
+
+
+@pytest.mark.parametrize("form, case, size", _DERIVE_GRID)
+def test_derived_form_equals_the_entry_route_exactly(form, case, size):
+    """``derive(form='matrix' | 'tensor')`` of ``ℓ = −y ŷ`` == ``derive(form='entries')``
+    (Wick expectations of the explicit per-sample polynomials) exactly, entry by entry,
+    and the square loss's form differs from it (the loss is not dropped)."""
+    # a readout given as a function of the width
+    kw = {key: v(size[0]) if callable(v) else v for key, v in DERIVE_CASES[case].items()}
+    model = sq.Model(p=size[0], p_star=size[1], lr=0.3, noise=0.2, **kw)
+    mine = _derived(model, form)
+    entries = sq.derive(model, "entries").explicit()
+    assert len(mine) == len(entries) == (4 if model.readout_trained else 3)
+    for name, x, y in zip(("risk", "dQ", "drho", "da"), mine, entries):
+        assert _exactly_equal(x, y), (form, case, size, name)
+    square = _derived(model.replace(loss="square"), form)
+    assert _exactly_equal(square[0], entries[0])            # one risk for both losses
+    assert not any(_exactly_equal(x, y) for x, y in zip(square[1:], entries[1:]))
+
+
+def test_reference_entries_follow_the_loss():
+    """The 40-digit reference of the tensor form equals the correlation loss's kernels."""
+    from symquad.symbolic.tensor import reference_entries
+    model = sq.Model(p=3, p_star=2, lr=0.3, noise=0.2, activation="z + z**2",
+                     lr_readout=0.3, batch_size=2, **CORR)
+    Q, rho, T = random_overlaps(3, 2, np.random.default_rng(4))
+    a = np.array([0.5, -0.2, 0.3])
+    ref = reference_entries(model, Q, rho, T, [(0, 1), (2, 2)], [(1, 1)], risk=True,
+                            readout=a, da_entries=[0, 2])
+    dQ, drho, da = EntryRoute(model).rhs(Q, rho, T, a)
+    want = {("dQ", 0, 1): dQ[0, 1], ("dQ", 2, 2): dQ[2, 2], ("drho", 1, 1): drho[1, 1],
+            ("da", 0): da[0], ("da", 2): da[2],
+            ("risk",): EntryRoute(model).risk(Q, rho, T, a)}
+    for key, value in want.items():
+        assert abs(float(ref[key]) - value) <= 1e-12 * max(abs(value), 1e-3), key
 
 
 # ----------------------------------------------------------------- the simulators
@@ -213,8 +336,7 @@ def test_ode_agrees_with_full_sgd_N1000():
 @pytest.mark.parametrize("call", [
     lambda m: sq.kernels(m, "tensor").diffusion(np.eye(2), np.zeros((2, 1)), np.eye(1)),
     lambda m: simulate(m, method="sde", N=100, t_max=0.1, replicas=2),
-    lambda m: sq.derive(m, "matrix"),
-], ids=["tensor diffusion", "sde", "derive matrix"])
+], ids=["tensor diffusion", "sde"])
 def test_stages_without_the_loss_refuse_it(call):
     model = sq.Model(p=2, p_star=1, lr=0.1, **CORR)
     with pytest.raises(ValueError, match=r"loss=correlation"):
