@@ -55,10 +55,10 @@ STAGES = {
     "kernels(form='matrix')": _LOSS + SCHEDULE,
     "kernels(form='tensor')": _LOSS + SCHEDULE,
     "kernels(form='entries')": _LOSS + SCHEDULE,
-    "the diffusion matrix (form='matrix')": FIELDS_0_2 + SCHEDULE,
-    "the diffusion matrix (form='tensor')": FIELDS_0_2 + SCHEDULE,
+    "the diffusion matrix (form='matrix')": _LOSS + SCHEDULE,
+    "the diffusion matrix (form='tensor')": _LOSS + SCHEDULE,
     "the diffusion matrix (form='entries')": _LOSS + SCHEDULE,
-    "the exact Jacobian": FIELDS_0_2 + SCHEDULE,
+    "the exact Jacobian": _LOSS + SCHEDULE,
     "the state layout": _LOSS + SCHEDULE,
     # numeric/: the solvers, simulators, SDE and LNA
     "integrate": _LOSS + SCHEDULE,

@@ -25,8 +25,12 @@ Checked by independent routes:
   ``(p, p*) <= (3, 2)``, alone and with a trained readout, batch 2 and weight decay
   (the tensor form on the sphere and for ``z³ − 3z`` too), and the square loss's forms
   differ; the 40-digit reference of the tensor form follows the loss;
-* stages without the loss refuse it by name (the SDE, the LNA, the tensor diffusion,
-  the analyses derived for the square loss).
+* the matrix and tensor diffusion matrices equal the entry form's to 1e-12 (polynomial
+  activations; the moment kinds get the error weights ``(c a, −b)``), the erf and ReLU
+  ones a Monte Carlo of N-dimensional one-step increments, each with power against the
+  square loss; the exact Jacobian equals five-point differences of ``kernels().rhs``;
+* stages without the loss refuse it by name (the SDE, the LNA, the analyses derived
+  for the square loss).
 
 Well-posedness: with fixed readouts and no constraint, ``−y ŷ`` is unbounded below in
 ``‖w‖`` and the ODE diverges (σ = z²: ``Q`` reaches 10⁶ by ``t ≈ 16`` at lr 0.2, and
@@ -334,9 +338,8 @@ def test_ode_agrees_with_full_sgd_N1000():
 
 # ----------------------------------------------------------------- refusals
 @pytest.mark.parametrize("call", [
-    lambda m: sq.kernels(m, "tensor").diffusion(np.eye(2), np.zeros((2, 1)), np.eye(1)),
     lambda m: simulate(m, method="sde", N=100, t_max=0.1, replicas=2),
-], ids=["tensor diffusion", "sde"])
+], ids=["sde"])
 def test_stages_without_the_loss_refuse_it(call):
     model = sq.Model(p=2, p_star=1, lr=0.1, **CORR)
     with pytest.raises(ValueError, match=r"loss=correlation"):
@@ -430,3 +433,109 @@ def test_entry_diffusion_matches_monte_carlo(kw, n):
     assert np.max(np.abs(cov - D) / se) < threshold
     D_square = sq.kernels(model.replace(loss="square"), "entries").diffusion(Q, rho, T, a)
     assert np.max(np.abs(cov - D_square) / se) > threshold
+
+
+#: (model keywords, forms): polynomial models whose matrix/tensor ``D`` is checked against
+#: the entry form's (Wick covariances of the explicit per-sample increments of -y yhat)
+WIDTH_FREE_DIFFUSION = [
+    (dict(p=2, p_star=1, **CORR), ("matrix", "tensor")),
+    (dict(p=2, p_star=2, constraint="sphere", lr_readout=0.3, activation="z**2 + 1",
+          teacher_activation="z**2 - 1", **CORR), ("matrix", "tensor")),
+    (dict(p=2, p_star=1, activation="z + z**2", lr_readout=0.3, batch_size=2,
+          weight_decay=0.2, **CORR), ("tensor",)),
+    pytest.param(dict(p=3, p_star=2, activation="z + z**2", lr_readout=0.3, batch_size=2,
+                      weight_decay=0.2, **CORR), ("tensor",), marks=_SLOW),
+    pytest.param(dict(p=3, p_star=2, readout=uneven_readout(3), lr_readout=0.3,
+                      batch_size=2, weight_decay=0.2, **CORR), ("matrix", "tensor"),
+                 marks=_SLOW),
+]
+
+
+def _state(model, rng, scale=0.6):
+    Q, rho, T = random_overlaps(model.p, model.p_star, rng, scale=scale)
+    if model.constraint == "sphere":
+        d = np.sqrt(np.diag(Q))
+        Q, rho = Q / np.outer(d, d), rho / d[:, None]
+    a = rng.uniform(0.5, 1.5, model.p) if model.readout_trained else None
+    return Q, rho, T, a
+
+
+@pytest.mark.parametrize("kw, forms", WIDTH_FREE_DIFFUSION)
+def test_width_independent_diffusion_equals_the_entry_form(kw, forms):
+    """``D`` of the matrix and tensor forms (moment kinds against the error weights
+    ``(c a, −b)``) == the entry form's to 1e-12, and differs from the square loss's."""
+    model = sq.Model(lr=0.3, noise=0.2, **kw)
+    Q, rho, T, a = _state(model, np.random.default_rng(7))
+    ref = sq.kernels(model, "entries").diffusion(Q, rho, T, a)
+    scale = np.max(np.abs(ref))
+    assert scale > 1e-3
+    for form in forms:
+        D = sq.kernels(model, form).diffusion(Q, rho, T, a)
+        assert np.max(np.abs(D - ref)) <= 1e-12 * scale, form
+        square = sq.kernels(model.replace(loss="square"), form).diffusion(Q, rho, T, a)
+        assert np.max(np.abs(square - ref)) > 1e-3 * scale, form
+
+
+@pytest.mark.parametrize("kw", [dict(p=2, p_star=1, activation="erf", **CORR),
+                                dict(p=2, p_star=1, activation="relu", lr_readout=0.3, **CORR)],
+                         ids=["erf", "relu"])
+def test_special_diffusion_matches_monte_carlo(kw):
+    """The tensor ``D`` of erf (closed forms, Price quadrature) and ReLU (cubature, 1e-3 of
+    max |D|) against N-dimensional one-step increments of ``ℓ = −y ŷ``, with power
+    against the square loss's ``D`` on the same data."""
+    from diffusion_mc import covariance_with_errors, increments
+    model = sq.Model(lr=0.5, noise=0.3, **kw)
+    rng = np.random.default_rng(32)
+    Q, rho, T = random_overlaps(model.p, model.p_star, rng)
+    a = rng.uniform(0.5, 1.5, model.p) / model.p if model.readout_trained else None
+    cov, se = covariance_with_errors(increments(model, Q, rho, T, 100_000, rng, N=1000, a=a))
+    D = sq.kernels(model, "tensor").diffusion(Q, rho, T, a)
+    assert np.max(se) < 0.05 * np.max(np.abs(D))
+    threshold = norm.isf(0.001 / (2 * D.size))           # Bonferroni over the entries
+    assert np.max(np.abs(cov - D) / se) < threshold
+    square = sq.kernels(model.replace(loss="square"), "tensor").diffusion(Q, rho, T, a)
+    assert np.max(np.abs(cov - square) / se) > threshold
+
+
+# ----------------------------------------------------------------- the exact Jacobian
+def five_point_jacobian(kern, Q, rho, T, a, h):
+    """``∂f/∂X`` of ``kern.rhs`` by the five-point central stencil (error ``O(h⁴ f⁽⁵⁾)``:
+    exact, up to rounding, for a drift of degree <= 4 in each state entry)."""
+    lay = kern.layout
+    x0 = lay.pack(Q, rho, a)
+
+    def f(x):
+        Qx, rx, ax = lay.unpack(x)
+        return lay.pack(*kern.rhs(Qx, rx, T, ax))
+    J = np.empty((lay.dim, lay.dim))
+    weights = (1 / 12, -2 / 3, 0.0, 2 / 3, -1 / 12)
+    for j in range(lay.dim):
+        step = np.zeros(lay.dim)
+        step[j] = h
+        J[:, j] = sum(w * f(x0 + (i - 2) * step) for i, w in enumerate(weights) if w) / h
+    return J
+
+
+@pytest.mark.parametrize("kw, h, tol", [
+    # polynomial drifts of degree <= 4 in each entry: the stencil is exact at any h
+    (dict(p=2, p_star=1, **CORR), 0.1, 1e-13),
+    (dict(p=2, p_star=1, activation="z + z**2", lr_readout=0.3, batch_size=2,
+          weight_decay=0.2, **CORR), 0.1, 1e-13),
+    # the sphere's 1/Q_kk: stencil error ~2e-9 at h = 1e-2, h^4 smaller at 1e-3
+    (dict(p=2, p_star=1, constraint="sphere", lr_readout=0.3, activation="z**2 + 1",
+          **CORR), 1e-3, 1e-11),
+    pytest.param(dict(p=3, p_star=2, activation="z + z**2", lr_readout=0.3, batch_size=2,
+                      weight_decay=0.2, **CORR), 0.1, 1e-13, marks=_SLOW),
+], ids=["alone", "combination", "sphere", "combination_3_2"])
+def test_exact_jacobian_against_differences_of_the_kernels(kw, h, tol):
+    """The exact Jacobian (the entry route's drift differentiated symbolically) against
+    five-point differences of the tensor kernels' ``rhs``; the square loss's differs."""
+    model = sq.Model(lr=0.3, noise=0.2, **kw)
+    Q, rho, T, a = _state(model, np.random.default_rng(1))
+    kern = sq.kernels(model, "tensor")
+    J = kern.jacobian(Q, rho, T, a)
+    F = five_point_jacobian(kern, Q, rho, T, a, h)
+    scale = np.max(np.abs(F))
+    assert np.max(np.abs(J - F)) <= tol * scale
+    square = sq.kernels(model.replace(loss="square"), "tensor").jacobian(Q, rho, T, a)
+    assert np.max(np.abs(square - F)) > 1e-3 * scale
