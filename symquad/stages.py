@@ -65,8 +65,8 @@ STAGES = {
     "integrate_batch": _LOSS + SCHEDULE,
     "simulate(method='full')": _LOSS + SCHEDULE,
     "simulate(method='reduced')": _LOSS + SCHEDULE,
-    "simulate(method='sde')": FIELDS_0_2 + SCHEDULE,
-    "fluctuations": FIELDS_0_2 + SCHEDULE,
+    "simulate(method='sde')": _LOSS + SCHEDULE,
+    "fluctuations": _LOSS + SCHEDULE,
     "the O(1/N) correction of the mean": FIELDS_0_2,
     "the forward sensitivities": FIELDS_0_2,
     # conventions.py: t <-> tau = eta t (a constant step size)
