@@ -67,8 +67,8 @@ STAGES = {
     "simulate(method='reduced')": _LOSS + SCHEDULE,
     "simulate(method='sde')": _LOSS + SCHEDULE,
     "fluctuations": _LOSS + SCHEDULE,
-    "the O(1/N) correction of the mean": FIELDS_0_2,
-    "the forward sensitivities": FIELDS_0_2,
+    "the O(1/N) correction of the mean": _LOSS,
+    "the forward sensitivities": _LOSS,
     # conventions.py: t <-> tau = eta t (a constant step size)
     "the time conventions": _LOSS,
     # studies/: validation, the sweep tasks (one entry per built-in model task)
