@@ -753,3 +753,15 @@ def test_forward_sensitivities_against_differences_of_the_ode(names):
     for name in names:
         assert np.max(np.abs(square.risk_derivative[name] - sens.risk_derivative[name])) \
             > 1e-3 * np.max(np.abs(sens.risk_derivative[name])), name
+
+
+def test_survival_row_of_the_loss():
+    """``symquad survival`` has a row for the loss, each cell refused by its rule's reason."""
+    from symquad.survival import survival_models, survival_table
+    labels = dict(survival_models())
+    assert labels["loss = correlation"] == sq.Model(p=3, p_star=2, lr=0.1, **CORR)
+    table = survival_table(models=[("loss", sq.Model(p=2, p_star=1, lr=0.1, **CORR))],
+                           N_escape=10_000, n_samples=4)
+    (row,) = (r[2] for r in table.rows)
+    assert all(cell.status == "not derived" for cell in row.values()), row
+    assert all("loss" in cell.note for cell in row.values()), row
