@@ -47,28 +47,28 @@ SCHEDULE = ("lr_schedule",)
 STAGES = {
     # symbolic/: the three routes, each form of derive(); the LaTeX printed from them
     "derive(form='entries')": _LOSS + SCHEDULE,
-    "derive(form='matrix')": FIELDS_0_2 + SCHEDULE,
-    "derive(form='tensor')": FIELDS_0_2 + SCHEDULE,
-    "the LaTeX equations": _LOSS + SCHEDULE,      # the loss: through the entry route only
+    "derive(form='matrix')": _LOSS + SCHEDULE,
+    "derive(form='tensor')": _LOSS + SCHEDULE,
+    "the LaTeX equations": _LOSS + SCHEDULE,
     # numeric/kernels.py: the generated kernels (rhs, risk, moments) of each form, and the
     # diffusion matrix (each form) and exact Jacobian / risk derivatives built beside them
     "kernels(form='matrix')": _LOSS + SCHEDULE,
     "kernels(form='tensor')": _LOSS + SCHEDULE,
     "kernels(form='entries')": _LOSS + SCHEDULE,
-    "the diffusion matrix (form='matrix')": FIELDS_0_2 + SCHEDULE,
-    "the diffusion matrix (form='tensor')": FIELDS_0_2 + SCHEDULE,
+    "the diffusion matrix (form='matrix')": _LOSS + SCHEDULE,
+    "the diffusion matrix (form='tensor')": _LOSS + SCHEDULE,
     "the diffusion matrix (form='entries')": _LOSS + SCHEDULE,
-    "the exact Jacobian": FIELDS_0_2 + SCHEDULE,
+    "the exact Jacobian": _LOSS + SCHEDULE,
     "the state layout": _LOSS + SCHEDULE,
     # numeric/: the solvers, simulators, SDE and LNA
     "integrate": _LOSS + SCHEDULE,
     "integrate_batch": _LOSS + SCHEDULE,
     "simulate(method='full')": _LOSS + SCHEDULE,
     "simulate(method='reduced')": _LOSS + SCHEDULE,
-    "simulate(method='sde')": FIELDS_0_2 + SCHEDULE,
-    "fluctuations": FIELDS_0_2 + SCHEDULE,
-    "the O(1/N) correction of the mean": FIELDS_0_2,
-    "the forward sensitivities": FIELDS_0_2,
+    "simulate(method='sde')": _LOSS + SCHEDULE,
+    "fluctuations": _LOSS + SCHEDULE,
+    "the O(1/N) correction of the mean": _LOSS,
+    "the forward sensitivities": _LOSS,
     # conventions.py: t <-> tau = eta t (a constant step size)
     "the time conventions": _LOSS,
     # studies/: validation, the sweep tasks (one entry per built-in model task)

@@ -96,6 +96,7 @@ def survival_models(base: Model | None = None) -> list:
         ("weight_decay = 0.1", {"weight_decay": 0.1}),
         ("batch_size = 4", {"batch_size": 4}),
         ("constraint = sphere", {"constraint": "sphere"}),
+        ("loss = correlation", {"loss": "correlation"}),
     ]
     return [(label, base.replace(**kw)) for label, kw in changes]
 

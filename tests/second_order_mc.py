@@ -46,7 +46,9 @@ def one_step_sources(model, Q, rho, T, N, n, rng, a=None, chunk=20000):
         lam = x @ W.T / np.sqrt(N)
         nu = x @ Ws.T / np.sqrt(N)
         G = np.einsum("mbn,mcn->mbc", x, x) / N                      # x^μ·x^ν/N
-        err = sig(lam) @ a - sigt(nu) @ bt - np.sqrt(model.noise) * rng.standard_normal((m, b))
+        y = sigt(nu) @ bt + np.sqrt(model.noise) * rng.standard_normal((m, b))
+        # the error signal dl/dyhat: yhat - y (square loss), -y (correlation loss -y yhat)
+        err = sig(lam) @ a - y if model.loss == "square" else -y
         g = err[..., None] * a * ds(lam)
         lg = np.einsum("mbk,mbl->mkl", g, lam) / b
         ng = np.einsum("mbk,mbl->mkl", g, nu) / b

@@ -22,8 +22,11 @@ needs_pdflatex = pytest.mark.skipif(
     "(Debian/Ubuntu) to run them")
 
 
-def test_display_form_is_the_derived_form():
-    m = sq.Model(p=3, p_star=2, lr=0.1)
+@pytest.mark.parametrize("loss", ["square", "correlation"])
+def test_display_form_is_the_derived_form(loss):
+    """The display (traces named m_n, and the error signal's own traces for the correlation
+    loss) is the derived matrix form, on explicit matrices."""
+    m = sq.Model(p=3, p_star=2, lr=0.1, loss=loss)
     definitions, risk, dQ, drho = display_form(m)
     eqs = derive_matrix_form(m)
     back = dict(definitions)
@@ -51,7 +54,10 @@ def test_latex_mentions_every_equation():
 
 FORMS = [(sq.Model(p=3, p_star=2, lr=0.1), "matrix"),
          (sq.Model(p=3, p_star=2, lr=0.1, activation="z**3 - 3*z"), "tensor"),
-         (sq.Model(p=2, p_star=1, lr=0.1), "entries")]
+         (sq.Model(p=2, p_star=1, lr=0.1), "entries"),
+         (sq.Model(p=3, p_star=2, lr=0.1, loss="correlation"), "matrix"),
+         (sq.Model(p=3, p_star=2, lr=0.1, activation="z**3 - 3*z", loss="correlation"),
+          "tensor")]
 
 
 @pytest.mark.parametrize("model,form", FORMS)

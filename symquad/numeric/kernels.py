@@ -616,9 +616,14 @@ def _diffusion_function(model: Model, form: str):
         def source(Q, rho, T, a):
             return mod.kinds(Q, rho, T, a, b, model.noise, names)
 
+    # the kinds are expectations against the loss's error signal e = c yhat - y
+    # (spec.LOSSES), like the drift's moments: their output weights are (c a, -b), while
+    # the assembly's readout factors (g_k = a_k sigma'(lambda_k) e) keep a
+    c = float(error_signal_weight(model))
+
     def D(Q, rho, T, a, params=params):
         batch = np.broadcast_shapes(Q.shape[:-2], rho.shape[:-2], T.shape[:-2], a.shape[:-1])
-        return assemble(Q, rho, a, source(Q, rho, T, a), params, trained, batch)
+        return assemble(Q, rho, a, source(Q, rho, T, c * a), params, trained, batch)
     return D
 
 

@@ -32,7 +32,7 @@ from sympy.printing.latex import LatexPrinter
 from .symbols import ETA, NOISE, P, P_STAR, XI, latex_names_for
 from .._describe import describe_model
 from .symbols import readout_symbols
-from ..spec import activation_label
+from ..spec import activation_label, error_signal_weight
 
 __all__ = ["equations_latex", "document", "tex_width", "display_rhs", "align_rows",
            "LINE_WIDTH_PT", "TEXT_WIDTH_PT", "to_latex"]
@@ -767,7 +767,10 @@ def _matrix_rows(eq):
     definitions, risk, dQ, drho = display_form(eq.model)
     names = _names(risk, dQ, drho, eq.da, *definitions.values())
     for trace in definitions:      # the traces tr((AC)^n) are named m_n (not τ: the clock)
-        names[trace] = f"m_{{{trace.name.rsplit('_', 1)[1]}}}"
+        head, order = trace.name.rsplit("_", 1)
+        # taue_n: a trace of the error signal's A_e (a loss other than the square loss)
+        names[trace] = (rf"\tilde{{m}}_{{{order}}}" if head == "taue"
+                        else f"m_{{{order}}}")
     rows = [(to_latex(trace, names), display_rhs(value, names, group_by=sp.Dummy()))
             for trace, value in definitions.items()]
     rows.append((r"\varepsilon", display_rhs(risk, names)))
@@ -832,6 +835,31 @@ _SPECIAL_TENSOR_INTRO = _TENSOR_INTRO.replace(
     "covariances of distinct fields; they hold for coincident indices too.\n", ".\n")
 
 
+def _loss_line(model, form: str) -> str:
+    """What the weights of the width-independent forms mean for the model's loss.
+
+    Empty for the square loss (error signal ``ŷ − y``: the forms' ``A`` and ``w``) and
+    for the entry form.  Otherwise the error signal is ``e = c ŷ − y``
+    (:func:`symquad.spec.error_signal_weight`): the drift's moments weight the students
+    by ``c``, and the risk stays the square-loss error.
+    """
+    c = error_signal_weight(model)
+    if c == 1 or form == "entries":
+        return ""
+    signal = "-y" if c == 0 else rf"{c}\,\hat y - y"
+    if form == "matrix":
+        what = (r"the drift's traces $\tilde{m}_n = \operatorname{tr}((A_e C)^n)$ and words "
+                rf"use $A_e = \operatorname{{diag}}({c}\,c\,a, -c^*\,b)$ and "
+                rf"$\kappa_e = {c}\,c_0 \textstyle\sum_k a_k - c_0^* \sum_m b_m$")
+    elif c == 0:
+        what = r"the drift's sums over $a, b$ run over the teacher fields $a, b > p$ only"
+    else:
+        what = rf"the drift's sums weight a student field $a \le p$ by ${c}\,w_a$"
+    return (f"% loss: {model.loss} (error signal e = dl/dyhat = {c} yhat - y)\n"
+            rf"\noindent Loss: {model.loss}, error signal $e = \partial\ell/\partial\hat y "
+            rf"= {signal}$: {what}; the risk $\varepsilon$ is the square-loss error." "\n")
+
+
 def equations_latex(eq, standalone: bool = False) -> str:
     """LaTeX for the risk and the ODEs of an :class:`~symquad.symbolic.derive.Equations`."""
     model = eq.model
@@ -843,7 +871,7 @@ def equations_latex(eq, standalone: bool = False) -> str:
         intro, rows = _TENSOR_INTRO, _tensor_rows(eq)
     else:
         intro, rows = "% entry-by-entry form\n", _entry_rows(eq)
-    body = intro + _model_line(model) + align_rows(rows)
+    body = intro + _loss_line(model, eq.form) + _model_line(model) + align_rows(rows)
     if standalone:
         return document(body, title=f"symquad equations ({eq.form} form)")
     return body

@@ -35,7 +35,7 @@ from itertools import product
 
 import sympy as sp
 
-from ..spec import Model
+from ..spec import Model, error_signal_weight
 from .moments import MB, MG, MGT, MR, moment_drift
 from .quadforms import COV, expect_forms, expect_outer
 from .symbols import (NOISE, P, P_STAR, XI, matrix_symbols, overlap_symbols,
@@ -261,17 +261,35 @@ def word_level() -> dict:
     return {"outer1": _outer(1), "outer2": _outer(2), "scalar1": _scalar(1), "risk": risk}
 
 
-def _readout_diagonals(model: Model, values: dict, explicit: bool, uniform=None):
-    """``A`` on the student and teacher blocks, and ``κ`` (`uniform`: symbols ``(α, β)``)."""
+def _readout_diagonals(model: Model, values: dict, explicit: bool, uniform=None,
+                       weight=1):
+    """``A`` on the student and teacher blocks, and ``κ`` (`uniform`: symbols ``(α, β)``).
+
+    `weight` multiplies the student's part (its block of ``A`` and its share of ``κ``):
+    1 for the clean error ``ŷ − y*`` of the risk, the loss's error-signal weight ``c``
+    (:func:`symquad.spec.error_signal_weight`) for the error ``e = c ŷ − y`` the moment
+    kinds are expectations against.  At ``c = 0`` the student part is the number 0, so
+    the paths through it drop out of every word.
+    """
+    a_lam, a_nu, kappa_s, kappa_t = _readout_parts(model, values, explicit, uniform)
+    if weight == 0:
+        return sp.Integer(0), a_nu, -kappa_t
+    if weight == 1:
+        return a_lam, a_nu, kappa_s - kappa_t
+    return weight * a_lam, a_nu, weight * kappa_s - kappa_t
+
+
+def _readout_parts(model: Model, values: dict, explicit: bool, uniform=None):
+    """``(A_λ, A_ν, κ_student, κ_teacher)``: ``A``'s blocks and ``κ = κ_student − κ_teacher``."""
     c, cs, c0, c0s = (values[s] for s in ACT_SYMBOLS)
     if uniform is not None:
         alpha, beta = uniform
-        return c * alpha, -cs * beta, c0 * alpha * P - c0s * beta * P_STAR
+        return c * alpha, -cs * beta, c0 * alpha * P, c0s * beta * P_STAR
     if explicit:
         a, b = readout_symbols(model.p, model.p_star)
         a = a if model.readout_trained else tuple(_rational(x) for x in model.readout)
         b = tuple(_rational(x) for x in model.teacher_readout)
-        return c * sp.diag(*a), -cs * sp.diag(*b), c0 * sum(a) - c0s * sum(b)
+        return c * sp.diag(*a), -cs * sp.diag(*b), c0 * sum(a), c0s * sum(b)
     uniform_a = len(set(model.readout)) == 1 and not model.readout_trained
     uniform_b = len(set(model.teacher_readout)) == 1
     # the default readouts stay 1/p, 1/p* (width independent)
@@ -280,28 +298,43 @@ def _readout_diagonals(model: Model, values: dict, explicit: bool, uniform=None)
     beta = 1 / P_STAR if model.is_default("teacher_readout") else _rational(model.teacher_readout[0])
     a_lam = c * alpha if uniform_a else c * DA
     a_nu = -cs * beta if uniform_b else -cs * DB
-    kappa = ((c0 * alpha * P if uniform_a else c0 * sp.Trace(DA))
-             - (c0s * beta * P_STAR if uniform_b else c0s * sp.Trace(DB)))
-    return a_lam, a_nu, kappa
+    return (a_lam, a_nu, c0 * alpha * P if uniform_a else c0 * sp.Trace(DA),
+            c0s * beta * P_STAR if uniform_b else c0s * sp.Trace(DB))
 
 
 def _evaluate_blocks(model, words, values, Q, rho, T, p, k, trace, explicit=False,
-                     trace_names=None, uniform=None):
-    """Moments and risk from the word level, block by block."""
-    a_lam, a_nu, kappa = _readout_diagonals(model, values, explicit, uniform)
-    blocks = _Blocks(Q, rho, T, a_lam, a_nu, explicit)
-    cache = {}
+                     trace_names=None, uniform=None, error_trace_names=None):
+    """Moments and risk from the word level, block by block.
 
-    def coeff_value(coeff):
-        subs = {KAPPA: kappa}
-        for s in coeff.free_symbols:
-            if s.name.startswith("tr("):
-                if s not in cache:
-                    word = tuple(s.name[3:-1])
-                    cache[s] = (trace_names[s] if trace_names
-                                else _trace_value(blocks, word, trace))
-                subs[s] = cache[s]
-        return coeff.xreplace(subs).xreplace(values)
+    The risk is the square-loss error's (``A``, ``κ`` of ``ŷ − y*``); the moments are
+    expectations against the loss's error signal ``e = c ŷ − y`` (``c`` of
+    :func:`symquad.spec.error_signal_weight`), whose ``A`` and ``κ`` have the student
+    part times ``c``: the same words evaluated on other blocks.  For ``c = 1`` both
+    are one evaluation.  `trace_names` (`error_trace_names`) name the traces of the
+    risk's (the error's) words instead of expanding them.
+    """
+    weight = error_signal_weight(model)
+
+    def evaluator(w, names):
+        a_lam, a_nu, kappa = _readout_diagonals(model, values, explicit, uniform, weight=w)
+        blocks = _Blocks(Q, rho, T, a_lam, a_nu, explicit)
+        cache = {}
+
+        def coeff_value(coeff):
+            subs = {KAPPA: kappa}
+            for s in coeff.free_symbols:
+                if s.name.startswith("tr("):
+                    if s not in cache:
+                        word = tuple(s.name[3:-1])
+                        cache[s] = (names[s] if names
+                                    else _trace_value(blocks, word, trace))
+                    subs[s] = cache[s]
+            return coeff.xreplace(subs).xreplace(values)
+        return blocks, coeff_value
+
+    risk_blocks, risk_value = evaluator(1, trace_names)
+    blocks, coeff_value = ((risk_blocks, risk_value) if weight == 1
+                           else evaluator(weight, error_trace_names))
 
     zeros = {(LAM, LAM): sp.zeros(p, p) if explicit else sp.ZeroMatrix(p, p),
              (LAM, NU): sp.zeros(p, k) if explicit else sp.ZeroMatrix(p, k)}
@@ -327,7 +360,7 @@ def _evaluate_blocks(model, words, values, Q, rho, T, p, k, trace, explicit=Fals
                 term = (coeff * scalar * (sp.ones(p, 1) if explicit else sp.OneMatrix(p, 1)))
             total = term if total is None else total + term
         moments[kind] = total
-    risk = coeff_value(words["risk"]).xreplace(switched_off(model))
+    risk = risk_value(words["risk"]).xreplace(switched_off(model))
     return risk, moments
 
 
@@ -481,22 +514,41 @@ def display_form(model: Model):
     Returns ``(definitions, risk, dQ, drho)`` where ``definitions`` maps each
     ``τ_n`` Symbol to its expression in ``Q, ρ, T`` and the equations use the
     ``τ_n``.  ``τ_1 = E[ŷ − y_clean] − κ`` and ``2 τ_2`` is the variance of the error.
+    For a loss whose error signal ``e = c ŷ − y`` is not ``ŷ − y``
+    (:func:`symquad.spec.error_signal_weight`), the moments' traces are those of
+    ``A_e`` (``A`` with its student block times ``c``), named ``τ^e_n`` (``taue_n``),
+    and only the risk keeps the ``τ_n``.
     """
     values = activation_values(model)
     words = word_level()
     Q, rho, T = matrix_symbols()
-    placeholders = set(words["risk"].free_symbols) | set(words["scalar1"].free_symbols)
-    for key in ("outer1", "outer2"):
-        for coeff in words[key].values():
-            placeholders |= coeff.free_symbols
-    placeholders = sorted((s for s in placeholders if s.name.startswith("tr(")),
-                          key=lambda s: (len(s.name), s.name))
-    names = {s: sp.Symbol(f"tau_{len(s.name[3:-1]) // 2}") for s in placeholders}
-    a_lam, a_nu, _ = _readout_diagonals(model, values, explicit=False)
-    blocks = _Blocks(Q, rho, T, a_lam, a_nu)
-    definitions = {names[s]: _trace_value(blocks, tuple(s.name[3:-1]), sp.Trace)
-                   for s in placeholders}
+    weight = error_signal_weight(model)
+
+    def traces(keys):
+        found = set()
+        for key in keys:
+            word = words[key]
+            for coeff in (word.values() if isinstance(word, dict) else [word]):
+                found |= sp.sympify(coeff).free_symbols
+        return sorted((s for s in found if s.name.startswith("tr(")),
+                      key=lambda s: (len(s.name), s.name))
+
+    def named(placeholders, head, w):
+        names = {s: sp.Symbol(f"{head}_{len(s.name[3:-1]) // 2}") for s in placeholders}
+        a_lam, a_nu, _ = _readout_diagonals(model, values, explicit=False, weight=w)
+        blocks = _Blocks(Q, rho, T, a_lam, a_nu)
+        return names, {names[s]: _trace_value(blocks, tuple(s.name[3:-1]), sp.Trace)
+                       for s in placeholders}
+
+    moment_words = ("scalar1", "outer1", "outer2")
+    if weight == 1:
+        names, definitions = named(traces(("risk",) + moment_words), "tau", 1)
+        error_names = None
+    else:
+        names, definitions = named(traces(("risk",)), "tau", 1)
+        error_names, error_definitions = named(traces(moment_words), "taue", weight)
+        definitions.update(error_definitions)
     risk, moments = _evaluate_blocks(model, words, values, Q, rho, T, P, P_STAR, sp.Trace,
-                                     trace_names=names)
+                                     trace_names=names, error_trace_names=error_names)
     dQ, drho, _ = _assemble(model, moments, Q, rho, explicit=False, p=P)
     return definitions, risk, dQ, drho

@@ -80,11 +80,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import product
 from math import factorial, prod
 
 import sympy as sp
 
-from ..spec import Model
+from ..spec import Model, error_signal_weight
 from . import special as S
 from .moments import MB, MG, MGT, MR, moment_drift
 from .symbols import NOISE, P
@@ -475,19 +476,39 @@ def special_definitions(student, teacher) -> dict:
 
 
 def _display_drift(probe):
-    """The ODE as index sums of ``I_2, J_2, I_3, I_4`` (independent of the activations)."""
+    """The ODE as index sums of ``I_2, J_2, I_3, I_4`` (independent of the activations).
+
+    The moment kinds are expectations against the loss's error signal ``e = c ŷ − y``
+    (``c`` of :func:`symquad.spec.error_signal_weight`): their sums weight a student
+    field ``a <= p`` by ``c w_a`` and a teacher field by ``w_a``, so for ``c ≠ 1`` each sum
+    splits at ``p`` (``c = 0``, the correlation loss: the teacher fields alone); the risk
+    keeps ``w`` (the square-loss error).
+    """
     k, l, j, a, b, m = (IDX[x] for x in "kljabm")
     over_a, over_b = (a, 1, N_FIELDS), (b, 1, N_FIELDS)
+    c = sp.Integer(error_signal_weight(probe))
+
+    def error_sum(summand, *indices):
+        """``Σ e_{i_1}/w_{i_1} ⋯ summand`` over the error's weights: ``c`` on students."""
+        if c == 1:
+            return sp.Sum(summand, *[(i, 1, N_FIELDS) for i in indices])
+        total = sp.Integer(0)
+        for students in product((True, False), repeat=len(indices)):
+            weight = c ** sum(students)
+            if weight != 0:
+                total += weight * sp.Sum(summand, *[(i, 1, P) if s else (i, P + 1, N_FIELDS)
+                                                    for i, s in zip(indices, students)])
+        return total
 
     def three(x, y):
-        return sp.Sum(WEIGHT[a] * I3F(x, y, a), over_a)
+        return error_sum(WEIGHT[a] * I3F(x, y, a), a)
 
     def four(x, y):
-        return (sp.Sum(WEIGHT[a] * WEIGHT[b] * I4F(x, y, a, b), over_a, over_b)
+        return (error_sum(WEIGHT[a] * WEIGHT[b] * I4F(x, y, a, b), a, b)
                 + NOISE * J2F(x, y))
 
     def two(x):
-        return sp.Sum(WEIGHT[a] * I2F(x, a), over_a)
+        return error_sum(WEIGHT[a] * I2F(x, a), a)
 
     K, L, M = sp.symbols("k l m", integer=True, positive=True)
     index = {K: k, L: l, M: m}
@@ -633,19 +654,24 @@ def reference_entries(model: Model, Q, rho, T, dq_entries=(), drho_entries=(),
         a_col, b_row = np.arange(n)[:, None], np.arange(n)[None, :]
         a_all = np.arange(n)
         ww = w[:, None] * w[None, :]
+        # the moment kinds are taken against the loss's error signal e = c yhat - y: the
+        # students' weights times c (spec.error_signal_weight); the risk keeps w
+        c = error_signal_weight(model)
+        we = np.array([c * x for x in w[:p]] + list(w[p:]), dtype=object)
+        wwe = we[:, None] * we[None, :]
 
         def total(x):
             return mpmath.fsum(np.broadcast_to(x, (n,) * np.ndim(x)).ravel())
 
         def moment(func, *units):
             if func is MG:
-                return total(w * I3(C, phi, (units[0], units[1], a_all)))
+                return total(we * I3(C, phi, (units[0], units[1], a_all)))
             if func is MGT:
-                return total(w * I3(C, phi, (units[0], p + units[1], a_all)))
+                return total(we * I3(C, phi, (units[0], p + units[1], a_all)))
             if func is MB:
-                return (total(ww * I4(C, phi, (units[0], units[1], a_col, b_row)))
+                return (total(wwe * I4(C, phi, (units[0], units[1], a_col, b_row)))
                         + values[PARAMS[1]] * J2(C, phi, units))
-            return total(w * I2(C, phi, (units[0], a_all)))
+            return total(we * I2(C, phi, (units[0], a_all)))
 
         md = moment_drift(model)
 
