@@ -28,6 +28,7 @@ multigraphs on the external vertices and ``q = r − s`` summed vertices
 from __future__ import annotations
 
 import itertools
+import json
 import math
 
 import numpy
@@ -43,7 +44,7 @@ except ImportError:                                      # pragma: no cover - nu
         _c_einsum = None
 
 __all__ = ["block_indices", "assemble", "gather", "KindArrays", "WordGather", "tensor_kinds",
-           "tensor_kinds_reference",
+           "tensor_kinds_reference", "plan_from_json",
            "BLOCK_PAIRS", "SparsePolynomials", "entry_generators", "fill_symmetric"]
 
 #: Blocks of ``D`` in state order (the others are transposes).
@@ -127,6 +128,15 @@ class KindArrays:
 _LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 _PATHS: dict = {}
 _REF_PATHS: dict = {}
+
+
+def plan_from_json(text):
+    """The kinds of a generated tensor-diffusion plan from its JSON text (lists read as tuples)."""
+    return {name: _tuples(value) for name, value in json.loads(text).items()}
+
+
+def _tuples(x):
+    return tuple(_tuples(v) for v in x) if isinstance(x, list) else x
 
 
 def _term_operands(term, roles, Cp, vstud, vsum, p):
@@ -475,6 +485,75 @@ def _pairwise_plan(subscripts, core):
     shrinks, an ``O(p⁴ n⁴)`` loop for the densest multigraphs (46 s against 1 s for
     ``z³ − 3z`` at p = 16).  ``largest`` is per batch element, in elements.
     """
+    inputs, output = subscripts.split("->")
+    current = inputs.split(",")
+    dims = {}
+    for sub, shape in zip(current, core):
+        dims.update(zip(sub.replace("...", ""), shape))
+    out_letters = frozenset(output.replace("...", ""))
+    out_size = math.prod(dims[ch] for ch in out_letters)
+    sets = [frozenset(sub.replace("...", "")) for sub in current]
+    sizes = [math.prod(dims[ch] for ch in x) for x in sets]
+    holders = {}                              # letter -> number of operands holding it
+    for x in sets:
+        for ch in x:
+            holders[ch] = holders.get(ch, 0) + 1
+    steps, largest = [], 1
+    while len(current) > 1:
+        m = len(current)
+        summed = [x - {"t"} for x in sets]
+        pairs = [(i, j) for i in range(m) for j in range(i + 1, m)
+                 if summed[i] & summed[j]]                # pairs sharing a summed index
+        if not pairs:
+            pairs = [(i, j) for i in range(m) for j in range(i + 1, m)]
+        best = None
+        for i, j in pairs:
+            si, sj = sets[i], sets[j]
+            union = si | sj
+            if m == 2:
+                size_r = out_size
+            else:
+                both = si & sj
+                size_r = 1
+                for ch in union:
+                    # held elsewhere: by more operands than the pair's own
+                    if ch in out_letters or holders[ch] > (2 if ch in both else 1):
+                        size_r *= dims[ch]
+            flops = 1
+            for ch in union:
+                flops *= dims[ch]
+            key = (size_r - sizes[i] - sizes[j], flops)
+            if best is None or key < best[0]:
+                best = (key, i, j, flops)
+        _, i, j, flops = best
+        letters = list(dict.fromkeys((current[i] + current[j]).replace("...", "")))
+        if m == 2:
+            result = output
+        else:
+            both = sets[i] & sets[j]
+            ell = "..." if current[i].startswith("...") or current[j].startswith("...") \
+                else ""
+            result = ell + "".join(ch for ch in letters if ch in out_letters
+                                   or holders[ch] > (2 if ch in both else 1))
+        steps.append(((j, i), current[j] + "," + current[i] + "->" + result, flops))
+        for k in (j, i):
+            for ch in sets[k]:
+                holders[ch] -= 1
+            current.pop(k)
+            sets.pop(k)
+            sizes.pop(k)
+        rset = frozenset(result.replace("...", ""))
+        for ch in rset:
+            holders[ch] = holders.get(ch, 0) + 1
+        current.append(result)
+        sets.append(rset)
+        sizes.append(math.prod(dims[ch] for ch in rset))
+        largest = max(largest, sizes[-1])
+    return steps, largest
+
+
+def _pairwise_plan_strings(subscripts, core):
+    """The former :func:`_pairwise_plan` (string tests per pair), kept to check it."""
     inputs, output = subscripts.split("->")
     current = inputs.split(",")
     dims = {}
