@@ -141,3 +141,19 @@ def test_kinds_equal_from_labelled_plan():
 @pytest.mark.slow
 def test_kinds_equal_from_labelled_plan_cubic():
     _check_kinds("z**3 - 3*z", "z**3 - 3*z", 3, 2)
+
+
+def test_pairwise_plan_equals_the_string_route(monkeypatch):
+    """The set-based pairwise planner chooses the same steps as the former string route."""
+    calls = []
+    planner = E._pairwise_plan
+
+    def spy(subscripts, core):
+        calls.append((subscripts, core))
+        return planner(subscripts, core)
+    monkeypatch.setattr(E, "_pairwise_plan", spy)
+    plans, top = dt.kind_plans(CUBIC)
+    E._Program({**plans, "__top__": top}, tuple(plans), 3, 5)
+    assert len(calls) > 1000
+    for subscripts, core in calls[::4]:                 # every fourth: the test stays cheap
+        assert planner(subscripts, core) == E._pairwise_plan_strings(subscripts, core)
