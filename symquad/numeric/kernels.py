@@ -330,8 +330,15 @@ class Kernels:
         """
         params = self.params_at(t)
         Q, rho, T, a = self._arrays(Q, rho, T, a)
-        return _diffusion_function(_untimed(self.model, "the diffusion matrix (form="
-                                            f"{self.form!r})"), self.form)(Q, rho, T, a, params)
+        D = _diffusion_function(_untimed(self.model, "the diffusion matrix (form="
+                                         f"{self.form!r})"), self.form)
+        if self._limit:
+            # the tensor route's contractions on the kernels' threads, as the RHS: with
+            # the library's two BLAS threads beside other jobs D at p = 16 (z³ − 3z) took
+            # 1629 ms of CPU against 469 ms on one (benchmarks/bench_kernels.py --diffusion)
+            with limited_blas(self.threads):
+                return D(Q, rho, T, a, params)
+        return D(Q, rho, T, a, params)
 
     def jacobian(self, Q, rho, T, a=None, t=None):
         r"""Exact Jacobian ``J_IJ = ∂f_I/∂X_J`` of the drift in the state order of :attr:`layout`.

@@ -312,15 +312,17 @@ class _Program:
     vertex joined to the same externals by the same multiplicities, …), which
     leaves ~⅓ of the steps for ``z³ − 3z``.  At call time the leaves are read
     (views where a class has one term), the unique steps run once in order, and
-    each class's result is contracted with its weights ``size/|G|`` into its kind.
-    The same sum as the class route, reassociated (the weights last): equal to
-    rounding.
+    each class's last step is taken with its weights ``size/|G|``, summing over its
+    terms into its kind: a matrix product over the term axis instead of a
+    ``(t, p, …)`` array per class summed afterwards.  The same sum as the class
+    route, reassociated (the weights last): equal to rounding.
     """
 
     def __init__(self, plan, names, p, n):
         index = {}
-        #: per kind and power q: (kind, coefficient, power of Δ, result nodes,
-        #: their concatenated weights, the weighted sum's subscripts)
+        #: per kind and power q: (kind, coefficient, power of Δ, per class the last
+        #: step's two input nodes, its subscripts summing over the terms, the terms'
+        #: weights, its multiply-adds)
         self.finals = []
         self.largest = 1
 
@@ -358,18 +360,22 @@ class _Program:
                     self.largest = max(self.largest, largest)
                     if len(cur) == 1:
                         raise AssertionError("a multigraph term with one operand")
-                    for positions, st, flops in plan_steps:
+                    for positions, st, flops in plan_steps[:-1]:
                         a_ = [cur.pop(i) for i in positions]
                         key = (st, a_[0][1], a_[1][1])
                         res = st.split("->")[1]
                         cur.append((res, node(key, lambda i, k=key, f=flops:
                                               self.ops.append(("step",) + k + (f,)))))
-                    group.append((cur[0][1], numpy.asarray(weights, float), outs))
+                    # the class's last step sums over its terms t with their weights (one
+                    # product, a matrix product when large) instead of writing every term's
+                    # (t, p, …) result and summing it after
+                    positions, st, flops = plan_steps[-1]
+                    a_ = [cur.pop(i) for i in positions]
+                    ins_, res = st.split("->")
+                    group.append((a_[0][1], a_[1][1], ins_ + "->" + outs,
+                                  numpy.asarray(weights, float), flops))
                 if group:
-                    outs = group[0][2]
-                    self.finals.append((name, coeff, dpow, [k for k, _, _ in group],
-                                        numpy.concatenate([wt for _, wt, _ in group]),
-                                        "t,...t" + outs[3:] + "->" + outs))
+                    self.finals.append((name, coeff, dpow, group))
         self.roles = {name: plan[name][0] for name in names}
         self.n_steps = sum(1 for o in self.ops if o[0] == "step")
 
@@ -399,12 +405,22 @@ class _Program:
                     vals.append(_c_einsum(subs, vals[i], vals[j]))
         out = {name: numpy.zeros(batch + tuple(p if r in ("d", "s") else n for r in roles))
                for name, roles in self.roles.items()}
-        for name, coeff, dpow, group, weights, subs in self.finals:
-            # every class's result has its term axis just before the kind's axes: one
-            # weighted sum over the concatenated terms of all classes
-            axis = len(batch)
-            terms = numpy.concatenate([vals[k] for k in group], axis=axis)
-            out[name] += (coeff * Delta ** dpow) * numpy.einsum(subs, weights, terms)
+        axis = len(batch)
+        for name, coeff, dpow, group in self.finals:
+            acc = 0.0
+            for i, j, subs, weights, flops in group:
+                x, y = vals[i], vals[j]
+                if y.size < x.size:
+                    x, y = y, x
+                    left, right = subs.split("->")[0].split(",")
+                    subs = right + "," + left + "->" + subs.split("->")[1]
+                # every operand has its term axis right after the batch axes
+                x = x * weights.reshape(weights.shape + (1,) * (x.ndim - axis - 1))
+                if flops * nbatch >= LARGE_STEP or _c_einsum is None:
+                    acc = acc + numpy.einsum(subs, x, y, optimize=True)
+                else:
+                    acc = acc + _c_einsum(subs, x, y)
+            out[name] += (coeff * Delta ** dpow) * acc
         return {name: _symmetrise(total, self.roles[name], len(batch))
                 for name, total in out.items()}
 
