@@ -45,6 +45,7 @@ import dataclasses
 import hashlib
 import math
 import os
+import sys
 import threading
 import warnings
 from dataclasses import dataclass, field
@@ -133,10 +134,13 @@ def blas_threads(threads=None) -> int:
 
 def limited_blas(threads=1):
     """Context manager: BLAS on `threads` threads inside (threadpoolctl), restored on exit."""
-    if not _CONTROLLER:
+    # the controller knows the BLAS libraries loaded when it was made (scipy may load a
+    # second one later): made again, ~0.5 ms, whenever modules were imported since
+    loaded = len(sys.modules)
+    if not _CONTROLLER or _CONTROLLER[0][0] != loaded:
         import threadpoolctl
-        _CONTROLLER.append(threadpoolctl.ThreadpoolController())
-    return _CONTROLLER[0].limit(limits=int(threads), user_api="blas")
+        _CONTROLLER[:] = [(loaded, threadpoolctl.ThreadpoolController())]
+    return _CONTROLLER[0][1].limit(limits=int(threads), user_api="blas")
 
 
 def single_thread_blas():

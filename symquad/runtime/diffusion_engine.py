@@ -336,7 +336,7 @@ class _Program:
         for name in names:
             roles, _ = plan[name]
             for (coeff, dpow), q, full, classes in _compiled(plan, name):
-                group = []
+                group, plain = [], []
                 for subs, edges, vertices, M, J, weights in classes:
                     ins, outs = subs.split("->")
                     ins = ins.split(",")[1:]                      # the weights go last
@@ -370,12 +370,21 @@ class _Program:
                     # product, a matrix product when large) instead of writing every term's
                     # (t, p, …) result and summing it after
                     positions, st, flops = plan_steps[-1]
+                    if flops < FUSE_STEP:     # small: one weighted sum with the others
+                        a_ = [cur.pop(i) for i in positions]
+                        key = (st, a_[0][1], a_[1][1])
+                        plain.append((node(key, lambda i, k=key, f=flops:
+                                           self.ops.append(("step",) + k + (f,))),
+                                      numpy.asarray(weights, float)))
+                        continue
                     a_ = [cur.pop(i) for i in positions]
                     ins_, res = st.split("->")
                     group.append((a_[0][1], a_[1][1], ins_ + "->" + outs,
                                   numpy.asarray(weights, float), flops))
-                if group:
-                    self.finals.append((name, coeff, dpow, group))
+                if group or plain:
+                    self.finals.append((name, coeff, dpow, group, [k for k, _ in plain],
+                                        numpy.concatenate([w for _, w in plain]) if plain
+                                        else None, "t,...t" + outs[3:] + "->" + outs))
         self.roles = {name: plan[name][0] for name in names}
         self.n_steps = sum(1 for o in self.ops if o[0] == "step")
 
@@ -399,27 +408,32 @@ class _Program:
                                 else src[..., list(j), :])
             else:
                 _, subs, i, j, flops = op
-                if flops * nbatch >= LARGE_STEP or _c_einsum is None:
-                    vals.append(numpy.einsum(subs, vals[i], vals[j], optimize=True))
+                if flops * nbatch >= DOT_STEP or _c_einsum is None:
+                    vals.append(_dot(subs, vals[i], vals[j]))
                 else:
                     vals.append(_c_einsum(subs, vals[i], vals[j]))
         out = {name: numpy.zeros(batch + tuple(p if r in ("d", "s") else n for r in roles))
                for name, roles in self.roles.items()}
         axis = len(batch)
-        for name, coeff, dpow, group in self.finals:
+        for name, coeff, dpow, group, plain, weights, subs in self.finals:
             acc = 0.0
-            for i, j, subs, weights, flops in group:
+            if plain:
+                # the small classes' results have their term axis just before the kind's
+                # axes: one weighted sum over their concatenated terms
+                terms = numpy.concatenate([vals[k] for k in plain], axis=axis)
+                acc = numpy.einsum(subs, weights, terms)
+            for i, j, fsubs, fweights, flops in group:
                 x, y = vals[i], vals[j]
                 if y.size < x.size:
                     x, y = y, x
-                    left, right = subs.split("->")[0].split(",")
-                    subs = right + "," + left + "->" + subs.split("->")[1]
+                    left, right = fsubs.split("->")[0].split(",")
+                    fsubs = right + "," + left + "->" + fsubs.split("->")[1]
                 # every operand has its term axis right after the batch axes
-                x = x * weights.reshape(weights.shape + (1,) * (x.ndim - axis - 1))
-                if flops * nbatch >= LARGE_STEP or _c_einsum is None:
-                    acc = acc + numpy.einsum(subs, x, y, optimize=True)
+                x = x * fweights.reshape(fweights.shape + (1,) * (x.ndim - axis - 1))
+                if flops * nbatch >= DOT_STEP or _c_einsum is None:
+                    acc = acc + _dot(fsubs, x, y)
                 else:
-                    acc = acc + _c_einsum(subs, x, y)
+                    acc = acc + _c_einsum(fsubs, x, y)
             out[name] += (coeff * Delta ** dpow) * acc
         return {name: _symmetrise(total, self.roles[name], len(batch))
                 for name, total in out.items()}
@@ -483,6 +497,83 @@ def _run_steps(steps, ops):
         # a large pairwise step may go to BLAS (einsum's planner: ~0.1 ms, worth it there)
         ops.append(numpy.einsum(subs, *args, optimize=flops * nbatch >= LARGE_STEP))
     return ops[0]
+
+
+#: A class's last step of at least this many multiply-adds sums over its terms itself
+#: (:class:`_Program`); below, the per-call cost of a separate weighted sum outweighs the
+#: saved ``(t, p, …)`` result (p = 2 ran 0.7× as fast with every last step summing).
+FUSE_STEP = 2 ** 12
+
+#: Program steps of at least this many multiply-adds (times the batch) run as one
+#: ``matmul`` (:func:`_dot`); below, ``c_einsum``'s single call costs less than the
+#: transposes and reshapes around a matrix product.
+DOT_STEP = 2 ** 13
+
+_DOTS: dict = {}
+
+
+def _dot(subscripts, x, y):
+    r"""``einsum(subscripts, x, y)`` of two operands as one (batched) ``matmul``.
+
+    The letters are sorted into the shared ones kept in the output (``s``, a batch
+    of the product), the contracted ones (``k``; with none, ``c_einsum`` does it), and
+    those of one operand only
+    (``i``, ``j``; summed first when the output lacks them):
+    ``Z_{s i j} = Σ_k X_{s i k} Y_{s k j}`` on ``x`` and ``y`` transposed and reshaped
+    to ``(…, S, I, K)`` and ``(…, S, K, J)``, then the result is reshaped and
+    transposed to the output's order.  The leading ``...`` axes are batch axes of
+    both operands.  Same sum as ``einsum`` in another order of the multiply-adds
+    (BLAS), so equal to rounding; the layout is computed once per subscripts and
+    number of batch axes.
+    """
+    nb = x.ndim - len(subscripts.split(",")[0].replace("...", ""))
+    key = (subscripts, nb)
+    plan = _DOTS.get(key)
+    if plan is None:
+        plan = _DOTS[key] = _dot_plan(subscripts, nb)
+    xsum, ysum, xperm, yperm, ns, ni, nk, nj, zperm, kaxes = plan
+    if math.prod(x.shape[k] for k in kaxes) < 2 and _c_einsum is not None:
+        # nothing contracted (an outer product over shared axes): matmul's batch of
+        # (I, 1) × (1, J) products is slower than einsum's loop (6× measured)
+        return _c_einsum(subscripts, x, y)
+    if xsum:
+        x = x.sum(axis=xsum)
+    if ysum:
+        y = y.sum(axis=ysum)
+    x = x.transpose(xperm)
+    y = y.transpose(yperm)
+    batch = numpy.broadcast_shapes(x.shape[:nb], y.shape[:nb])
+    sh_s = x.shape[nb:nb + ns]
+    sh_i = x.shape[nb + ns:nb + ns + ni]
+    sh_k = x.shape[nb + ns + ni:]
+    sh_j = y.shape[nb + ns + nk:]
+    S, I, K, J = (math.prod(t) for t in (sh_s, sh_i, sh_k, sh_j))
+    X = numpy.broadcast_to(x, batch + x.shape[nb:]).reshape(batch + (S, I, K))
+    Y = numpy.broadcast_to(y, batch + y.shape[nb:]).reshape(batch + (S, K, J))
+    return numpy.matmul(X, Y).reshape(batch + sh_s + sh_i + sh_j).transpose(zperm)
+
+
+def _dot_plan(subscripts, nb):
+    """Axis sums and permutations of :func:`_dot` for `subscripts` with `nb` batch axes."""
+    ins, out = subscripts.split("->")
+    xs, ys = (t.replace("...", "") for t in ins.split(","))
+    zs = out.replace("...", "")
+    kaxes = tuple(nb + k for k, c in enumerate(xs) if c in ys and c not in zs)
+    xsum = tuple(nb + k for k, c in enumerate(xs) if c not in ys and c not in zs)
+    ysum = tuple(nb + k for k, c in enumerate(ys) if c not in xs and c not in zs)
+    xs = "".join(c for c in xs if c in ys or c in zs)
+    ys = "".join(c for c in ys if c in xs or c in zs)
+    shared = [c for c in zs if c in xs and c in ys]
+    contracted = [c for c in xs if c in ys and c not in zs]
+    only_x = [c for c in zs if c in xs and c not in ys]
+    only_y = [c for c in zs if c in ys and c not in xs]
+    head = tuple(range(nb))
+    xperm = head + tuple(nb + xs.index(c) for c in shared + only_x + contracted)
+    yperm = head + tuple(nb + ys.index(c) for c in shared + contracted + only_y)
+    order = shared + only_x + only_y
+    zperm = head + tuple(nb + order.index(c) for c in zs)
+    return (xsum, ysum, xperm, yperm, len(shared), len(only_x), len(contracted),
+            len(only_y), zperm, kaxes)
 
 
 #: Pairwise steps of at least this many multiply-adds are left to ``einsum``'s own
