@@ -264,8 +264,9 @@ def tensor_kinds(plan, Q, rho, T, a, b, Delta, names):
     plan, kinds and ``(p, n)``) in which a sub-contraction shared by several
     multigraphs is computed once; when its largest intermediate times the batch
     exceeds :data:`MAX_INTERMEDIATE` the classes run one by one, in chunks of terms.
-    Cost: the program's steps (4610 for ``σ = z³ − 3z``, against 13132 pairwise steps
-    of the classes), each an ``einsum`` of at most ``O(p^a n^b)`` with ``a + b ≤ 8``.
+    Cost: the program's steps (4552 for ``σ = z³ − 3z`` at ``p = 4``, against 13132
+    pairwise steps of the classes), each an ``einsum`` or a ``matmul`` (:func:`_dot`)
+    of at most ``O(p^a n^b)`` with ``a + b ≤ 8``.
     """
     batch, C, w, p, phi = _inputs(plan, Q, rho, T, a, b)
     top = plan["__top__"]
