@@ -543,14 +543,18 @@ def _dot(subscripts, x, y):
         y = y.sum(axis=ysum)
     x = x.transpose(xperm)
     y = y.transpose(yperm)
-    batch = numpy.broadcast_shapes(x.shape[:nb], y.shape[:nb])
+    batch = x.shape[:nb]
+    if y.shape[:nb] != batch:                 # (the program's operands share theirs)
+        batch = numpy.broadcast_shapes(batch, y.shape[:nb])
+        x = numpy.broadcast_to(x, batch + x.shape[nb:])
+        y = numpy.broadcast_to(y, batch + y.shape[nb:])
     sh_s = x.shape[nb:nb + ns]
     sh_i = x.shape[nb + ns:nb + ns + ni]
     sh_k = x.shape[nb + ns + ni:]
     sh_j = y.shape[nb + ns + nk:]
     S, I, K, J = (math.prod(t) for t in (sh_s, sh_i, sh_k, sh_j))
-    X = numpy.broadcast_to(x, batch + x.shape[nb:]).reshape(batch + (S, I, K))
-    Y = numpy.broadcast_to(y, batch + y.shape[nb:]).reshape(batch + (S, K, J))
+    X = x.reshape(batch + (S, I, K))
+    Y = y.reshape(batch + (S, K, J))
     return numpy.matmul(X, Y).reshape(batch + sh_s + sh_i + sh_j).transpose(zperm)
 
 
