@@ -108,3 +108,31 @@ def test_program_shares_steps_and_equals_the_class_route(monkeypatch):
     monkeypatch.setattr(E, "MAX_INTERMEDIATE", 0)
     classes = E.tensor_kinds(plan, Q, rho, T, a, b, 0.3, NAMES)
     assert _max_rel(fast, classes) <= 1e-14
+
+
+@pytest.mark.parametrize("fuse,dot", [(1, 1), (10 ** 12, 10 ** 12)])
+def test_program_paths_equal_the_reference(monkeypatch, fuse, dot):
+    # every class's last step summing its terms and every step a matrix product, then
+    # neither: each path of _Program.run against the term-by-term reference, batched
+    model = sq.Model(3, 2, 0.3, activation="z**3 - 3*z", lr_readout=0.2)
+    monkeypatch.setattr(E, "_PROGRAMS", {})
+    monkeypatch.setattr(E, "FUSE_STEP", fuse)
+    monkeypatch.setattr(E, "DOT_STEP", dot)
+    _check(model, replicas=2, seed=7)
+
+
+@pytest.mark.parametrize("subscripts,shapes", [
+    ("...tab,...tbc->...tac", ((2, 3, 4, 5), (2, 3, 5, 6))),
+    ("...tabc,...tcdb->...tabcd", ((3, 2, 3, 4), (3, 4, 5, 3))),      # nothing contracted
+    ("...ta,...tcdb->...abcd", ((3, 2), (3, 4, 5, 6))),               # the term axis summed
+    ("...tqa,...tb->...tab", ((2, 7, 3), (2, 4))),                    # q of one operand only
+    ("...tab,...tbc->...ca", ((2, 3, 4), (2, 4, 5))),
+    ("...tab,...tbc->...tac", ((1, 2, 3, 4), (5, 2, 4, 6))),          # broadcast batch
+])
+def test_dot_equals_einsum(subscripts, shapes):
+    rng = np.random.default_rng(2)
+    x, y = (rng.standard_normal(s) for s in shapes)
+    want = np.einsum(subscripts, x, y)
+    got = E._dot(subscripts, x, y)
+    assert got.shape == want.shape
+    assert np.max(np.abs(got - want)) <= 1e-13 * np.max(np.abs(want))

@@ -16,6 +16,7 @@ r"""Render the diffusion matrix: its assembly from moment kinds, and the route m
 
 from __future__ import annotations
 
+import json
 import pprint
 import textwrap
 
@@ -268,6 +269,26 @@ def kinds(Q, rho, T, a, b, Delta, names):
 '''
 
 
+def _plan_json(plans) -> str:
+    """The multigraph plan as JSON text, one term per line.
+
+    A string literal: Python compiles the nested tuple literal of a large plan
+    slowly (6.4 s for the 10k terms of ``z² + z³/3``, and ``pprint`` takes 10 s
+    more), ``json`` reads it back in ~0.1 s
+    (:func:`symquad.runtime.diffusion_engine.plan_from_json`).
+    """
+    def dump(x):
+        return json.dumps(x, separators=(",", ":"))
+    kinds = []
+    for name, (roles, parts) in plans.items():
+        blocks = []
+        for noise, q, terms in parts:
+            body = ",\n".join(dump(term) for term in terms)
+            blocks.append(f"[{dump(noise)},{q},[\n{body}]]")
+        kinds.append(f"{dump(name)}:[{dump(roles)},[\n" + ",\n".join(blocks) + "]]")
+    return "{\n" + ",\n".join(kinds) + "}\n"
+
+
 def render_diffusion_tensor_module(activation, teacher_activation=None,
                                    generator: str | None = None) -> str:
     """Tensor-route moment kinds of the diffusion for ``(σ, σ*)`` (a multigraph plan)."""
@@ -299,8 +320,8 @@ def render_diffusion_tensor_module(activation, teacher_activation=None,
     if generator is not None:
         out.append(f"GENERATOR = {generator!r}")
     out += ["", "# kind -> (roles, ((noise coefficient, power of Delta), q, "
-                "((multiplicity, edges, orders), ...)), ...)",
-            "KINDS = " + pprint.pformat(plans, width=96, compact=True), "", ""]
+                "((multiplicity, edges, orders), ...)), ...), as JSON (lists for tuples)",
+            "KINDS = _engine.plan_from_json(r\'\'\'" + _plan_json(plans) + "\'\'\')", "", ""]
     out += _phi_source(tf)
     body = "\n".join(out) + "\n" + _TENSOR_API
     return body + checksum_line(body)

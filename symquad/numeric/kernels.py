@@ -45,6 +45,7 @@ import dataclasses
 import hashlib
 import math
 import os
+import sys
 import threading
 import warnings
 from dataclasses import dataclass, field
@@ -133,10 +134,13 @@ def blas_threads(threads=None) -> int:
 
 def limited_blas(threads=1):
     """Context manager: BLAS on `threads` threads inside (threadpoolctl), restored on exit."""
-    if not _CONTROLLER:
+    # the controller knows the BLAS libraries loaded when it was made (scipy may load a
+    # second one later): made again, ~0.5 ms, whenever modules were imported since
+    loaded = len(sys.modules)
+    if not _CONTROLLER or _CONTROLLER[0][0] != loaded:
         import threadpoolctl
-        _CONTROLLER.append(threadpoolctl.ThreadpoolController())
-    return _CONTROLLER[0].limit(limits=int(threads), user_api="blas")
+        _CONTROLLER[:] = [(loaded, threadpoolctl.ThreadpoolController())]
+    return _CONTROLLER[0][1].limit(limits=int(threads), user_api="blas")
 
 
 def single_thread_blas():
@@ -330,8 +334,15 @@ class Kernels:
         """
         params = self.params_at(t)
         Q, rho, T, a = self._arrays(Q, rho, T, a)
-        return _diffusion_function(_untimed(self.model, "the diffusion matrix (form="
-                                            f"{self.form!r})"), self.form)(Q, rho, T, a, params)
+        D = _diffusion_function(_untimed(self.model, "the diffusion matrix (form="
+                                         f"{self.form!r})"), self.form)
+        if self._limit:
+            # the tensor route's contractions on the kernels' threads, as the RHS: with
+            # the library's two BLAS threads beside other jobs D at p = 16 (z³ − 3z) took
+            # 1629 ms of CPU against 469 ms on one (benchmarks/bench_kernels.py --diffusion)
+            with limited_blas(self.threads):
+                return D(Q, rho, T, a, params)
+        return D(Q, rho, T, a, params)
 
     def jacobian(self, Q, rho, T, a=None, t=None):
         r"""Exact Jacobian ``J_IJ = ∂f_I/∂X_J`` of the drift in the state order of :attr:`layout`.
@@ -677,8 +688,9 @@ SECOND_ORDER_FIELDS = stage_fields(SECOND_ORDER_STAGE)
 
 #: Largest activation degree (student or teacher) of the tensor-route diffusion: its
 #: multigraph plan grows steeply with the degree — for z³ − 3z the largest kind has
-#: 127285 multigraphs (563 orbits, 24 s to derive), for z² 1706 (17 orbits); degree 4
-#: would have millions.
+#: 127285 multigraphs in 563 orbits (generated orbit-wise in 0.2 s), z² + z³/3 has
+#: 1834740 in 6295 orbits, z² 1706 in 17; z⁴ would have 7180094 in 17700 orbits (5.1 s
+#: to generate, load ~3 on 2 cores), each a contraction to evaluate at every call.
 MAX_TENSOR_DIFFUSION_DEGREE = 3
 
 

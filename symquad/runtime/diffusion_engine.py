@@ -28,6 +28,7 @@ multigraphs on the external vertices and ``q = r − s`` summed vertices
 from __future__ import annotations
 
 import itertools
+import json
 import math
 
 import numpy
@@ -43,7 +44,7 @@ except ImportError:                                      # pragma: no cover - nu
         _c_einsum = None
 
 __all__ = ["block_indices", "assemble", "gather", "KindArrays", "WordGather", "tensor_kinds",
-           "tensor_kinds_reference",
+           "tensor_kinds_reference", "plan_from_json",
            "BLOCK_PAIRS", "SparsePolynomials", "entry_generators", "fill_symmetric"]
 
 #: Blocks of ``D`` in state order (the others are transposes).
@@ -127,6 +128,15 @@ class KindArrays:
 _LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 _PATHS: dict = {}
 _REF_PATHS: dict = {}
+
+
+def plan_from_json(text):
+    """The kinds of a generated tensor-diffusion plan from its JSON text (lists read as tuples)."""
+    return {name: _tuples(value) for name, value in json.loads(text).items()}
+
+
+def _tuples(x):
+    return tuple(_tuples(v) for v in x) if isinstance(x, list) else x
 
 
 def _term_operands(term, roles, Cp, vstud, vsum, p):
@@ -254,8 +264,9 @@ def tensor_kinds(plan, Q, rho, T, a, b, Delta, names):
     plan, kinds and ``(p, n)``) in which a sub-contraction shared by several
     multigraphs is computed once; when its largest intermediate times the batch
     exceeds :data:`MAX_INTERMEDIATE` the classes run one by one, in chunks of terms.
-    Cost: the program's steps (4610 for ``σ = z³ − 3z``, against 13132 pairwise steps
-    of the classes), each an ``einsum`` of at most ``O(p^a n^b)`` with ``a + b ≤ 8``.
+    Cost: the program's steps (4552 for ``σ = z³ − 3z`` at ``p = 4``, against 13132
+    pairwise steps of the classes), each an ``einsum`` or a ``matmul`` (:func:`_dot`)
+    of at most ``O(p^a n^b)`` with ``a + b ≤ 8``.
     """
     batch, C, w, p, phi = _inputs(plan, Q, rho, T, a, b)
     top = plan["__top__"]
@@ -302,15 +313,17 @@ class _Program:
     vertex joined to the same externals by the same multiplicities, …), which
     leaves ~⅓ of the steps for ``z³ − 3z``.  At call time the leaves are read
     (views where a class has one term), the unique steps run once in order, and
-    each class's result is contracted with its weights ``size/|G|`` into its kind.
-    The same sum as the class route, reassociated (the weights last): equal to
-    rounding.
+    each class's last step is taken with its weights ``size/|G|``, summing over its
+    terms into its kind: a matrix product over the term axis instead of a
+    ``(t, p, …)`` array per class summed afterwards.  The same sum as the class
+    route, reassociated (the weights last): equal to rounding.
     """
 
     def __init__(self, plan, names, p, n):
         index = {}
-        #: per kind and power q: (kind, coefficient, power of Δ, result nodes,
-        #: their concatenated weights, the weighted sum's subscripts)
+        #: per kind and power q: (kind, coefficient, power of Δ, per class the last
+        #: step's two input nodes, its subscripts summing over the terms, the terms'
+        #: weights, its multiply-adds)
         self.finals = []
         self.largest = 1
 
@@ -324,7 +337,7 @@ class _Program:
         for name in names:
             roles, _ = plan[name]
             for (coeff, dpow), q, full, classes in _compiled(plan, name):
-                group = []
+                group, plain = [], []
                 for subs, edges, vertices, M, J, weights in classes:
                     ins, outs = subs.split("->")
                     ins = ins.split(",")[1:]                      # the weights go last
@@ -348,18 +361,31 @@ class _Program:
                     self.largest = max(self.largest, largest)
                     if len(cur) == 1:
                         raise AssertionError("a multigraph term with one operand")
-                    for positions, st, flops in plan_steps:
+                    for positions, st, flops in plan_steps[:-1]:
                         a_ = [cur.pop(i) for i in positions]
                         key = (st, a_[0][1], a_[1][1])
                         res = st.split("->")[1]
                         cur.append((res, node(key, lambda i, k=key, f=flops:
                                               self.ops.append(("step",) + k + (f,)))))
-                    group.append((cur[0][1], numpy.asarray(weights, float), outs))
-                if group:
-                    outs = group[0][2]
-                    self.finals.append((name, coeff, dpow, [k for k, _, _ in group],
-                                        numpy.concatenate([wt for _, wt, _ in group]),
-                                        "t,...t" + outs[3:] + "->" + outs))
+                    # the class's last step sums over its terms t with their weights (one
+                    # product, a matrix product when large) instead of writing every term's
+                    # (t, p, …) result and summing it after
+                    positions, st, flops = plan_steps[-1]
+                    if flops < FUSE_STEP:     # small: one weighted sum with the others
+                        a_ = [cur.pop(i) for i in positions]
+                        key = (st, a_[0][1], a_[1][1])
+                        plain.append((node(key, lambda i, k=key, f=flops:
+                                           self.ops.append(("step",) + k + (f,))),
+                                      numpy.asarray(weights, float)))
+                        continue
+                    a_ = [cur.pop(i) for i in positions]
+                    ins_, res = st.split("->")
+                    group.append((a_[0][1], a_[1][1], ins_ + "->" + outs,
+                                  numpy.asarray(weights, float), flops))
+                if group or plain:
+                    self.finals.append((name, coeff, dpow, group, [k for k, _ in plain],
+                                        numpy.concatenate([w for _, w in plain]) if plain
+                                        else None, "t,...t" + outs[3:] + "->" + outs))
         self.roles = {name: plan[name][0] for name in names}
         self.n_steps = sum(1 for o in self.ops if o[0] == "step")
 
@@ -383,18 +409,33 @@ class _Program:
                                 else src[..., list(j), :])
             else:
                 _, subs, i, j, flops = op
-                if flops * nbatch >= LARGE_STEP or _c_einsum is None:
-                    vals.append(numpy.einsum(subs, vals[i], vals[j], optimize=True))
+                if flops * nbatch >= DOT_STEP or _c_einsum is None:
+                    vals.append(_dot(subs, vals[i], vals[j]))
                 else:
                     vals.append(_c_einsum(subs, vals[i], vals[j]))
         out = {name: numpy.zeros(batch + tuple(p if r in ("d", "s") else n for r in roles))
                for name, roles in self.roles.items()}
-        for name, coeff, dpow, group, weights, subs in self.finals:
-            # every class's result has its term axis just before the kind's axes: one
-            # weighted sum over the concatenated terms of all classes
-            axis = len(batch)
-            terms = numpy.concatenate([vals[k] for k in group], axis=axis)
-            out[name] += (coeff * Delta ** dpow) * numpy.einsum(subs, weights, terms)
+        axis = len(batch)
+        for name, coeff, dpow, group, plain, weights, subs in self.finals:
+            acc = 0.0
+            if plain:
+                # the small classes' results have their term axis just before the kind's
+                # axes: one weighted sum over their concatenated terms
+                terms = numpy.concatenate([vals[k] for k in plain], axis=axis)
+                acc = numpy.einsum(subs, weights, terms)
+            for i, j, fsubs, fweights, flops in group:
+                x, y = vals[i], vals[j]
+                if y.size < x.size:
+                    x, y = y, x
+                    left, right = fsubs.split("->")[0].split(",")
+                    fsubs = right + "," + left + "->" + fsubs.split("->")[1]
+                # every operand has its term axis right after the batch axes
+                x = x * fweights.reshape(fweights.shape + (1,) * (x.ndim - axis - 1))
+                if flops * nbatch >= DOT_STEP or _c_einsum is None:
+                    acc = acc + _dot(fsubs, x, y)
+                else:
+                    acc = acc + _c_einsum(fsubs, x, y)
+            out[name] += (coeff * Delta ** dpow) * acc
         return {name: _symmetrise(total, self.roles[name], len(batch))
                 for name, total in out.items()}
 
@@ -459,6 +500,87 @@ def _run_steps(steps, ops):
     return ops[0]
 
 
+#: A class's last step of at least this many multiply-adds sums over its terms itself
+#: (:class:`_Program`); below, the per-call cost of a separate weighted sum outweighs the
+#: saved ``(t, p, …)`` result (p = 2 ran 0.7× as fast with every last step summing).
+FUSE_STEP = 2 ** 12
+
+#: Program steps of at least this many multiply-adds (times the batch) run as one
+#: ``matmul`` (:func:`_dot`); below, ``c_einsum``'s single call costs less than the
+#: transposes and reshapes around a matrix product.
+DOT_STEP = 2 ** 13
+
+_DOTS: dict = {}
+
+
+def _dot(subscripts, x, y):
+    r"""``einsum(subscripts, x, y)`` of two operands as one (batched) ``matmul``.
+
+    The letters are sorted into the shared ones kept in the output (``s``, a batch
+    of the product), the contracted ones (``k``; with none, ``c_einsum`` does it), and
+    those of one operand only
+    (``i``, ``j``; summed first when the output lacks them):
+    ``Z_{s i j} = Σ_k X_{s i k} Y_{s k j}`` on ``x`` and ``y`` transposed and reshaped
+    to ``(…, S, I, K)`` and ``(…, S, K, J)``, then the result is reshaped and
+    transposed to the output's order.  The leading ``...`` axes are batch axes of
+    both operands.  Same sum as ``einsum`` in another order of the multiply-adds
+    (BLAS), so equal to rounding; the layout is computed once per subscripts and
+    number of batch axes.
+    """
+    nb = x.ndim - len(subscripts.split(",")[0].replace("...", ""))
+    key = (subscripts, nb)
+    plan = _DOTS.get(key)
+    if plan is None:
+        plan = _DOTS[key] = _dot_plan(subscripts, nb)
+    xsum, ysum, xperm, yperm, ns, ni, nk, nj, zperm, kaxes = plan
+    if math.prod(x.shape[k] for k in kaxes) < 2 and _c_einsum is not None:
+        # nothing contracted (an outer product over shared axes): matmul's batch of
+        # (I, 1) × (1, J) products is slower than einsum's loop (6× measured)
+        return _c_einsum(subscripts, x, y)
+    if xsum:
+        x = x.sum(axis=xsum)
+    if ysum:
+        y = y.sum(axis=ysum)
+    x = x.transpose(xperm)
+    y = y.transpose(yperm)
+    batch = x.shape[:nb]
+    if y.shape[:nb] != batch:                 # (the program's operands share theirs)
+        batch = numpy.broadcast_shapes(batch, y.shape[:nb])
+        x = numpy.broadcast_to(x, batch + x.shape[nb:])
+        y = numpy.broadcast_to(y, batch + y.shape[nb:])
+    sh_s = x.shape[nb:nb + ns]
+    sh_i = x.shape[nb + ns:nb + ns + ni]
+    sh_k = x.shape[nb + ns + ni:]
+    sh_j = y.shape[nb + ns + nk:]
+    S, I, K, J = (math.prod(t) for t in (sh_s, sh_i, sh_k, sh_j))
+    X = x.reshape(batch + (S, I, K))
+    Y = y.reshape(batch + (S, K, J))
+    return numpy.matmul(X, Y).reshape(batch + sh_s + sh_i + sh_j).transpose(zperm)
+
+
+def _dot_plan(subscripts, nb):
+    """Axis sums and permutations of :func:`_dot` for `subscripts` with `nb` batch axes."""
+    ins, out = subscripts.split("->")
+    xs, ys = (t.replace("...", "") for t in ins.split(","))
+    zs = out.replace("...", "")
+    kaxes = tuple(nb + k for k, c in enumerate(xs) if c in ys and c not in zs)
+    xsum = tuple(nb + k for k, c in enumerate(xs) if c not in ys and c not in zs)
+    ysum = tuple(nb + k for k, c in enumerate(ys) if c not in xs and c not in zs)
+    xs = "".join(c for c in xs if c in ys or c in zs)
+    ys = "".join(c for c in ys if c in xs or c in zs)
+    shared = [c for c in zs if c in xs and c in ys]
+    contracted = [c for c in xs if c in ys and c not in zs]
+    only_x = [c for c in zs if c in xs and c not in ys]
+    only_y = [c for c in zs if c in ys and c not in xs]
+    head = tuple(range(nb))
+    xperm = head + tuple(nb + xs.index(c) for c in shared + only_x + contracted)
+    yperm = head + tuple(nb + ys.index(c) for c in shared + contracted + only_y)
+    order = shared + only_x + only_y
+    zperm = head + tuple(nb + order.index(c) for c in zs)
+    return (xsum, ysum, xperm, yperm, len(shared), len(only_x), len(contracted),
+            len(only_y), zperm, kaxes)
+
+
 #: Pairwise steps of at least this many multiply-adds are left to ``einsum``'s own
 #: planner, which can hand them to BLAS; smaller ones run in ``c_einsum`` directly.
 LARGE_STEP = 2 ** 18
@@ -475,6 +597,75 @@ def _pairwise_plan(subscripts, core):
     shrinks, an ``O(p⁴ n⁴)`` loop for the densest multigraphs (46 s against 1 s for
     ``z³ − 3z`` at p = 16).  ``largest`` is per batch element, in elements.
     """
+    inputs, output = subscripts.split("->")
+    current = inputs.split(",")
+    dims = {}
+    for sub, shape in zip(current, core):
+        dims.update(zip(sub.replace("...", ""), shape))
+    out_letters = frozenset(output.replace("...", ""))
+    out_size = math.prod(dims[ch] for ch in out_letters)
+    sets = [frozenset(sub.replace("...", "")) for sub in current]
+    sizes = [math.prod(dims[ch] for ch in x) for x in sets]
+    holders = {}                              # letter -> number of operands holding it
+    for x in sets:
+        for ch in x:
+            holders[ch] = holders.get(ch, 0) + 1
+    steps, largest = [], 1
+    while len(current) > 1:
+        m = len(current)
+        summed = [x - {"t"} for x in sets]
+        pairs = [(i, j) for i in range(m) for j in range(i + 1, m)
+                 if summed[i] & summed[j]]                # pairs sharing a summed index
+        if not pairs:
+            pairs = [(i, j) for i in range(m) for j in range(i + 1, m)]
+        best = None
+        for i, j in pairs:
+            si, sj = sets[i], sets[j]
+            union = si | sj
+            if m == 2:
+                size_r = out_size
+            else:
+                both = si & sj
+                size_r = 1
+                for ch in union:
+                    # held elsewhere: by more operands than the pair's own
+                    if ch in out_letters or holders[ch] > (2 if ch in both else 1):
+                        size_r *= dims[ch]
+            flops = 1
+            for ch in union:
+                flops *= dims[ch]
+            key = (size_r - sizes[i] - sizes[j], flops)
+            if best is None or key < best[0]:
+                best = (key, i, j, flops)
+        _, i, j, flops = best
+        letters = list(dict.fromkeys((current[i] + current[j]).replace("...", "")))
+        if m == 2:
+            result = output
+        else:
+            both = sets[i] & sets[j]
+            ell = "..." if current[i].startswith("...") or current[j].startswith("...") \
+                else ""
+            result = ell + "".join(ch for ch in letters if ch in out_letters
+                                   or holders[ch] > (2 if ch in both else 1))
+        steps.append(((j, i), current[j] + "," + current[i] + "->" + result, flops))
+        for k in (j, i):
+            for ch in sets[k]:
+                holders[ch] -= 1
+            current.pop(k)
+            sets.pop(k)
+            sizes.pop(k)
+        rset = frozenset(result.replace("...", ""))
+        for ch in rset:
+            holders[ch] = holders.get(ch, 0) + 1
+        current.append(result)
+        sets.append(rset)
+        sizes.append(math.prod(dims[ch] for ch in rset))
+        largest = max(largest, sizes[-1])
+    return steps, largest
+
+
+def _pairwise_plan_strings(subscripts, core):
+    """The former :func:`_pairwise_plan` (string tests per pair), kept to check it."""
     inputs, output = subscripts.split("->")
     current = inputs.split(",")
     dims = {}
