@@ -45,12 +45,12 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("xdist_group") is not None:
             continue
-        info = getattr(item, "_fixtureinfo", None)
-        defs = getattr(info, "name2fixturedefs", {}) if info is not None else {}
+        module = item.nodeid.split("::")[0]
+        defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
         if any(getattr(fd[-1], "scope", "function") == "module" and
-               getattr(fd[-1], "baseid", "").startswith(item.nodeid.split("::")[0])
+               getattr(fd[-1], "baseid", "").startswith(module)
                for fd in defs.values() if fd):
-            item.add_marker(pytest.mark.xdist_group(f"module-fixtures:{item.nodeid.split('::')[0]}"))
+            item.add_marker(pytest.mark.xdist_group(f"module-fixtures:{module}"))
     if hasattr(config, "workerinput"):
         # an xdist worker (every worker collects the same order): the groups first, since
         # they are the long units of work; started last, they left one worker running alone

@@ -42,23 +42,19 @@ VARIANTS = {
 CLASSIC = sq.Model(**BASE)
 
 
-def _on_report(*names):
-    """Parameters that keep every test of one report on one pytest-xdist worker.
+def _uses_report(name):
+    """Keep a test that reads the report of `name` on that report's pytest-xdist worker.
 
     A report costs 10-40 s and is computed once per process (:func:`_report`); grouping
     the tests that read it (``--dist loadgroup``) computes it once per session."""
-    return [pytest.param(*n if isinstance(n, tuple) else (n,),
-                         marks=pytest.mark.xdist_group(f"variant-report-{_data_of(n)}"))
-            for n in names]
-
-
-def _data_of(n):
-    return n[0] if isinstance(n, tuple) else n
-
-
-def _uses_report(name):
-    """Mark a test that reads the report of `name` (see :func:`_on_report`)."""
     return pytest.mark.xdist_group(f"variant-report-{name}")
+
+
+def _on_report(*cases):
+    """Parameter sets (a name, or a tuple whose first entry names the report read), each
+    marked with :func:`_uses_report`."""
+    cases = [c if isinstance(c, tuple) else (c,) for c in cases]
+    return [pytest.param(*c, marks=_uses_report(c[0])) for c in cases]
 
 
 def _model(name):

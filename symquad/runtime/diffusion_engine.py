@@ -333,6 +333,13 @@ class _Program:
                 hit = index[key] = len(index)       # = its position in self.ops
                 make(hit)
             return hit
+
+        def leaf(spec):
+            return node(spec, lambda i, s=spec: self.ops.append(("leaf", s)))
+
+        def step(subs, i, j, flops):
+            key = (subs, i, j)
+            return node(key, lambda _, k=key, f=flops: self.ops.append(("step",) + k + (f,)))
         self.ops = []              # in order: ("leaf", spec) or ("step", subs, i, j, flops)
         for name in names:
             roles, _ = plan[name]
@@ -347,13 +354,11 @@ class _Program:
                         su = p if full[u] in ("d", "s") else n
                         sv = p if full[v] in ("d", "s") else n
                         spec = ("C", tuple(int(x) for x in M[:, e]), su, sv)
-                        cur.append((ins[len(cur)], node(spec, lambda i, s=spec:
-                                                        self.ops.append(("leaf", s)))))
+                        cur.append((ins[len(cur)], leaf(spec)))
                         core.append((nt, su, sv))
                     for col, (v, role) in enumerate(vertices):
                         spec = ("q" if role == "q" else "s", tuple(int(x) for x in J[:, col]))
-                        cur.append((ins[len(cur)], node(spec, lambda i, s=spec:
-                                                        self.ops.append(("leaf", s)))))
+                        cur.append((ins[len(cur)], leaf(spec)))
                         core.append((nt, n if role == "q" else p))
                     target = outs.replace("...", "...t")
                     plan_steps, largest = _pairwise_plan(",".join(s for s, _ in cur) + "->"
@@ -362,26 +367,18 @@ class _Program:
                     if len(cur) == 1:
                         raise AssertionError("a multigraph term with one operand")
                     for positions, st, flops in plan_steps[:-1]:
-                        a_ = [cur.pop(i) for i in positions]
-                        key = (st, a_[0][1], a_[1][1])
-                        res = st.split("->")[1]
-                        cur.append((res, node(key, lambda i, k=key, f=flops:
-                                              self.ops.append(("step",) + k + (f,)))))
+                        x, y = [cur.pop(i)[1] for i in positions]
+                        cur.append((st.split("->")[1], step(st, x, y, flops)))
                     # the class's last step sums over its terms t with their weights (one
                     # product, a matrix product when large) instead of writing every term's
                     # (t, p, …) result and summing it after
                     positions, st, flops = plan_steps[-1]
+                    x, y = [cur.pop(i)[1] for i in positions]
+                    w = numpy.asarray(weights, float)
                     if flops < FUSE_STEP:     # small: one weighted sum with the others
-                        a_ = [cur.pop(i) for i in positions]
-                        key = (st, a_[0][1], a_[1][1])
-                        plain.append((node(key, lambda i, k=key, f=flops:
-                                           self.ops.append(("step",) + k + (f,))),
-                                      numpy.asarray(weights, float)))
-                        continue
-                    a_ = [cur.pop(i) for i in positions]
-                    ins_, res = st.split("->")
-                    group.append((a_[0][1], a_[1][1], ins_ + "->" + outs,
-                                  numpy.asarray(weights, float), flops))
+                        plain.append((step(st, x, y, flops), w))
+                    else:
+                        group.append((x, y, st.split("->")[0] + "->" + outs, w, flops))
                 if group or plain:
                     self.finals.append((name, coeff, dpow, group, [k for k, _ in plain],
                                         numpy.concatenate([w for _, w in plain]) if plain
