@@ -93,10 +93,13 @@ def sampled_increments(model):
     parameters `params` (``Kernels.params_at(t)``).  ``E[φ̄] = f`` and
     ``Cov[φ̄] = b D/M`` (module docstring).
     """
-    from .kernels import _assembly, check_generated_for
+    from .kernels import _assembly, _untimed, check_generated_for
     from .layout import state_layout
     from ..runtime.sampled_diffusion import field_root, increment_kinds
-    check_generated_for(model, "the sampled noise of the SDE")
+    # η(t) enters through `params` (Kernels.params_at), as in the drift: the generated
+    # assembly is the constant-η model's
+    check_generated_for(_untimed(model, "simulate(method='sde')"),
+                        "the sampled noise of the SDE")
     drift = getattr(_assembly(), f"drift_{model.constraint}")
     lay = state_layout(model)
     b = np.array([float(c) for c in model.teacher_readout])
