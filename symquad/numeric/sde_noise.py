@@ -41,7 +41,10 @@ import math
 
 import numpy as np
 
+from ..runtime.sampled_diffusion import field_root, increment_kinds
 from ..spec import error_signal_weight
+from .kernels import _assembly, _untimed, check_generated_for
+from .layout import state_layout
 
 __all__ = ["NOISES", "NOISE_SAMPLES", "GAUSSIAN_MAX_DIM", "default_noise", "check_noise",
            "sampled_increments", "SampledNoise"]
@@ -68,7 +71,6 @@ def default_noise(model, form: str) -> str:
     calls at p = 8-16), erf's Price path, the field-space cubature of ReLU and mixed pairs
     (2¹⁷ points per state), and wide quadratic models (``dim³`` factorisations).
     """
-    from .layout import state_layout
     if form == "entries" and model.is_polynomial:
         return "gaussian"
     if form == "matrix" and state_layout(model).dim <= GAUSSIAN_MAX_DIM:
@@ -93,9 +95,6 @@ def sampled_increments(model):
     parameters `params` (``Kernels.params_at(t)``).  ``E[φ̄] = f`` and
     ``Cov[φ̄] = b D/M`` (module docstring).
     """
-    from .kernels import _assembly, _untimed, check_generated_for
-    from .layout import state_layout
-    from ..runtime.sampled_diffusion import field_root, increment_kinds
     # η(t) enters through `params` (Kernels.params_at), as in the drift: the generated
     # assembly is the constant-η model's
     check_generated_for(_untimed(model, "simulate(method='sde')"),

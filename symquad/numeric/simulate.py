@@ -100,6 +100,7 @@ from .errors import DivergenceError, describe_state
 from .checks import (as_real_array, check_float_activation, check_int as _check_int,
                      check_positive)
 from .simulation_run import SimulationRun, population_risk
+from .sde import sde_noise
 from ..spec import check_model
 from ..spec import Model
 
@@ -1011,7 +1012,6 @@ def simulate(model, N=2000, t_max=20.0, replicas=64, seed=0, method="reduced",
     if method != "sde" and (dt is not None or form is not None or noise is not None):
         raise ValueError("dt, form and noise apply to method='sde' only")
     if method == "sde":
-        from .sde import sde_noise
         form, noise = sde_noise(model, form, noise)       # refusals before any work
     if dt is not None:
         dt = check_positive("dt", dt)        # a string or a bool is a TypeError, not 0.2/1.0

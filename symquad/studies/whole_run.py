@@ -50,6 +50,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import time
+
+from ..numeric.kernels import check_kernels, kernels
+from ..numeric.sde import DEFAULT_DT, _sqrt_psd, sde_noise
+from ..numeric.sde_noise import SampledNoise
 from .verdict import _check
 
 __all__ = ["invariant_statistics", "whole_run_numbers", "whole_run_checks",
@@ -211,11 +216,6 @@ def whole_run_sde_seconds(model, form, replicas, t_span, start, T, dt=None) -> f
     replicas' starts (the first drift call, which may generate the kernels, is not
     counted).  Measured, so it holds for every activation, width and noise.
     """
-    import time
-
-    from ..numeric.kernels import kernels
-    from ..numeric.sde import DEFAULT_DT, _sqrt_psd, sde_noise
-    from ..numeric.sde_noise import SampledNoise
     form, noise = sde_noise(model, form)
     k = kernels(model, form)
     Q0, rho0 = (np.asarray(x, float) for x in start)
@@ -248,8 +248,6 @@ def sde_cost_reason(model, form=None, *, replicas=None, t_span=None, start=None,
     the run's measured cost bound (:func:`whole_run_sde_seconds`) above
     :data:`MAX_WHOLE_RUN_SECONDS`, with the number.
     """
-    from ..numeric.kernels import check_kernels
-    from ..numeric.sde import sde_noise
     try:
         form, noise = sde_noise(model, form)
         check_kernels(model, form)
