@@ -14,10 +14,16 @@ and the second-order terms of the update (the ``η²`` part of ``dQ``, the spher
 renormalisation) are already in ``f``.
 
 **Scheme.**  Heun's predictor–corrector for the drift with the Itô noise of
-Euler–Maruyama: ``X̃ = X + f(X) h``, ``X ← X + ½(f(X) + f(X̃)) h + √(h/N) L ξ``,
-``L Lᵀ = D(X)`` (see :func:`_sqrt_psd`), ``ξ`` standard normal.  The noise is
-taken at the state before the step (Itô); the drift is integrated at second
-order, so the deterministic error is ``O(h²)`` and the remaining bias of the
+Euler–Maruyama: ``X̃ = X + f(X) h``, ``X ← X + ½(f(X) + f(X̃)) h + ζ``, where ``ζ``
+has mean zero and covariance ``h D(X)/N``, taken at the state before the step
+(Itô).  Two noises (:mod:`symquad.numeric.sde_noise`, ``simulate(noise=...)``):
+``"gaussian"``, ``ζ = √(h/N) L ξ`` with ``L Lᵀ = D(X)`` (see :func:`_sqrt_psd`) and
+``ξ`` standard normal; ``"sampled"``, ``ζ = s √(hM/(Nb)) (φ̄_M − f)``, the mean
+per-sample increment of ``M`` fresh draws of the fields with a random sign — the
+same mean and covariance, zero odd moments (a simplified weak Euler scheme of the
+same SDE, docs/derivation.md §8.4), and no ``D``.  The default is chosen by cost
+(:func:`~symquad.numeric.sde_noise.default_noise`).  The drift is integrated at
+second order, so the deterministic error is ``O(h²)`` and the remaining bias of the
 law is ``O(h/N)`` (the noise's own weak order 1, at the noise's scale ``1/N``).
 Plain Euler–Maruyama was first-order in the drift: with the step control
 below it biased the mean risk of a converging run (``p = 3, p* = 2, η = 0.3,
@@ -25,28 +31,49 @@ b = 4``, ``N = 2000``, ``t = 15``) by −5 % — 30 standard errors of 400 repli
 — because the control bounds the change of the state, not of its distance to
 the fixed point it approaches.
 
-**Step-size control.**  ``h = min(dt, c / max_i |f_i(X)|/(|X_i| + N^{-1/2}))`` with
-``c = 0.01`` (:data:`RELATIVE_STEP`), the maximum over the entries and the live
-replicas: no step changes an order parameter by more than 1 % of its size
-(or of the noise scale ``N^{-1/2}``, for entries near zero) through the drift.
-For exponential growth or decay at rate ``κ`` this is ``κh ≤ 0.01``: Heun's
-rate error is ``(κh)²κ/6``, so a growth over ``L`` e-folds (an escape from the
-plateau: ``L ≈ ½ log N``) is timed to a relative ``(κh)²/6 < 10⁻⁴``.  ``dt``
-(default :data:`DEFAULT_DT`) caps the step where nothing moves; there (the
-approach to a fixed point at rate ``λ``) the relative error of the distance to
-it grows like ``λ³h²t/6``.  The recorded times are hit exactly.  The tests check
-that at ``N → ∞`` the scheme converges to the ODE at second order in ``h``, that
-the mean risk has no bias against SGD late in a converging run, and that a step
-twice as small does not change the law of the risk and of the escape time
-beyond their statistical error.
+**Step-size control.**  ``h = min(dt, c / r)`` with ``c = 0.01``
+(:data:`RELATIVE_STEP`) and the rate ``r`` the largest, over the live replicas and
+the entries, of
+
+* ``min(|f_i|/(|X_i| + N^{-1/2}), κ_i)`` for an entry that *grows multiplicatively*:
+  it moves away from 0 (``f_i X_i > 0``), its drift grows (``κ_i > 0``) and is carried
+  by its size (``|f_i| <= 2 κ_i |X_i|``, :data:`MULTIPLICATIVE`);
+* ``(c/0.2)·κ_r``, ``κ_r`` the relative change of the replica's whole drift per unit
+  time (:data:`DRIFT_CHANGE`: the drift changes by at most 20 % in a step).
+
+``κ_i = (f(X̃)_i − f_i) sign(f_i)/(h |f_i|)`` and ``κ_r = ‖f(X̃) − f‖/(h‖f‖)`` come
+free from the previous step's predictor (``f(X̃) − f = h J f + O(h²)``).  For a growth
+at rate ``κ`` (``f = κ X``) both estimates of the first item are ``κ``, so ``κh ≤ 0.01``:
+Heun's rate error is ``(κh)²κ/6``, and a growth over ``L`` e-folds (an escape from
+the plateau: ``L ≈ ½ log N``) is timed to a relative ``(κh)²/6 < 10⁻⁴``; below the
+noise scale ``N^{-1/2}`` (the size of the noise an entry receives per unit of time)
+its relative accuracy does not matter and the bound relaxes.  Why only growth: the
+relative bound ``|f_i|/(|X_i| + N^{-1/2})`` alone (the rule before) also bounded
+entries whose drift is *not* carried by their size — an entry crossing zero, or one
+that starts at exactly 0 with a non-zero drift — where it made each step grow by 1 %
+from ``0.01 N^{-1/2}/|f_i|``: about ``50 log N`` steps per zero crossing (measured
+119, 240, 409, 628, 855 steps for ``t ≤ 1`` at ``N = 10³ … 10¹⁰`` from ``ρ(0) = 0``,
+``σ = z² + z³/3``; now 8, 5, 5, 5, 5), although Heun integrates a slowly changing
+drift without it.  Decays and relaxations (``κ_i < 0``) are bounded by the second
+item (``λh ≤ 0.2``, Heun's stability with room) and by ``dt`` (default
+:data:`DEFAULT_DT`), which caps the step where nothing moves; there (the approach to
+a fixed point at rate ``λ``) the relative error of the distance to it grows like
+``λ³h²t/6``.  The recorded times are hit exactly.  The tests check that at
+``N → ∞`` the scheme converges to the ODE at second order in ``h``, that the mean
+risk has no bias against SGD late in a converging run, that a step twice as small
+does not change the law of the risk and of the escape time beyond their
+statistical error, that the step count from an exact zero does not grow with ``N``,
+and that growth is still resolved at ``κh ≤ 0.01``.
 
 **Constraint.**  On the sphere the rows of ``D`` and the drift of every ``Q_kk``
 vanish, so ``Q_kk`` stays at its start; after every step the state is projected
 back (``Q ← S Q S``, ``ρ ← S ρ`` with ``S = diag(√(Q_kk(0)/Q_kk))``) to remove
 rounding.
 
-**Cost** per step ``O(R · (cost of 2 f and 1 D) + R · dim³)`` (the square root),
-independent of ``N``.  Random numbers: the same seed streams as the other
+**Cost** per step ``O(R · (cost of 2 f) + noise)``, independent of ``N``: the
+Gaussian noise adds one ``D`` and a ``dim³`` factorisation per replica, the sampled
+noise an ``n × n`` eigendecomposition (``n = p + p*``) and ``M (p n + p²)``
+multiply-adds per replica.  Random numbers: the same seed streams as the other
 simulators (teacher, initialisation, data, ...): the same ``seed`` gives the same
 random start as ``method="reduced"``, and the increments come from the data stream.
 """

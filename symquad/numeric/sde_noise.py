@@ -17,9 +17,10 @@ noises have that covariance:
 
   ``E[ζ] = 0`` (the sign; exactly, even where ``f`` is not ``E[φ]``),
   ``E[ζζᵀ] = h·M·Cov[φ]/(N b M) = h D/N`` exactly, every odd moment zero and the
-  fourth moments bounded: a simplified weak Euler scheme (Kloeden & Platen,
-  *Numerical Solution of SDEs*, §14.2), which converges weakly to the same
-  diffusion as the Gaussian-noise SDE.  Derivation, weak error and the role of
+  fourth moments ``O(h²)``: the moment conditions of the simplified weak Euler scheme
+  (Kloeden & Platen, *Numerical Solution of Stochastic Differential Equations*, 1992,
+  weak Taylor approximations), so it converges weakly (order 1) to the same diffusion
+  as the Gaussian-noise SDE.  Derivation, weak error and the role of
   ``M``: docs/derivation.md §8.4.
 
 ``φ`` is built from the model's one per-sample definition: the sample means of the
