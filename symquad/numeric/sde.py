@@ -86,6 +86,7 @@ import numpy as np
 
 from .errors import DivergenceError
 from .layout import state_layout
+from .kernels import check_kernels, kernels, require_diffusion
 from .sde_noise import SampledNoise, check_noise, default_noise
 from .simulation_run import SimulationRun, population_risk
 from ..stages import declare
@@ -186,11 +187,11 @@ def sde_noise(model, form=None, noise=None) -> tuple:
     :func:`symquad.numeric.sde_noise.default_noise` (Gaussian where ``D`` is cheap).  The
     Gaussian noise needs ``D`` (refused, naming the activations, where it is not derived)
     and a ``dim³`` factorisation per replica and step (refused above :data:`MAX_SDE_DIM`
-    entries); the sampled noise needs the drift only.
+    entries); the sampled noise needs the drift only (its kernels' refusals,
+    :func:`~symquad.numeric.kernels.check_kernels`, come first).
     """
-    from .kernels import require_diffusion
     noise = check_noise(noise)
-    form = form or sde_form(model)
+    form = check_kernels(model, form or sde_form(model))
     noise = noise or default_noise(model, form)
     if noise == "gaussian":
         require_diffusion(model, "the order-parameter SDE's Gaussian noise (its diffusion "
@@ -212,7 +213,6 @@ def simulate_sde(model, N, t_max, replicas, seed, X0, T, rec_steps, on_divergenc
     (so the start has the same law, and for the same seed the same values, as for
     the other methods); ``rec_steps`` the recorded times in SGD steps.
     """
-    from .kernels import kernels
     declare(model, "simulate(method='sde')")
     dt = DEFAULT_DT if dt is None else float(dt)
     if not (math.isfinite(dt) and dt > 0):
