@@ -230,7 +230,6 @@ LEGACY = {
     'symquad.numeric.landscape': 4,
     'symquad.numeric.ode_batch': 1,
     'symquad.numeric.persist': 1,
-    'symquad.numeric.sde': 2,
     'symquad.numeric.simulate': 3,
     'symquad.numeric.simulation_run': 2,
     'symquad.numeric.special': 1,

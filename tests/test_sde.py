@@ -21,13 +21,13 @@ ALPHA = 0.01
 
 
 def law_pvalues(model, N, t_max, replicas, seed, n_times=20, sde_model=None, dt=None,
-                threshold=None, reference="reduced"):
+                threshold=None, reference="reduced", noise=None):
     """Bonferroni p-value of the risk at fixed times, KS p-value and paired z of the escapes."""
     times = np.linspace(0, t_max, n_times + 1)
     a = sq.simulate(model, N=N, t_max=t_max, replicas=replicas, seed=seed, t_eval=times,
                     method=reference, on_divergence="stop")
     b = sq.simulate(sde_model or model, N=N, t_max=t_max, replicas=replicas, seed=seed,
-                    t_eval=times, method="sde", dt=dt, on_divergence="stop")
+                    t_eval=times, method="sde", dt=dt, on_divergence="stop", noise=noise)
     # rare SGD blow-ups (z³ − 3z at N = 500: one in 128 runs, a large fluctuation of Q the
     # Gaussian SDE does not have) are allowed, and left out of the comparison
     assert a.n_diverged <= 0.02 * replicas and b.n_diverged <= 0.02 * replicas
@@ -194,7 +194,43 @@ def test_sde_arguments_are_checked():
     model = sq.Model(2, 1, 0.2)
     with pytest.raises(ValueError, match="dt must be"):
         sq.simulate(model, N=100, t_max=1, replicas=2, method="sde", dt=-1.0)
-    with pytest.raises(ValueError, match="method='sde' only"):
+    with pytest.raises(ValueError, match="method=.sde. only"):
         sq.simulate(model, N=100, t_max=1, replicas=2, dt=0.1)
     with pytest.raises(ValueError, match="method must be one of"):
         sq.simulate(model, N=100, t_max=1, replicas=2, method="langevin")
+
+
+def test_step_count_from_an_exact_zero_does_not_grow_with_N():
+    """ρ(0) = 0 exactly while its drift is not (σ = z² + z³/3: E[σ'] E[ν σ*(ν)] ≠ 0): the
+    relative bound |f|/(|X| + N^{-1/2}) alone took 119, 240, 409, 628, 855 steps for t ≤ 1 (lr 0.1)
+    at N = 10³ ... 10¹⁰ (it grows like log N from every zero crossing); the bound applies
+    only to multiplicative growth now, so the count is the same at every N — and the law
+    of the risk against the exact reduced simulator is unchanged."""
+    model = sq.Model(2, 1, 0.05, activation="z**2 + z**3/3")
+    Q0, rho0 = np.eye(2), np.zeros((2, 1))
+    steps = [sq.simulate(model, N=N, t_max=1.0, replicas=4, seed=0, Q0=Q0, rho0=rho0,
+                         method="sde", t_eval=[0.0, 1.0]).sde_steps
+             for N in (10**4, 10**6, 10**10)]
+    assert max(steps) - min(steps) <= 1 and max(steps) <= 20, steps
+    times = np.linspace(0, 8, 9)
+    a = sq.simulate(model, N=1000, t_max=8, replicas=200, seed=3, Q0=Q0, rho0=rho0,
+                    t_eval=times)
+    b = sq.simulate(model, N=1000, t_max=8, replicas=200, seed=3, Q0=Q0, rho0=rho0,
+                    t_eval=times, method="sde")
+    p = min(ks_2samp(a.risk[:, i], b.risk[:, i]).pvalue for i in range(1, 9)) * 8
+    assert p > ALPHA
+    # power: the same SGD data against the SDE of N = 250 (noise variance x4)
+    c = sq.simulate(model, N=250, t_max=8, replicas=200, seed=3, Q0=Q0, rho0=rho0,
+                    t_eval=times, method="sde")
+    assert min(ks_2samp(a.risk[:, i], c.risk[:, i]).pvalue for i in range(1, 9)) * 8 < 1e-4
+
+
+def test_step_control_resolves_multiplicative_growth():
+    """The relative bound still times an exponential growth: from ρ = 10⁻⁴ on the plateau
+    at N = 2^53 the step is set by κh <= 0.01 (not by dt) while ρ grows."""
+    model = sq.Model(2, 1, 0.3)
+    run = sq.simulate(model, N=2**53, t_max=8, replicas=1, seed=0, Q0=np.eye(2),
+                      rho0=np.array([[1e-4], [2e-4]]), method="sde", t_eval=[0.0, 8.0])
+    kappa = sq.plateau(model).rate                    # 0.45: ρ stays small up to t = 8
+    assert np.max(np.abs(run.rho[0, -1])) < 0.1
+    assert run.sde_steps >= 0.9 * 8 * kappa / sde_module.RELATIVE_STEP

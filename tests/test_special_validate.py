@@ -12,7 +12,8 @@ test) run by default; the full default settings of ``symquad validate``
 ``-m slow``.  For erf every criterion runs — the whole-run law against the
 order-parameter SDE and the replica spread against the linear-noise prediction,
 from the derived erf diffusion matrix (symquad/runtime/special_diffusion.py);
-for ReLU they are skipped with the reason "not derived".
+for ReLU and mixed pairs the whole-run law runs against the SDE with the sampled noise
+(symquad/numeric/sde_noise.py: no D needed) and the LNA spread is skipped with its reason.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 import symquad as sq
@@ -59,13 +61,25 @@ def test_validate_erf_runs_every_criterion():
         assert status.get(name) == "pass", (name, report.reasons)
 
 
-def test_validate_relu_says_why_the_whole_run_criteria_are_skipped():
-    model = sq.Model(p=2, p_star=1, lr=1.0, activation="relu")
+@pytest.mark.parametrize("act, teacher", [("relu", None), ("erf", "relu")])
+def test_validate_relu_and_a_mixed_pair_test_the_whole_run_law(act, teacher):
+    """ReLU and a mixed pair: the whole-run law against the SDE with the sampled noise is
+    tested (it needs the drift only) and passes; the same SGD data against the SDE of a
+    20 % larger learning rate fails it.  The LNA spread stays skipped, with its reason."""
+    from symquad.studies.whole_run import whole_run_checks, whole_run_numbers
+    model = sq.Model(p=2, p_star=1, lr=1.0, activation=act, teacher_activation=teacher)
     report = sq.validate(model, N=1000, replicas=16, start="informed", fss=False,
                          invariant=False, n_times=5, t_max=2.0, seed=3)
-    # D is derived (the field-space cubature), the SDE is skipped for its cost only
-    assert "not derived" not in report.numbers["whole_run"]["skipped"]
-    assert "too costly" in report.numbers["whole_run"]["skipped"]
+    assert "skipped" not in report.numbers["whole_run"]
+    assert report.numbers["whole_run"]["sde_noise"] == "sampled"
+    status = _whole_run_statuses(report)
+    assert status["whole_run_law"] == "pass" and report.verdict == "PASS", report.reasons
+    assert status["lna_spread"] == "not tested"
+    wrong = whole_run_numbers(model, report.t, report.sgd_Q, report.sgd_rho, report.sgd_risk,
+                              np.eye(1), 1000, seed=4, lna=False,
+                              sde_model=model.replace(lr=1.2))
+    law, _ = whole_run_checks(wrong, 0.01)
+    assert law["status"] == "fail", law["text"]
 
 
 @pytest.mark.slow
@@ -73,12 +87,13 @@ def test_validate_relu_says_why_the_whole_run_criteria_are_skipped():
 def test_validate_passes_with_the_default_settings(act, start):
     model = sq.Model(p=4, p_star=2, lr=1.0, activation=act)
     report = sq.validate(model, start=start, seed=11)
-    if act == "erf":        # every criterion tested (the LNA where the replicas share a start)
-        status = _whole_run_statuses(report)
-        assert "skipped" not in report.numbers["whole_run"]
-        assert status["whole_run_law"] == "pass"
-        if start == "informed":
-            assert status["lna_spread"] == "pass"
+    # the whole-run law for both (ReLU: the SDE's sampled noise), the LNA for erf where the
+    # replicas share a start
+    status = _whole_run_statuses(report)
+    assert "skipped" not in report.numbers["whole_run"]
+    assert status["whole_run_law"] == "pass"
+    if act == "erf" and start == "informed":
+        assert status["lna_spread"] == "pass"
     assert report.numbers["finite_size_scaling"]["exponent"] == pytest.approx(-0.5, abs=0.12)
     assert "activation" in report.numbers["invariant_drift_skipped"]
     _check(report, model, act)

@@ -136,18 +136,25 @@ def test_compare_checks_the_whole_run_arguments_before_any_work(monkeypatch):
 @pytest.mark.parametrize("activation, teacher", [("z**3", "erf"), ("erf", "z**3 - 3*z")])
 def test_underived_activations_are_refused_by_name_where_D_is_needed(activation, teacher):
     """D is derived for polynomials, erf, ReLU and their mixed pairs with polynomials of
-    degree <= 2: every route that needs it refuses a cubic with erf by name."""
+    degree <= 2: every route that needs it refuses a cubic with erf by name.  The SDE
+    with the sampled noise needs the drift only: it runs, and so does the whole-run law."""
     m = sq.Model(2, 1, 0.1, activation=activation, teacher_activation=teacher)
     Q, rho, T = np.eye(2), np.zeros((2, 1)), np.eye(1)
-    calls = [lambda: sq.simulate(m, N=100, t_max=1.0, replicas=2, method="sde"),
+    calls = [lambda: sq.simulate(m, N=100, t_max=1.0, replicas=2, method="sde",
+                                 noise="gaussian"),
              lambda: sq.kernels(m).diffusion(Q, rho, T),
              lambda: sq.fluctuations(m, Q, rho, T, 100, [0.0, 1.0]),
-             lambda: sq.escape_time(m, 100, method="sde", t_max=5.0, threshold=0.1)]
+             lambda: sq.escape_time(m, 100, method="sde", t_max=5.0, threshold=0.1,
+                                    noise="gaussian")]
     for call in calls:
         with pytest.raises(ValueError, match=r"not derived.*activation=.*degree 3"):
             call()
-    from symquad.studies.whole_run import sde_cost_reason
-    assert "not derived" in sde_cost_reason(m)
+    run = sq.simulate(m.replace(lr=0.01), N=1000, t_max=1.0, replicas=2, method="sde", Q0=Q,
+                      rho0=rho + 0.3, seed=0)    # (lr 0.1: the ODE itself diverges here)
+    assert run.sde_noise == "sampled" and np.all(np.isfinite(run.risk))
+    from symquad.studies.whole_run import _lna_cost_reason, sde_cost_reason
+    assert sde_cost_reason(m) == ""
+    assert "not derived" in _lna_cost_reason(m)
 
 
 def test_erf_runs_every_route_that_needs_D():
@@ -195,3 +202,24 @@ def test_hermite_random_start_is_decided_by_the_whole_run_law():
     assert _status(rep, "whole_run_law") == "pass" and rep.verdict == "PASS", rep.reasons
     wrong = sq.compare(model.replace(lr=0.011), rep.t, rep.sgd_Q, rep.sgd_rho, N=500, seed=1)
     assert wrong.verdict == "FAIL", wrong.reasons
+
+
+def test_whole_run_cost_is_estimated_before_the_sde_runs(monkeypatch):
+    """Above the limit the law criterion is skipped with the estimate, and the SDE never runs."""
+    import symquad.numeric.simulate as S
+    from symquad.studies import whole_run as W
+    m = sq.Model(4, 2, 0.5, activation="relu")
+    Q0, rho0 = informed_start(m)
+    sgd = sq.simulate(m, N=1000, t_max=2.0, replicas=16, seed=1, Q0=Q0, rho0=rho0,
+                      t_eval=np.linspace(0, 2, 5))
+    seconds = W.whole_run_sde_seconds(m, None, 16, 2.0, (sgd.Q[:, 0], sgd.rho[:, 0]),
+                                      np.eye(2))
+    assert 0 < seconds < W.MAX_WHOLE_RUN_SECONDS
+    monkeypatch.setattr(W, "MAX_WHOLE_RUN_SECONDS", seconds / 100)
+    real = S.simulate
+    monkeypatch.setattr(S, "simulate", lambda *a, **k: pytest.fail("the SDE was run") if
+                        k.get("method") == "sde" else real(*a, **k))
+    wr = W.whole_run_numbers(m, sgd.t, sgd.Q, sgd.rho, sgd.risk, np.eye(2), 1000, lna=False)
+    assert "estimated at >=" in wr["skipped"] and "limit" in wr["skipped"]
+    law, _ = W.whole_run_checks(wr, 0.01)
+    assert law["status"] == "not tested" and "estimated at" in law["text"]

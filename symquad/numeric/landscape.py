@@ -45,7 +45,7 @@ from .errors import DivergenceError, describe_state
 from .kernels import kernels
 from .checks import (as_real_array, check_float_activation, check_int as _check_int,
                      check_positive, check_real, check_seed)
-from .sde import DEFAULT_DT
+from .sde import DEFAULT_DT, sde_noise
 from .simulate import _check_sde_time
 
 __all__ = [
@@ -1068,7 +1068,8 @@ def escape_time(m: Model, N: int, q0: float = 1.0, sgd_noise: bool = True,
                 n_samples: int = 256, seed: int = 0, fraction: float = 0.5,
                 delta: float = 1e-4, n_eval: int = 6000, Z=None, *, method: str = "plateau",
                 t_max: float | None = None, threshold: float | None = None,
-                dt: float | None = None, form: str | None = None) -> EscapePrediction:
+                dt: float | None = None, form: str | None = None,
+                noise: str | None = None) -> EscapePrediction:
     r"""Predicted escape time from a random start: median, quantiles and samples.
 
     Two laws (`method`):
@@ -1146,9 +1147,10 @@ def escape_time(m: Model, N: int, q0: float = 1.0, sgd_noise: bool = True,
     threshold : float, optional
         ``method="sde"``: the risk level whose first crossing is the escape
         (default :func:`escape_threshold` with `fraction`, quadratic models).
-    dt, form
-        ``method="sde"``: the SDE's largest step and kernels (see
-        :func:`symquad.simulate`).
+    dt, form, noise
+        ``method="sde"``: the SDE's largest step, kernels and noise (see
+        :func:`symquad.simulate`; the noise defaults by cost, sampled wherever the
+        diffusion matrix is costly).
 
     Returns
     -------
@@ -1168,9 +1170,11 @@ def escape_time(m: Model, N: int, q0: float = 1.0, sgd_noise: bool = True,
     if method == "sde":
         return sde_escape_prediction(m, N, q0=q0, sgd_noise=sgd_noise, n_samples=n_samples,
                                      seed=seed, fraction=fraction, n_eval=n_eval, Z=Z,
-                                     t_max=t_max, threshold=threshold, dt=dt, form=form)
-    if t_max is not None or threshold is not None or dt is not None or form is not None:
-        raise ValueError("t_max, threshold, dt and form apply to method='sde' only")
+                                     t_max=t_max, threshold=threshold, dt=dt, form=form,
+                                     noise=noise)
+    if (t_max is not None or threshold is not None or dt is not None or form is not None
+            or noise is not None):
+        raise ValueError("t_max, threshold, dt, form and noise apply to method='sde' only")
     return escape_prediction(m, N, q0=q0, sgd_noise=sgd_noise, n_samples=n_samples, seed=seed,
                              fraction=fraction, delta=delta, n_eval=n_eval, Z=Z)
 
@@ -1182,7 +1186,7 @@ ESCAPE_METHODS = ("plateau", "sde")
 def sde_escape_prediction(m: Model, N: int, q0: float = 1.0, sgd_noise: bool = True,
                           n_samples: int = 256, seed: int = 0, fraction: float = 0.5,
                           n_eval: int = 6000, Z=None, t_max=None, threshold=None, dt=None,
-                          form=None) -> EscapePrediction:
+                          form=None, noise=None) -> EscapePrediction:
     """Implementation of ``escape_time(method="sde")`` (same arguments and result)."""
     from .simulate import simulate
     N = _check_int(N, "N", m.p + m.p_star)
@@ -1199,6 +1203,7 @@ def sde_escape_prediction(m: Model, N: int, q0: float = 1.0, sgd_noise: bool = T
     n_eval = _check_int(n_eval, "n_eval", 100, 10 ** 6)
     if dt is not None:
         dt = check_positive("dt", dt)
+    form, noise = sde_noise(m, form, noise)          # refusals before any work
     if t_max is not None:
         # the run-time check before any work (simulate repeats it once t_max is known)
         _check_sde_time(n_samples, check_positive("t_max", t_max),
@@ -1217,7 +1222,7 @@ def sde_escape_prediction(m: Model, N: int, q0: float = 1.0, sgd_noise: bool = T
     t_max = check_positive("t_max", t_max)
     run = simulate(m, N=N, t_max=t_max, replicas=n_samples, seed=seed, method="sde",
                    t_eval=np.linspace(0.0, t_max, n_eval), on_divergence="stop", dt=dt,
-                   form=form)
+                   form=form, noise=noise)
     samples = escape_times(run.t, run.risk, thr)
     samples[np.isnan(samples) & ~run.diverged] = np.inf          # censored at t_max
     if run.n_diverged:

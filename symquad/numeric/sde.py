@@ -14,10 +14,16 @@ and the second-order terms of the update (the ``η²`` part of ``dQ``, the spher
 renormalisation) are already in ``f``.
 
 **Scheme.**  Heun's predictor–corrector for the drift with the Itô noise of
-Euler–Maruyama: ``X̃ = X + f(X) h``, ``X ← X + ½(f(X) + f(X̃)) h + √(h/N) L ξ``,
-``L Lᵀ = D(X)`` (see :func:`_sqrt_psd`), ``ξ`` standard normal.  The noise is
-taken at the state before the step (Itô); the drift is integrated at second
-order, so the deterministic error is ``O(h²)`` and the remaining bias of the
+Euler–Maruyama: ``X̃ = X + f(X) h``, ``X ← X + ½(f(X) + f(X̃)) h + ζ``, where ``ζ``
+has mean zero and covariance ``h D(X)/N``, taken at the state before the step
+(Itô).  Two noises (:mod:`symquad.numeric.sde_noise`, ``simulate(noise=...)``):
+``"gaussian"``, ``ζ = √(h/N) L ξ`` with ``L Lᵀ = D(X)`` (see :func:`_sqrt_psd`) and
+``ξ`` standard normal; ``"sampled"``, ``ζ = s √(hM/(Nb)) (φ̄_M − f)``, the mean
+per-sample increment of ``M`` fresh draws of the fields with a random sign — the
+same mean and covariance, zero odd moments (a simplified weak Euler scheme of the
+same SDE, docs/derivation.md §8.4), and no ``D``.  The default is chosen by cost
+(:func:`~symquad.numeric.sde_noise.default_noise`).  The drift is integrated at
+second order, so the deterministic error is ``O(h²)`` and the remaining bias of the
 law is ``O(h/N)`` (the noise's own weak order 1, at the noise's scale ``1/N``).
 Plain Euler–Maruyama was first-order in the drift: with the step control
 below it biased the mean risk of a converging run (``p = 3, p* = 2, η = 0.3,
@@ -25,28 +31,49 @@ b = 4``, ``N = 2000``, ``t = 15``) by −5 % — 30 standard errors of 400 repli
 — because the control bounds the change of the state, not of its distance to
 the fixed point it approaches.
 
-**Step-size control.**  ``h = min(dt, c / max_i |f_i(X)|/(|X_i| + N^{-1/2}))`` with
-``c = 0.01`` (:data:`RELATIVE_STEP`), the maximum over the entries and the live
-replicas: no step changes an order parameter by more than 1 % of its size
-(or of the noise scale ``N^{-1/2}``, for entries near zero) through the drift.
-For exponential growth or decay at rate ``κ`` this is ``κh ≤ 0.01``: Heun's
-rate error is ``(κh)²κ/6``, so a growth over ``L`` e-folds (an escape from the
-plateau: ``L ≈ ½ log N``) is timed to a relative ``(κh)²/6 < 10⁻⁴``.  ``dt``
-(default :data:`DEFAULT_DT`) caps the step where nothing moves; there (the
-approach to a fixed point at rate ``λ``) the relative error of the distance to
-it grows like ``λ³h²t/6``.  The recorded times are hit exactly.  The tests check
-that at ``N → ∞`` the scheme converges to the ODE at second order in ``h``, that
-the mean risk has no bias against SGD late in a converging run, and that a step
-twice as small does not change the law of the risk and of the escape time
-beyond their statistical error.
+**Step-size control.**  ``h = min(dt, c / r)`` with ``c = 0.01``
+(:data:`RELATIVE_STEP`) and the rate ``r`` the largest, over the live replicas and
+the entries, of
+
+* ``min(|f_i|/(|X_i| + N^{-1/2}), κ_i)`` for an entry that *grows multiplicatively*:
+  it moves away from 0 (``f_i X_i > 0``), its drift grows (``κ_i > 0``) and is carried
+  by its size (``|f_i| <= 2 κ_i |X_i|``, :data:`MULTIPLICATIVE`);
+* ``(c/0.2)·κ_r``, ``κ_r`` the relative change of the replica's whole drift per unit
+  time (:data:`DRIFT_CHANGE`: the drift changes by at most 20 % in a step).
+
+``κ_i = (f(X̃)_i − f_i) sign(f_i)/(h |f_i|)`` and ``κ_r = ‖f(X̃) − f‖/(h‖f‖)`` come
+free from the previous step's predictor (``f(X̃) − f = h J f + O(h²)``).  For a growth
+at rate ``κ`` (``f = κ X``) both estimates of the first item are ``κ``, so ``κh ≤ 0.01``:
+Heun's rate error is ``(κh)²κ/6``, and a growth over ``L`` e-folds (an escape from
+the plateau: ``L ≈ ½ log N``) is timed to a relative ``(κh)²/6 < 10⁻⁴``; below the
+noise scale ``N^{-1/2}`` (the size of the noise an entry receives per unit of time)
+its relative accuracy does not matter and the bound relaxes.  Why only growth: the
+relative bound ``|f_i|/(|X_i| + N^{-1/2})`` alone (the rule before) also bounded
+entries whose drift is *not* carried by their size — an entry crossing zero, or one
+that starts at exactly 0 with a non-zero drift — where it made each step grow by 1 %
+from ``0.01 N^{-1/2}/|f_i|``: about ``50 log N`` steps per zero crossing (measured
+119, 240, 409, 628, 855 steps for ``t ≤ 1`` at ``N = 10³ … 10¹⁰`` from ``ρ(0) = 0``,
+``σ = z² + z³/3``; now 8, 5, 5, 5, 5), although Heun integrates a slowly changing
+drift without it.  Decays and relaxations (``κ_i < 0``) are bounded by the second
+item (``λh ≤ 0.2``, Heun's stability with room) and by ``dt`` (default
+:data:`DEFAULT_DT`), which caps the step where nothing moves; there (the approach to
+a fixed point at rate ``λ``) the relative error of the distance to it grows like
+``λ³h²t/6``.  The recorded times are hit exactly.  The tests check that at
+``N → ∞`` the scheme converges to the ODE at second order in ``h``, that the mean
+risk has no bias against SGD late in a converging run, that a step twice as small
+does not change the law of the risk and of the escape time beyond their
+statistical error, that the step count from an exact zero does not grow with ``N``,
+and that growth is still resolved at ``κh ≤ 0.01``.
 
 **Constraint.**  On the sphere the rows of ``D`` and the drift of every ``Q_kk``
 vanish, so ``Q_kk`` stays at its start; after every step the state is projected
 back (``Q ← S Q S``, ``ρ ← S ρ`` with ``S = diag(√(Q_kk(0)/Q_kk))``) to remove
 rounding.
 
-**Cost** per step ``O(R · (cost of 2 f and 1 D) + R · dim³)`` (the square root),
-independent of ``N``.  Random numbers: the same seed streams as the other
+**Cost** per step ``O(R · (cost of 2 f) + noise)``, independent of ``N``: the
+Gaussian noise adds one ``D`` and a ``dim³`` factorisation per replica, the sampled
+noise an ``n × n`` eigendecomposition (``n = p + p*``) and ``M (p n + p²)``
+multiply-adds per replica.  Random numbers: the same seed streams as the other
 simulators (teacher, initialisation, data, ...): the same ``seed`` gives the same
 random start as ``method="reduced"``, and the increments come from the data stream.
 """
@@ -59,11 +86,14 @@ import numpy as np
 
 from .errors import DivergenceError
 from .layout import state_layout
+from .kernels import check_kernels, kernels, require_diffusion
+from .sde_noise import SampledNoise, check_noise, default_noise
 from .simulation_run import SimulationRun, population_risk
 from ..stages import declare
 from .errors import describe_state
 
-__all__ = ["simulate_sde", "DEFAULT_DT", "RELATIVE_STEP", "sde_form", "MAX_SDE_DIM"]
+__all__ = ["simulate_sde", "DEFAULT_DT", "RELATIVE_STEP", "sde_form", "sde_noise",
+           "MAX_SDE_DIM"]
 
 #: Largest SDE time step (time unit ``t = steps/N``).
 DEFAULT_DT = 0.2
@@ -76,14 +106,61 @@ MAX_SDE_DIM = 2500
 
 def sde_form(model) -> str:
     """Kernels of the SDE: ``"matrix"`` for quadratic activations, else ``"entries"`` for
-    ``p + p* <= 4`` (fast explicit polynomials), else ``"tensor"`` (erf models too)."""
-    from .kernels import require_diffusion
-    require_diffusion(model, "the order-parameter SDE (its diffusion matrix)")
+    ``p + p* <= 4`` (fast explicit polynomials), else ``"tensor"`` (erf and ReLU too)."""
     if not model.is_polynomial:
         return "tensor"
     if model.is_quadratic:
         return "matrix"
     return "entries" if model.p + model.p_star <= 4 else "tensor"
+
+
+#: An entry grows multiplicatively (``f_i ≈ κ X_i``, ``κ > 0``) when it moves away from 0,
+#: its drift grows at the relative rate ``κ_i > 0`` and ``|f_i| <= MULTIPLICATIVE κ_i |X_i|``.
+MULTIPLICATIVE = 2.0
+#: Largest relative change of the drift (the whole state's, in norm) in one step: Heun's
+#: stability and the accuracy of relaxations (``λh <= 0.2``).
+DRIFT_CHANGE = 0.2
+
+
+def _rate(f, x, floor, drift_rate, state_rate):
+    r"""The step control's rate ``r`` (the step is ``min(dt, RELATIVE_STEP / r)``).
+
+    ``r = max(max_i g_i, (RELATIVE_STEP / DRIFT_CHANGE) · max_r κ_r)`` over the live
+    replicas and entries (module docstring, "Step-size control"):
+
+    * ``g_i = min(|f_i|/(|X_i| + N^{-1/2}), κ_i)`` for an entry that grows
+      multiplicatively (``f_i X_i > 0``, ``κ_i > 0``, ``|f_i| <= 2 κ_i |X_i|``), else 0;
+    * ``κ_r`` (`state_rate`): the relative change of the replica's whole drift per unit
+      time, ``‖f(X̃) − f(X)‖/(h ‖f(X)‖)``.
+
+    ``κ_i`` (`drift_rate`, signed: positive where ``|f_i|`` grows) is the relative change
+    of entry ``i``'s drift per unit time over the replica's last step, ``+∞`` before
+    the first (then ``g_i`` is the relative bound alone).
+    """
+    ax = np.abs(x)
+    af = np.abs(f)
+    relative = af / (ax + floor)
+    with np.errstate(invalid="ignore"):
+        grows = (f * x > 0) & (drift_rate > 0) & (af <= MULTIPLICATIVE * drift_rate * ax)
+    g = np.where(grows, np.minimum(relative, drift_rate), 0.0)
+    return float(max(np.max(g), RELATIVE_STEP / DRIFT_CHANGE * np.max(state_rate)))
+
+
+def _drift_change(f, f_pred, h):
+    r"""``(κ_i, κ_r)``: the drift's relative rate of change per entry (signed) and per replica.
+
+    Heun's predictor gives it for free: ``X̃ = X + f h``, so ``f(X̃) − f(X) = h J f +
+    O(h²)``.  ``κ_i = (f(X̃)_i − f_i) sign(f_i)/(h |f_i|)`` is ``κ`` for growth
+    ``f = κ X`` and ``−λ`` for a decay, 0 for a constant drift; an entry with ``f_i = 0``
+    gets 0.  ``κ_r = ‖f(X̃) − f(X)‖/(h ‖f(X)‖)`` (0 where ``f = 0``).
+    """
+    change = f_pred - f
+    af = np.abs(f)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        kappa = np.where(af > 0, change * np.sign(f) / (h * af), 0.0)
+        norm = np.linalg.norm(f, axis=-1)
+        whole = np.where(norm > 0, np.linalg.norm(change, axis=-1) / (h * norm), 0.0)
+    return kappa, whole
 
 
 def _sqrt_psd(D):
@@ -103,25 +180,46 @@ def _sqrt_psd(D):
         return V * np.sqrt(np.clip(w, 0.0, None))[..., None, :]
 
 
+def sde_noise(model, form=None, noise=None) -> tuple:
+    """``(form, noise)`` of an SDE run: the kernels' form and the noise, checked.
+
+    ``form`` defaults to :func:`sde_form`, ``noise`` to
+    :func:`symquad.numeric.sde_noise.default_noise` (Gaussian where ``D`` is cheap).  The
+    Gaussian noise needs ``D`` (refused, naming the activations, where it is not derived)
+    and a ``dim³`` factorisation per replica and step (refused above :data:`MAX_SDE_DIM`
+    entries); the sampled noise needs the drift only (its kernels' refusals,
+    :func:`~symquad.numeric.kernels.check_kernels`, come first).
+    """
+    noise = check_noise(noise)
+    form = check_kernels(model, form or sde_form(model))
+    noise = noise or default_noise(model, form)
+    if noise == "gaussian":
+        require_diffusion(model, "the order-parameter SDE's Gaussian noise (its diffusion "
+                                 "matrix)")
+        dim = state_layout(model).dim
+        if dim > MAX_SDE_DIM:
+            raise ValueError(f"method='sde' with noise='gaussian' at p={model.p}, "
+                             f"p_star={model.p_star} has a state of {dim} entries (limit "
+                             f"{MAX_SDE_DIM}: a dim^3 square root per replica and step); "
+                             f"use noise='sampled'")
+    return form, noise
+
+
 def simulate_sde(model, N, t_max, replicas, seed, X0, T, rec_steps, on_divergence, blowup,
-                 dt=None, form=None, progress=False):
+                 dt=None, form=None, progress=False, noise=None):
     """Implementation of ``simulate(method="sde")`` (arguments checked by the caller).
 
     ``X0`` are the initial coordinates of :func:`symquad.numeric.simulate._initial_coordinates`
     (so the start has the same law, and for the same seed the same values, as for
     the other methods); ``rec_steps`` the recorded times in SGD steps.
     """
-    from .kernels import kernels
     declare(model, "simulate(method='sde')")
     dt = DEFAULT_DT if dt is None else float(dt)
     if not (math.isfinite(dt) and dt > 0):
         raise ValueError(f"dt must be a finite number > 0, got {dt!r}")
     lay = state_layout(model)
-    if lay.dim > MAX_SDE_DIM:
-        raise ValueError(f"method='sde' with p={model.p}, p_star={model.p_star} has a state of "
-                         f"{lay.dim} entries (limit {MAX_SDE_DIM}: a dim^3 square root per "
-                         f"replica and step)")
-    k = kernels(model, form or sde_form(model))
+    form, noise = sde_noise(model, form, noise)
+    k = kernels(model, form)
     p, ps = model.p, model.p_star
     C0 = X0 @ np.swapaxes(X0, -1, -2)
     Q = C0[:, :p, :p].copy()
@@ -133,6 +231,7 @@ def simulate_sde(model, N, t_max, replicas, seed, X0, T, rec_steps, on_divergenc
     q_diag = np.diagonal(Q, axis1=-2, axis2=-1).copy()
     ss = np.random.SeedSequence(seed)
     rng_data = np.random.default_rng(ss.spawn(5)[2])
+    sampled = SampledNoise(model, N, replicas, rng_data) if noise == "sampled" else None
     times = np.asarray(rec_steps, dtype=float) / N
     n_rec = len(times)
     Qs = np.full((replicas, n_rec, p, p), np.nan)
@@ -145,6 +244,9 @@ def simulate_sde(model, N, t_max, replicas, seed, X0, T, rec_steps, on_divergenc
     if model.readout_trained:
         last["readout"] = a.copy()
     floor = 1.0 / math.sqrt(N)
+    # relative rate of change of each entry's drift over the replica's last step (none yet)
+    drift_rate = np.full((replicas, lay.dim), np.inf)
+    state_rate = np.zeros(replicas)
     bar = None
     if progress:
         from tqdm.auto import tqdm
@@ -170,7 +272,8 @@ def simulate_sde(model, N, t_max, replicas, seed, X0, T, rec_steps, on_divergenc
             Qa, ra, aa = lay.unpack(x[live])
             out = k.rhs(Qa, ra, T, aa, t=t)
             f = lay.pack(*out)
-            rate = np.max(np.abs(f) / (np.abs(x[live]) + floor)) if f.size else 0.0
+            rate = (_rate(f, x[live], floor, drift_rate[live], state_rate[live]) if f.size
+                    else 0.0)
             h = dt if not rate > 0 else min(dt, RELATIVE_STEP / rate)
             h = min(h, times[i_rec] - t)
             if not np.isfinite(h) or h <= 0:
@@ -181,13 +284,17 @@ def simulate_sde(model, N, t_max, replicas, seed, X0, T, rec_steps, on_divergenc
             if ahead:
                 h = ahead[0] - t
                 t_end = ahead[0] - 1e-13 * max(1.0, ahead[0])   # the left limit of a jump
-            D = k.diffusion(Qa, ra, T, aa, t=t)
-            L = _sqrt_psd(0.5 * (D + np.swapaxes(D, -1, -2)))
-            xi = rng_data.standard_normal((replicas, lay.dim))[live]
+            if sampled is None:
+                D = k.diffusion(Qa, ra, T, aa, t=t)
+                L = _sqrt_psd(0.5 * (D + np.swapaxes(D, -1, -2)))
+                xi = rng_data.standard_normal((replicas, lay.dim))[live]
+                dW = math.sqrt(h / N) * np.einsum("rij,rj->ri", L, xi)
+            else:
+                dW = sampled(live, Qa, ra, T, aa, f, h, k.params_at(t))
             Qp, rp, ap = lay.unpack(x[live] + f * h)
             f_pred = lay.pack(*k.rhs(Qp, rp, T, ap, t=t_end))
-            x[live] = (x[live] + 0.5 * (f + f_pred) * h
-                       + math.sqrt(h / N) * np.einsum("rij,rj->ri", L, xi))
+            drift_rate[live], state_rate[live] = _drift_change(f, f_pred, h)
+            x[live] = x[live] + 0.5 * (f + f_pred) * h + dW
             if sphere:
                 Qn, rn, an = lay.unpack(x[live])
                 s = np.sqrt(q_diag[live] / np.diagonal(Qn, axis1=-2, axis2=-1))
@@ -218,6 +325,7 @@ def simulate_sde(model, N, t_max, replicas, seed, X0, T, rec_steps, on_divergenc
                         risk=risk, T=T, status=status.astype(str), t_diverged=t_div,
                         last_finite=last, check_every=1, readout=readouts)
     run.sde_steps = steps
+    run.sde_noise = noise
     if run.n_diverged and on_divergence == "raise":
         first = int(np.nanargmin(t_div))
         state = {"t": last["t"][first], "Q": last["Q"][first], "rho": last["rho"][first]}

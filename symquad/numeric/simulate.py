@@ -100,6 +100,7 @@ from .errors import DivergenceError, describe_state
 from .checks import (as_real_array, check_float_activation, check_int as _check_int,
                      check_positive)
 from .simulation_run import SimulationRun, population_risk
+from .sde import sde_noise
 from ..spec import check_model
 from ..spec import Model
 
@@ -917,7 +918,7 @@ def _sde_record_times(t_max, t_eval):
 
 def simulate(model, N=2000, t_max=20.0, replicas=64, seed=0, method="reduced",
              Q0=None, rho0=None, T=None, t_eval=None, on_divergence="raise",
-             blowup=1e8, progress=False, _residual=True, dt=None, form=None):
+             blowup=1e8, progress=False, _residual=True, dt=None, form=None, noise=None):
     """Monte Carlo simulation of one-pass SGD for `model`.
 
     Parameters
@@ -971,6 +972,18 @@ def simulate(model, N=2000, t_max=20.0, replicas=64, seed=0, method="reduced",
     form : {"matrix", "tensor", "entries"}, optional
         ``method="sde"`` only: the kernels of ``f`` and ``D`` (default
         :func:`symquad.numeric.sde.sde_form`).
+    noise : {"gaussian", "sampled"}, optional
+        ``method="sde"`` only: the noise of a step ``h``, both of mean zero and
+        covariance ``h D/N``.  ``"gaussian"``: ``√(h/N) L ξ``, ``L Lᵀ = D`` (needs the
+        diffusion matrix, one per replica and step, and its ``dim³`` factor);
+        ``"sampled"``: ``s √(hM/(Nb)) (φ̄_M − f)``, the mean per-sample increment of
+        ``M`` fresh draws of the fields and the label noise and a random sign ``s``
+        (a weak scheme of the same SDE; needs the drift only,
+        :mod:`symquad.numeric.sde_noise`).  Default by cost
+        (:func:`symquad.numeric.sde_noise.default_noise`): Gaussian for quadratic
+        activations up to 60 state entries and for the entry route (polynomials,
+        ``p + p* <= 4``), sampled for every other model (the tensor route's, erf's
+        and the ReLU/mixed pairs' ``D`` cost 100-10⁵ drift calls).
 
     Returns
     -------
@@ -996,8 +1009,10 @@ def simulate(model, N=2000, t_max=20.0, replicas=64, seed=0, method="reduced",
         raise ValueError(f"seed must be an integer >= 0 or None, got {seed!r}")
     if N > MAX_N:
         raise ValueError(f"N must be <= 2**53 (allowed range 1..{MAX_N}), got {N}")
-    if method != "sde" and (dt is not None or form is not None):
-        raise ValueError("dt and form apply to method='sde' only")
+    if method != "sde" and (dt is not None or form is not None or noise is not None):
+        raise ValueError("dt, form and noise apply to method='sde' only")
+    if method == "sde":
+        form, noise = sde_noise(model, form, noise)       # refusals before any work
     if dt is not None:
         dt = check_positive("dt", dt)        # a string or a bool is a TypeError, not 0.2/1.0
     if method == "sde" and t_max * N > MAX_REPLICA_STEPS:
@@ -1029,7 +1044,7 @@ def simulate(model, N=2000, t_max=20.0, replicas=64, seed=0, method="reduced",
     if method == "sde":
         from .sde import simulate_sde
         return simulate_sde(model, N, t_max, replicas, seed, X0, T, rec_steps, on_divergence,
-                            blowup, dt=dt, form=form, progress=progress)
+                            blowup, dt=dt, form=form, progress=progress, noise=noise)
     if method == "full":
         stepper = _FullStepper(model, N, replicas, X0, rng_teacher, rng_init, rng_data,
                                rng_noise, random_student=Q0 is None)

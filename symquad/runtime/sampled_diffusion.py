@@ -51,7 +51,7 @@ from .special_diffusion import _tuples
 from .special_diffusion import _scatter_symmetric
 
 __all__ = ["sampled_diffusion_kinds", "sampled_diffusion_cost", "SAMPLES", "SEED",
-           "activation_functions"]
+           "activation_functions", "increment_kinds", "field_root"]
 
 #: Points of the field-space rule (a power of two: the Sobol' rule's balance).
 SAMPLES = 1 << 17
@@ -117,6 +117,67 @@ def _sqrtm(C):
     """Symmetric square root of covariances (..., n, n), negative rounding eigenvalues clipped."""
     lam, V = numpy.linalg.eigh(C)
     return (V * numpy.sqrt(numpy.clip(lam, 0.0, None))[..., None, :]) @ numpy.swapaxes(V, -1, -2)
+
+
+def field_root(Q, rho, T):
+    """``(C^{1/2}, p)``: the symmetric square root of ``C = [[Q, ρ], [ρᵀ, T]]`` (..., n, n).
+
+    Fields ``u = z C^{1/2}`` with ``z ~ N(0, I_n)`` (row vectors) are ``N(0, C)``; the
+    root is continuous in ``C`` and defined for singular ``C`` (a negative rounding
+    eigenvalue, or a state the SDE moved off the cone of Gram matrices, is clipped to 0).
+    """
+    C, p = combine(Q, rho, T)
+    return _sqrtm(C), p
+
+
+def increment_kinds(root, p, a, b, z, noise, student, teacher):
+    r"""Sample means of the drift's moment kinds' integrands over given field draws.
+
+    The per-sample integrands of the drift's moment kinds
+    (:mod:`symquad.symbolic.moments`; ``δ`` the error signal with its label noise)
+
+    .. math::  G_{kl} = σ'(λ_k) λ_l δ,\quad Gt_{km} = σ'(λ_k) ν_m δ,\quad
+               B_{kl} = σ'(λ_k) σ'(λ_l) δ^2,\quad R_k = σ(λ_k) δ,
+
+    averaged over ``M`` samples of the fields ``u = (λ, ν) = z·root`` and the label noise
+    ``δ = Σ_a w_a σ_a(u_a) − noise``, ``w = (a, −b)``.  Their expectations are the drift's
+    kinds; pushed through the generated drift assembly (linear in them) they give the
+    per-sample increment ``φ`` of the order parameters, averaged over the ``M`` samples.
+
+    Parameters
+    ----------
+    root : array (..., n, n)
+        ``C^{1/2}`` (:func:`field_root`), symmetric.
+    p : int
+        Student width (the first ``p`` fields are the students').
+    a, b : arrays (..., p), (p*,)
+        The error signal's output weights (``c·a`` for the loss's weight ``c``) and the
+        teacher readout.
+    z : array (..., M, n)
+        Standard normal draws.
+    noise : array (..., M) or None
+        The label noise ``√Δ ξ`` of each sample (None: no label noise).
+    student, teacher : activation (coefficient tuple, ``"erf"`` or ``"relu"``)
+
+    Returns
+    -------
+    G, Gt, B, R : arrays (..., p, p), (..., p, p*), (..., p, p), (..., p)
+    """
+    u = z @ root                                           # (..., M, n), root symmetric
+    s_f, s_d = activation_functions(student)
+    t_f, _ = activation_functions(teacher)
+    fs = s_f(u[..., :p])
+    w = weights(a, b)
+    delta = fs @ w[..., :p, None] + t_f(u[..., p:]) @ w[..., p:, None]      # (..., M, 1)
+    if noise is not None:
+        delta = delta - noise[..., None]
+    g = s_d(u[..., :p])
+    gd = numpy.swapaxes(g * delta, -1, -2)                 # (..., p, M)
+    M = z.shape[-2]
+    G = (gd @ u) / M
+    B = ((gd * numpy.swapaxes(delta, -1, -2)) @ g) / M
+    R = (numpy.swapaxes(fs, -1, -2) @ delta)[..., 0] / M
+    return G[..., :p], G[..., p:], B, R
 
 
 def sampled_diffusion_kinds(Q, rho, T, a, b, Delta, names, student, teacher,

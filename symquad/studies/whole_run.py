@@ -50,10 +50,16 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import time
+
+from ..numeric.kernels import check_kernels, kernels
+from ..numeric.sde import DEFAULT_DT, _sqrt_psd, sde_noise
+from ..numeric.sde_noise import SampledNoise
 from .verdict import _check
 
 __all__ = ["invariant_statistics", "whole_run_numbers", "whole_run_checks",
-           "decide_whole_run", "whole_run_not_run", "N_TEST", "MIN_REPLICAS", "STATISTICS"]
+           "decide_whole_run", "whole_run_not_run", "N_TEST", "MIN_REPLICAS", "STATISTICS",
+           "sde_cost_reason", "whole_run_sde_seconds", "MAX_WHOLE_RUN_SECONDS"]
 
 #: Recorded times tested (equally spaced over the run).
 N_TEST = 20
@@ -132,14 +138,23 @@ def whole_run_numbers(model, t, sgd_Q, sgd_rho, sgd_risk, T, N, *, seed=0, n_tes
         out.update(law={"pvalues": [], "tests": [], "times": []}, sde_diverged=0,
                    lna={"applies": False, "reason": f"needs >= {MIN_REPLICAS} replicas"})
         return out
-    too_costly = sde_cost_reason(theory, form)
+    T = np.asarray(T, float)
+    t_span = float(t[-1] - t0) if t[-1] > t0 else 1.0 / N
+    lna_costly = _lna_cost_reason(theory, form)
+    too_costly = sde_cost_reason(theory, form, replicas=R, t_span=t_span,
+                                 start=(sgd_Q[:, 0], sgd_rho[:, 0]), T=T, dt=dt)
     if too_costly:
         out.update(skipped=too_costly, law={"pvalues": [], "tests": [], "times": []},
-                   lna={"applies": False, "reason": too_costly}, sde_diverged=0)
+                   sde_diverged=0)
+        if lna_costly or not lna:
+            out["lna"] = {"applies": False, "reason": lna_costly or "not requested"}
+        else:
+            out["lna"] = _lna_or_reason(theory, t, sgd_Q, sgd_rho, sgd_risk, T, N,
+                                        _test_indices(t, n_test), form)
         return out
-    run = simulate(theory, N=N, t_max=float(t[-1] - t0) if t[-1] > t0 else 1.0 / N,
-                   replicas=R, seed=seed, method="sde", Q0=sgd_Q[:, 0], rho0=sgd_rho[:, 0],
-                   T=T, t_eval=t - t0, on_divergence="stop", dt=dt, form=form)
+    run = simulate(theory, N=N, t_max=t_span, replicas=R, seed=seed, method="sde",
+                   Q0=sgd_Q[:, 0], rho0=sgd_rho[:, 0], T=T, t_eval=t - t0,
+                   on_divergence="stop", dt=dt, form=form)
     ok = run.status == "ok"
     out["sde_diverged"] = int(np.sum(~ok))
     out["sde_steps"] = int(getattr(run, "sde_steps", 0))
@@ -163,52 +178,128 @@ def whole_run_numbers(model, t, sgd_Q, sgd_rho, sgd_risk, T, N, *, seed=0, n_tes
                   "sde_risk_mean": [float(v) for v in np.nanmean(run.risk, 0)[idx]],
                   "sgd_risk_mean": [float(v) for v in np.nanmean(sgd_risk, 0)[idx]],
                   "times": [float(v) for v in t[idx]]}
-    shared = bool(np.allclose(sgd_Q[:, 0], sgd_Q[:1, 0], atol=1e-14)
-                  and np.allclose(sgd_rho[:, 0], sgd_rho[:1, 0], atol=1e-14))
-    out["lna"] = {"applies": False, "reason": ""}
+    out["sde_noise"] = getattr(run, "sde_noise", "gaussian")
     if not lna:
-        out["lna"]["reason"] = "not requested"
-    elif not shared:
-        out["lna"]["reason"] = ("the replicas start from different overlaps (a random start: "
-                                "the linear-noise expansion breaks down at the escape)")
+        out["lna"] = {"applies": False, "reason": "not requested"}
+    elif lna_costly:
+        out["lna"] = {"applies": False, "reason": lna_costly}
     else:
-        out["lna"] = _lna_numbers(theory, t, sgd_Q, sgd_rho, sgd_risk, T, N, idx, form)
+        out["lna"] = _lna_or_reason(theory, t, sgd_Q, sgd_rho, sgd_risk, T, N, idx, form)
     return out
 
 
-#: Largest state of the whole-run SDE with the matrix kernels (σ = c z²), and of the
+def _lna_or_reason(model, t, sgd_Q, sgd_rho, sgd_risk, T, N, idx, form):
+    """The LNA criterion's numbers, or why it does not apply (replicas from different starts)."""
+    shared = bool(np.allclose(sgd_Q[:, 0], sgd_Q[:1, 0], atol=1e-14)
+                  and np.allclose(sgd_rho[:, 0], sgd_rho[:1, 0], atol=1e-14))
+    if not shared:
+        return {"applies": False, "reason": "the replicas start from different overlaps (a "
+                "random start: the linear-noise expansion breaks down at the escape)"}
+    return _lna_numbers(model, t, sgd_Q, sgd_rho, sgd_risk, T, N, idx, form)
+
+
+#: Largest state of the LNA spread criterion with the matrix kernels (σ = c z²), and of the
 #: LNA (its Jacobian comes from the entry route: σ = z² at p = 8, p* = 2 has 52 entries
 #: and takes 60 s to derive once).
 MAX_SDE_STATE = 600
 MAX_LNA_STATE = 60
+#: Largest estimated seconds of the verdict's whole-run SDE (a lower bound, see
+#: :func:`whole_run_sde_seconds`); above it the law criterion is skipped with the estimate.
+MAX_WHOLE_RUN_SECONDS = 600.0
 
 
-def sde_cost_reason(model, form=None) -> str:
-    """Why the whole-run SDE is not run for `model` (empty when it is affordable)."""
+def whole_run_sde_seconds(model, form, replicas, t_span, start, T, dt=None) -> float:
+    """A lower bound on the seconds of the whole-run SDE, from one measured step's parts.
+
+    The SDE makes at least ``ceil(t_span/dt)`` steps, each two drift calls over the
+    replicas and one noise (:mod:`symquad.numeric.sde`); both are timed once on the
+    replicas' starts (a first call of each, which may generate or load the kernels and
+    ``D``'s module, is not counted).  Measured, so it holds for every activation, width
+    and noise.
+    """
+    form, noise = sde_noise(model, form)
+    k = kernels(model, form)
+    Q0, rho0 = (np.asarray(x, float) for x in start)
+    a = (np.tile([float(c) for c in model.readout], (replicas, 1)) if model.readout_trained
+         else None)
+    k.rhs(Q0, rho0, T, a, t=0.0)
+    t_begin = time.perf_counter()
+    f = k.layout.pack(*k.rhs(Q0, rho0, T, a, t=0.0))
+    t_rhs = time.perf_counter() - t_begin
+
+    def noise_call():
+        if noise == "gaussian":
+            _sqrt_psd(k.diffusion(Q0, rho0, T, a, t=0.0))
+        else:
+            SampledNoise(model, 1000, replicas, np.random.default_rng(0))(
+                np.arange(replicas), Q0, rho0, T, a, f, 0.1, k.params_at(0.0))
+    noise_call()            # the first D may derive or load its module: not a step's cost
+    t_begin = time.perf_counter()
+    noise_call()
+    t_noise = time.perf_counter() - t_begin
+    steps = math.ceil(t_span / (DEFAULT_DT if dt is None else dt))
+    return steps * (2.0 * t_rhs + t_noise)
+
+
+def sde_cost_reason(model, form=None, *, replicas=None, t_span=None, start=None, T=None,
+                    dt=None) -> str:
+    """Why the whole-run SDE is not run for `model` (empty when it is affordable).
+
+    Every model whose drift kernels exist is run: the noise is chosen by cost
+    (:func:`symquad.numeric.sde_noise.default_noise`: sampled where ``D`` is costly, so no
+    activation or width is excluded for want of ``D``).  The reason is the kernels'
+    own refusal (a pair without a drift, a width beyond the kernels' cost limits), or —
+    when `replicas`, `t_span`, `start` (the replicas' ``(Q0, ρ0)``) and `T` are given —
+    the run's measured cost bound (:func:`whole_run_sde_seconds`) above
+    :data:`MAX_WHOLE_RUN_SECONDS`, with the number.
+    """
+    try:
+        form, noise = sde_noise(model, form)
+        check_kernels(model, form)
+    except ValueError as exc:
+        return f"the SDE's kernels refuse this model: {exc}"
+    if replicas is None or t_span is None or start is None or T is None:
+        return ""
+    seconds = whole_run_sde_seconds(model, form, replicas, t_span, start, T, dt)
+    if seconds > MAX_WHOLE_RUN_SECONDS:
+        return (f"the whole-run SDE ({replicas} replicas, t in [0, {t_span:.4g}], "
+                f"{noise} noise) is estimated at >= {seconds:.3g} s (limit "
+                f"{MAX_WHOLE_RUN_SECONDS:g} s, symquad.studies.whole_run."
+                f"MAX_WHOLE_RUN_SECONDS)")
+    return ""
+
+
+def _lna_cost_reason(model, form=None) -> str:
+    """Why the LNA spread criterion is not computed for `model` (empty when it is).
+
+    The LNA integrates ``D`` along the ODE (one ``D`` per solver step): skipped where
+    ``D`` is not derived, for ReLU and mixed pairs (the field-space cubature, 2¹⁷ points
+    per state), and above p = 4 for the erf and tensor routes (``O(p⁴ (p+p*)⁴)`` per
+    state).
+    """
     from ..numeric.layout import state_layout
     from ..numeric.sde import sde_form
     from ..numeric.kernels import diffusion_support
     reason = diffusion_support(model)
     if reason is not None:
-        return f"the diffusion matrix of the SDE is not derived: {reason}"
+        return f"the diffusion matrix of the linear-noise prediction is not derived: {reason}"
     dim = state_layout(model).dim
     if not model.is_polynomial and (model.activation_kind, model.teacher_activation_kind) \
             != ("erf", "erf"):
-        # ReLU and mixed pairs: D by the field-space cubature (~2^17 points per state and
-        # step of every replica): derived, but measured > 10 min for a p = 2 verdict
         return ("the diffusion matrix of this pair is the field-space cubature "
-                "(runtime/sampled_diffusion.py, 2^17 points per state): the whole-run SDE "
-                "(one D per replica and step) is too costly for the verdict")
+                "(runtime/sampled_diffusion.py, 2^17 points per state): the linear-noise "
+                "prediction (one D per solver step) is too costly for the verdict")
     if not model.is_polynomial:
-        return (f"the erf diffusion costs O(p^4 (p+p*)^4) per state and replica: too costly "
-                f"for the verdict at p = {model.p} (limit p = 4)") if model.p > 4 else ""
+        return (f"the erf diffusion costs O(p^4 (p+p*)^4) per state: too costly for the "
+                f"linear-noise prediction at p = {model.p} (limit p = 4)") if model.p > 4 \
+            else ""
     form = form or sde_form(model)
     if form == "matrix" and dim > MAX_SDE_STATE:
-        return (f"the SDE of a state of {dim} entries is too costly for the verdict "
-                f"(limit {MAX_SDE_STATE})")
+        return (f"the linear-noise prediction of a state of {dim} entries is too costly for "
+                f"the verdict (limit {MAX_SDE_STATE})")
     if form == "tensor" and model.p > 4:
         return (f"the tensor-route diffusion costs O(p^4 (p+p*)^4) per term: too costly for "
-                f"the verdict at p = {model.p} (limit p = 4)")
+                f"the linear-noise prediction at p = {model.p} (limit p = 4)")
     return ""
 
 
