@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from .spec import Model, check_model, require
 
-__all__ = ["FIELDS_0_2", "STAGES", "declare", "stage_fields", "require_known_structure"]
+__all__ = ["FIELDS_0_2", "SPECTRUM", "STAGES", "declare", "stage_fields", "require_known_structure"]
 
 #: The specification fields of symquad 0.2 beyond the classic ones.  Every stage below
 #: implements them (a stage that does not handle one of them in some case refuses it itself,
@@ -42,6 +42,10 @@ _LOSS = FIELDS_0_2 + ("loss",)
 #: The learning-rate schedule (a ``"time"`` field): the stages below that name it evaluate
 #: every ``η`` of the theory at ``η(t)`` (docs/model.md §2).
 SCHEDULE = ("lr_schedule",)
+
+#: The input spectrum (docs/model.md §1a, issue 24): opted in stage by stage as each stage
+#: is derived and checked for per-block order parameters.
+SPECTRUM = ("spectrum",)
 
 #: stage name (as errors print it) -> the fields beyond CLASSIC_FIELDS it implements.
 STAGES = {
@@ -59,7 +63,7 @@ STAGES = {
     "the diffusion matrix (form='tensor')": _LOSS + SCHEDULE,
     "the diffusion matrix (form='entries')": _LOSS + SCHEDULE,
     "the exact Jacobian": _LOSS + SCHEDULE,
-    "the state layout": _LOSS + SCHEDULE,
+    "the state layout": _LOSS + SCHEDULE + SPECTRUM,
     # numeric/: the solvers, simulators, SDE and LNA
     "integrate": _LOSS + SCHEDULE,
     "integrate_batch": _LOSS + SCHEDULE,

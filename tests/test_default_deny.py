@@ -351,7 +351,7 @@ def _variants():
                "lr_scaling": "width", "teacher_activation": "z**3 - 3*z", "readout": (1, 2),
                "teacher_readout": 2, "lr_readout": 0.1, "weight_decay": 0.1, "batch_size": 2,
                "constraint": "sphere", "loss": "correlation",
-               "lr_schedule": "inverse:100"}
+               "lr_schedule": "inverse:100", "spectrum": "1/4:2,3/4:3/5"}
     assert set(changes) == {f.name for f in spec.model_fields()}, \
         "a new field: add the value it is varied to here"
     out = [(name, base, base.replace(**{name: value})) for name, value in changes.items()]

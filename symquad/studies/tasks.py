@@ -344,6 +344,8 @@ def model_parameters(**overrides) -> dict:
             out[f.name] = None
         elif f.metadata["kind"] == "activation":
             out[f.name] = probe.activation_str
+        elif f.metadata["kind"] == "spectrum":
+            out[f.name] = probe._field_text(f.name)        # the text "1:1", as grids give it
         else:
             out[f.name] = f.default
     return out
