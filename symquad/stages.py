@@ -56,8 +56,8 @@ STAGES = {
     "the LaTeX equations": _LOSS + SCHEDULE,
     # numeric/kernels.py: the generated kernels (rhs, risk, moments) of each form, and the
     # diffusion matrix (each form) and exact Jacobian / risk derivatives built beside them
-    "kernels(form='matrix')": _LOSS + SCHEDULE,
-    "kernels(form='tensor')": _LOSS + SCHEDULE,
+    "kernels(form='matrix')": _LOSS + SCHEDULE + SPECTRUM,
+    "kernels(form='tensor')": _LOSS + SCHEDULE + SPECTRUM,
     "kernels(form='entries')": _LOSS + SCHEDULE,
     "the diffusion matrix (form='matrix')": _LOSS + SCHEDULE,
     "the diffusion matrix (form='tensor')": _LOSS + SCHEDULE,

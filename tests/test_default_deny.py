@@ -387,8 +387,10 @@ def test_no_cache_is_shared_across_a_field(name, a, b):
                 or a.stand_in(a.p, a.p_star, activations=True)
                 != b.stand_in(b.p, b.p_star, activations=True)), name
     # the loss enters the moment modules only through the error weights (c a, -b) they are
-    # called with (symquad.numeric.kernels._moment_kernels; tests/test_correlation_loss.py)
-    if name not in ("p", "p_star", "constraint", "lr_readout", "loss"):
+    # called with (symquad.numeric.kernels._moment_kernels; tests/test_correlation_loss.py);
+    # the spectrum through the total covariance and the block fields' legs they are called
+    # with (symquad.numeric.kernels._block_kernels; tests/test_spectrum_kernels.py)
+    if name not in ("p", "p_star", "constraint", "lr_readout", "loss", "spectrum"):
         # the width-independent modules of moment kinds (tensor, special, their diffusion)
         assert activation_key(a) != activation_key(b), name
 
