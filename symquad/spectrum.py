@@ -33,7 +33,7 @@ from fractions import Fraction
 from numbers import Integral, Rational, Real
 
 __all__ = ["MAX_BLOCKS", "MAX_EIGENVALUE", "ISOTROPIC", "parse_spectrum", "spectrum_text",
-           "stand_in_spectrum", "block_sizes", "blocks_key"]
+           "stand_in_spectrum", "block_sizes", "blocks_key", "has_spectrum", "block_axis"]
 
 #: Largest number of blocks ``B``.  The state holds ``B`` copies of ``(Q, ρ)`` (a state of
 #: ``B (p(p+1)/2 + p p*)`` entries per replica), one right-hand side evaluates the
@@ -182,3 +182,14 @@ def block_sizes(spectrum, N: int) -> tuple:
                          f"the spectrum's fractions {spectrum_text(spectrum)}): each block "
                          f"holds exactly f_b N input coordinates; got N = {N}")
     return tuple(int(f * N) for f, _ in spectrum)
+
+
+def has_spectrum(model) -> bool:
+    """True when `model` has a non-default input spectrum: its overlaps carry a block axis."""
+    return "spectrum" in model.changed_fields()
+
+
+def block_axis(model) -> tuple:
+    """``(B,)`` for a model with an input spectrum, ``()`` for the isotropic model: the
+    axes before the matrix axes of ``Q``, ``ρ``, ``T``."""
+    return (len(model.spectrum),) if has_spectrum(model) else ()

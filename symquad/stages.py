@@ -51,9 +51,9 @@ SPECTRUM = ("spectrum",)
 STAGES = {
     # symbolic/: the three routes, each form of derive(); the LaTeX printed from them
     "derive(form='entries')": _LOSS + SCHEDULE,
-    "derive(form='matrix')": _LOSS + SCHEDULE,
-    "derive(form='tensor')": _LOSS + SCHEDULE,
-    "the LaTeX equations": _LOSS + SCHEDULE,
+    "derive(form='matrix')": _LOSS + SCHEDULE + SPECTRUM,
+    "derive(form='tensor')": _LOSS + SCHEDULE + SPECTRUM,
+    "the LaTeX equations": _LOSS + SCHEDULE + SPECTRUM,
     # numeric/kernels.py: the generated kernels (rhs, risk, moments) of each form, and the
     # diffusion matrix (each form) and exact Jacobian / risk derivatives built beside them
     "kernels(form='matrix')": _LOSS + SCHEDULE + SPECTRUM,
@@ -65,8 +65,8 @@ STAGES = {
     "the exact Jacobian": _LOSS + SCHEDULE,
     "the state layout": _LOSS + SCHEDULE + SPECTRUM,
     # numeric/: the solvers, simulators, SDE and LNA
-    "integrate": _LOSS + SCHEDULE,
-    "integrate_batch": _LOSS + SCHEDULE,
+    "integrate": _LOSS + SCHEDULE + SPECTRUM,
+    "integrate_batch": _LOSS + SCHEDULE + SPECTRUM,
     "simulate(method='full')": _LOSS + SCHEDULE,
     "simulate(method='reduced')": _LOSS + SCHEDULE,
     "simulate(method='sde')": _LOSS + SCHEDULE,

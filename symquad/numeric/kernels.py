@@ -57,6 +57,7 @@ from ..kernel_files import (GENERATED_DIR, KernelFileError, UntrustedCacheError,
                             load_module_file, load_module_text, read_cache_file,
                             write_cache_file)
 from ..spec import Model, check_model, error_signal_weight
+from ..spectrum import has_spectrum
 from ..stages import declare, stage_fields
 from .checks import as_real_array, check_float_activation
 from .layout import state_layout
@@ -814,11 +815,6 @@ def _moment_kernels(model: Model, form: str, mod, source, extra=()) -> Kernels:
                    lambda Q, rho, T, a, bb: mod.risk(Q, rho, T, a, bb, *extra), moments)
 
 
-def has_spectrum(model: Model) -> bool:
-    """True when `model` has a non-default input spectrum (per-block state, §1a of model.md)."""
-    return "spectrum" in model.changed_fields()
-
-
 def _moment_module(model: Model, form: str):
     """``(module, source, extra)`` of the moment kinds of `model` in `form` (matrix or tensor)."""
     if form == "matrix":
@@ -1021,12 +1017,14 @@ def special_rhs_seconds(model: Model) -> float:
     """Estimated seconds of one unbatched right-hand side of the special tensor kernels.
 
     ``p(p+1)/2 · n(n+1)/2`` quadruples of the four-point sum at
-    :data:`SPECIAL_COST_PER_QUADRUPLE` plus ``p n²`` three-point elements.
+    :data:`SPECIAL_COST_PER_QUADRUPLE` plus ``p n²`` three-point elements (``p n · B n``
+    with an input spectrum of ``B`` blocks: the block fields are ``B n`` legs).
     """
     p, n = model.p, model.p + model.p_star
     method = four_point_method(model.activation_kind, model.teacher_activation_kind)
     quads = p * (p + 1) / 2 * n * (n + 1) / 2
-    return quads * SPECIAL_COST_PER_QUADRUPLE[method] + p * n * n * SPECIAL_COST_PER_TRIPLE
+    return (quads * SPECIAL_COST_PER_QUADRUPLE[method]
+            + p * n * n * model.n_blocks * SPECIAL_COST_PER_TRIPLE)
 
 
 def check_special_cost(model: Model) -> float:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
+from ..spectrum import has_spectrum
 from ..stages import declare
 
 __all__ = ["StateLayout", "state_layout", "block_teacher"]
@@ -207,7 +208,7 @@ def state_layout(model) -> StateLayout:
     shapes of every spectrum model); the isotropic model has none.
     """
     declare(model, "the state layout")
-    blocks = model.n_blocks if "spectrum" in model.changed_fields() else 0
+    blocks = model.n_blocks if has_spectrum(model) else 0
     return StateLayout(model.p, model.p_star, model.readout_trained, blocks)
 
 
