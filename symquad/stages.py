@@ -67,8 +67,8 @@ STAGES = {
     # numeric/: the solvers, simulators, SDE and LNA
     "integrate": _LOSS + SCHEDULE + SPECTRUM,
     "integrate_batch": _LOSS + SCHEDULE + SPECTRUM,
-    "simulate(method='full')": _LOSS + SCHEDULE,
-    "simulate(method='reduced')": _LOSS + SCHEDULE,
+    "simulate(method='full')": _LOSS + SCHEDULE + SPECTRUM,
+    "simulate(method='reduced')": _LOSS + SCHEDULE + SPECTRUM,
     "simulate(method='sde')": _LOSS + SCHEDULE,
     "fluctuations": _LOSS + SCHEDULE,
     "the O(1/N) correction of the mean": _LOSS,
