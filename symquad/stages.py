@@ -81,12 +81,12 @@ STAGES = {
     "sweep task 'plateau'": FIELDS_0_2,
     "sweep task 'escape'": FIELDS_0_2,
     "sweep task 'validate'": _LOSS + SCHEDULE,
-    "sweep task 'ode'": _LOSS + SCHEDULE,
+    "sweep task 'ode'": _LOSS + SCHEDULE + SPECTRUM,
     "sweep task 'hessian'": FIELDS_0_2,
     # numeric/optimal.py: the optimal schedule (its model's schedule must be constant)
     "optimal_schedule": FIELDS_0_2 + SCHEDULE,
     # saved files (numeric/persist.py: runs, solutions, reports; the sweep store's points)
-    "saved files": _LOSS + SCHEDULE,
+    "saved files": _LOSS + SCHEDULE + SPECTRUM,
 }
 
 

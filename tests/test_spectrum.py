@@ -190,3 +190,69 @@ def test_saved_files_keep_the_text_and_read_it_back():
     assert model_from_dict(old).spectrum == ((1, 1),)
     with pytest.raises(ValueError, match="spectrum"):
         model_from_dict({**d, "spectrum": [["1", "1"]]})
+
+
+# --------------------------------------------------------------------------- step 5
+#: public entry points that implement the spectrum (their own tests: test_spectrum_*.py)
+IMPLEMENTED = {"derive", "kernels", "integrate", "simulate"}
+
+
+@pytest.mark.parametrize("entry", sorted(__import__("test_default_deny").CALLS))
+def test_every_other_public_entry_point_refuses_the_spectrum_by_name(entry):
+    import test_default_deny
+    if entry in IMPLEMENTED:
+        pytest.skip(f"{entry} implements the spectrum")
+    model = sq.Model(2, 1, 0.1, spectrum="1/4:2,3/4:3/5")
+    with pytest.raises((ValueError, NotImplementedError)) as info:
+        test_default_deny.CALLS[entry](model)
+    assert re.search(r"\bspectrum\b", str(info.value)), str(info.value)
+
+
+def test_saved_runs_and_solutions_keep_the_blocks(tmp_path):
+    m = sq.Model(2, 1, 0.2, spectrum="1/4:2,3/4:1/2", lr_readout=0.1)
+    run = sq.simulate(m, N=40, t_max=0.5, replicas=3, seed=1)
+    back = sq.SimulationRun.load(run.save(tmp_path / "run.npz"))
+    assert back.model == m and back.Q.shape == (3, len(run.t), 2, 2, 2)
+    np.testing.assert_array_equal(back.Q, run.Q)
+    np.testing.assert_array_equal(back.T, run.T)
+    np.testing.assert_array_equal(back.readout, run.readout)
+    sol = sq.integrate(m, run.Q[0, 0], run.rho[0, 0], run.T, 1.0)
+    again = sq.ODESolution.load(sol.save(tmp_path / "sol.npz"))
+    assert again.model == m
+    np.testing.assert_array_equal(again.Q, sol.Q)
+    np.testing.assert_array_equal(again.risk, sol.risk)
+
+
+def test_the_spectrum_is_a_grid_axis_of_the_ode_task(tmp_path):
+    from symquad.studies.store import point_key
+    from symquad.studies.tasks import get_task
+    task = get_task("ode")
+    keys = {point_key(task.name, task.version, task.bind(dict(p=2, p_star=1, spectrum=s)))
+            for s in ("0.25:2;0.75:0.6", "1/4:2,3/4:3/5", ((0.25, 2), (0.75, 0.6)))}
+    assert len(keys) == 1
+    grid = {"p": [3], "p_star": [2], "lr": [0.2], "start": ["informed"], "t_max": [10.0],
+            "n_times": [6], "spectrum": ["1:1", "1/4:2;3/4:3/5"]}
+    df = sq.sweep("ode", grid, tmp_path / "s", workers=1).sort_values("spectrum")
+    assert list(df.status) == ["ok", "ok"]
+    # the task's informed start, split like the isotropic teacher, integrated directly
+    from symquad.numeric.layout import block_teacher
+    from symquad.studies.validation import informed_start
+    m = sq.Model(3, 2, 0.2, spectrum="1/4:2,3/4:3/5")
+    f = np.array([0.25, 0.75])[:, None, None]
+    Q0, rho0 = (f * x for x in informed_start(m.replace(spectrum="1:1"), 0.5))
+    sol = sq.integrate(m, Q0, rho0, block_teacher(m, np.eye(2)), 10.0,
+                       t_eval=np.linspace(0, 10, 6), on_divergence="stop")
+    row = df[df.spectrum == "1/4:2,3/4:3/5"].iloc[0]
+    assert row.final_risk == sol.risk[-1]
+    assert row.final_risk != df[df.spectrum == "1:1"].iloc[0].final_risk
+
+
+def test_survival_has_the_spectrum_row_refused_with_its_reasons():
+    from symquad.survival import survival_models, survival_table
+    labels = dict(survival_models())
+    assert labels["spectrum = 1/4:2,3/4:1/2"].spectrum == parse_spectrum("1/4:2,3/4:1/2")
+    table = survival_table(models=[("spectrum", sq.Model(3, 2, 0.1, spectrum="1/4:2,3/4:1/2"))])
+    (_, _, cells), = table.rows
+    for key, cell in cells.items():
+        assert cell.status == "not derived", (key, cell)
+        assert cell.note.startswith("spectrum: ") and "not re-derived" in cell.note, (key, cell.note)
