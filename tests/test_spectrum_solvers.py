@@ -162,3 +162,54 @@ def test_equations_print_the_per_block_drift(capsys):
     assert "spectrum: the fractions must sum to 1 exactly" in capsys.readouterr().err
     with pytest.raises(ValueError, match="spectrum"):
         eq.explicit()
+
+
+# --------------------------------------------------------------------------- linear model
+def _linear_system(a, b, eta, noise, spectrum, T):
+    """The block ODE of σ = σ* = z, p = p* = 1, written by hand from the definitions.
+
+    ``δ = aλ − bν (− √Δ ξ)``, ``g = a δ``; ``E[g μ^c] = a s_c (a Q^c − b ρ^c)``,
+    ``E[g μ*^c] = a s_c (a ρ^c − b T^c)``, ``E[g²] = a² (a² Ω_λλ − 2ab Ω_λν + b² Ω_νν + Δ)``
+    with ``Ω = Σ_c s_c (Q^c, ρ^c, T^c)``: ``dX/dt = A X + c`` for ``X = (Q^1..Q^B, ρ^1..ρ^B)``.
+    """
+    f = np.array([float(x) for x, _ in spectrum])
+    s = np.array([float(x) for _, x in spectrum])
+    B = len(s)
+    A = np.zeros((2 * B, 2 * B))
+    c = np.zeros(2 * B)
+    for i in range(B):
+        A[i, i] += -2 * eta * a * a * s[i]
+        A[i, B + i] += 2 * eta * a * b * s[i]
+        A[B + i, B + i] += -eta * a * a * s[i]
+        c[B + i] += eta * a * b * s[i] * T[i]
+        # η² f_i s_i a² E[δ²]
+        k = eta ** 2 * f[i] * s[i] * a * a
+        A[i, :B] += k * a * a * s
+        A[i, B:] += -2 * k * a * b * s
+        c[i] += k * (b * b * float(np.dot(s, T)) + noise)
+    return A, c
+
+
+def test_the_linear_model_follows_its_exact_solution():
+    """σ = σ* = z: the block system is linear, X(t) = e^{At}(X0 + A⁻¹c) − A⁻¹c exactly."""
+    from scipy.linalg import expm
+    spectrum = "1/8:4,1/4:2,5/8:1/5"
+    a, b, eta, noise = 0.9, 1.2, 0.3, 0.1
+    m = sq.Model(1, 1, eta, activation="z", noise=noise, readout=a, teacher_readout=b,
+                 spectrum=spectrum)
+    T = np.array([0.2, 0.3, 0.5])
+    Q0 = np.array([0.3, 0.2, 0.6])
+    rho0 = np.array([0.05, -0.1, 0.2])
+    t = np.linspace(0.0, 20.0, 11)
+    sol = sq.integrate(m, Q0[:, None, None], rho0[:, None, None], T[:, None, None], 20.0,
+                       t_eval=t, rtol=1e-11, atol=1e-13)
+    A, c = _linear_system(a, b, eta, noise, m.spectrum, T)
+    fixed = np.linalg.solve(A, -c)
+    X0 = np.concatenate([Q0, rho0])
+    exact = np.array([expm(A * ti) @ (X0 - fixed) + fixed for ti in t])
+    np.testing.assert_allclose(sol.Q[:, :, 0, 0], exact[:, :3], rtol=0, atol=1e-9)
+    np.testing.assert_allclose(sol.rho[:, :, 0, 0], exact[:, 3:], rtol=0, atol=1e-9)
+    # the kernels' right-hand side is this affine map at any state
+    dQ, drho = sq.kernels(m).rhs(Q0[:, None, None], rho0[:, None, None], T[:, None, None])
+    np.testing.assert_allclose(np.concatenate([dQ.ravel(), drho.ravel()]), A @ X0 + c,
+                               rtol=0, atol=1e-14)
