@@ -33,7 +33,8 @@ from fractions import Fraction
 from numbers import Integral, Rational, Real
 
 __all__ = ["MAX_BLOCKS", "MAX_EIGENVALUE", "ISOTROPIC", "parse_spectrum", "spectrum_text",
-           "stand_in_spectrum", "block_sizes", "blocks_key", "has_spectrum", "block_axis"]
+           "stand_in_spectrum", "block_sizes", "blocks_key", "has_spectrum", "block_axis",
+           "power_law_spectrum"]
 
 #: Largest number of blocks ``B``.  The state holds ``B`` copies of ``(Q, ρ)`` (a state of
 #: ``B (p(p+1)/2 + p p*)`` entries per replica), one right-hand side evaluates the
@@ -193,3 +194,61 @@ def block_axis(model) -> tuple:
     """``(B,)`` for a model with an input spectrum, ``()`` for the isotropic model: the
     axes before the matrix axes of ``Q``, ``ρ``, ``T``."""
     return (len(model.spectrum),) if has_spectrum(model) else ()
+
+
+def _exponent(value, name: str) -> float:
+    """An exponent in ``[0, 20]`` (TypeError for a non-number, ValueError out of range)."""
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise TypeError(f"{name} must be a finite real number, got {value!r}")
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    if not 0 <= float(value) <= 20:
+        raise ValueError(f"{name} must be in [0, 20] (j^-{name} over up to {MAX_BLOCKS} "
+                         f"blocks stays within the eigenvalue range [1e-100, 1e100]), got "
+                         f"{value!r}")
+    return float(value)
+
+
+def power_law_spectrum(alpha, L, teacher_exponent=0.0):
+    r"""An ``L``-block truncation of the power law ``s_j ∝ j^{−α}`` and the teacher's power per block.
+
+    ``L`` blocks of equal fraction ``f_j = 1/L`` with eigenvalues ``s_j = j^{−α}/Z``,
+    ``Z = (1/L) Σ_i i^{−α}`` (so ``tr Σ/N = Σ_j f_j s_j = 1``), each ``j^{−α}`` read as the
+    exact rational of its shortest decimal (the package's exact spectrum); and the
+    teacher's share of its power in block ``j``, ``t_j = j^{−β}/Σ_i i^{−β}`` with ``β`` =
+    `teacher_exponent` (``β = 0``: ``t_j = f_j``, the isotropic teacher), so that the
+    per-block teacher overlaps are ``T^j = t_j T``.
+
+    Parameters
+    ----------
+    alpha : float
+        Decay exponent of the eigenvalues, in ``[0, 20]``.
+    L : int
+        Number of blocks, ``1 <= L <= MAX_BLOCKS``.
+    teacher_exponent : float, optional
+        Decay exponent ``β`` of the teacher's power per block, in ``[0, 20]``.
+
+    Returns
+    -------
+    (spectrum, teacher) : (tuple of (Fraction, Fraction), tuple of float)
+        ``Model(..., spectrum=spectrum)``; ``T^j = teacher[j] · T``.
+
+    Examples
+    --------
+    >>> spectrum, teacher = power_law_spectrum(1.0, 2)
+    >>> [(str(f), str(s)) for f, s in spectrum]
+    [('1/2', '4/3'), ('1/2', '2/3')]
+    >>> teacher
+    (0.5, 0.5)
+    """
+    alpha = _exponent(alpha, "alpha")
+    beta = _exponent(teacher_exponent, "teacher_exponent")
+    if isinstance(L, bool) or not isinstance(L, Integral) or not 1 <= L <= MAX_BLOCKS:
+        raise ValueError(f"L must be an integer in [1, {MAX_BLOCKS}] "
+                         f"(symquad.spectrum.MAX_BLOCKS), got {L!r}")
+    raw = [Fraction(repr(float(j) ** -alpha)) for j in range(1, L + 1)]
+    mean = sum(raw) / L
+    spectrum = parse_spectrum(tuple((Fraction(1, L), r / mean) for r in raw))
+    weights = [float(j) ** -beta for j in range(1, L + 1)]
+    total = math.fsum(weights)
+    return spectrum, tuple(w / total for w in weights)

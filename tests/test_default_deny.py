@@ -149,6 +149,7 @@ NO_MODEL = {
     "invariant_S": "a function of rho alone (S = rho^T rho)",
     "invariant_set_defect": "a function of (Q, rho, T) alone",
     "escape_times": "a function of a risk curve and a threshold",
+    "power_law_spectrum": "builds a spectrum (a field value) from numbers",
     "from_unnormalised": "returns a classic Model from numbers",
     "plot_invariant_drift": "plots a study (invariant_drift_study refuses)",
     "sweep": "runs a task: every built-in task refuses (test_sweep_tasks_refuse)",

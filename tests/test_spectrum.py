@@ -256,3 +256,27 @@ def test_survival_has_the_spectrum_row_refused_with_its_reasons():
     for key, cell in cells.items():
         assert cell.status == "not derived", (key, cell)
         assert cell.note.startswith("spectrum: ") and "not re-derived" in cell.note, (key, cell.note)
+
+
+# --------------------------------------------------------------------------- power laws
+def test_power_law_spectrum_is_the_normalised_truncation():
+    spectrum, teacher = sq.power_law_spectrum(1.5, 8, teacher_exponent=0.5)
+    f = np.array([float(x) for x, _ in spectrum])
+    s = np.array([float(x) for _, x in spectrum])
+    j = np.arange(1, 9)
+    np.testing.assert_allclose(f, 1 / 8, rtol=0, atol=0)
+    np.testing.assert_allclose(s, j ** -1.5 / np.mean(j ** -1.5), rtol=1e-15)
+    assert sum(a * b for a, b in spectrum) == 1                 # tr Σ/N = 1 exactly
+    np.testing.assert_allclose(teacher, j ** -0.5 / np.sum(j ** -0.5), rtol=1e-15)
+    assert sum(teacher) == pytest.approx(1.0, abs=1e-15)
+    assert sq.Model(2, 1, 0.1, spectrum=spectrum).n_blocks == 8
+    flat, iso = sq.power_law_spectrum(0.0, 4)
+    assert all(s == 1 for _, s in flat) and iso == (0.25,) * 4
+    assert sq.power_law_spectrum(3.0, 1)[0] == ((1, 1),)
+    for bad, message in (((-1, 3), "alpha must be in"), ((1, 0), "L must be an integer"),
+                         ((1, 3, 21), "teacher_exponent must be in"),
+                         ((float("nan"), 3), "alpha must be finite")):
+        with pytest.raises(ValueError, match=message):
+            sq.power_law_spectrum(*bad)
+    with pytest.raises(TypeError, match="alpha"):
+        sq.power_law_spectrum("1", 3)
