@@ -52,6 +52,7 @@ _LAZY = {
     "weight_hessian": "symquad.numeric.landscape",
     "escape_threshold": "symquad.numeric.landscape",
     "escape_times": "symquad.numeric.landscape",
+    "power_law_spectrum": "symquad.spectrum",
     "HessianSpectrum": "symquad.symbolic.hessian",
     "weight_objective": "symquad.numeric.landscape",
     "conservation_verdict": "symquad.symbolic.invariants",

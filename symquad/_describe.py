@@ -40,6 +40,7 @@ _SYMBOLS = {
     "weight_decay": ("λ", r"\lambda"),
     "batch_size": ("batch", r"\text{batch}"),
     "constraint": ("constraint", r"\text{constraint}"),
+    "spectrum": ("Σ", r"\Sigma"),
 }
 #: Always named, even at their default values.
 _ALWAYS = ("p", "p_star", "lr", "activation")
@@ -86,6 +87,10 @@ def _polynomial(coeffs, tex: bool) -> str:
 
 
 def _value(name, value, tex: bool) -> str:
+    if name == "spectrum":            # blocks fraction:eigenvalue, as the CLI writes them
+        sep = "{:}" if tex else ":"
+        return ("(" if tex else "") + (r",\ " if tex else ", ").join(
+            f"{_number(f)}{sep}{_number(s)}" for f, s in value) + (")" if tex else "")
     if name.endswith("activation"):
         if isinstance(value, str):
             # a named activation always prints with its convention (erf means erf(z/√2))

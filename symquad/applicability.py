@@ -330,6 +330,27 @@ _LOSS_REASONS = {
 for _name in RULES:
     RULES[_name]["loss"] = _LOSS_REASONS.get(_name, _SQUARE_ONLY)
 
+# An input spectrum x ~ N(0, sum_b s_b P_b) (docs/model.md §1a): the state is per block
+# (Q^b, rho^b), and every analysis here was derived for isotropic inputs and the state
+# (Q, rho); none is re-derived for blocks (fixed refusals, each with its reason).
+_ISOTROPIC_ONLY = ("it is derived for isotropic inputs x ~ N(0, I); with a spectrum the state "
+                   "is per block (Q^b, rho^b) and this result is not re-derived for it")
+_SPECTRUM_REASONS = {
+    "plateau": ("the plateau rho = 0, Q = qI is derived for isotropic inputs; with a spectrum "
+                "each block has its own Q^b and growth rate of rho^b (not re-derived)"),
+    "escape_time": ("the escape law is derived from the isotropic plateau; with a spectrum "
+                    "the blocks' rho^b grow at different rates (not re-derived)"),
+    "hessian": ("the Hessian is derived in the weights with isotropic inputs; a spectrum "
+                "weights the input directions by s_b (not re-derived)"),
+    "manifold": ("the zero-risk manifold W^T W / p = W*^T W* / p* is derived for x ~ N(0, I); "
+                 "with a spectrum it is a condition on Sigma^(1/2) W^T W Sigma^(1/2) per block "
+                 "(not re-derived)"),
+    "conservation": ("the proof of dS/dt = 0 uses the isotropic drift; with a spectrum the "
+                     "state is per block (not re-derived)"),
+}
+for _name in RULES:
+    RULES[_name]["spectrum"] = _SPECTRUM_REASONS.get(_name, _ISOTROPIC_ONLY)
+
 #: General reasons, appended for fields that have no rule.
 _GENERAL = {name: "it is derived for the classic model" for name in RULES}
 

@@ -31,6 +31,8 @@ from numbers import Integral, Rational, Real
 # ACTIVATION_LABELS lives with the descriptions (the floor below), re-exported here
 from ._describe import ACTIVATION_LABELS, _polynomial, describe_model
 from .schedule import parse_schedule
+from .spectrum import (ISOTROPIC, MAX_BLOCKS, blocks_key, parse_spectrum, spectrum_text,
+                       stand_in_spectrum)
 
 __all__ = ["Model", "LR_SCALINGS", "CONSTRAINTS", "MAX_DEGREE", "MAX_WIDTH", "MAX_RATE", "MAX_BATCH_SIZE", "CLASSIC_FIELDS",
            "check_model", "require", "LOSSES", "error_signal_weight", "model_fields", "default_readout", "parse_polynomial",
@@ -465,7 +467,11 @@ CLASSIC_FIELDS = ("p", "p_star", "lr", "noise", "activation", "lr_scaling")
 #: * ``"param"``: its value is an argument of the kernels at call time (a kernel parameter
 #:   with ``param=``, a readout, the learning rate): not in the structure key, except that
 #:   ``switch=ON`` puts whether it is on (not at its default) into the key, and stand-ins use
-#:   the value ``ON`` then (a trained readout adds the state block ``a``);
+#:   the value ``ON`` then (a trained readout adds the state block ``a``).  ``switch`` may be
+#:   a function of the value (the stand-in's value), and ``keyed=`` a function giving the
+#:   part of the value the generated code depends on (the key then holds ``name=keyed(value)``
+#:   instead of ``name=on``): the spectrum's number of blocks ``B``, whose fractions and
+#:   eigenvalues are call-time arguments;
 #: * ``"time"``: a function of time evaluated at run time (a learning-rate schedule): the key
 #:   holds whether it is on (the kernels then take ``t``), stand-ins keep its value.
 #:
@@ -623,6 +629,12 @@ class Model:
         ``"power:t0:β"``, ``"step:t1=f1:…"`` / ``("step", ((t1, f1), …))``, or
         a table of ``(t, factor)`` points (linearly interpolated).  Stored as
         the canonical text.
+    spectrum : sequence of (fraction, eigenvalue) pairs or str, optional
+        Inputs ``x ~ N(0, Σ)``, ``Σ = Σ_b s_b P_b`` with ``B`` blocks of ``f_b N``
+        directions (:mod:`symquad.spectrum`): ``((f_1, s_1), …)`` or the text
+        ``"f1:s1,f2:s2,…"``; fractions exact rationals summing to 1, eigenvalues
+        positive.  Default ``((1, 1),)``: isotropic inputs.  Stored as a tuple of
+        Fraction pairs.
 
     Examples
     --------
@@ -684,6 +696,12 @@ class Model:
         "power:T0:BETA, step:T1=F1:T2=F2:... or table:T0=F0:T1=F1:... (symquad/schedule.py)",
         "constant, inverse:TAU, power:T0:BETA, step:T=F:..., table:T=F:...",
         "--lr-schedule", role="time"))
+    spectrum: tuple = field(default=ISOTROPIC, metadata=_meta(
+        "spectrum", "input covariance Sigma = sum_b s_b P_b with B blocks of fraction f_b "
+        "(rank P_b = f_b N) and eigenvalue s_b, written f1:s1,f2:s2,... (default 1:1, "
+        "isotropic inputs)", f"fractions in (0, 1] summing to 1 exactly, eigenvalues in "
+        f"[1e-100, 1e100], 1..{MAX_BLOCKS} blocks", "--spectrum", role="param",
+        switch=stand_in_spectrum, keyed=blocks_key))
 
     def __post_init__(self):
         for f in fields(self):
@@ -707,6 +725,8 @@ class Model:
             return _parse_activation(value, name)
         if kind == "schedule":
             return parse_schedule(value).text
+        if kind == "spectrum":
+            return parse_spectrum(value)
         if kind == "readout":
             width_name = f.metadata["width"]
             width = getattr(self, width_name)
@@ -772,6 +792,11 @@ class Model:
         """
         return self.is_polynomial and all(len(c) == 3 and c[1] == 0
                                           for c in (self.activation, self.teacher_activation))
+
+    @property
+    def n_blocks(self) -> int:
+        """``B``, the number of blocks of the input spectrum (1 for isotropic inputs)."""
+        return len(self.spectrum)
 
     @property
     def readout_trained(self) -> bool:
@@ -849,7 +874,8 @@ class Model:
             if role == "structure" and (name in CLASSIC_FIELDS or not self.is_default(name)):
                 parts.append(f"{name}={self._field_text(name)}")
             elif name in keyed:
-                parts.append(f"{name}=on")
+                part = f.metadata.get("keyed")
+                parts.append(f"{name}={part(getattr(self, name)) if part else 'on'}")
         return ";".join(parts)
 
     def keyed_changes(self, exclude=()) -> tuple:
@@ -892,7 +918,8 @@ class Model:
             if meta["role"] != "param":
                 values[name] = getattr(self, name)
             elif "switch" in meta:
-                values[name] = meta["switch"]
+                switch = meta["switch"]
+                values[name] = switch(getattr(self, name)) if callable(switch) else switch
         return type(self)(**values)
 
     def replace(self, **changes) -> "Model":
@@ -935,6 +962,8 @@ class Model:
             return _activation_text(value)
         if name in ("readout", "teacher_readout"):
             return _format_readout(value).replace("'", "")
+        if name == "spectrum":
+            return spectrum_text(value)
         return f"{value:g}" if isinstance(value, float) else str(value)
 
     def __repr__(self) -> str:
@@ -947,6 +976,8 @@ class Model:
                 text += f", teacher_activation={self.teacher_activation_str!r}"
             elif name in ("readout", "teacher_readout"):
                 text += f", {name}={_format_readout(value)}"
+            elif name == "spectrum":
+                text += f", spectrum={spectrum_text(value)!r}"
             else:
                 text += f", {name}={value!r}"
         return text + ")"

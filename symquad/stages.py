@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from .spec import Model, check_model, require
 
-__all__ = ["FIELDS_0_2", "STAGES", "declare", "stage_fields", "require_known_structure"]
+__all__ = ["FIELDS_0_2", "SPECTRUM", "STAGES", "declare", "stage_fields", "require_known_structure"]
 
 #: The specification fields of symquad 0.2 beyond the classic ones.  Every stage below
 #: implements them (a stage that does not handle one of them in some case refuses it itself,
@@ -43,28 +43,32 @@ _LOSS = FIELDS_0_2 + ("loss",)
 #: every ``η`` of the theory at ``η(t)`` (docs/model.md §2).
 SCHEDULE = ("lr_schedule",)
 
+#: The input spectrum (docs/model.md §1a, issue 24): opted in stage by stage as each stage
+#: is derived and checked for per-block order parameters.
+SPECTRUM = ("spectrum",)
+
 #: stage name (as errors print it) -> the fields beyond CLASSIC_FIELDS it implements.
 STAGES = {
     # symbolic/: the three routes, each form of derive(); the LaTeX printed from them
     "derive(form='entries')": _LOSS + SCHEDULE,
-    "derive(form='matrix')": _LOSS + SCHEDULE,
-    "derive(form='tensor')": _LOSS + SCHEDULE,
-    "the LaTeX equations": _LOSS + SCHEDULE,
+    "derive(form='matrix')": _LOSS + SCHEDULE + SPECTRUM,
+    "derive(form='tensor')": _LOSS + SCHEDULE + SPECTRUM,
+    "the LaTeX equations": _LOSS + SCHEDULE + SPECTRUM,
     # numeric/kernels.py: the generated kernels (rhs, risk, moments) of each form, and the
     # diffusion matrix (each form) and exact Jacobian / risk derivatives built beside them
-    "kernels(form='matrix')": _LOSS + SCHEDULE,
-    "kernels(form='tensor')": _LOSS + SCHEDULE,
+    "kernels(form='matrix')": _LOSS + SCHEDULE + SPECTRUM,
+    "kernels(form='tensor')": _LOSS + SCHEDULE + SPECTRUM,
     "kernels(form='entries')": _LOSS + SCHEDULE,
     "the diffusion matrix (form='matrix')": _LOSS + SCHEDULE,
     "the diffusion matrix (form='tensor')": _LOSS + SCHEDULE,
     "the diffusion matrix (form='entries')": _LOSS + SCHEDULE,
     "the exact Jacobian": _LOSS + SCHEDULE,
-    "the state layout": _LOSS + SCHEDULE,
+    "the state layout": _LOSS + SCHEDULE + SPECTRUM,
     # numeric/: the solvers, simulators, SDE and LNA
-    "integrate": _LOSS + SCHEDULE,
-    "integrate_batch": _LOSS + SCHEDULE,
-    "simulate(method='full')": _LOSS + SCHEDULE,
-    "simulate(method='reduced')": _LOSS + SCHEDULE,
+    "integrate": _LOSS + SCHEDULE + SPECTRUM,
+    "integrate_batch": _LOSS + SCHEDULE + SPECTRUM,
+    "simulate(method='full')": _LOSS + SCHEDULE + SPECTRUM,
+    "simulate(method='reduced')": _LOSS + SCHEDULE + SPECTRUM,
     "simulate(method='sde')": _LOSS + SCHEDULE,
     "fluctuations": _LOSS + SCHEDULE,
     "the O(1/N) correction of the mean": _LOSS,
@@ -77,12 +81,12 @@ STAGES = {
     "sweep task 'plateau'": FIELDS_0_2,
     "sweep task 'escape'": FIELDS_0_2,
     "sweep task 'validate'": _LOSS + SCHEDULE,
-    "sweep task 'ode'": _LOSS + SCHEDULE,
+    "sweep task 'ode'": _LOSS + SCHEDULE + SPECTRUM,
     "sweep task 'hessian'": FIELDS_0_2,
     # numeric/optimal.py: the optimal schedule (its model's schedule must be constant)
     "optimal_schedule": FIELDS_0_2 + SCHEDULE,
     # saved files (numeric/persist.py: runs, solutions, reports; the sweep store's points)
-    "saved files": _LOSS + SCHEDULE,
+    "saved files": _LOSS + SCHEDULE + SPECTRUM,
 }
 
 

@@ -97,6 +97,7 @@ def survival_models(base: Model | None = None) -> list:
         ("batch_size = 4", {"batch_size": 4}),
         ("constraint = sphere", {"constraint": "sphere"}),
         ("loss = correlation", {"loss": "correlation"}),
+        ("spectrum = 1/4:2,3/4:1/2", {"spectrum": "1/4:2,3/4:1/2"}),
     ]
     return [(label, base.replace(**kw)) for label, kw in changes]
 
@@ -217,7 +218,12 @@ def _conservation_cell(m: Model) -> Cell:
     from .numeric.invariants import closest_solution
     # lazy: sympy
     from .symbolic.invariants import conservation_verdict, typical_start
-    verdict = conservation_verdict(m)
+    try:
+        verdict = conservation_verdict(m)
+    except ValueError as exc:
+        if _refusal(exc):
+            return _not_derived(exc)
+        raise
     if verdict.conserved is None:
         return Cell("not derived", "", verdict.reason)
     if not verdict.conserved:

@@ -149,6 +149,7 @@ NO_MODEL = {
     "invariant_S": "a function of rho alone (S = rho^T rho)",
     "invariant_set_defect": "a function of (Q, rho, T) alone",
     "escape_times": "a function of a risk curve and a threshold",
+    "power_law_spectrum": "builds a spectrum (a field value) from numbers",
     "from_unnormalised": "returns a classic Model from numbers",
     "plot_invariant_drift": "plots a study (invariant_drift_study refuses)",
     "sweep": "runs a task: every built-in task refuses (test_sweep_tasks_refuse)",
@@ -351,7 +352,7 @@ def _variants():
                "lr_scaling": "width", "teacher_activation": "z**3 - 3*z", "readout": (1, 2),
                "teacher_readout": 2, "lr_readout": 0.1, "weight_decay": 0.1, "batch_size": 2,
                "constraint": "sphere", "loss": "correlation",
-               "lr_schedule": "inverse:100"}
+               "lr_schedule": "inverse:100", "spectrum": "1/4:2,3/4:3/5"}
     assert set(changes) == {f.name for f in spec.model_fields()}, \
         "a new field: add the value it is varied to here"
     out = [(name, base, base.replace(**{name: value})) for name, value in changes.items()]
@@ -387,8 +388,10 @@ def test_no_cache_is_shared_across_a_field(name, a, b):
                 or a.stand_in(a.p, a.p_star, activations=True)
                 != b.stand_in(b.p, b.p_star, activations=True)), name
     # the loss enters the moment modules only through the error weights (c a, -b) they are
-    # called with (symquad.numeric.kernels._moment_kernels; tests/test_correlation_loss.py)
-    if name not in ("p", "p_star", "constraint", "lr_readout", "loss"):
+    # called with (symquad.numeric.kernels._moment_kernels; tests/test_correlation_loss.py);
+    # the spectrum through the total covariance and the block fields' legs they are called
+    # with (symquad.numeric.kernels._block_kernels; tests/test_spectrum_kernels.py)
+    if name not in ("p", "p_star", "constraint", "lr_readout", "loss", "spectrum"):
         # the width-independent modules of moment kinds (tensor, special, their diffusion)
         assert activation_key(a) != activation_key(b), name
 

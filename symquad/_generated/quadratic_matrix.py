@@ -36,8 +36,12 @@ def _vec(x):
     return numpy.asarray(x, dtype=float)[..., None]
 
 
-def moments(Q, rho, T, a, b, Delta, readout, c, c_star, c0, c0_star):
-    """Moment kinds (G, Gt, B, R) at (Q, rho, T); R is None unless readout."""
+def moments(Q, rho, T, a, b, Delta, readout, c, c_star, c0, c0_star, legs=None):
+    """Moment kinds (G, Gt, B, R) at (Q, rho, T); R is None unless readout.
+
+    With legs (..., n, m), the covariances of further Gaussian variables with the
+    fields, G is E[σ'(λ_k) μ_j δ] (..., p, m) of those legs and Gt is None.
+    """
     C, p = _engine.combine(Q, rho, T)
     a = numpy.asarray(a, dtype=float)
     b = numpy.asarray(b, dtype=float)
@@ -59,8 +63,11 @@ def moments(Q, rho, T, a, b, Delta, readout, c, c_star, c0, c0_star):
     s5 = 16*s2
     G = _col(2*s0 + 2*s1) * C_p + _col(4*c) * C_A_C_p
     B = _col(Delta*s3 + (kappa*kappa)*s3 + kappa*s4*tr_AC + s3*(tr_AC*tr_AC) + s4*tr_ACAC) * C_pp + _col(kappa*s5 + s5*tr_AC) * C_A_C_pp + _col(32*s2) * C_A_C_A_C_pp
-    Gt = G[..., :, p:]
-    G = G[..., :, :p]
+    if legs is not None:
+        G, Gt = _col(2*s0 + 2*s1) * legs[..., :p, :] + _col(4*c) * ((C_p * wA[..., None, :]) @ legs), None
+    else:
+        Gt = G[..., :, p:]
+        G = G[..., :, :p]
     if not readout:
         return G, Gt, B, None
     R = _vec(s0 + s1) * numpy.diagonal(C_pp, axis1=-2, axis2=-1) + _vec(2*c) * numpy.diagonal(C_A_C_pp, axis1=-2, axis2=-1) + _vec(c0*kappa + c0*tr_AC)
@@ -79,4 +86,4 @@ def risk(Q, rho, T, a, b, c, c_star, c0, c0_star):
     tr_AC = (wA * numpy.diagonal(C, axis1=-2, axis2=-1)).sum(-1)
     tr_ACAC = (CA * numpy.swapaxes(CA, -1, -2)).sum((-2, -1))
     return numpy.asarray((1/2)*(kappa*kappa) + kappa*tr_AC + (1/2)*(tr_AC*tr_AC) + tr_ACAC, dtype=float)
-# sha256: dfa0db97c0b54ee2fe0a828722ce43c745a1fbf5617d95de496b76d1a68d8cb1
+# sha256: bcf21670a5af4d5ebfad9ed8c3f594fa4e90662908147445d603b953eb0d3350

@@ -61,12 +61,16 @@ def phi(D, p):
 _PLAN = _engine.Plan(DEGREE, RISK, NOISE, I3_DIRECT, I3_THROUGH, I4, phi)
 
 
-def moments(Q, rho, T, a, b, Delta, readout=False):
-    """Moment kinds (G, Gt, B, R) at (Q, rho, T) with readouts a, b; R is None unless readout."""
-    return _engine.moments(_PLAN, Q, rho, T, a, b, Delta, readout)
+def moments(Q, rho, T, a, b, Delta, readout=False, legs=None):
+    """Moment kinds (G, Gt, B, R) at (Q, rho, T) with readouts a, b; R is None unless readout.
+
+    With legs (..., n, m), the covariances of further Gaussian variables with the
+    fields, G is E[σ'(λ_k) μ_j δ] (..., p, m) of those legs and Gt is None.
+    """
+    return _engine.moments(_PLAN, Q, rho, T, a, b, Delta, readout, legs)
 
 
 def risk(Q, rho, T, a, b):
     """Population risk ε = ½ E[(ŷ − y_clean)²]; shape (...,)."""
     return _engine.risk(_PLAN, Q, rho, T, a, b)
-# sha256: 0180407af5794eabbfbe38a03c14cc8ffe3aa922d67cebc37865148c0a509a44
+# sha256: c83ebb0c9261a72e4736c576073fc085d681bd59a4969ad5ca5e668ff9c6dc0d

@@ -61,12 +61,16 @@ def phi(D, p):
 _PLAN = _engine.Plan(DEGREE, RISK, NOISE, I3_DIRECT, I3_THROUGH, I4, phi)
 
 
-def moments(Q, rho, T, a, b, Delta, readout=False):
-    """Moment kinds (G, Gt, B, R) at (Q, rho, T) with readouts a, b; R is None unless readout."""
-    return _engine.moments(_PLAN, Q, rho, T, a, b, Delta, readout)
+def moments(Q, rho, T, a, b, Delta, readout=False, legs=None):
+    """Moment kinds (G, Gt, B, R) at (Q, rho, T) with readouts a, b; R is None unless readout.
+
+    With legs (..., n, m), the covariances of further Gaussian variables with the
+    fields, G is E[σ'(λ_k) μ_j δ] (..., p, m) of those legs and Gt is None.
+    """
+    return _engine.moments(_PLAN, Q, rho, T, a, b, Delta, readout, legs)
 
 
 def risk(Q, rho, T, a, b):
     """Population risk ε = ½ E[(ŷ − y_clean)²]; shape (...,)."""
     return _engine.risk(_PLAN, Q, rho, T, a, b)
-# sha256: 650a1ff87d51b37f0d8e08a511fbd73162d49ae2cbd898d5b712028eee0b5e8b
+# sha256: dece054c95487d036c2919f6ea3cfa1892b5615bc9bc551987e4fa3aa1f15062

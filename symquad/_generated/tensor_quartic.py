@@ -75,12 +75,16 @@ def phi(D, p):
 _PLAN = _engine.Plan(DEGREE, RISK, NOISE, I3_DIRECT, I3_THROUGH, I4, phi)
 
 
-def moments(Q, rho, T, a, b, Delta, readout=False):
-    """Moment kinds (G, Gt, B, R) at (Q, rho, T) with readouts a, b; R is None unless readout."""
-    return _engine.moments(_PLAN, Q, rho, T, a, b, Delta, readout)
+def moments(Q, rho, T, a, b, Delta, readout=False, legs=None):
+    """Moment kinds (G, Gt, B, R) at (Q, rho, T) with readouts a, b; R is None unless readout.
+
+    With legs (..., n, m), the covariances of further Gaussian variables with the
+    fields, G is E[σ'(λ_k) μ_j δ] (..., p, m) of those legs and Gt is None.
+    """
+    return _engine.moments(_PLAN, Q, rho, T, a, b, Delta, readout, legs)
 
 
 def risk(Q, rho, T, a, b):
     """Population risk ε = ½ E[(ŷ − y_clean)²]; shape (...,)."""
     return _engine.risk(_PLAN, Q, rho, T, a, b)
-# sha256: 106573f6949146c0320e3a8f5564a903a0acb43a3079e47f6de6f1c77cada441
+# sha256: 7a826a867d07a234a146a82c141b066c9c800b55d9337d5bb6e7886ff45a580e

@@ -52,12 +52,16 @@ def phi(D, p):
 _PLAN = _engine.Plan(DEGREE, RISK, NOISE, I3_DIRECT, I3_THROUGH, I4, phi)
 
 
-def moments(Q, rho, T, a, b, Delta, readout=False):
-    """Moment kinds (G, Gt, B, R) at (Q, rho, T) with readouts a, b; R is None unless readout."""
-    return _engine.moments(_PLAN, Q, rho, T, a, b, Delta, readout)
+def moments(Q, rho, T, a, b, Delta, readout=False, legs=None):
+    """Moment kinds (G, Gt, B, R) at (Q, rho, T) with readouts a, b; R is None unless readout.
+
+    With legs (..., n, m), the covariances of further Gaussian variables with the
+    fields, G is E[σ'(λ_k) μ_j δ] (..., p, m) of those legs and Gt is None.
+    """
+    return _engine.moments(_PLAN, Q, rho, T, a, b, Delta, readout, legs)
 
 
 def risk(Q, rho, T, a, b):
     """Population risk ε = ½ E[(ŷ − y_clean)²]; shape (...,)."""
     return _engine.risk(_PLAN, Q, rho, T, a, b)
-# sha256: 3899fba6b5495e88b1426978008825e45b827c68172294d903e18c48fe822282
+# sha256: 6324aac34f36a71fb42d19207994331108aa305df6e92bef8e8be1fbfa244804

@@ -73,12 +73,16 @@ def _phi_one(D, which):
 _PLAN = _engine.Plan(DEGREE, RISK, NOISE, I3_DIRECT, I3_THROUGH, I4, phi)
 
 
-def moments(Q, rho, T, a, b, Delta, readout=False):
-    """Moment kinds (G, Gt, B, R) at (Q, rho, T) with readouts a, b; R is None unless readout."""
-    return _engine.moments(_PLAN, Q, rho, T, a, b, Delta, readout)
+def moments(Q, rho, T, a, b, Delta, readout=False, legs=None):
+    """Moment kinds (G, Gt, B, R) at (Q, rho, T) with readouts a, b; R is None unless readout.
+
+    With legs (..., n, m), the covariances of further Gaussian variables with the
+    fields, G is E[σ'(λ_k) μ_j δ] (..., p, m) of those legs and Gt is None.
+    """
+    return _engine.moments(_PLAN, Q, rho, T, a, b, Delta, readout, legs)
 
 
 def risk(Q, rho, T, a, b):
     """Population risk ε = ½ E[(ŷ − y_clean)²]; shape (...,)."""
     return _engine.risk(_PLAN, Q, rho, T, a, b)
-# sha256: 8a305a7de72edea036c2e85e12b54cf72617a4f8e8e1afdcdbead5ef51168440
+# sha256: d5eddadcaadf0ecb5c0dec4197535d279eff616aa3626be4aca8f603414de68f

@@ -19,6 +19,7 @@ import argparse
 
 from ..spec import DEFAULT_MODEL, Model, model_fields
 from ..spec import _to_fraction
+from ..spectrum import spectrum_text
 
 __all__ = ["add_model_arguments", "model_from_args", "model_flags", "field_value",
            "fields_help"]
@@ -45,7 +46,13 @@ def _float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
 
 
-_TYPES = {"int": _int, "positive": _float, "nonnegative": _float, "readout": _readout}
+def _spectrum(text: str) -> str:
+    # checked by the Model (symquad.spectrum.parse_spectrum: one-line errors naming spectrum)
+    return text.strip()
+
+
+_TYPES = {"int": _int, "positive": _float, "nonnegative": _float, "readout": _readout,
+          "spectrum": _spectrum}
 
 
 def model_flags(exclude=()) -> dict:
@@ -85,6 +92,8 @@ def add_model_arguments(parser, defaults: Model | None = DEFAULT_MODEL, exclude=
                                 else defaults.activation_str)
         if meta["kind"] == "readout":
             default = fixed.get(f.name, None)
+        if meta["kind"] == "spectrum" and not isinstance(default, str):
+            default = spectrum_text(default)
         shown = "the student's" if f.name == "teacher_activation" else (
             "1/p each" if f.name == "readout" else "1/p* each" if f.name == "teacher_readout"
             else default)

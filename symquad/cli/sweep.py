@@ -143,7 +143,8 @@ def register(sub):
         description=__doc__.split("\n\n")[1].replace("\n", " "),
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="model fields (a grid axis of every built-in task; readout components "
-               "separated by ':', e.g. --grid readout=1/2:1/4,1):\n" + fields_help())
+               "separated by ':', e.g. --grid readout=1/2:1/4,1; spectrum blocks by ';', "
+               "e.g. --grid spectrum=1/4:2;3/4:1/2,1:1):\n" + fields_help())
     ps.add_argument("task", nargs="?", help="registered task name or package.module:function")
     ps.add_argument("--grid", action="append", default=[], metavar="NAME=V1,V2,...",
                     help="parameter values (repeatable; Cartesian product)")

@@ -16,6 +16,7 @@ from ..kernel_files import (BANNER, GENERATED_DIR, atomic_write, cached_path, lo
 from ..spec import Model
 from ..symbolic.latex_outputs import render_tex_files
 from .assembly import render_assembly_module
+from .block_assembly import render_block_assembly_module
 from .diffusion_render import render_diffusion_assembly, render_diffusion_matrix_module
 from .matrix_block import render_uniform_matrix_module
 from .render import (CANONICAL_ENTRY_MODELS, entries_module_name, render_entries_module,
@@ -31,6 +32,7 @@ def render_all() -> dict:
     files = {"quadratic_matrix.py": render_matrix_module(),
              "quadratic_matrix_uniform.py": render_uniform_matrix_module(),
              "assembly.py": render_assembly_module(),
+             "block_assembly.py": render_block_assembly_module(),
              "diffusion_assembly.py": render_diffusion_assembly(),
              "diffusion_matrix.py": render_diffusion_matrix_module()}
     for model in CANONICAL_ENTRY_MODELS:

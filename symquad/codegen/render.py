@@ -134,13 +134,30 @@ def _matrix_moment_lines(printer) -> list:
                            symbols=sp.numbered_symbols("s"), order="canonical")
     lines += [f"    {sym} = {printer.doprint(val)}" for sym, val in reps]
     pos = 0
+    coefficients = {}
     for kind in ("G", "B"):
         terms = []
         for _, name in out[kind]:
+            coefficients.setdefault(kind, []).append(printer.doprint(reduced[pos]))
             terms.append(f"_col({printer.doprint(reduced[pos])}) * {name}")
             pos += 1
         lines.append(f"    {kind} = " + " + ".join(terms))
-    lines += ["    Gt = G[..., :, p:]", "    G = G[..., :, :p]",
+    # legs: the covariances of further Gaussian variables with the fields replace the last C
+    # of each word of G (the field u_j enters E[σ'(λ_k) u_j δ] linearly, through C_·j)
+    leg_terms = []
+    for coeff, (word, _) in zip(coefficients["G"], sorted(words["outer1"].items(),
+                                                          key=lambda kv: len(kv[0]))):
+        if word == ("C",):
+            leg = "legs[..., :p, :]"
+        else:
+            prefix = _word_code(word[:-2], ":p", ":", lines, formed)
+            leg = f"(({prefix} * wA[..., None, :]) @ legs)"
+        leg_terms.append(f"_col({coeff}) * {leg}")
+    lines += ["    if legs is not None:",
+              "        G, Gt = " + " + ".join(leg_terms) + ", None",
+              "    else:",
+              "        Gt = G[..., :, p:]",
+              "        G = G[..., :, :p]",
               "    if not readout:", "        return G, Gt, B, None"]
     diag_terms = []
     for _, word in r_diag:
@@ -212,8 +229,12 @@ def render_matrix_module() -> str:
            "def _vec(x):",
            '    """A scalar per batch element as shape (..., 1)."""',
            "    return numpy.asarray(x, dtype=float)[..., None]", "", "",
-           "def moments(Q, rho, T, a, b, Delta, readout, c, c_star, c0, c0_star):",
-           '    """Moment kinds (G, Gt, B, R) at (Q, rho, T); R is None unless readout."""']
+           "def moments(Q, rho, T, a, b, Delta, readout, c, c_star, c0, c0_star, legs=None):",
+           '    """Moment kinds (G, Gt, B, R) at (Q, rho, T); R is None unless readout.',
+           "",
+           "    With legs (..., n, m), the covariances of further Gaussian variables with the",
+           "    fields, G is E[σ'(λ_k) μ_j δ] (..., p, m) of those legs and Gt is None.",
+           '    """']
     out += _matrix_moment_lines(printer)
     out += ["", "", "def risk(Q, rho, T, a, b, c, c_star, c0, c0_star):",
             '    """Population risk ε = ½ E[(ŷ − y_clean)²] (extended precision); shape (...,)."""']

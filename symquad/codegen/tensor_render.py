@@ -168,9 +168,13 @@ _API = '''
 _PLAN = _engine.Plan(DEGREE, RISK, NOISE, I3_DIRECT, I3_THROUGH, I4, phi)
 
 
-def moments(Q, rho, T, a, b, Delta, readout=False):
-    """Moment kinds (G, Gt, B, R) at (Q, rho, T) with readouts a, b; R is None unless readout."""
-    return _engine.moments(_PLAN, Q, rho, T, a, b, Delta, readout)
+def moments(Q, rho, T, a, b, Delta, readout=False, legs=None):
+    """Moment kinds (G, Gt, B, R) at (Q, rho, T) with readouts a, b; R is None unless readout.
+
+    With legs (..., n, m), the covariances of further Gaussian variables with the
+    fields, G is E[σ'(λ_k) μ_j δ] (..., p, m) of those legs and Gt is None.
+    """
+    return _engine.moments(_PLAN, Q, rho, T, a, b, Delta, readout, legs)
 
 
 def risk(Q, rho, T, a, b):

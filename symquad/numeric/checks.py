@@ -15,6 +15,8 @@ from numbers import Integral, Real
 
 import numpy as np
 
+from ..spectrum import block_axis
+
 __all__ = ["as_overlaps", "as_real_array", "check_positive", "check_int", "check_real",
            "check_seed", "check_choice", "check_float_activation", "FLOAT_COEFFICIENT_RANGE",
            "MAX_CONSTANT_RATIO", "check_record_bytes", "MAX_TIMES", "MAX_RECORD_BYTES",
@@ -177,27 +179,33 @@ def as_overlaps(model, Q, rho, T, names=("Q0", "rho0", "T"), tol: float = 1e-9):
     positive semi-definite (it is the Gram matrix of the weights / N).
     """
     p, k = model.p, model.p_star
+    lead = block_axis(model)
     arrays = []
     for name, value, shape in zip(names, (Q, rho, T), ((p, p), (p, k), (k, k))):
         arr = as_real_array(value, name)
-        if arr.shape != shape:
-            raise ValueError(f"{name} must have shape {shape} for p={p}, p_star={k}; "
-                             f"got {arr.shape}")
+        if arr.shape != lead + shape:
+            per = (f" (one matrix per input block of spectrum={model._field_text('spectrum')}"
+                   f"; the isotropic teacher's split of a total T is "
+                   f"symquad.numeric.layout.block_teacher)" if lead else "")
+            raise ValueError(f"{name} must have shape {lead + shape} for p={p}, p_star={k}"
+                             f"{per}; got {arr.shape}")
         arrays.append(arr)
     Q, rho, T = arrays
     for name, arr in ((names[0], Q), (names[2], T)):
         scale = max(1.0, float(np.max(np.abs(arr))))
-        if np.max(np.abs(arr - arr.T)) > tol * scale:
+        if np.max(np.abs(arr - np.swapaxes(arr, -1, -2))) > tol * scale:
             raise ValueError(f"{name} must be symmetric")
-    C = np.block([[Q, rho], [rho.T, T]])
-    C = 0.5 * (C + C.T)
+    # each block's [[Q^c, ρ^c], [ρ^cᵀ, T^c]] is the Gram matrix of the rows through P_c
+    C = np.block([[Q, rho], [np.swapaxes(rho, -1, -2), T]])
+    C = 0.5 * (C + np.swapaxes(C, -1, -2))
     low = float(np.min(np.linalg.eigvalsh(C)))
     scale = max(1.0, float(np.max(np.abs(C))))
-    if low < -tol * scale * C.shape[0]:
+    if low < -tol * scale * C.shape[-1]:
+        which = " of every input block" if lead else ""
         raise ValueError(
             f"({names[0]}, {names[1]}, {names[2]}) is not a Gram matrix of weights / N: the joint "
-            f"covariance [[{names[0]}, {names[1]}], [{names[1]}^T, {names[2]}]] must be positive "
-            f"semi-definite; smallest eigenvalue {low:.3g}")
+            f"covariance [[{names[0]}, {names[1]}], [{names[1]}^T, {names[2]}]]{which} must be "
+            f"positive semi-definite; smallest eigenvalue {low:.3g}")
     return Q, rho, T
 
 

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..spectrum import block_sizes
 from ..stages import declare
 from .checks import as_overlaps, as_real_array, check_choice, check_int, check_positive
 from .errors import DivergenceError, describe_state
@@ -54,7 +55,8 @@ from .kernels import require_polynomial_diffusion
 from .checks import check_times
 from .sde import MAX_SDE_DIM
 
-__all__ = ["fluctuations", "Fluctuations", "random_start_covariance", "STARTS",
+__all__ = ["fluctuations", "Fluctuations", "random_start_covariance", "block_random_start",
+           "STARTS",
            "mean_correction_rhs", "expansion_valid", "SECOND_ORDER_FIELDS"]
 
 #: ``"fixed"``: the given start, ``Σ(0) = 0``; ``"random"``: the mean of the random start
@@ -283,6 +285,8 @@ def random_start_covariance(model, T, q0: float = 1.0) -> np.ndarray:
     its fixed value.
     """
     lay = state_layout(model)
+    if lay.spectrum_blocks:
+        return _block_start_covariance(model, lay, T, q0)
     S = np.zeros((lay.dim, lay.dim))
     sphere = model.constraint == "sphere"
     q = 1.0 if sphere else q0
@@ -294,6 +298,93 @@ def random_start_covariance(model, T, q0: float = 1.0) -> np.ndarray:
                 if b2 == "rho" and i2 == i:
                     S[I, J] = q * T[j, j2]
     return S
+
+
+def _block_start_covariance(model, lay, T, q0):
+    r"""``N Cov[X(0)]`` of the random start with an input spectrum (per-block overlaps).
+
+    ``Q^c = W P_c Wᵀ/N`` sums ``f_c N`` independent coordinates of ``w_k ~ N(0, q0 I)``:
+    ``E[Q^c] = q0 f_c I``, ``N Cov[Q^c_ij, Q^d_kl] = δ_cd q0² f_c (δ_ik δ_jl + δ_il δ_jk)``;
+    ``N Cov[ρ^c_im, ρ^d_jn] = δ_cd δ_ij q0 T^c_mn``; ``Q`` and ``ρ`` uncorrelated.  On the
+    sphere (``q0 = 1``, rows renormalised to the Euclidean norm ``√N``) ``Q^c_ii`` is the
+    fraction of a row's squared norm in block ``c``, a Dirichlet (Beta) share:
+    ``N Cov[Q^c_ii, Q^d_ii] = 2 (δ_cd f_c − f_c f_d)``; the off-diagonal and ``ρ`` entries
+    keep their laws at this order.  `T`: the per-block teacher overlaps (B, p*, p*).
+    """
+    T = np.asarray(T, dtype=float)
+    f = [float(x) for x, _ in model.spectrum]
+    sphere = model.constraint == "sphere"
+    q = 1.0 if sphere else q0
+    S = np.zeros((lay.dim, lay.dim))
+    for I, entry in enumerate(lay.entries):
+        if entry[0] == "Q":
+            _, c, i, j = entry
+            for J, other in enumerate(lay.entries):
+                if other[0] != "Q":
+                    continue
+                _, d, k, l = other
+                if sphere and i == j:
+                    if k == l == i:
+                        S[I, J] = 2 * ((c == d) * f[c] - f[c] * f[d])
+                elif c == d and (i, j) == (k, l):
+                    S[I, J] = q**2 * f[c] * (2 if i == j else 1)
+        elif entry[0] == "rho":
+            _, c, i, m = entry
+            for J, other in enumerate(lay.entries):
+                if other[0] == "rho" and other[1] == c and other[2] == i:
+                    S[I, J] = q * T[c, m, other[3]]
+    return S
+
+
+def block_random_start(model, T, N: int, n: int, seed=0, q0: float = 1.0):
+    r"""Draws of the exact law of the per-block start ``w_k ~ N(0, q0 I_N)`` (input spectrum).
+
+    In block ``c`` (``f_c N`` coordinates, ``symquad.spectrum.block_sizes``) the teacher
+    rows are ``√N L_c u`` with ``L_c L_cᵀ = T^c`` and ``u`` orthonormal in the block, so
+    ``ρ^c = √(q0/N) G_c L_cᵀ`` with ``G_c`` (p × p*) standard normal and ``Q^c = q0 (G_c G_cᵀ
+    + S_c)/N``, ``S_c ~ Wishart(f_c N − p*, I_p)`` independent (the rest of the block), the
+    blocks independent.  On the sphere every row is renormalised to the Euclidean norm:
+    ``Q^c ← D^{-1/2} Q^c D^{-1/2}``, ``ρ^c ← D^{-1/2} ρ^c`` with ``D = diag Σ_c Q^c``.
+    Returns ``(Q0 (n, B, p, p), rho0 (n, B, p, p*))``.
+    """
+    from scipy.stats import wishart                  # lazy: scipy.stats (as landscape)
+    declare(model, "the state layout")
+    T = np.asarray(T, dtype=float)
+    p, k, B = model.p, model.p_star, model.n_blocks
+    if T.shape != (B, k, k):
+        raise ValueError(f"T must have shape {(B, k, k)} (one teacher overlap per block), "
+                         f"got {T.shape}")
+    sizes = block_sizes(model.spectrum, check_int(N, "N", 1))
+    n = check_int(n, "n", 1)
+    q0 = check_positive("q0", q0)
+    if min(sizes) < k:
+        raise ValueError(f"N = {N} gives a block of {min(sizes)} coordinates, fewer than "
+                         f"p_star = {k}: every block must hold the teacher's part")
+    rng = np.random.default_rng(seed)
+    Q0 = np.empty((n, B, p, p))
+    rho0 = np.empty((n, B, p, k))
+    for c in range(B):
+        L = _psd_factor(T[c])
+        G = rng.standard_normal((n, p, k))
+        rest = sizes[c] - k
+        if rest >= p:
+            S = wishart(df=rest, scale=np.eye(p)).rvs(size=n, random_state=rng).reshape(n, p, p)
+        else:
+            G2 = rng.standard_normal((n, p, rest))
+            S = G2 @ np.swapaxes(G2, -1, -2)
+        Q0[:, c] = q0 * (G @ np.swapaxes(G, -1, -2) + S) / N
+        rho0[:, c] = np.sqrt(q0 / N) * G @ L.T
+    if model.constraint == "sphere":
+        scale = 1.0 / np.sqrt(np.diagonal(Q0.sum(1), axis1=-2, axis2=-1))
+        Q0 = scale[:, None, :, None] * Q0 * scale[:, None, None, :]
+        rho0 = scale[:, None, :, None] * rho0
+    return Q0, rho0
+
+
+def _psd_factor(T):
+    """A factor ``L`` with ``L Lᵀ = T`` of a positive semi-definite ``T`` (eigenvalues)."""
+    w, V = np.linalg.eigh(T)
+    return V * np.sqrt(np.maximum(w, 0.0))
 
 
 def fluctuations(model, Q0, rho0, T, N, t_eval, start: str = "fixed", q0: float = 1.0,

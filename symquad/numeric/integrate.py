@@ -10,6 +10,7 @@ import numpy as np
 from scipy.integrate import solve_ivp
 
 from ..spec import Model
+from ..spectrum import block_axis, has_spectrum
 from ..stages import declare
 from .checks import as_overlaps, as_real_array, check_choice, check_positive, check_real, \
     check_record_bytes
@@ -34,6 +35,8 @@ class ODESolution:
     rho : ndarray (n, p, p*)
     risk : ndarray (n,)
     T : ndarray (p*, p*)
+        With an input spectrum: ``Q`` (n, B, p, p), ``rho`` (n, B, p, p*), ``T``
+        (B, p*, p*), the overlaps of every block (docs/model.md §1a).
     status : {"ok", "diverged", "failed"}
     t_diverged : float or None
         Time at which the state left the finite region (``status == "diverged"``).
@@ -93,12 +96,18 @@ def _pack(Q, rho, a=None):
     return np.concatenate(parts)
 
 
-def _unpack(y, p, k, trained=False):
-    """``(Q, ρ, a)`` from the solver state (full ``Q``, symmetrised; ``a`` only if trained)."""
-    Q = y[: p * p].reshape(p, p)
-    rho = y[p * p:p * p + p * k].reshape(p, k)
-    a = y[p * p + p * k:] if trained else None
-    return 0.5 * (Q + Q.T), rho, a
+def _unpack(y, p, k, trained=False, lead=()):
+    """``(Q, ρ, a)`` from the solver state (full ``Q``, symmetrised; ``a`` only if trained).
+
+    `lead` is the block axis ``(B,)`` of a model with an input spectrum (``Q`` then
+    ``(B, p, p)``), ``()`` otherwise.
+    """
+    size = int(np.prod(lead, dtype=int))
+    nq, nr = size * p * p, size * p * k
+    Q = y[:nq].reshape(lead + (p, p))
+    rho = y[nq:nq + nr].reshape(lead + (p, k))
+    a = y[nq + nr:] if trained else None
+    return 0.5 * (Q + np.swapaxes(Q, -1, -2)), rho, a
 
 
 def initial_readout(model: Model, a0=None):
@@ -121,7 +130,11 @@ def check_sphere(model: Model, Q0, name="Q0", tol=1e-8) -> None:
     """With ``constraint="sphere"`` every ``Q0_kk`` must be 1 (the rows lie on the sphere)."""
     if model.constraint != "sphere":
         return
-    diag = np.diagonal(np.asarray(Q0, dtype=float), axis1=-2, axis2=-1)
+    Q0 = np.asarray(Q0, dtype=float)
+    if has_spectrum(model):            # the Euclidean norms: Σ_c Q^c_kk = |w_k|²/N
+        Q0 = Q0.sum(-3)
+        name = f"the sum over the blocks of {name}"
+    diag = np.diagonal(Q0, axis1=-2, axis2=-1)
     if np.max(np.abs(diag - 1.0)) > tol:
         raise ValueError(f"{name}: with constraint='sphere' every diagonal entry of {name} "
                          f"must be 1 (|w_k|^2 = N), got {np.ravel(diag)[:8]}")
@@ -156,10 +169,13 @@ def _symmetric_pair(A, B, axis_len):
     ``B_i = B_j``, ``A_ii = A_jj`` and ``A_ik = A_jk`` for ``k ∉ {i, j}``
     (exact equality: this is about exact invariant subspaces).
     """
-    n = A.shape[0]
+    # A may be a stack (c, n, n) (an input spectrum's blocks, B then (n, c·m)): a swap must
+    # fix every block
+    A = A[None] if A.ndim == 2 else A
+    n = A.shape[-1]
     if n < 2:
         return None
-    keys = np.concatenate([B, np.diag(A)[:, None]], axis=1)
+    keys = np.concatenate([B] + [np.diag(a)[:, None] for a in A], axis=1)
     order = np.lexsort(keys.T[::-1])
     for a in range(n - 1):
         i = order[a]
@@ -169,7 +185,7 @@ def _symmetric_pair(A, B, axis_len):
                 break
             others = np.ones(n, bool)
             others[[i, j]] = False
-            if np.array_equal(A[i, others], A[j, others]):
+            if np.array_equal(A[:, i, others], A[:, j, others]):
                 return int(min(i, j)), int(max(i, j))
     return None
 
@@ -187,11 +203,16 @@ def symmetric_start(Q0, rho0, T):
     matching symmetry of T) can never reach zero risk, where ``ρ ∝ O T`` has
     full column rank.
     """
-    pair = _symmetric_pair(Q0, rho0, Q0.shape[0])
+    if Q0.ndim == 3:                   # per input block: every block must be symmetric
+        rows = np.concatenate(list(rho0), axis=1)
+        cols = np.concatenate([r.T for r in rho0], axis=1)
+    else:
+        rows, cols = rho0, rho0.T
+    pair = _symmetric_pair(Q0, rows, Q0.shape[-1])
     if pair is not None:
         return (f"student units {pair[0]} and {pair[1]} are interchangeable "
                 f"(equal rows of rho0, equal overlaps in Q0)")
-    pair = _symmetric_pair(T, rho0.T, T.shape[0])
+    pair = _symmetric_pair(T, cols, T.shape[-1])
     if pair is not None:
         return (f"teacher units {pair[0]} and {pair[1]} are interchangeable "
                 f"(equal columns of rho0, equal overlaps in T)")
@@ -210,7 +231,10 @@ def integrate(model: Model, Q0, rho0, T, t_max, t_eval=None, *, method: str = "a
     model : Model
     Q0 : array (p, p), rho0 : array (p, p*), T : array (p*, p*)
         Initial overlaps; ``[[Q0, ρ0], [ρ0ᵀ, T]]`` must be symmetric PSD, real
-        and finite.
+        and finite.  With an input spectrum (``model.spectrum``) one per block:
+        ``(B, p, p)``, ``(B, p, p*)``, ``(B, p*, p*)``, each block's joint matrix
+        PSD (docs/model.md §1a); the solution's ``Q``, ``rho`` then carry the
+        block axis after the time axis.
     t_max : float
         Final time (``t = steps/N``), in ``(0, MAX_T]`` (``MAX_T = 1e9``).
     t_eval : array, optional
@@ -289,7 +313,9 @@ def integrate(model: Model, Q0, rho0, T, t_max, t_eval=None, *, method: str = "a
             or t_eval[0] < 0 or t_eval[-1] > t_max:
         raise ValueError("t_eval must be a non-empty increasing 1-d array within [0, t_max]")
     # the solution holds y (state) and Q, rho, risk at every t_eval: checked before solving
-    check_record_bytes(8 * t_eval.size * (3 * model.p ** 2 + 2 * model.p * model.p_star + 1),
+    lead = block_axis(model)
+    check_record_bytes(8 * t_eval.size * (model.n_blocks * (3 * model.p ** 2
+                                                            + 2 * model.p * model.p_star) + 1),
                        f"integrate: {t_eval.size} output times at p={model.p}",
                        "use fewer times in t_eval")
     start_norm = max(float(np.max(np.abs(Q0))), float(np.max(np.abs(rho0), initial=0.0)))
@@ -323,7 +349,7 @@ def integrate(model: Model, Q0, rho0, T, t_max, t_eval=None, *, method: str = "a
 
     def fun(t, y):
         bar.set(t)
-        Q, rho, a = _unpack(y, p, k, trained)
+        Q, rho, a = _unpack(y, p, k, trained, lead)
         if np.all(np.isfinite(y)):
             last.update(t=t, Q=Q, rho=rho)
         else:
@@ -370,11 +396,11 @@ def integrate(model: Model, Q0, rho0, T, t_max, t_eval=None, *, method: str = "a
         sol.t, sol.y, sol.status = np.zeros(1), y0[:, None].copy(), -1
     sol.t_events = [np.asarray(e, dtype=float) for e in sol.t_events]
     sol.y_events = [np.asarray(e, dtype=float).reshape(-1, y0.size) for e in sol.y_events]
-    Qs = np.empty((sol.t.size, p, p))
-    rhos = np.empty((sol.t.size, p, k))
+    Qs = np.empty((sol.t.size,) + lead + (p, p))
+    rhos = np.empty((sol.t.size,) + lead + (p, k))
     readout = np.empty((sol.t.size, p)) if trained else None
     for n in range(sol.t.size):
-        Qs[n], rhos[n], a_n = _unpack(sol.y[:, n], p, k, trained)
+        Qs[n], rhos[n], a_n = _unpack(sol.y[:, n], p, k, trained, lead)
         if trained:
             readout[n] = a_n
     risk = np.asarray(kern.risk(Qs, rhos, T, readout), dtype=float).reshape(sol.t.size)
@@ -387,7 +413,7 @@ def integrate(model: Model, Q0, rho0, T, t_max, t_eval=None, *, method: str = "a
     if sol.t_events[0].size:
         # the state where it crossed max_norm: the last one that is still finite
         t_div = float(sol.t_events[0][0])
-        Q_div, rho_div, _ = _unpack(sol.y_events[0][0], p, k, trained)
+        Q_div, rho_div, _ = _unpack(sol.y_events[0][0], p, k, trained, lead)
         last.update(t=t_div, Q=Q_div, rho=rho_div)
     else:
         t_div = float(last["t"])

@@ -57,6 +57,7 @@ from ..kernel_files import (GENERATED_DIR, KernelFileError, UntrustedCacheError,
                             load_module_file, load_module_text, read_cache_file,
                             write_cache_file)
 from ..spec import Model, check_model, error_signal_weight
+from ..spectrum import has_spectrum
 from ..stages import declare, stage_fields
 from .checks import as_real_array, check_float_activation
 from .layout import state_layout
@@ -66,6 +67,7 @@ from ..stages import require_known_structure
 from .._generated import TENSOR_MODULES
 from ..runtime.special_engine import four_point_method
 from ..runtime.special_engine import SpecialEngine
+from ..runtime.tensor_engine import combine
 
 __all__ = ["Kernels", "kernels", "KERNEL_FORMS", "clear_kernel_memo", "default_form",
            "single_thread_blas", "limited_blas", "blas_threads", "THREADS_ENV",
@@ -243,10 +245,16 @@ class Kernels:
         Q, rho, T = (as_real_array(x, n, finite=False, copy=False)
                      for x, n in ((Q, "Q"), (rho, "rho"), (T, "T")))
         p, k = self.model.p, self.model.p_star
-        if Q.shape[-2:] != (p, p) or rho.shape[-2:] != (p, k) or T.shape[-2:] != (k, k):
+        # an input spectrum: a block axis before the matrix axes (docs/model.md §1a)
+        lead = (self.model.n_blocks,) if has_spectrum(self.model) else ()
+        d = len(lead) + 2
+        shapes = (lead + (p, p), lead + (p, k), lead + (k, k))
+        if any(x.shape[x.ndim - d:] != want for x, want in zip((Q, rho, T), shapes)):
+            hint = (" (per input block; the isotropic teacher's split of a total T is "
+                    "symquad.numeric.layout.block_teacher(model, T))" if lead else "")
             raise ValueError(
-                f"overlaps must end in shapes Q ({p}, {p}), rho ({p}, {k}), T ({k}, {k}) for "
-                f"{self.model!r}; got {Q.shape}, {rho.shape}, {T.shape}")
+                f"overlaps must end in shapes Q {shapes[0]}, rho {shapes[1]}, T {shapes[2]} "
+                f"for {self.model!r}{hint}; got {Q.shape}, {rho.shape}, {T.shape}")
         if a is None:
             a = self._readout
         elif not self.model.readout_trained:
@@ -332,6 +340,8 @@ class Kernels:
         :mod:`symquad.runtime.sampled_diffusion` (2^17 scrambled Sobol' points, 1e-3
         of max |D|, cost checked first).
         """
+        # the stage refuses what it does not implement before the arrays are read
+        declare(self.model, f"the diffusion matrix (form={self.form!r})")
         params = self.params_at(t)
         Q, rho, T, a = self._arrays(Q, rho, T, a)
         D = _diffusion_function(_untimed(self.model, "the diffusion matrix (form="
@@ -354,6 +364,7 @@ class Kernels:
         forms (:mod:`symquad.numeric.special_derivatives`, 1e-10 relative).
         Shape ``(..., dim, dim)``.
         """
+        declare(self.model, "the exact Jacobian")
         params = self.params_at(t)
         Q, rho, T, a = self._arrays(Q, rho, T, a)
         return _jacobian_function(_untimed(self.model, "the exact Jacobian"))(
@@ -361,12 +372,14 @@ class Kernels:
 
     def risk_gradient(self, Q, rho, T, a=None):
         """Exact gradient ``∂ε/∂X`` of the population risk in the state order; ``(..., dim)``."""
+        declare(self.model, "the exact Jacobian")
         Q, rho, T, a = self._arrays(Q, rho, T, a)
         return _jacobian_function(_untimed(self.model, "the exact Jacobian"))(
             Q, rho, T, a, self._params)[1]
 
     def risk_hessian(self, Q, rho, T, a=None):
         """Exact Hessian ``∂²ε/∂X∂X`` of the population risk in the state order; ``(..., dim, dim)``."""
+        declare(self.model, "the exact Jacobian")
         Q, rho, T, a = self._arrays(Q, rho, T, a)
         return _jacobian_function(_untimed(self.model, "the exact Jacobian"))(
             Q, rho, T, a, self._params)[2]
@@ -381,12 +394,15 @@ class Kernels:
         differentiated twice, exactly.  Shapes ``(..., dim)``, ``(..., dim, dim, dim)``;
         derived for polynomial activations (entry route, size checked first).
         """
+        declare(self.model, SECOND_ORDER_STAGE)
         Q, rho, T, a = self._arrays(Q, rho, T, a)
         return _second_order_function(self.model)(Q, rho, T, a)
 
     def moments(self, Q, rho, T, a=None):
         """The moment kinds ``(G, Gt, B, R)`` of :mod:`symquad.symbolic.moments` (matrix and
-        tensor forms; ``R`` only for a trained readout)."""
+        tensor forms; ``R`` only for a trained readout).  With an input spectrum: ``(Gb,
+        Gtb, B, R)``, the block fields' kinds (..., B, p, p), (..., B, p, p*) of
+        :mod:`symquad.symbolic.blocks` and ``B``, ``R`` at the total covariance ``Ω``."""
         if self._moments is None:
             raise ValueError(f"form {self.form!r} has no moment kinds (it is assembled entry "
                              "by entry); use form='tensor' or form='matrix'")
@@ -741,7 +757,10 @@ def _assembly():
 #: constraint and readout state.  Any other field that keys the structure (a field added
 #: later) is unknown to them.
 _GENERATED_FOR = ("p", "p_star", "activation", "teacher_activation", "constraint",
-                  "lr_readout", "loss")
+                  "lr_readout", "loss", "spectrum")
+# ``spectrum``: the moment modules are evaluated at the total covariance Ω with the block
+# fields as legs, and the per-block drift is the generated block assembly
+# (symquad._generated.block_assembly, one module for every B): _block_kernels.
 # ``loss``: the drift in moment form is the same for every loss of spec.LOSSES (the abstract
 # gradients are ``a_k σ'(λ_k) e`` with the error signal e opaque, tests/test_correlation_loss.py
 # checks it), and the moment evaluators see the loss only through the error weights
@@ -796,6 +815,87 @@ def _moment_kernels(model: Model, form: str, mod, source, extra=()) -> Kernels:
                    lambda Q, rho, T, a, bb: mod.risk(Q, rho, T, a, bb, *extra), moments)
 
 
+def _moment_module(model: Model, form: str):
+    """``(module, source, extra)`` of the moment kinds of `model` in `form` (matrix or tensor)."""
+    if form == "matrix":
+        mod, source = _committed("quadratic_matrix", required=("moments", "risk"))
+        extra = tuple(float(c[j]) for c, j in ((model.activation, 2),
+                                                (model.teacher_activation, 2),
+                                                (model.activation, 0),
+                                                (model.teacher_activation, 0)))
+        return mod, source, extra
+    if not model.is_polynomial:
+        engine, source = _special_engine(model)
+        return engine, source, ()
+    mod, source = _tensor_module(model)
+    return mod, source, ()
+
+
+def block_covariances(spectrum, Q, rho, T):
+    r"""The total covariance ``Ω`` and the block fields' legs of per-block overlaps.
+
+    ``C^c = [[Q^c, ρ^c], [ρ^cᵀ, T^c]]`` (..., B, n, n); ``Ω = Σ_c s_c C^c`` (..., n, n), the
+    covariance of the fields ``z = (λ, ν)`` under ``x ~ N(0, Σ_c s_c P_c)``; the legs
+    (..., n, B n), ``legs[..., j, c n + l] = s_c C^c_{jl} = Cov(z_j, μ^c_l)`` with the block
+    field ``μ^c_l`` of the ``l``-th row (student or teacher) through ``P_c``
+    (docs/derivation.md §1a).  Returns ``(Q_Ω, ρ_Ω, T_Ω, legs)``.
+    """
+    s = np.array([float(sb) for _, sb in spectrum])
+    C, p = combine(Q, rho, T)                       # (..., B, n, n)
+    scaled = s[:, None, None] * C
+    omega = scaled.sum(-3)
+    n, B = C.shape[-1], C.shape[-3]
+    legs = np.moveaxis(scaled, -3, -2).reshape(scaled.shape[:-3] + (n, B * n))
+    return omega[..., :p, :p], omega[..., :p, p:], omega[..., p:, p:], legs
+
+
+def _block_assembly():
+    mod, _ = _committed("block_assembly", required=("drift_blocks_none", "drift_blocks_sphere"))
+    return mod
+
+
+def _block_kernels(model: Model, form: str) -> Kernels:
+    """Kernels of a model with an input spectrum: the block drift from the moment kinds at ``Ω``.
+
+    The moment module of the model's activations (the same as without the spectrum: it
+    does not depend on it) is called at the total covariance ``Ω = Σ_c s_c C^c`` with the
+    block fields as legs (:func:`block_covariances`), which gives ``Gb``, ``Gtb``
+    (``E[σ'(λ_k) μ^c_l δ]``, Stein's lemma through the three-point sum's linear leg), ``B``
+    and ``R`` at ``Ω``; the generated block assembly (:mod:`symquad._generated.block_assembly`,
+    derived by :mod:`symquad.symbolic.blocks`) turns them into the per-block drift.  The risk
+    is ``ε(Ω)``.  Fractions and eigenvalues are call-time values: one set of modules for
+    every spectrum.
+    """
+    if form == "entries":                                  # pragma: no cover - declared first
+        raise ValueError("kernels(form='entries') does not support the model field spectrum")
+    check_generated_for(model, f"kernels(form={form!r})")
+    mod, source, extra = _moment_module(model, form)
+    drift = getattr(_block_assembly(), f"drift_blocks_{model.constraint}")
+    params = _params(model)
+    b = np.array([float(c) for c in model.teacher_readout])
+    trained, noise = model.readout_trained, model.noise
+    c = float(error_signal_weight(model))
+    fs = np.array([float(f * s) for f, s in model.spectrum])
+    tr_sigma = float(sum(f * s for f, s in model.spectrum))   # exact rationals, then float
+    p, k, B = model.p, model.p_star, model.n_blocks
+
+    def moments(Q, rho, T, a):
+        Qo, ro, To, legs = block_covariances(model.spectrum, Q, rho, T)
+        GL, _, Bk, R = mod.moments(Qo, ro, To, c * np.asarray(a, dtype=float), b, noise,
+                                   trained, *extra, legs=legs)
+        GL = np.moveaxis(GL.reshape(GL.shape[:-1] + (B, p + k)), -2, -3)   # (..., B, p, n)
+        return GL[..., :p], GL[..., p:], Bk, R
+
+    def rhs(Q, rho, T, a, params=params):
+        Gb, Gtb, Bk, R = moments(Q, rho, T, a)
+        return drift(Q, rho, Q.sum(-3), a, Gb, Gtb, Gb.sum(-3), Bk, R, fs, tr_sigma, params)
+
+    def risk(Q, rho, T, a, bb):
+        Qo, ro, To, _ = block_covariances(model.spectrum, Q, rho, T)
+        return mod.risk(Qo, ro, To, a, bb, *extra)
+    return Kernels(model, form, source, rhs, risk, moments)
+
+
 def _uniform_readouts(model: Model) -> bool:
     """Fixed readouts, each uniform, no constraint, the square loss: the block-form kernel
     applies (it is generated for the error signal ``ŷ − y``)."""
@@ -824,7 +924,7 @@ def _matrix_kernels(model: Model) -> Kernels:
 #: assembly, and the trained readout is an argument of their ``moments``.  Every other field
 #: that keys the structure (:meth:`~symquad.Model.structure_text`, a field added later
 #: included) keys these modules too.
-_MOMENT_MODULE_FREE = ("p", "p_star", "constraint", "lr_readout", "loss")
+_MOMENT_MODULE_FREE = ("p", "p_star", "constraint", "lr_readout", "loss", "spectrum")
 
 
 def activation_key(model: Model) -> str:
@@ -917,12 +1017,14 @@ def special_rhs_seconds(model: Model) -> float:
     """Estimated seconds of one unbatched right-hand side of the special tensor kernels.
 
     ``p(p+1)/2 · n(n+1)/2`` quadruples of the four-point sum at
-    :data:`SPECIAL_COST_PER_QUADRUPLE` plus ``p n²`` three-point elements.
+    :data:`SPECIAL_COST_PER_QUADRUPLE` plus ``p n²`` three-point elements (``p n · B n``
+    with an input spectrum of ``B`` blocks: the block fields are ``B n`` legs).
     """
     p, n = model.p, model.p + model.p_star
     method = four_point_method(model.activation_kind, model.teacher_activation_kind)
     quads = p * (p + 1) / 2 * n * (n + 1) / 2
-    return quads * SPECIAL_COST_PER_QUADRUPLE[method] + p * n * n * SPECIAL_COST_PER_TRIPLE
+    return (quads * SPECIAL_COST_PER_QUADRUPLE[method]
+            + p * n * n * model.n_blocks * SPECIAL_COST_PER_TRIPLE)
 
 
 def check_special_cost(model: Model) -> float:
@@ -947,6 +1049,15 @@ def _special_kernels(model: Model) -> Kernels:
     reason = special_support(model)
     if reason:
         raise ValueError(f"kernels: {reason}")
+    engine, source = _special_engine(model)
+    return _moment_kernels(model, "tensor", engine, source)
+
+
+def _special_engine(model: Model):
+    """``(SpecialEngine, source)`` of `model`'s activation pair (support and cost checked)."""
+    reason = special_support(model)
+    if reason:
+        raise ValueError(f"kernels: {reason}")
     check_special_cost(model)
     # lazy: numba
     from .special import special_kernels, special_module_name
@@ -963,8 +1074,7 @@ def _special_kernels(model: Model) -> Kernels:
         cached = (SpecialEngine(sk), source)
         with _LOCK:
             _MEMO[key] = cached
-    engine, source = cached
-    return _moment_kernels(model, "tensor", engine, source)
+    return cached
 
 
 def check_kernels(model: Model, form: str | None = None) -> str:
@@ -1065,6 +1175,8 @@ def _untimed(model: Model, stage: str) -> Model:
 
 def _kernels(model: Model, form: str | None) -> Kernels:
     form = check_kernels(model, form)
+    if has_spectrum(model):
+        return _block_kernels(model, form)
     if form == "matrix":
         return _matrix_kernels(model)
     if form == "tensor" and not model.is_polynomial:

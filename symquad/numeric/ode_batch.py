@@ -31,6 +31,7 @@ import numpy as np
 from scipy import integrate as _ivp
 
 from ..spec import check_model
+from ..spectrum import block_axis
 from ..stages import declare
 from .checks import as_real_array, check_positive
 from .errors import describe_state
@@ -55,6 +56,8 @@ class BatchODESolution(MemberStatus):
     risk : ndarray, shape (B, n)
         NaN from a start's divergence on.
     T : ndarray, shape (p*, p*)
+        With an input spectrum of ``K`` blocks ``Q`` (B, n, K, p, p), ``rho``
+        (B, n, K, p, p*) and ``T`` (K, p*, p*) (docs/model.md §1a).
     status : ndarray of str, shape (B,)
         ``"ok"`` or ``"diverged"``.
     t_diverged : ndarray, shape (B,)
@@ -105,26 +108,36 @@ class BatchODESolution(MemberStatus):
 
 
 def _batch_overlaps(model, Q0, rho0, T, tol=1e-9):
-    """Validate a batch of starts; return ``Q0 (B,p,p)``, ``rho0 (B,p,p*)``, ``T (p*,p*)``."""
+    """Validate a batch of starts; return ``Q0 (B,p,p)``, ``rho0 (B,p,p*)``, ``T (p*,p*)``.
+
+    With an input spectrum of ``K`` blocks every overlap carries the block axis:
+    ``Q0 (B,K,p,p)``, ``rho0 (B,K,p,p*)``, ``T (K,p*,p*)`` (docs/model.md §1a).
+    """
     p, k = model.p, model.p_star
+    lead = block_axis(model)
+    d = len(lead)
     Q0 = as_real_array(Q0, "Q0", finite=False)
     rho0 = as_real_array(rho0, "rho0", finite=False)
     T = as_real_array(T, "T", finite=False)
-    if Q0.ndim not in (2, 3) or Q0.shape[-2:] != (p, p):
-        raise ValueError(f"Q0 must have shape (B, p, p) or (p, p) with p={p}, got {Q0.shape}")
-    if rho0.ndim not in (2, 3) or rho0.shape[-2:] != (p, k):
-        raise ValueError(f"rho0 must have shape (B, p, p_star) or (p, p_star) with p={p}, "
-                         f"p_star={k}, got {rho0.shape}")
-    if T.shape != (k, k):
-        raise ValueError(f"T must have shape (p_star, p_star) = ({k}, {k}), got {T.shape}")
+    blocks = " (K the input blocks)" if lead else ""
+    if Q0.ndim not in (2 + d, 3 + d) or Q0.shape[Q0.ndim - 2 - d:] != lead + (p, p):
+        raise ValueError(f"Q0 must have shape (B, {'K, ' if d else ''}p, p) or "
+                         f"({'K, ' if d else ''}p, p) with p={p}{blocks}, got {Q0.shape}")
+    if rho0.ndim not in (2 + d, 3 + d) or rho0.shape[rho0.ndim - 2 - d:] != lead + (p, k):
+        raise ValueError(f"rho0 must have shape (B, {'K, ' if d else ''}p, p_star) or "
+                         f"({'K, ' if d else ''}p, p_star) with p={p}, p_star={k}{blocks}, "
+                         f"got {rho0.shape}")
+    if T.shape != lead + (k, k):
+        raise ValueError(f"T must have shape {lead + (k, k)} (p_star = {k}){blocks}, got "
+                         f"{T.shape}")
     try:
-        B = np.broadcast_shapes(Q0.shape[:-2], rho0.shape[:-2])
+        B = np.broadcast_shapes(Q0.shape[:Q0.ndim - 2 - d], rho0.shape[:rho0.ndim - 2 - d])
     except ValueError:
         raise ValueError(f"Q0 and rho0 must hold the same number of starts, got "
                          f"{Q0.shape[0]} and {rho0.shape[0]}") from None
     B = B[0] if B else 1
-    Q0 = np.broadcast_to(Q0, (B, p, p)).copy()
-    rho0 = np.broadcast_to(rho0, (B, p, k)).copy()
+    Q0 = np.broadcast_to(Q0, (B,) + lead + (p, p)).copy()
+    rho0 = np.broadcast_to(rho0, (B,) + lead + (p, k)).copy()
     for name, arr in (("Q0", Q0), ("rho0", rho0), ("T", T)):
         if not np.all(np.isfinite(arr)):
             raise ValueError(f"{name} must be finite")
@@ -134,9 +147,10 @@ def _batch_overlaps(model, Q0, rho0, T, tol=1e-9):
             raise ValueError(f"{name} must be symmetric")
     C = np.concatenate([np.concatenate([Q0, rho0], -1),
                         np.concatenate([np.swapaxes(rho0, -1, -2),
-                                        np.broadcast_to(T, (B, k, k))], -1)], -2)
-    low = np.linalg.eigvalsh(0.5 * (C + np.swapaxes(C, -1, -2)))[:, 0]
-    scale = np.maximum(1.0, np.max(np.abs(C), axis=(1, 2)))
+                                        np.broadcast_to(T, (B,) + lead + (k, k))], -1)], -2)
+    C = C.reshape((B, -1) + C.shape[-2:])               # each block's joint matrix
+    low = np.linalg.eigvalsh(0.5 * (C + np.swapaxes(C, -1, -2)))[..., 0].min(axis=1)
+    scale = np.maximum(1.0, np.max(np.abs(C), axis=(1, 2, 3)))
     bad = np.nonzero(low < -tol * scale * (p + k))[0]
     if bad.size:
         raise ValueError(
@@ -205,15 +219,18 @@ def integrate_batch(model, Q0, rho0, T, t_max, t_eval=None, *, method: str = "RK
             or t_eval[0] < 0 or t_eval[-1] > t_max:
         raise ValueError("t_eval must be a non-empty increasing 1-d array within [0, t_max]")
     if max_norm is None:
-        max_norm = 1e6 * np.maximum(np.maximum(1.0, np.max(np.abs(Q0), axis=(1, 2))),
+        max_norm = 1e6 * np.maximum(np.maximum(1.0, np.max(np.abs(Q0.reshape(len(Q0), -1)),
+                                                           axis=1)),
                                     float(np.max(np.abs(T))))
     else:
         max_norm = np.full(Q0.shape[0], check_positive("max_norm", max_norm))
 
     kern = kernels(model, form)
-    B, p, k = rho0.shape
-    nq = p * p
-    nr = nq + p * k
+    lead = block_axis(model)
+    B, p, k = rho0.shape[0], model.p, model.p_star
+    size = int(np.prod(lead, dtype=int))
+    nq = size * p * p
+    nr = nq + size * p * k
     width = nr + (p if trained else 0)
     t_div = np.full(B, np.nan)
     live = np.ones(B, dtype=bool)
@@ -224,9 +241,9 @@ def integrate_batch(model, Q0, rho0, T, t_max, t_eval=None, *, method: str = "RK
     def fun(t, y):
         bar.set(t)
         Y = y.reshape(B, width)
-        Q = Y[:, :nq].reshape(B, p, p)
+        Q = Y[:, :nq].reshape((B,) + lead + (p, p))
         Q = 0.5 * (Q + np.swapaxes(Q, -1, -2))
-        rho = Y[:, nq:nr].reshape(B, p, k)
+        rho = Y[:, nq:nr].reshape((B,) + lead + (p, k))
         a = Y[:, nr:] if trained else None
         with np.errstate(over="ignore", invalid="ignore"):
             blocks = kern.rhs(Q, rho, T, a, t=t)
@@ -240,7 +257,7 @@ def integrate_batch(model, Q0, rho0, T, t_max, t_eval=None, *, method: str = "RK
         out[~live] = 0.0
         return out.ravel()
 
-    y0 = np.concatenate([Q0.reshape(B, nq), rho0.reshape(B, p * k)]
+    y0 = np.concatenate([Q0.reshape(B, nq), rho0.reshape(B, nr - nq)]
                         + ([a_start] if trained else []), axis=1).ravel()
     def blame(t, y):
         """Mark the live start with the largest relative slope (the one blowing up)."""
@@ -261,9 +278,9 @@ def integrate_batch(model, Q0, rho0, T, t_max, t_eval=None, *, method: str = "RK
     sol = _Solved(t_eval, ys.T, nfev, message)
     n = sol.t.size
     Y = sol.y.reshape(B, width, n)
-    Q = np.moveaxis(Y[:, :nq], -1, 1).reshape(B, n, p, p)
+    Q = np.moveaxis(Y[:, :nq], -1, 1).reshape((B, n) + lead + (p, p))
     Q = 0.5 * (Q + np.swapaxes(Q, -1, -2))
-    rho = np.moveaxis(Y[:, nq:nr], -1, 1).reshape(B, n, p, k)
+    rho = np.moveaxis(Y[:, nq:nr], -1, 1).reshape((B, n) + lead + (p, k))
     readout = np.moveaxis(Y[:, nr:], -1, 1).copy() if trained else None
     # recorded entries from a start's divergence on are NaN (frozen, not a solution)
     after = sol.t[None, :] >= t_div[:, None]          # NaN t_div: all False

@@ -23,6 +23,7 @@ import numpy as np
 
 from .._atomic import atomic_file
 from ..spec import NAMED_ACTIVATIONS, Model, _to_fraction, check_model, model_fields
+from ..spectrum import spectrum_text
 from ..stages import declare
 
 __all__ = ["FORMAT_VERSION", "model_to_dict", "model_from_dict", "save_npz", "load_npz",
@@ -50,6 +51,8 @@ def model_to_dict(model: Model) -> dict:
             pass                                   # a name of NAMED_ACTIVATIONS
         elif f.metadata["kind"] in ("activation", "readout"):
             value = [str(Fraction(c)) for c in value]
+        elif f.metadata["kind"] == "spectrum":
+            value = spectrum_text(value)            # "f1:s1,f2:s2", exact rationals
         out[f.name] = value
     return out
 
@@ -79,6 +82,8 @@ def model_from_dict(data) -> Model:
             if not isinstance(value, list) or not all(isinstance(c, str) for c in value):
                 raise ValueError(f"a saved model's {name} must be a list of rational strings")
             value = tuple(_to_fraction(c, name) for c in value)     # "1/0", 1e-99999999
+        elif kind == "spectrum" and not isinstance(value, str):
+            raise ValueError(f"a saved model's {name} must be the text 'f1:s1,f2:s2,...'")
         values[name] = value
     return Model(**values)
 

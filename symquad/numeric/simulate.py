@@ -103,6 +103,7 @@ from .simulation_run import SimulationRun, population_risk
 from .sde import sde_noise
 from ..spec import check_model
 from ..spec import Model
+from ..spectrum import block_axis, block_sizes, has_spectrum
 
 __all__ = ["simulate", "SimulationRun", "population_risk", "DEFAULT_Q0", "METHODS",
            "SIMULATED_FIELDS"]
@@ -611,6 +612,255 @@ _EMPTY = np.zeros((0, 0))
 _EMPTY3 = np.zeros((0, 0, 0))
 
 
+# ---------------------------------------------------------------------------
+# an input spectrum: x ~ N(0, Σ), Σ = Σ_c s_c P_c (docs/model.md §1a)
+# ---------------------------------------------------------------------------
+def _block_initial_coordinates(model, N, replicas, Q0, rho0, T, rng_init):
+    """Per-block coordinates ``X0_c`` (replicas, p+p*, p+p*) and ``T`` (B, p*, p*).
+
+    Block ``c`` holds ``N_c = f_c N`` consecutive coordinates (:func:`symquad.spectrum.
+    block_sizes`).  In each block :func:`_initial_coordinates` builds the coordinates of
+    the rows of ``[W; W*] P_c/√N`` in an orthonormal basis of the block: the given
+    ``(Q0[c], rho0[c], T[c])`` exactly, or the random start ``w_k ~ N(0, q0 I_N)`` (drawn
+    for ``N_c`` coordinates, then scaled by ``√(N_c/N)``: variance ``q0/N`` per
+    coordinate of ``w/√N``) with the default teacher ``T^c = f_c I`` (rows orthonormal
+    within each block, ``T = Σ_c T^c = I``).  Columns are padded to ``p + p*`` (any
+    orthonormal basis containing the span gives the same law).  On the sphere a random
+    start is renormalised on the Euclidean norm ``Σ_c |w_k P_c|²``.
+    """
+    p, ps = model.p, model.p_star
+    n, B = p + ps, model.n_blocks
+    sizes = block_sizes(model.spectrum, N)
+    if min(sizes) < n + model.batch_size:
+        raise ValueError(f"N = {N} gives a block of {min(sizes)} coordinates; every block "
+                         f"needs at least p + p_star + batch_size = {n + model.batch_size} "
+                         f"(spectrum {model._field_text('spectrum')})")
+    f = [float(x) for x, _ in model.spectrum]
+    plain = Model(p, ps, 1.0, activation=model.activation,
+                  teacher_activation=model.teacher_activation)
+    if T is None:
+        T = np.stack([fc * np.eye(ps) for fc in f])
+    T = as_real_array(T, "T")
+    if T.shape != (B, ps, ps):
+        raise ValueError(f"T must have shape {(B, ps, ps)} (one teacher overlap per input "
+                         f"block; symquad.numeric.layout.block_teacher splits a total T), "
+                         f"got {T.shape}")
+    if (Q0 is None) != (rho0 is None):
+        raise ValueError("Q0 and rho0 must be given together (or both left None for a "
+                         "random start)")
+    X = np.zeros((replicas, B, n, n))
+    for c in range(B):
+        if Q0 is None:
+            Xc, _ = _initial_coordinates(plain, sizes[c], replicas, None, None, T[c], rng_init)
+            Xc[:, :p] *= math.sqrt(sizes[c] / N)
+        else:
+            Q0 = as_real_array(Q0, "Q0")
+            rho0 = as_real_array(rho0, "rho0")
+            if Q0.shape[-3:] != (B, p, p) or rho0.shape[-3:] != (B, p, ps):
+                raise ValueError(f"Q0 and rho0 must end in shapes {(B, p, p)} and "
+                                 f"{(B, p, ps)} (one per input block), got {Q0.shape} and "
+                                 f"{rho0.shape}")
+            Xc, _ = _initial_coordinates(plain, sizes[c], replicas, Q0[..., c, :, :],
+                                         rho0[..., c, :, :], T[c], rng_init)
+        X[:, c, :, :Xc.shape[-1]] = Xc
+    if model.constraint == "sphere":
+        if Q0 is None:
+            norm = np.sqrt((X[:, :, :p] ** 2).sum(axis=(1, 3)))              # (R, p)
+            X[:, :, :p] /= norm[:, None, :, None]
+        else:
+            # lazy: scipy
+            from .integrate import check_sphere
+            check_sphere(model, Q0)
+    return X, T
+
+
+def _block_gram(X, p):
+    """``(Q, ρ)`` per block from coordinates (..., B, p+p*, c)."""
+    S = X[..., :p, :]
+    return S @ np.swapaxes(S, -1, -2), S @ np.swapaxes(X[..., p:, :], -1, -2)
+
+
+class _BlockFullStepper(_FullStepper):
+    """SGD on ``N``-dimensional weights with inputs ``x = Σ^{1/2} z``, ``z ~ N(0, I_N)``.
+
+    The general compiled step of the full simulator (every field) on inputs whose
+    coordinates of block ``c`` are scaled by ``√s_c``; the overlaps are recorded per
+    block (``W P_c Wᵀ/N``: the block's columns).
+    """
+
+    def __init__(self, model, N, replicas, X0, rng_teacher, rng_init, rng_data, rng_noise,
+                 random_student):
+        _Stepper.__init__(self, model, N, replicas, rng_data, rng_noise)
+        self.general = True
+        p = self.p
+        nbytes = 8 * replicas * (p + 2) * N
+        if nbytes > _FULL_MAX_BYTES:
+            raise ValueError(f"method='full' with N={N} and replicas={replicas} needs about "
+                             f"{nbytes / 2**30:.1f} GiB; use method='reduced' (exact in law, "
+                             f"cost independent of N) or fewer replicas")
+        sizes = block_sizes(model.spectrum, N)
+        self.cuts = np.cumsum((0,) + sizes)
+        self.scale = np.repeat([math.sqrt(float(sc)) for _, sc in model.spectrum], sizes)
+        sqrtN = math.sqrt(N)
+        self.W = np.zeros((replicas, p, N))
+        self.Ws = np.zeros((self.ps, N))
+        for c, (a, b) in enumerate(zip(self.cuts[:-1], self.cuts[1:])):
+            cols = X0.shape[-1]
+            frame = np.linalg.qr(rng_teacher.standard_normal((b - a, cols)))[0].T
+            self.Ws[:, a:b] = sqrtN * (X0[0, c, p:, :] @ frame)
+            if not random_student:
+                self.W[:, :, a:b] = sqrtN * (X0[:, c, :p, :] @ frame)
+        if random_student:
+            self.W = math.sqrt(DEFAULT_Q0) * rng_init.standard_normal((replicas, p, N))
+            if self.sphere:
+                self.W *= sqrtN / np.linalg.norm(self.W, axis=-1, keepdims=True)
+        self.W = np.ascontiguousarray(self.W)
+        self.Ws = np.ascontiguousarray(self.Ws)
+        self.sqrtN = sqrtN
+        self.step = 0
+        self.c = np.array(self.act.c, dtype=float)
+        self.dc = np.array(self.act.dc if self.act.dc else [0.0], dtype=float)
+
+    def advance(self, n):
+        # lazy: numba
+        from . import _sgd_kernels
+        R, N = self.R, self.N
+        xi = self._noise_block(n)
+        live = self.alive > 0
+        coef, shrink = self.eta_over_p / self.batch, self.shrink
+        no_noise = np.zeros((0, 0))
+        scale = self.scale / self.sqrtN
+        for j in range(n):
+            if self.schedule is not None:
+                coef, shrink = self._scheduled(self.step + j, self.eta_over_p / self.batch)
+            x = self.rng_data.standard_normal((R, self.batch, N))
+            x *= scale                                  # x ~ N(0, Σ), divided by √N
+            _sgd_kernels.full_update_general(
+                self.W, self.Ws, x, self.A, self.bs, self.c, self.dc, self.ct, self.kinds,
+                coef, self.coef_a, shrink, self.cw, self.sphere, self.trained,
+                no_noise if xi is None else xi[j], live)
+        self.step += n
+
+    def gram(self):
+        N = self.N
+        Q, rho = [], []
+        for a, b in zip(self.cuts[:-1], self.cuts[1:]):
+            W = self.W[:, :, a:b]
+            Q.append(np.matmul(W, np.swapaxes(W, -1, -2)) / N)
+            rho.append(np.matmul(W, self.Ws[:, a:b].T) / N)
+        return np.stack(Q, 1), np.stack(rho, 1)
+
+
+class _BlockReducedStepper(_Stepper):
+    r"""Exact-in-law SGD with an input spectrum, at a cost per step independent of ``N``.
+
+    Within block ``c`` the input is isotropic, ``P_c x = √s_c z_c``, so only the Gram
+    matrix of the rows ``[W; W*] P_c/√N`` matters (the reduced simulator's argument,
+    block by block; docs/model.md §9).  Per replica and block the coordinates ``X_c``
+    (``n × n``, ``n = p + p*``) of those rows in an orthonormal basis ``e_1..e_n`` of the
+    block containing them are kept; a mini-batch of ``b`` inputs is
+
+    .. math::  P_c x^μ = √s_c \Big(\sum_{i \le n} g^μ_i e_i + \sum_{ν \le b} L^c_{μν}\, e'_ν\Big),
+
+    ``g ~ N(0, 1)``, ``L^c`` the Bartlett factor of ``Wishart_b(f_c N − n, I)`` (the
+    components outside the basis: ``χ²_{f_c N − n − μ}`` on the diagonal, normals
+    below), the blocks independent.  The fields are ``λ = Σ_c √s_c X_c^{stud} g_c``; the
+    step ``X_c^{stud} ← (1 − ηλ/N) X_c^{stud} − (η/(bN)) √s_c G (g_c, L^c)`` adds ``b``
+    columns, and a QR factorisation (``X_newᵀ = Q R``, ``X_c ← Rᵀ``) returns to ``n``
+    columns with the same Gram matrix.  The sphere renormalises every student row on its
+    Euclidean norm ``Σ_c |X_c^{stud}|²``; a trained readout takes the batch mean of
+    ``δ σ(λ_k)``.  Cost ``O(R B n² (n + b))`` per step.
+    """
+
+    STAGE = "simulate(method='reduced')"
+
+    def __init__(self, model, N, replicas, X0, rng_data, rng_noise, rng_chi):
+        super().__init__(model, N, replicas, rng_data, rng_noise)
+        self.X = np.array(X0, dtype=float)                          # (R, B, n, n)
+        self.sizes = np.array(block_sizes(model.spectrum, N))
+        self.root = np.array([math.sqrt(float(sc)) for _, sc in model.spectrum])
+        self.rng_chi = rng_chi
+        self.step = 0
+        self.sig_t = _Activation(model.teacher_activation)
+        self.a = np.tile([float(c) for c in model.readout], (replicas, 1))
+        self.b_out = np.array([float(c) for c in model.teacher_readout])
+        self.lr_readout = model.lr_readout
+
+    def _bartlett(self):
+        R, B, b, n = self.R, len(self.sizes), self.batch, self.p + self.ps
+        L = np.tril(self.rng_chi.standard_normal((R, B, b, b)), -1)
+        dof = self.sizes[None, :, None] - n - np.arange(b)[None, None, :]     # (1, B, b)
+        L[..., np.arange(b), np.arange(b)] = np.sqrt(
+            self.rng_chi.chisquare(np.broadcast_to(dof, (R, B, b))))
+        return L
+
+    def advance(self, n_steps):
+        R, B, n, b = self.R, len(self.sizes), self.p + self.ps, self.batch
+        for _ in range(n_steps):
+            g = self.rng_data.standard_normal((R, B, b, n))
+            L = self._bartlett()
+            xi = (self.sqrt_noise * self.rng_noise.standard_normal((R, b))
+                  if self.sqrt_noise else None)
+            self.apply(g, L, xi)
+
+    def apply(self, g, L, xi):
+        """One step with the in-span normals `g` (R, B, b, n), the Bartlett factors `L`
+        (R, B, b, b) of the components outside the basis and the label noise ``√Δ ξ``
+        `xi` (R, b) or None (:meth:`advance` draws them)."""
+        p, b = self.p, self.batch
+        root = self.root[None, :, None, None]
+        f = 1.0 if self.schedule is None else self.schedule.factor(self.step / self.N)
+        coef = self.eta * f / (b * self.N)
+        shrink = 1.0 - self.eta * f * self.weight_decay / self.N
+        R, B, n = self.X.shape[0], self.X.shape[1], self.X.shape[2]
+        z = (root * (self.X @ np.swapaxes(g, -1, -2))).sum(1)            # (R, n, b)
+        lam, nu = z[:, :p], z[:, p:]
+        sig = self.act.sigma(lam)                                         # (R, p, b)
+        y = np.einsum("m,rmb->rb", self.b_out, self.sig_t.sigma(nu))
+        if xi is not None:
+            y = y + xi
+        delta = self.cw * np.einsum("rk,rkb->rb", self.a, sig) - y        # the error signal
+        delta = delta * self.alive[:, None]
+        G = self.a[:, :, None] * delta[:, None, :] * self.act.dsigma(lam)  # (R, p, b)
+        step_in = coef * root * (G[:, None] @ g)                           # (R, B, p, n)
+        step_out = coef * root * (G[:, None] @ L)                          # (R, B, p, b)
+        new = np.zeros((R, B, n, n + b))
+        new[..., :p, :n] = shrink * self.X[..., :p, :] - step_in
+        new[..., p:, :n] = self.X[..., p:, :]
+        new[..., :p, n:] = -step_out
+        r = np.linalg.qr(np.swapaxes(new, -1, -2), mode="r")                # (R, B, n, n)
+        self.X = np.swapaxes(r, -1, -2)
+        if self.sphere:
+            norm = np.sqrt((self.X[:, :, :p] ** 2).sum(axis=(1, 3)))
+            self.X[:, :, :p] /= np.where(norm > 0, norm, 1.0)[:, None, :, None]
+        if self.trained:
+            self.a = self.a - (self.lr_readout / self.N) * (delta[:, None, :] * sig).mean(-1)
+        self.step += 1
+
+    def readout(self):
+        return self.a.copy()
+
+    def gram(self):
+        return _block_gram(self.X, self.p)
+
+    def freeze(self, mask):
+        self.alive[mask] = 0.0
+
+    def pop_caught(self):
+        """No in-kernel checks: divergence is checked at the driver's checkpoints."""
+        none = np.zeros(self.R, dtype=bool)
+        return none, None, None, None, None, None
+
+
+def block_population_risk(model, Q, rho, T, readout=None):
+    """``ε(Ω)`` of per-block overlaps: :func:`population_risk` at ``Ω = Σ_c s_c C^c``."""
+    s = np.array([float(sc) for _, sc in model.spectrum])
+    Q, rho, T = (np.asarray(x, dtype=float) for x in (Q, rho, T))
+    w = s[:, None, None]
+    return population_risk(model, (w * Q).sum(-3), (w * rho).sum(-3), (w * T).sum(-3),
+                           readout)
+
+
 def _sgd_kernels_module():
     # lazy: numba
     from . import _sgd_kernels
@@ -1039,13 +1289,25 @@ def simulate(model, N=2000, t_max=20.0, replicas=64, seed=0, method="reduced",
     # five independent streams; the first four are the same as spawn(4)'s
     rng_teacher, rng_init, rng_data, rng_noise, rng_chi = (
         np.random.default_rng(s) for s in ss.spawn(5))
-    X0, T = _initial_coordinates(model, N, replicas, Q0, rho0, T, rng_init)
+    blocks = has_spectrum(model)
+    if blocks:
+        X0, T = _block_initial_coordinates(model, N, replicas, Q0, rho0, T, rng_init)
+    else:
+        X0, T = _initial_coordinates(model, N, replicas, Q0, rho0, T, rng_init)
     p, ps = model.p, model.p_star
+    lead = block_axis(model)
     if method == "sde":
         from .sde import simulate_sde
         return simulate_sde(model, N, t_max, replicas, seed, X0, T, rec_steps, on_divergence,
                             blowup, dt=dt, form=form, progress=progress, noise=noise)
-    if method == "full":
+    if blocks and method == "full":
+        stepper = _BlockFullStepper(model, N, replicas, X0, rng_teacher, rng_init, rng_data,
+                                    rng_noise, random_student=Q0 is None)
+        check_every = _FULL_CHECK_EVERY
+    elif blocks:
+        stepper = _BlockReducedStepper(model, N, replicas, X0, rng_data, rng_noise, rng_chi)
+        check_every = _REDUCED_CHECK_EVERY
+    elif method == "full":
         stepper = _FullStepper(model, N, replicas, X0, rng_teacher, rng_init, rng_data,
                                rng_noise, random_student=Q0 is None)
         check_every = _FULL_CHECK_EVERY
@@ -1056,20 +1318,20 @@ def simulate(model, N=2000, t_max=20.0, replicas=64, seed=0, method="reduced",
                                   blowup=blowup)
 
     n_rec = len(rec_steps)
-    Qs = np.full((replicas, n_rec, p, p), np.nan)
-    rhos = np.full((replicas, n_rec, p, ps), np.nan)
+    Qs = np.full((replicas, n_rec) + lead + (p, p), np.nan)
+    rhos = np.full((replicas, n_rec) + lead + (p, ps), np.nan)
     trained = model.readout_trained
     readouts = np.full((replicas, n_rec, p), np.nan) if trained else None
     status = np.array(["ok"] * replicas, dtype=object)
     t_div = np.full(replicas, np.nan)
-    last = {"t": np.zeros(replicas), "Q": np.zeros((replicas, p, p)),
-            "rho": np.zeros((replicas, p, ps))}
+    last = {"t": np.zeros(replicas), "Q": np.zeros((replicas,) + lead + (p, p)),
+            "rho": np.zeros((replicas,) + lead + (p, ps))}
     if trained:
         last["readout"] = np.zeros((replicas, p))
     alive = np.ones(replicas, dtype=bool)
 
     checkpoints = np.union1d(rec_steps, [n_steps])
-    if method == "full":
+    if method == "full" or blocks:
         # the reduced stepper checks every check_every steps inside its kernel
         checkpoints = np.union1d(checkpoints, np.arange(0, n_steps + 1, check_every))
     rec_index = {int(s): i for i, s in enumerate(rec_steps)}
@@ -1099,8 +1361,9 @@ def simulate(model, N=2000, t_max=20.0, replicas=64, seed=0, method="reduced",
                         last["readout"][newer] = l_a[newer]
             Q, rho = stepper.gram()
             a_now = stepper.readout() if trained else None
-            finite = (np.all(np.isfinite(Q), axis=(1, 2)) & np.all(np.isfinite(rho), axis=(1, 2))
-                      & (np.max(np.abs(Q), axis=(1, 2)) < blowup))
+            Qf, rf = Q.reshape(replicas, -1), rho.reshape(replicas, -1)
+            finite = (np.all(np.isfinite(Qf), axis=1) & np.all(np.isfinite(rf), axis=1)
+                      & (np.max(np.abs(Qf), axis=1) < blowup))
             if trained:
                 finite &= np.all(np.isfinite(a_now), axis=1) & (
                     np.max(np.abs(a_now), axis=1) < blowup)
@@ -1124,7 +1387,7 @@ def simulate(model, N=2000, t_max=20.0, replicas=64, seed=0, method="reduced",
             if not alive.any():
                 break
     bar.close()
-    risk = population_risk(model, Qs, rhos, T, readouts)
+    risk = (block_population_risk if blocks else population_risk)(model, Qs, rhos, T, readouts)
     run = SimulationRun(model=model, N=N, method=method, seed=seed, t=rec_steps / N, Q=Qs,
                         rho=rhos, risk=risk, T=T, status=status.astype(str), t_diverged=t_div,
                         last_finite=last, check_every=check_every, readout=readouts)

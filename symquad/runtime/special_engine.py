@@ -103,25 +103,36 @@ class SpecialEngine:
         out[..., p:, p:] = self.k.I2_tt(Da[..., p:, :], C[..., p:, p:], Db[..., :, p:])
         return out
 
-    def _three_point(self, C, w, p):
-        """``G_kj = Σ_a w_a I_3(k, j, a)``; (B, p, n)."""
+    def _three_point(self, C, w, p, legs=None):
+        """``G_kj = Σ_a w_a I_3(k, j, a)``; (B, p, n).
+
+        ``I_3(k, j, a)`` depends on the field ``u_j`` only through ``C_kj`` and ``C_ja``
+        (it is linear in them: Stein's lemma); `legs` (B, n, m), the covariances of ``m``
+        further Gaussian variables with the fields, take their place: (B, p, m), the
+        ``E[σ'(λ_k) μ_j δ]`` of the legs (an input spectrum's block fields).
+        """
         Bt, n = C.shape[0], C.shape[-1]
+        right = C if legs is None else legs
+        m = right.shape[-1]
         D = numpy.diagonal(C, axis1=-2, axis2=-1)
-        G = numpy.empty((Bt, p, n))
+        G = numpy.empty((Bt, p, m))
+        # Cov(leg j, field a) as [j, a]
+        across = C if legs is None else numpy.swapaxes(legs, -1, -2)
         # blocks of (batch elements) x (students k) x n x n elements: several batch
         # elements at once when p n² is small (ODE batches of many replicas)
-        per_batch = p * n * n
+        per_batch = p * m * n
         group = max(1, BLOCK_ELEMENTS // max(1, per_batch))
-        step = p if group > 1 else max(1, BLOCK_ELEMENTS // max(1, n * n))
+        step = p if group > 1 else max(1, BLOCK_ELEMENTS // max(1, m * n))
         for b0 in range(0, Bt, group):
             bs = slice(b0, min(Bt, b0 + group))
             c, d, wb = C[bs], D[bs], w[bs]
+            r, x = right[bs], across[bs]
             for k0 in range(0, p, step):
                 ks = slice(k0, min(p, k0 + step))
                 Ckk = d[:, ks, None, None]
-                Ckj = c[:, ks, :, None]
+                Ckj = r[:, ks, :, None]
                 Ck_ = c[:, ks, None, :]
-                Cja = c[:, None, :, :]
+                Cja = x[:, None, :, :]
                 Caa = d[:, None, None, :]
                 s = numpy.einsum("bkja,ba->bkj", self.k.I3_s(
                     Ckk, Ckj, Ck_[..., :p], Cja[..., :p], Caa[..., :p]), wb[:, :p])
@@ -246,18 +257,25 @@ class SpecialEngine:
         return out
 
     # ---- the moment kinds and the risk ---------------------------------------------
-    def moments(self, Q, rho, T, a, b, Delta, readout=False):
+    def moments(self, Q, rho, T, a, b, Delta, readout=False, legs=None):
         """The moment kinds ``(G, Gt, B, R)`` at ``(Q, ρ, T)`` with readouts ``a``, ``b``.
 
         Same contract as :func:`symquad.runtime.tensor_engine.moments`: ``G``
         (..., p, p), ``Gt`` (..., p, p*), ``B`` (..., p, p) with the label noise
-        ``Δ J_2``, ``R`` (..., p) or None unless `readout`.
+        ``Δ J_2``, ``R`` (..., p) or None unless `readout`; with `legs` (..., n, m)
+        the first two are ``E[σ'(λ_k) μ_j δ]`` (..., p, m) of the legs and None.
         """
         C, p = combine(Q, rho, T)
         w = weights(a, b)
         Cf, wf, batch = _flat(C, w)
         n = Cf.shape[-1]
-        G = self._three_point(Cf, wf, p)
+        Lf = None
+        if legs is not None:
+            legs = numpy.asarray(legs, dtype=float)
+            m = legs.shape[-1]
+            Lf = numpy.ascontiguousarray(numpy.broadcast_to(legs, batch + (n, m)).reshape(
+                -1, n, m))
+        G = self._three_point(Cf, wf, p, Lf)
         B = self._four_point(Cf, wf, p)
         if Delta:
             D = numpy.diagonal(Cf, axis1=-2, axis2=-1)[:, :p]
@@ -271,6 +289,8 @@ class SpecialEngine:
                  + numpy.einsum("bka,ba->bk", self.k.I2_st(Dk, Cf[:, :p, p:], Da[:, :, p:]),
                                 wf[:, p:]))
             R = R.reshape(batch + (p,))
+        if Lf is not None:
+            return G.reshape(batch + (p, Lf.shape[-1])), None, B.reshape(batch + (p, p)), R
         G = G.reshape(batch + (p, n))
         return G[..., :, :p], G[..., :, p:], B.reshape(batch + (p, p)), R
 

@@ -107,14 +107,23 @@ def risk(plan: Plan, Q, rho, T, a, b):
     return (0.5 * total).astype(float)
 
 
-def _three_point(plan, C, Cp, v, phik, p, batch):
-    """``G_kj = Σ_a w_a I_3(k, j, a)`` for students k and all fields j; (..., p, n)."""
-    G = numpy.zeros(batch + (p, C.shape[-1]))
+def _three_point(plan, C, Cp, v, phik, p, batch, legs=None):
+    """``G_kj = Σ_a w_a I_3(k, j, a)`` for students k and all fields j; (..., p, n).
+
+    The field ``u_j`` enters ``I_3(k, j, a) = E[σ'(u_k) u_j σ(u_a)]`` linearly, only through
+    its covariances ``C_jk`` (the *direct* terms) and ``C_ja`` (the terms *through* ``a``):
+    ``I_3 = C_jk E[σ''(u_k) σ(u_a)] + C_ja E[σ'(u_k) σ'(u_a)]`` (Stein's lemma).  With `legs`
+    (..., n, m), the covariances of ``m`` further Gaussian variables with the ``n`` fields,
+    those replace the columns of ``C``: the result (..., p, m) is ``E[σ'(λ_k) μ_j δ]`` for
+    the legs ``μ_j`` (the block fields of an input spectrum, :mod:`symquad.symbolic.blocks`).
+    """
+    right = C if legs is None else legs
+    G = numpy.zeros(batch + (p, right.shape[-1]))
     for mu, jk, ja in plan.i3_direct:
         s = phik[jk] * numpy.einsum("...ka,...a->...k", Cp[mu][..., :p, :], v[ja])
-        G += s[..., :, None] * C[..., :p, :]
+        G += s[..., :, None] * right[..., :p, :]
     for mu, jk, ja in plan.i3_through:
-        G += phik[jk][..., :, None] * ((Cp[mu][..., :p, :] * v[ja][..., None, :]) @ C)
+        G += phik[jk][..., :, None] * ((Cp[mu][..., :p, :] * v[ja][..., None, :]) @ right)
     return G
 
 
@@ -186,22 +195,26 @@ def _readout_moment(plan, Cp, v, phik, p):
     return R
 
 
-def moments(plan: Plan, Q, rho, T, a, b, Delta, readout=False):
+def moments(plan: Plan, Q, rho, T, a, b, Delta, readout=False, legs=None):
     """The moment kinds ``(G, Gt, B, R)`` at ``(Q, ρ, T)`` with readouts ``a``, ``b``.
 
     Returns ``G`` (..., p, p) and ``Gt`` (..., p, p*) — the student and
     teacher columns of ``Σ_a w_a I_3(k, j, a)`` — ``B`` (..., p, p) and ``R``
-    (..., p), or None unless `readout`.
+    (..., p), or None unless `readout`.  With `legs` (..., n, m) (covariances of
+    further Gaussian variables with the fields, :func:`_three_point`) the first
+    two are ``E[σ'(λ_k) μ_j δ]`` (..., p, m) for those legs and None.
     """
     C, p = combine(Q, rho, T)
     w = weights(a, b)
     batch = numpy.broadcast_shapes(C.shape[:-2], w.shape[:-1])
     v, phik = _vertex_tables(plan, C, w, p)
     Cp = _hadamard_powers(C, plan.degree)
-    G = _three_point(plan, C, Cp, v, phik, p, batch)
+    G = _three_point(plan, C, Cp, v, phik, p, batch, legs)
     B = _four_point(plan, C, Cp, v, phik, p, batch)
     for eps in plan.noise:
         B = B + Delta * (Cp[eps][..., :p, :p] * phik[eps + 1][..., :, None]
                          * phik[eps + 1][..., None, :])
     R = _readout_moment(plan, Cp, v, phik, p) if readout else None
+    if legs is not None:
+        return G, None, B, R
     return G[..., :, :p], G[..., :, p:], B, R

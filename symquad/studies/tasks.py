@@ -54,8 +54,13 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from fractions import Fraction
 
+import dataclasses
+
 import numpy as np
+from ..numeric.fluctuations import block_random_start
+from ..numeric.layout import block_teacher
 from ..spec import NAMED_ACTIVATIONS
+from ..spectrum import has_spectrum, parse_spectrum, spectrum_text
 from ..spec import _to_fraction
 from ..spec import require
 from ..stages import FIELDS_0_2, STAGES
@@ -344,6 +349,8 @@ def model_parameters(**overrides) -> dict:
             out[f.name] = None
         elif f.metadata["kind"] == "activation":
             out[f.name] = probe.activation_str
+        elif f.metadata["kind"] == "spectrum":
+            out[f.name] = probe._field_text(f.name)        # the text "1:1", as grids give it
         else:
             out[f.name] = f.default
     return out
@@ -437,6 +444,10 @@ class _ModelTask:
         for name in ("readout", "teacher_readout"):
             if name in out:
                 out[name] = _readout_text(out[name], name)
+        # a spectrum in its canonical text (exact rationals): "0.25:2;0.75:0.6" and
+        # "1/4:2,3/4:3/5" are one point
+        if out.get("spectrum") is not None:
+            out["spectrum"] = spectrum_text(parse_spectrum(out["spectrum"]))
         return out
 
     def __reduce__(self):
@@ -680,23 +691,39 @@ def ode_task(model, start="random", N=1000, q0=1.0, overlap=0.5, t_max=100.0, se
     # lazy: scipy
     from ..numeric import landscape as L
 
+    from .validation import informed_start
     m = model
-    if start == "random":
+    T = np.eye(m.p_star)
+    if has_spectrum(m):
+        # an input spectrum: the isotropic teacher T^b = f_b I, the starts per block
+        # (docs/model.md §1a): the random start's exact law per block, or the informed
+        # start split like the teacher (Q^b = f_b I, rho^b = f_b overlap P)
+        T = block_teacher(m, T)
+        if start == "random":
+            Q0, rho0 = block_random_start(m, T, N, 1, seed=seed, q0=q0)
+            Q0, rho0 = Q0[0], rho0[0]
+        elif start == "informed":
+            Q0, rho0 = (np.array([float(f) for f, _ in m.spectrum])[:, None, None] * x
+                        for x in informed_start(m.replace(spectrum="1:1"), overlap))
+        else:
+            raise ValueError(f"start must be 'random' or 'informed', got {start!r}")
+    elif start == "random":
         Q0, rho0 = L.random_start(m, N, 1, seed=seed, q0=q0)
         Q0, rho0 = Q0[0], rho0[0]
         if m.constraint == "sphere":
             scale = 1.0 / np.sqrt(np.diag(Q0))
             Q0, rho0 = Q0 * np.outer(scale, scale), rho0 * scale[:, None]
     elif start == "informed":
-        from .validation import informed_start
         Q0, rho0 = informed_start(m, overlap)
     else:
         raise ValueError(f"start must be 'random' or 'informed', got {start!r}")
 
     t_max = check_positive("t_max", t_max)
     t_eval = np.linspace(0.0, t_max, check_int(n_times, "n_times", 2, MAX_TIMES))
-    sol = integrate(m, Q0, rho0, np.eye(m.p_star), t_max, t_eval=t_eval,
-                    on_divergence="stop")
+    sol = integrate(m, Q0, rho0, T, t_max, t_eval=t_eval, on_divergence="stop")
+    if has_spectrum(m):
+        # the summaries below are of the Euclidean overlaps Q = Σ_b Q^b, ρ = Σ_b ρ^b
+        sol = dataclasses.replace(sol, Q=sol.Q.sum(-3), rho=sol.rho.sum(-3))
     esc = float("nan")
     if m.is_quadratic and refusal(m, "escape") is None:
         try:

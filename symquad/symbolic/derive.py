@@ -30,7 +30,7 @@ import sympy as sp
 
 from ..spec import Model, check_model
 from ..stages import declare
-from . import entries, matrix_form, tensor
+from . import blocks, entries, matrix_form, tensor
 from .symbols import (ETA, NOISE, P, P_STAR, PARAMS, matrix_symbols, overlap_symbols,
                       readout_symbols)
 from .network import readout_values
@@ -110,6 +110,10 @@ class Equations:
         form this runs the entry route (its cost grows fast with ``p``; it
         checks the size first).
         """
+        if "spectrum" in self.model.changed_fields():
+            raise ValueError("explicit() does not support the model field spectrum (the "
+                             "entry route for blocks, symquad.symbolic.blocks.block_entries, "
+                             "is the explicit per-block reference)")
         values = {**readout_values(self.model), **switched_off(self.model)}
         if self.form == "matrix":
             _check_explicit_matrix_size(self.model)
@@ -195,6 +199,13 @@ def derive(model: Model, form: str | None = None) -> Equations:
         eqs = derive(model.replace(lr_schedule="constant"), form)
         return dataclasses.replace(eqs, model=model)
     off = switched_off(model)
+    if "spectrum" in model.changed_fields():
+        # the moment kinds and the risk are the isotropic model's at Ω; the per-block drift
+        # in those kinds is derived from the update rule through the projectors (blocks.py)
+        iso = derive(model.replace(spectrum="1:1"), form)
+        md = blocks.block_moment_drift(model)
+        return dataclasses.replace(iso, model=model, dQ=_substitute(md.dQ, off),
+                                   drho=_substitute(md.drho, off), da=_substitute(md.da, off))
     if form == "matrix":
         eqs = matrix_form.derive_matrix_form(model)
         return Equations(model, form, _substitute(eqs.risk, off), _substitute(eqs.dQ, off),

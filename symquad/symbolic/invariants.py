@@ -40,8 +40,8 @@ from functools import lru_cache
 
 import sympy as sp
 
-from ..applicability import check
-from ..spec import Model, check_model
+from ..applicability import RULES, check
+from ..spec import Model, check_model, require
 from .symbols import BATCH
 from .latex import latex_names_for
 from .latex import to_latex
@@ -829,6 +829,11 @@ def conservation_verdict(m: Model, max_order: int = 2,
         raise ValueError(
             f"S = rho (rho^T rho)^(-1/2) needs p >= p_star (rank rho = p_star); got p={m.p}, "
             f"p_star={m.p_star}")
+    # the typical start and S are defined for the isotropic state (Q, rho): an input
+    # spectrum (per-block state) is refused by name, with the analysis' reason
+    require(m, "conservation_verdict",
+            supports=tuple(n for n in m.changed_fields() if n != "spectrum"),
+            why="spectrum: " + RULES["conservation"]["spectrum"])
     ce = start_counterexample(m, max_order=max_order)
     if ce is not None:
         return ConservationVerdict(m, False, counterexample=ce)

@@ -29,7 +29,10 @@ import sympy as sp
 from sympy.core.function import AppliedUndef
 from sympy.printing.latex import LatexPrinter
 
+from .blocks import CB, FS, MGB, MGTB, QBf, QTf, RHOBf, TR_SIGMA
+from .moments import MB, MG, MR
 from .symbols import ETA, NOISE, P, P_STAR, XI, latex_names_for
+from .update import UNITS, Af
 from .._describe import describe_model
 from .symbols import readout_symbols
 from ..spec import activation_label, error_signal_weight
@@ -860,9 +863,81 @@ def _loss_line(model, form: str) -> str:
             rf"= {signal}$: {what}; the risk $\varepsilon$ is the square-loss error." "\n")
 
 
+_BLOCK_INTRO = (
+    "% input spectrum: per-block order parameters (docs/derivation.md §1a)\n"
+    "\\noindent Inputs $x \\sim \\mathcal{N}(0, \\Sigma)$, $\\Sigma = \\sum_{c} s_c P_c$ (blocks $c$), "
+    "$\\operatorname{rank} P_c = f_c N$; per block $Q^{c} = W P_c W^\\top/N$, "
+    "$\\rho^{c} = W P_c W^{*\\top}/N$, $T^{c} = W^* P_c W^{*\\top}/N$. The fields "
+    "$(\\lambda, \\nu)$ have the covariance $\\Omega = \\sum_c s_c \\begin{pmatrix} Q^{c} "
+    "& \\rho^{c} \\\\ \\rho^{c\\top} & T^{c} \\end{pmatrix}$; the block fields are "
+    "$\\mu^{c}_l = w_l P_c x/\\sqrt{N}$ (students) and $\\mu^{*c}_m$ (teachers), "
+    "$\\operatorname{Cov}(\\mu^{c}_l, z) = s_c (Q^{c}\\ \\rho^{c})_{l\\cdot}$. "
+    "The moment kinds are expectations at $\\Omega$: $G^{c}_{kl} = E[\\sigma'(\\lambda_k)\\,"
+    "\\mu^{c}_l\\,\\delta] = s_c \\sum_{j=1}^{p+p^*} (Q^{c}\\ \\rho^{c})_{lj}\\, "
+    "E[\\partial_j(\\sigma'(\\lambda_k)\\delta)]$ (Stein's lemma), $\\tilde G^{c}_{km} = "
+    "E[\\sigma'(\\lambda_k)\\,\\mu^{*c}_m\\,\\delta]$, $G_{kk} = \\sum_c G^{c}_{kk}$, "
+    "$B_{kl} = E[\\sigma'(\\lambda_k)\\sigma'(\\lambda_l)\\delta^2]$, "
+    "$R_k = E[\\sigma(\\lambda_k)\\delta]$, and the risk is $\\varepsilon(\\Omega)$: "
+    "the isotropic model's (\\texttt{symquad equations} without \\texttt{--spectrum}) with "
+    "$(Q, \\rho, T)$ replaced by the blocks of $\\Omega$. $Q_{kk} = \\sum_c Q^{c}_{kk}$ is "
+    "the Euclidean norm.\n")
+
+
+def _block_rows(eq):
+    """Rows of the per-block drift (:func:`symquad.symbolic.blocks.block_moment_drift`)."""
+    k, l, m = UNITS
+    index = {k: "k", l: "l", m: "m", CB: "c"}
+    heads = {QBf: ("Q^{%s}_{%s%s}", 1), MGB: ("G^{%s}_{%s%s}", 1), RHOBf: (r"\rho^{%s}_{%s%s}", 1),
+             MGTB: (r"\tilde G^{%s}_{%s%s}", 1), QTf: ("Q_{%s%s}", 0), MG: ("G_{%s%s}", 0),
+             MB: ("B_{%s%s}", 0), MR: ("R_{%s}", 0), Af: ("a_{%s}", 0), FS: ("f_{%s} s_{%s}", 2)}
+    names, symbols = {}, {}
+
+    def replace(expr):
+        if expr is None:
+            return None
+        def sym(e):
+            fmt, kind = heads[e.func]
+            args = [index[x] for x in e.args]
+            text = fmt % ((args[0], args[0]) if kind == 2 else tuple(args))
+            if text not in symbols:
+                symbols[text] = sp.Symbol(f"_b{len(symbols)}")
+                names[symbols[text]] = text
+            return symbols[text]
+        out = expr.replace(lambda e: isinstance(e, sp.Function) and e.func in heads, sym)
+        return out
+    dQ, drho, da = (replace(x) for x in (eq.dQ, eq.drho, eq.da))
+    trace = sp.Symbol("_trSigma")
+    dQ, drho = dQ.xreplace({TR_SIGMA: trace}), drho.xreplace({TR_SIGMA: trace})
+    names.update(_names(dQ, drho, da))
+    names[trace] = r"\operatorname{tr}\Sigma/N"
+    for sym_, text in list(names.items()):
+        if sym_.name.startswith("_b"):
+            names[sym_] = text
+    t = sp.Symbol("t")
+    rows = [(r"\frac{dQ^{c}_{kl}}{dt}", display_rhs(dQ, names)),
+            (r"\frac{d\rho^{c}_{km}}{dt}", display_rhs(drho, names))]
+    if da is not None:
+        rows.append((r"\frac{da_{k}}{dt}", display_rhs(da, names)))
+    return rows
+
+
+def _spectrum_line(model) -> str:
+    """The model's blocks ``(f_c, s_c)``."""
+    blocks = ",\\ ".join(f"({f}, {s})" for f, s in model.spectrum)
+    return (f"% spectrum: {model._field_text('spectrum')}\n"
+            f"\\noindent Blocks $(f_c, s_c)$: ${blocks}$ ({model.n_blocks} blocks); every "
+            "expression below holds for each block $c$.\n")
+
+
 def equations_latex(eq, standalone: bool = False) -> str:
     """LaTeX for the risk and the ODEs of an :class:`~symquad.symbolic.derive.Equations`."""
     model = eq.model
+    if "spectrum" in model.changed_fields():
+        body = (_BLOCK_INTRO + _loss_line(model, eq.form) + _model_line(model)
+                + _spectrum_line(model) + align_rows(_block_rows(eq)))
+        if standalone:
+            return document(body, title="symquad equations (input spectrum, per block)")
+        return body
     if eq.form == "matrix":
         intro, rows = _MATRIX_INTRO, _matrix_rows(eq)
     elif eq.form == "tensor" and not model.is_polynomial:
