@@ -74,13 +74,13 @@ def case(name):
     raise ValueError(f"case must be one of {list(CASES)}, got {name!r}")
 
 
-def _seed(name, N, chunk):
-    """One seed per (case, N, chunk): independent streams, the same numbers on a rerun."""
-    return int(np.random.SeedSequence([list(CASES).index(name), N, chunk])
-               .generate_state(1)[0])
+def _seed(name, N, chunk, seed=0):
+    """One seed per (case, N, chunk, --seed): independent streams, the same numbers on a rerun."""
+    entropy = [list(CASES).index(name), N, chunk] + ([seed] if seed else [])
+    return int(np.random.SeedSequence(entropy).generate_state(1)[0])
 
 
-def measure(name, N, replicas, times, chunk=CHUNK):
+def measure(name, N, replicas, times, chunk=CHUNK, seed=0):
     r"""``y = N·(mean − ODE)`` of the risk at `times` and of the state at the last time.
 
     Returns a dict: ``risk``/``risk_se`` (n,), ``state``/``state_se`` (dim,), the derived
@@ -99,7 +99,7 @@ def measure(name, N, replicas, times, chunk=CHUNK):
     tick = time.perf_counter()
     for k, start in enumerate(range(0, replicas, chunk)):
         R = min(chunk, replicas - start)
-        run = sq.simulate(model, N=N, t_max=float(times[-1]), replicas=R, seed=_seed(name, N, k),
+        run = sq.simulate(model, N=N, t_max=float(times[-1]), replicas=R, seed=_seed(name, N, k, seed),
                           Q0=Q0, rho0=rho0, T=T, t_eval=times, on_divergence="stop")
         if not np.allclose(run.t, times):
             raise RuntimeError(f"the simulator recorded {run.t}, not {times}")
@@ -167,11 +167,11 @@ def analyse(Ns, y, se, c):
     return out
 
 
-def study(name, Ns, replicas, times, progress=print):
+def study(name, Ns, replicas, times, progress=print, seed=0):
     """Every N of one case, then the fits of the risk at each time and of each state entry."""
     rows = []
     for N in Ns:
-        rows.append(measure(name, N, replicas, times))
+        rows.append(measure(name, N, replicas, times, seed=seed))
         r = rows[-1]
         progress(f"  {name} N={N}: {r['used']} replicas ({r['diverged']} diverged), "
                  f"{r['seconds']:.0f} s; N(mean-ODE) at t={times[-1]:g}: "
@@ -236,6 +236,9 @@ def main(argv=None) -> int:
     parser.add_argument("--N", nargs="+", type=int, help="default: the case's (CASES)")
     parser.add_argument("--replicas", type=int, help="default: the case's (CASES)")
     parser.add_argument("--t-max", type=float, help="default: the case's (CASES)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="another set of replicas (0: the recorded run's)")
+    parser.add_argument("--n-times", type=int, help="recorded times (default: the case's)")
     parser.add_argument("--out", help="write every number as JSON here")
     parser.add_argument("--from-json", help="only the tables of an earlier run's JSON file "
                                             "(its fits made again)")
@@ -253,6 +256,8 @@ def main(argv=None) -> int:
         parser.error("--replicas must be >= 2")
     if args.t_max is not None and not args.t_max > 0:
         parser.error("--t-max must be > 0")
+    if args.seed < 0 or (args.n_times is not None and args.n_times < 2):
+        parser.error("--seed must be >= 0 and --n-times >= 2")
     plan = []
     for name in args.cases:
         spec = CASES[name]
@@ -261,7 +266,7 @@ def main(argv=None) -> int:
             parser.error("--N: at least 3 values (the fits have up to 3 coefficients)")
         t_max = args.t_max or spec["t_max"]
         plan.append((name, Ns, args.replicas or spec["replicas"],
-                     np.linspace(0, t_max, spec["n_times"])))
+                     np.linspace(0, t_max, args.n_times or spec["n_times"])))
     steps = sum(R * sum(Ns) * float(t[-1]) for _, Ns, R, t in plan)
     if steps > args.max_steps:
         parser.error(f"the plan needs {steps:.3g} simulator steps, above --max-steps "
@@ -269,7 +274,8 @@ def main(argv=None) -> int:
     print(f"plan: {steps:.3g} reduced-simulator steps", flush=True)
     results = []
     for name, Ns, R, times in plan:
-        results.append(study(name, Ns, R, times, progress=lambda s: print(s, flush=True)))
+        results.append(study(name, Ns, R, times, progress=lambda s: print(s, flush=True),
+                             seed=args.seed))
         print(table(results[-1]), flush=True)
         if args.out:
             with open(args.out, "w") as fh:

@@ -16,6 +16,11 @@ N = 500, 1000, 2000, 4000 (seed N); trained readout (t = 4, c_ε = 3.11): 3.24 �
 c_ε = 2.70): 2.78 ± 0.08, 2.59 ± 0.06, 2.75 ± 0.06, 2.67 ± 0.06 (seed N); sphere, batch 4
 (t = 4, c_ε = 2.03): 1.93 ± 0.35, 2.63 ± 0.49, 0.68 ± 0.65, 3.08 ± 0.96.  Full table in
 docs/derivation.md §8.3a.
+
+At those N the remainder ``N (mean − ODE) − c`` is far below the error; the last tests
+(issue 22) go to N = 100 … 800 with 10⁴–10⁵ replicas (benchmarks/finite_n_remainder.py,
+whose study and fits they run) and show ``N (mean − ODE) = c + d/N``: the fitted ``c`` is
+the derived one, the remainder ``d/N`` is resolved, and nothing of order 1/N is left.
 """
 
 import numpy as np
@@ -150,8 +155,17 @@ def test_weighted_fit_recovers_known_coefficients():
     assert rem.chi2_p(chi2_wrong, dof) < 1e-6
 
 
-def _remainder_checks(res, precision, fits=("c+d/N",), wrong=False):
-    """The assertions of the study on one case (see the two tests below)."""
+def _remainder_checks(res, precision, resolved=False, power=None):
+    """The assertions of the study on one case (benchmarks/finite_n_remainder.py).
+
+    Precision first (the fitted ``c`` resolves ``c_ε``; the bare ODE's ``c = 0`` is
+    rejected); then at every time and for every state entry at the last time, Bonferroni
+    at level ALPHA: ``c + d/N`` fits with ``c`` within its error of the derived
+    coefficient, and with the derived ``c`` subtracted ``d/N`` alone fits (no O(1/N) term
+    left: the remainder is O(N⁻²)).  `resolved`: the constant-only fit ``N(mean − ODE) = c``
+    is rejected at the last time, i.e. the remainder itself is seen and it falls like
+    ``1/N``.  `power`: the fitted ``c`` rejects ``(1 ± power)·c_ε``.
+    """
     n_times = len(res["risk_fits"])
     entries = [f for f in res["state_fits"] if f is not None]
     z_crit = norm.ppf(1 - ALPHA / (2 * (n_times + len(entries))))
@@ -160,26 +174,20 @@ def _remainder_checks(res, precision, fits=("c+d/N",), wrong=False):
     assert all(r["diverged"] <= 1e-3 * r["used"] for r in rows), "divergences"
     assert all(all(r["valid"]) for r in rows), "the expansion is flagged invalid"
     c_last = rows[0]["c_risk"][-1]
-    last = res["risk_fits"][-1]
-    for label in fits:
-        # precision first: the fitted c resolves c_eps, and c = 0 (the bare ODE) is rejected
-        assert last[label]["c_se"] < precision * abs(c_last), last[label]
-        assert abs(last[label]["c"]) / last[label]["c_se"] > z_crit
+    last = res["risk_fits"][-1]["c+d/N"]
+    assert last["c_se"] < precision * abs(c_last), last
+    assert abs(last["c"]) / last["c_se"] > z_crit
     for j, fit in enumerate(res["risk_fits"], start=1):
-        c = rows[0]["c_risk"][j]
-        for label in fits:
-            assert abs(fit[label]["c"] - c) < z_crit * fit[label]["c_se"], (j, label, fit, c)
-        # no O(1/N) term left once c_eps is subtracted: d/N + e/N² fits
+        assert abs(fit["c+d/N"]["z"]) < z_crit, (j, fit["c+d/N"], rows[0]["c_risk"][j])
         assert fit["fixed c"]["p"] > p_crit, (j, fit["fixed c"])
-    for fit, c in zip(res["state_fits"], rows[0]["c_state"]):
-        if fit is None:
-            continue
-        for label in fits:
-            assert abs(fit[label]["c"] - c) < z_crit * fit[label]["c_se"], (fit, c)
+    for fit in entries:
+        assert abs(fit["c+d/N"]["z"]) < z_crit, fit["c+d/N"]
         assert fit["fixed c"]["p"] > p_crit, fit["fixed c"]
-    if wrong:
-        # power: a source of 5 % of c_eps missing (or extra) is rejected by the same data
-        assert last["c+5%"]["p"] < p_crit and last["c-5%"]["p"] < p_crit, last
+    if resolved:
+        assert res["risk_fits"][-1]["c only"]["p"] < p_crit, res["risk_fits"][-1]["c only"]
+    if power:
+        for wrong in (1 + power, 1 - power):
+            assert abs(last["c"] - wrong * c_last) > z_crit * last["c_se"], (wrong, last)
 
 
 def test_remainder_of_the_mean_is_smaller_than_1_over_N_cheap():
@@ -194,3 +202,23 @@ def test_remainder_of_the_mean_is_smaller_than_1_over_N_cheap():
     res = rem.study("noise", (100, 200, 400), 6000, np.linspace(0, 2.4, 6),
                     progress=lambda s: None)
     _remainder_checks(res, precision=0.1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, Ns, replicas, t_max", [
+    ("noise", (100, 200, 400, 800), 60_000, 3.2),
+    ("readout", (100, 200, 400, 800), 40_000, 4.0)])
+def test_remainder_of_the_mean_is_smaller_than_1_over_N(name, Ns, replicas, t_max):
+    """σ = z² with label noise and a trained readout: ``N(mean − ODE) = c + d/N`` with
+    ``c = risk_mean_correction`` (and ``mean_correction`` for each entry of Q, ρ, a), the
+    remainder resolved (``c`` alone rejected) and O(N⁻²) (``d/N`` fits once ``c_ε`` is
+    subtracted), and ``c_ε ± 10 %`` rejected.  The noise case stops at t = 3.2: at N = 100
+    its replicas on their way to a blow-up make the t = 4 mean heavy-tailed (standard error
+    3× that of N = 200 with 10⁵ replicas; at t = 3.2 it is still 1.5× in some seeds, which
+only widens the test).  Measured 2.4 and 7 min at load ≈ 5 on the shared 2-core machine.
+The full
+    study (10⁵ replicas, N up to 1600, and the z³ − 3z teacher) is
+    benchmarks/finite_n_remainder.py, table in docs/derivation.md §8.3a."""
+    rem = _remainder_module()
+    res = rem.study(name, Ns, replicas, np.linspace(0, t_max, 5), progress=print)
+    _remainder_checks(res, precision=0.03, resolved=True, power=0.1)
