@@ -72,7 +72,7 @@ STAGES = {
     "simulate(method='sde')": _LOSS + SCHEDULE,
     "fluctuations": _LOSS + SCHEDULE,
     "the O(1/N) correction of the mean": _LOSS,
-    "the forward sensitivities": _LOSS,
+    "the forward sensitivities": _LOSS + SCHEDULE,
     # conventions.py: t <-> tau = eta t (a constant step size)
     "the time conventions": _LOSS,
     # studies/: validation, the sweep tasks (one entry per built-in model task)

@@ -16,6 +16,11 @@ N = 500, 1000, 2000, 4000 (seed N); trained readout (t = 4, c_ε = 3.11): 3.24 �
 c_ε = 2.70): 2.78 ± 0.08, 2.59 ± 0.06, 2.75 ± 0.06, 2.67 ± 0.06 (seed N); sphere, batch 4
 (t = 4, c_ε = 2.03): 1.93 ± 0.35, 2.63 ± 0.49, 0.68 ± 0.65, 3.08 ± 0.96.  Full table in
 docs/derivation.md §8.3a.
+
+At those N the remainder ``N (mean − ODE) − c`` is far below the error; the last tests
+(issue 22) go to N = 100 … 800 with 10⁴–10⁵ replicas (benchmarks/finite_n_remainder.py,
+whose study and fits they run) and show ``N (mean − ODE) = c + d/N``: the fitted ``c`` is
+the derived one, the remainder ``d/N`` is resolved, and nothing of order 1/N is left.
 """
 
 import numpy as np
@@ -113,3 +118,107 @@ def test_correction_against_simulator(name):
     # residual N(mean − ODE) − c: consistent with 0 at every N (remainder O(1/N) of c)
     r = np.array(residual)
     assert np.all(np.abs(r[:, 0]) < 3 * r[:, 1])
+
+
+# --------------------------------------------------------------------------------------------
+# the remainder: N·(mean − ODE) = c + d/N + O(N⁻²) at small N (issue 22)
+# --------------------------------------------------------------------------------------------
+def _remainder_module():
+    """benchmarks/finite_n_remainder.py (the study and its fits; one source for both)."""
+    import importlib.util
+    import pathlib
+    path = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "finite_n_remainder.py"
+    spec = importlib.util.spec_from_file_location("finite_n_remainder", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_weighted_fit_recovers_known_coefficients():
+    """The fit of the study (weighted least squares) on data made from known c, d, e."""
+    rem = _remainder_module()
+    Ns = np.array([100, 200, 400, 800, 1600])
+    y = 2.5 + 30 / Ns - 900 / Ns ** 2
+    se = 0.01 * np.sqrt(Ns / 100)
+    beta, cov, chi2, dof = rem.wls(Ns, y, se, (0, 1, 2))
+    np.testing.assert_allclose(beta, [2.5, 30, -900], rtol=1e-9)
+    assert chi2 < 1e-15 and dof == 2
+    # with noise of the stated size the standard errors cover the truth (and χ² is χ²(2))
+    rng = np.random.default_rng(4)
+    z = []
+    for _ in range(400):
+        b, c, _, _ = rem.wls(Ns, y + se * rng.standard_normal(5), se, (0, 1, 2))
+        z.append((b[0] - 2.5) / np.sqrt(c[0, 0]))
+    assert abs(np.std(z) - 1) < 0.1 and abs(np.mean(z)) < 0.15
+    # a constant missing from the fixed-c fit is what its χ² detects
+    _, _, chi2_wrong, dof = rem.wls(Ns, y - 2.5 + 0.3, se, (1, 2))
+    assert rem.chi2_p(chi2_wrong, dof) < 1e-6
+
+
+def _remainder_checks(res, precision, resolved=False, power=None):
+    """The assertions of the study on one case (benchmarks/finite_n_remainder.py).
+
+    Precision first (the fitted ``c`` resolves ``c_ε``; the bare ODE's ``c = 0`` is
+    rejected); then at every time and for every state entry at the last time, Bonferroni
+    at level ALPHA: ``c + d/N`` fits with ``c`` within its error of the derived
+    coefficient, and with the derived ``c`` subtracted ``d/N`` alone fits (no O(1/N) term
+    left: the remainder is O(N⁻²)).  `resolved`: the constant-only fit ``N(mean − ODE) = c``
+    is rejected at the last time, i.e. the remainder itself is seen and it falls like
+    ``1/N``.  `power`: the fitted ``c`` rejects ``(1 ± power)·c_ε``.
+    """
+    n_times = len(res["risk_fits"])
+    entries = [f for f in res["state_fits"] if f is not None]
+    z_crit = norm.ppf(1 - ALPHA / (2 * (n_times + len(entries))))
+    p_crit = ALPHA / (n_times + len(entries))
+    rows = res["rows"]
+    assert all(r["diverged"] <= 1e-3 * r["used"] for r in rows), "divergences"
+    assert all(all(r["valid"]) for r in rows), "the expansion is flagged invalid"
+    c_last = rows[0]["c_risk"][-1]
+    last = res["risk_fits"][-1]["c+d/N"]
+    assert last["c_se"] < precision * abs(c_last), last
+    assert abs(last["c"]) / last["c_se"] > z_crit
+    for j, fit in enumerate(res["risk_fits"], start=1):
+        assert abs(fit["c+d/N"]["z"]) < z_crit, (j, fit["c+d/N"], rows[0]["c_risk"][j])
+        assert fit["fixed c"]["p"] > p_crit, (j, fit["fixed c"])
+    for fit in entries:
+        assert abs(fit["c+d/N"]["z"]) < z_crit, fit["c+d/N"]
+        assert fit["fixed c"]["p"] > p_crit, fit["fixed c"]
+    if resolved:
+        assert res["risk_fits"][-1]["c only"]["p"] < p_crit, res["risk_fits"][-1]["c only"]
+    if power:
+        for wrong in (1 + power, 1 - power):
+            assert abs(last["c"] - wrong * c_last) > z_crit * last["c_se"], (wrong, last)
+
+
+def test_remainder_of_the_mean_is_smaller_than_1_over_N_cheap():
+    """Cheap version (seconds): label noise, N = 100, 200, 400, 6000 replicas each, t ≤ 2.4.
+
+    ``N·(mean − ODE)`` fitted by ``c + d/N`` gives ``c`` within its error of
+    ``risk_mean_correction`` at every time (measured at t = 2.4: 1.92 ± 0.12 against 1.98),
+    the bare ODE's ``c = 0`` is rejected, and with ``c_ε`` subtracted ``d/N + e/N²`` fits
+    (no O(1/N) term left); the same for the 7 state entries at the last time.
+    """
+    rem = _remainder_module()
+    res = rem.study("noise", (100, 200, 400), 6000, np.linspace(0, 2.4, 6),
+                    progress=lambda s: None)
+    _remainder_checks(res, precision=0.1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, Ns, replicas, t_max", [
+    ("noise", (100, 200, 400, 800), 60_000, 3.2),
+    ("readout", (100, 200, 400, 800), 40_000, 4.0)])
+def test_remainder_of_the_mean_is_smaller_than_1_over_N(name, Ns, replicas, t_max):
+    """σ = z² with label noise and a trained readout: ``N(mean − ODE) = c + d/N`` with
+    ``c = risk_mean_correction`` (and ``mean_correction`` for each entry of Q, ρ, a), the
+    remainder resolved (``c`` alone rejected) and O(N⁻²) (``d/N`` fits once ``c_ε`` is
+    subtracted), and ``c_ε ± 10 %`` rejected.  The noise case stops at t = 3.2: at N = 100
+    its replicas on their way to a blow-up make the t = 4 mean heavy-tailed (standard error
+    3× that of N = 200 with 10⁵ replicas; at t = 3.2 it is still 1.5× in some seeds, which
+only widens the test).  Measured 2.4 and 7 min at load ≈ 5 on the shared 2-core machine.
+The full
+    study (10⁵ replicas, N up to 1600, and the z³ − 3z teacher) is
+    benchmarks/finite_n_remainder.py, table in docs/derivation.md §8.3a."""
+    rem = _remainder_module()
+    res = rem.study(name, Ns, replicas, np.linspace(0, t_max, 5), progress=print)
+    _remainder_checks(res, precision=0.03, resolved=True, power=0.1)

@@ -12,6 +12,13 @@ integrated together with ``x``.  The risk then moves by
 
 .. math::  \frac{dε(t)}{dθ} = ∇ε(x)·s_θ + ∂ε/∂θ (x) .
 
+With a learning-rate schedule ``η(t) = η s(t)`` (docs/model.md §4.1) ``J``, ``f`` and
+``∂f/∂θ`` are evaluated at ``η(t)`` (:meth:`~symquad.numeric.kernels.Kernels.params_at`),
+the integration is restarted at the schedule's kinks and jumps as
+:func:`symquad.numeric.integrate.integrate` does (``x`` and ``s_θ`` are continuous there,
+their slopes jump), and ``"lr"`` is the base ``η``: ``∂f/∂η = s(t) ∂f/∂η(t)``, which
+the stencil below gives directly (its kernels carry the schedule).
+
 ``∂f/∂θ`` and ``∂ε/∂θ`` are exact for the derived drift: ``f`` is a polynomial of
 degree at most 4 in each of these parameters (``η A + η² B/b``; linear in ``Δ``, in the
 weight decay and in ``1/b``; degree ≤ 4 in an activation coefficient, which enters the
@@ -153,6 +160,8 @@ def risk_sensitivity(model, Q0, rho0, T, t_eval, parameters=None, a0=None, form=
     """
     from scipy.integrate import solve_ivp
 
+    from .integrate import solve_pieces        # lazy: scipy (as solve_ivp above)
+
     declare(model, "the forward sensitivities")
     require_polynomial_diffusion(model, "the forward sensitivities (their exact Jacobian)")
     allowed = sensitivity_parameters(model)
@@ -170,27 +179,37 @@ def risk_sensitivity(model, Q0, rho0, T, t_eval, parameters=None, a0=None, form=
               else as_real_array(a0, "a0"))
     k = kernels(model, form)
     # the Jacobian's size check and generation happen here, before the integration
-    k.jacobian(Q0, rho0, T, a0)
+    k.jacobian(Q0, rho0, T, a0, t=0.0)
     stencils = {name: _stencil(model, name, form) for name in parameters}
     dim, m = lay.dim, len(parameters)
 
-    def drift_derivative(stencil, Q, rho, a):
-        return sum(w * lay.pack(*kk.rhs(Q, rho, T, a)) for w, kk in stencil)
+    def drift_derivative(stencil, Q, rho, a, t):
+        return sum(w * lay.pack(*kk.rhs(Q, rho, T, a, t=t)) for w, kk in stencil)
 
-    def rhs(_, y):
+    def rhs(t, y):
+        # every term at η(t) (Kernels.params_at); a constant-η model ignores t
         x, S = y[:dim], y[dim:].reshape(m, dim)
         Q, rho, a = lay.unpack(x)
-        J = k.jacobian(Q, rho, T, a)
-        dS = S @ J.T + np.stack([drift_derivative(stencils[n], Q, rho, a) for n in parameters])
-        return np.concatenate([lay.pack(*k.rhs(Q, rho, T, a)), dS.ravel()])
+        J = k.jacobian(Q, rho, T, a, t=t)
+        dS = S @ J.T + np.stack([drift_derivative(stencils[n], Q, rho, a, t)
+                                 for n in parameters])
+        return np.concatenate([lay.pack(*k.rhs(Q, rho, T, a, t=t)), dS.ravel()])
 
     def blown(_, y):
         return max_norm - np.max(np.abs(y)) if np.all(np.isfinite(y)) else -1.0
     blown.terminal = True
     y0 = np.concatenate([lay.pack(Q0, rho0, a0), np.zeros(m * dim)])
+    t_end = float(t_eval[-1])
+    breaks = model.schedule.breakpoints(0.0, t_end)
     with np.errstate(over="ignore", invalid="ignore"):
-        sol = solve_ivp(rhs, (0.0, float(t_eval[-1])), y0, t_eval=t_eval, method="RK45",
-                        rtol=rtol, atol=atol, events=blown)
+        if breaks:
+            # restarted at the schedule's kinks and jumps, as integrate does (x and s are
+            # continuous there; only their slopes jump)
+            sol = solve_pieces(rhs, t_end, y0, "RK45", t_eval, rtol, atol, blown, breaks)
+            sol.success = sol.status == 0
+        else:
+            sol = solve_ivp(rhs, (0.0, t_end), y0, t_eval=t_eval, method="RK45",
+                            rtol=rtol, atol=atol, events=blown)
     if sol.status == 1 or not sol.success or sol.y.shape[1] < len(t_eval):
         t_fail = float(sol.t[-1]) if sol.t.size else 0.0
         raise DivergenceError(f"the sensitivity integration stopped at t = {t_fail:.4g} "
