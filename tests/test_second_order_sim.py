@@ -283,3 +283,30 @@ def test_erf_and_mixed_against_simulator(name):
         residual.append((mc - th, se))
     r = np.array(residual)
     assert np.all(np.abs(r[:, 0]) < 3 * r[:, 1])
+
+
+def test_sde_with_the_finite_n_drift_small_N():
+    """simulate(method='sde', finite_n=True): the SDE with SGD's O(1/N) drift,
+    (f₁ − ½ J f)/N, has SGD's O(1/N) mean: N·(mean − ODE) = c (risk and state), while the
+    plain SDE (its mean the ODE's plus the curvature only) is rejected on the same seed."""
+    model, Q0, rho0, T = models()["noise"]
+    N, R, times = 200, 4000, np.linspace(0, 2.4, 5)
+    fl = sq.fluctuations(model, Q0, rho0, T, N, times, second_order=True)
+    lay = fl.layout
+    out = {}
+    for finite_n in (True, False):
+        run = sq.simulate(model, N=N, t_max=2.4, replicas=R, seed=1, method="sde", Q0=Q0,
+                          rho0=rho0, T=T, t_eval=times, finite_n=finite_n)
+        d = N * (run.risk - fl.risk)
+        dx = N * (lay.pack(run.Q[:, -1], run.rho[:, -1]) - lay.pack(fl.Q[-1], fl.rho[-1]))
+        out[finite_n] = ((d.mean(0), d.std(0, ddof=1) / np.sqrt(R), fl.risk_mean_correction),
+                         (dx.mean(0), dx.std(0, ddof=1) / np.sqrt(R), fl.mean_correction[-1]))
+    check(*out[True], report="SDE + O(1/N) drift, N=200")
+    mc, se, th = (x[1:] for x in out[False][0])
+    z_crit = norm.ppf(1 - ALPHA / (2 * len(mc)))
+    assert np.max(np.abs(mc - th) / se) > z_crit        # the plain SDE misses c
+    with pytest.raises(ValueError, match="finite_n.*method='sde' only"):
+        sq.simulate(model, N=N, t_max=0.1, replicas=2, finite_n=True)
+    with pytest.raises(ValueError, match="finite_n.*constraint='none'"):
+        sq.simulate(model.replace(constraint="sphere"), N=N, t_max=0.1, replicas=2,
+                    method="sde", finite_n=True)

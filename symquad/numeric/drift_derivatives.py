@@ -67,13 +67,16 @@ from __future__ import annotations
 from fractions import Fraction
 from functools import lru_cache
 
+import math
+
 import numpy as np
 
 from .._generated.assembly import PARAMS, drift_none
 
 __all__ = ["DriftDerivatives", "stencil_weights", "drift_degree", "moment_degree",
            "risk_degree", "SMOOTH_STEP", "POLY_STEP", "PINV_RCOND", "MAX_FULL_HESSIAN",
-           "directions_per_rhs"]
+           "directions_per_rhs", "schedule_time_derivative", "step_phase", "step_shift",
+           "finite_n_drift"]
 
 #: Relative step ``h`` of the smooth (erf, ReLU) stencil ``{0, ±h/2, ±h}``: truncation
 #: ``h⁴ f⁽⁶⁾/1440 ≈ 4·10⁻¹³ f⁽⁶⁾`` for the second derivative, rounding ``≈ 21 ε/h² ≈ 2·10⁻¹⁰``
@@ -500,3 +503,79 @@ def _sphere_second_order(x, F, Du, lay, diag):
             out[..., I] = (-0.5 * EFF[..., I, ki] / qi
                            + 0.375 * x[..., I] * EFF[..., ki, ki] / qi ** 2)
     return out
+
+
+def schedule_time_derivative(k, Q, rho, T, a, t) -> np.ndarray:
+    r"""``∂f/∂t = ∂f/∂η · η s'(t)``: the drift's explicit time dependence under a schedule.
+
+    The drift is exactly quadratic in ``η`` (``η A + η² B/b``, weight decay ``ηλ``), so
+    ``∂f/∂η = (f(η + 1) − f(η − 1))/2`` at ``η = η(t)``, exactly
+    (:mod:`symquad.numeric.optimal` uses the same structure).
+    """
+    i = PARAMS.index("eta")
+    params = list(k.params_at(t))
+    eta_t = params[i]
+    plus, minus = list(params), list(params)
+    plus[i], minus[i] = eta_t + 1.0, eta_t - 1.0
+    d_eta = 0.5 * (k._rhs_with(Q, rho, T, a, plus) - k._rhs_with(Q, rho, T, a, minus))
+    return d_eta * k.model.eta * k.model.schedule.rate(float(t))
+
+
+def step_phase(b: float, N: int) -> float:
+    r"""``δ_N = K/N·N − N b``: how far past ``b`` the first SGD step with the new rate sits.
+
+    Step ``k`` uses ``η(k/N)`` (right-continuous), so the first step after a jump at ``b``
+    is the smallest ``K`` with ``K/N ≥ b`` in floating point (as the simulators compute it);
+    ``δ_N = K − N b ∈ [0, 1)``.
+    """
+    K = math.ceil(N * b)
+    while K > 0 and (K - 1) / N >= b:
+        K -= 1
+    while K / N < b:
+        K += 1
+    return float(K - N * b)
+
+
+def step_shift(k, Q, rho, T, a, b, N) -> np.ndarray:
+    r"""The jump of ``c`` at a step of the learning rate at ``b``: ``δ_N (f(x; η₋) − f(x; η₊))``.
+
+    The map runs the old rate until its first step ``K ≥ N b``, a time ``δ_N/N`` past the
+    ODE's switch (:func:`step_phase`): its mean is then ``x(b) + δ_N f₋/N`` where the ODE's
+    is ``x(b) + δ_N f₊/N`` (to ``O(N⁻²)``), and from there both follow the new rate.  So
+    ``c(b⁺) = c(b⁻) + δ_N (f₋ − f₊)``; ``Σ`` is continuous.
+    """
+    i = PARAMS.index("eta")
+    sched = k.model.schedule
+    out = np.zeros(k.layout.dim)
+    for tj, before, after in sched.jumps(b - 1e-12 * max(1.0, abs(b)),
+                                         b + 1e-12 * max(1.0, abs(b))):
+        base = list(k.params_at(tj))
+        left, right = list(base), list(base)
+        left[i], right[i] = k.model.eta * before, k.model.eta * after
+        out += step_phase(tj, N) * (k._rhs_with(Q, rho, T, a, left)
+                                    - k._rhs_with(Q, rho, T, a, right))
+    return out
+
+
+def finite_n_drift(der, k, x, T, f, t, N) -> np.ndarray:
+    r"""The O(1/N) part of SGD's mean drift, ``(f₁ − ½(J f + ∂f/∂t))/N``, at states `x`.
+
+    Added to the order-parameter SDE's drift it makes the SDE's mean SGD's to O(1/N), not
+    only the ODE's: the SDE's own nonlinearity gives ``½ ∂²f : Σ`` (Itô, ``Cov X = Σ/N``),
+    and with this term ``dm/dt`` is the right-hand side of ``c``'s equation
+    (docs/derivation.md §8.3a).  ``J f`` is the derivative along ``f`` (one stencil
+    direction per state); unconstrained models (on the sphere ``f₁`` holds the
+    renormalisation's second order, which the SDE's own projection of each step
+    changes).  `x` (R, dim), `f` the drift there.
+    """
+    params = k.params_at(t)
+    f1 = der.f1_sources(x, T, params)["total"]
+    norm = np.linalg.norm(f, axis=-1, keepdims=True)
+    v = np.where(norm > 0, f / np.where(norm > 0, norm, 1.0), 0.0)
+    _, d1, _ = der.along(x, T, v[..., None, :], params)
+    out = f1 - 0.5 * norm * d1[..., 0, :]
+    if not k.model.schedule.is_constant:
+        Q, rho, a = k.layout.unpack(x)
+        out = out - 0.5 * schedule_time_derivative(k, Q, rho, T, a if k.model.readout_trained
+                                                   else None, t)
+    return out / N

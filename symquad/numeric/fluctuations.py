@@ -62,9 +62,10 @@ from .kernels import require_diffusion
 from ..second_order_cost import SECOND_ORDER_AUTO_SECONDS, second_order_estimate
 from .kernels import default_form, drift_state_seconds
 from .drift_derivatives import directions_per_rhs
+# the schedule's terms of the O(1/N) mean (shared with the SDE's O(1/N) drift)
+from .drift_derivatives import schedule_time_derivative, step_phase, step_shift
 from .checks import check_times
 from .sde import MAX_SDE_DIM
-from .._generated.assembly import PARAMS
 
 __all__ = ["fluctuations", "Fluctuations", "random_start_covariance", "block_random_start",
            "STARTS", "mean_correction_rhs", "mean_correction_rate", "expansion_valid",
@@ -451,58 +452,6 @@ def _diffusion_spline(k, T, piece, both):
             return lambda t, v=values[0]: v
         return make_interp_spline(nodes, values, k=min(3, len(nodes) - 1), axis=0)
     return spline(D), (spline(Du) if both else None)
-
-
-def schedule_time_derivative(k, Q, rho, T, a, t) -> np.ndarray:
-    r"""``∂f/∂t = ∂f/∂η · η s'(t)``: the drift's explicit time dependence under a schedule.
-
-    The drift is exactly quadratic in ``η`` (``η A + η² B/b``, weight decay ``ηλ``), so
-    ``∂f/∂η = (f(η + 1) − f(η − 1))/2`` at ``η = η(t)``, exactly
-    (:mod:`symquad.numeric.optimal` uses the same structure).
-    """
-    i = PARAMS.index("eta")
-    params = list(k.params_at(t))
-    eta_t = params[i]
-    plus, minus = list(params), list(params)
-    plus[i], minus[i] = eta_t + 1.0, eta_t - 1.0
-    d_eta = 0.5 * (k._rhs_with(Q, rho, T, a, plus) - k._rhs_with(Q, rho, T, a, minus))
-    return d_eta * k.model.eta * k.model.schedule.rate(float(t))
-
-
-def step_phase(b: float, N: int) -> float:
-    r"""``δ_N = K/N·N − N b``: how far past ``b`` the first SGD step with the new rate sits.
-
-    Step ``k`` uses ``η(k/N)`` (right-continuous), so the first step after a jump at ``b``
-    is the smallest ``K`` with ``K/N ≥ b`` in floating point (as the simulators compute it);
-    ``δ_N = K − N b ∈ [0, 1)``.
-    """
-    K = math.ceil(N * b)
-    while K > 0 and (K - 1) / N >= b:
-        K -= 1
-    while K / N < b:
-        K += 1
-    return float(K - N * b)
-
-
-def step_shift(k, Q, rho, T, a, b, N) -> np.ndarray:
-    r"""The jump of ``c`` at a step of the learning rate at ``b``: ``δ_N (f(x; η₋) − f(x; η₊))``.
-
-    The map runs the old rate until its first step ``K ≥ N b``, a time ``δ_N/N`` past the
-    ODE's switch (:func:`step_phase`): its mean is then ``x(b) + δ_N f₋/N`` where the ODE's
-    is ``x(b) + δ_N f₊/N`` (to ``O(N⁻²)``), and from there both follow the new rate.  So
-    ``c(b⁺) = c(b⁻) + δ_N (f₋ − f₊)``; ``Σ`` is continuous.
-    """
-    i = PARAMS.index("eta")
-    sched = k.model.schedule
-    out = np.zeros(k.layout.dim)
-    for tj, before, after in sched.jumps(b - 1e-12 * max(1.0, abs(b)),
-                                         b + 1e-12 * max(1.0, abs(b))):
-        base = list(k.params_at(tj))
-        left, right = list(base), list(base)
-        left[i], right[i] = k.model.eta * before, k.model.eta * after
-        out += step_phase(tj, N) * (k._rhs_with(Q, rho, T, a, left)
-                                    - k._rhs_with(Q, rho, T, a, right))
-    return out
 
 
 def random_start_covariance(model, T, q0: float = 1.0) -> np.ndarray:

@@ -53,6 +53,8 @@ import numpy as np
 import time
 
 from ..numeric.kernels import check_kernels, kernels
+from ..numeric.kernels import _derivatives, _untimed
+from ..numeric.drift_derivatives import finite_n_drift
 from ..numeric.sde import DEFAULT_DT, _sqrt_psd, sde_noise
 from ..numeric.sde_noise import SampledNoise
 from .verdict import _check
@@ -144,8 +146,13 @@ def whole_run_numbers(model, t, sgd_Q, sgd_rho, sgd_risk, T, N, *, seed=0, n_tes
     T = np.asarray(T, float)
     t_span = float(t[-1] - t0) if t[-1] > t0 else 1.0 / N
     lna_costly = _lna_cost_reason(theory, form)
+    # the SDE with SGD's O(1/N) drift (docs/derivation.md §8.3a): without it the SDE's mean
+    # is the ODE's plus the curvature term only, and at a risk floor the replicas resolve
+    # the difference (the issue-22 variant: KS p = 4e-5 on tr Q²/p at N = 1000)
+    finite_n = theory.constraint != "sphere"
     too_costly = sde_cost_reason(theory, form, replicas=R, t_span=t_span,
-                                 start=(sgd_Q[:, 0], sgd_rho[:, 0]), T=T, dt=dt)
+                                 start=(sgd_Q[:, 0], sgd_rho[:, 0]), T=T, dt=dt,
+                                 finite_n=finite_n)
     if too_costly:
         # the SDE (one D per replica and step) is too costly; the LNA (one trajectory)
         # may not be
@@ -159,7 +166,8 @@ def whole_run_numbers(model, t, sgd_Q, sgd_rho, sgd_risk, T, N, *, seed=0, n_tes
         return out
     run = simulate(theory, N=N, t_max=t_span, replicas=R, seed=seed, method="sde",
                    Q0=sgd_Q[:, 0], rho0=sgd_rho[:, 0], T=T, t_eval=t - t0,
-                   on_divergence="stop", dt=dt, form=form)
+                   on_divergence="stop", dt=dt, form=form, finite_n=finite_n)
+    out["sde_finite_n"] = finite_n
     ok = run.status == "ok"
     out["sde_diverged"] = int(np.sum(~ok))
     out["sde_steps"] = int(getattr(run, "sde_steps", 0))
@@ -221,14 +229,16 @@ LNA_D_PER_TRAJECTORY = 80
 MAX_WHOLE_RUN_SECONDS = 600.0
 
 
-def whole_run_sde_seconds(model, form, replicas, t_span, start, T, dt=None) -> float:
+def whole_run_sde_seconds(model, form, replicas, t_span, start, T, dt=None,
+                          finite_n=False) -> float:
     """A lower bound on the seconds of the whole-run SDE, from one measured step's parts.
 
     The SDE makes at least ``ceil(t_span/dt)`` steps, each two drift calls over the
-    replicas and one noise (:mod:`symquad.numeric.sde`); both are timed once on the
-    replicas' starts (a first call of each, which may generate or load the kernels and
-    ``D``'s module, is not counted).  Measured, so it holds for every activation, width
-    and noise.
+    replicas and one noise (:mod:`symquad.numeric.sde`), and with `finite_n` one O(1/N)
+    drift (:func:`~symquad.numeric.drift_derivatives.finite_n_drift`); each is timed once
+    on the replicas' starts (a first call of each, which may generate or load the kernels
+    and ``D``'s module, is not counted).  Measured, so it holds for every activation,
+    width and noise.
     """
     form, noise = sde_noise(model, form)
     k = kernels(model, form)
@@ -250,12 +260,20 @@ def whole_run_sde_seconds(model, form, replicas, t_span, start, T, dt=None) -> f
     t_begin = time.perf_counter()
     noise_call()
     t_noise = time.perf_counter() - t_begin
+    t_finite = 0.0
+    if finite_n:
+        der = _derivatives(_untimed(model, "simulate(method='sde')"), form)
+        x = k.layout.pack(Q0, rho0, a)
+        finite_n_drift(der, k, x, T, f, 0.0, 1000)
+        t_begin = time.perf_counter()
+        finite_n_drift(der, k, x, T, f, 0.0, 1000)
+        t_finite = time.perf_counter() - t_begin
     steps = math.ceil(t_span / (DEFAULT_DT if dt is None else dt))
-    return steps * (2.0 * t_rhs + t_noise)
+    return steps * (2.0 * t_rhs + t_noise + t_finite)
 
 
 def sde_cost_reason(model, form=None, *, replicas=None, t_span=None, start=None, T=None,
-                    dt=None) -> str:
+                    dt=None, finite_n=False) -> str:
     """Why the whole-run SDE is not run for `model` (empty when it is affordable).
 
     Every model whose drift kernels exist is run: the noise is chosen by cost
@@ -273,7 +291,7 @@ def sde_cost_reason(model, form=None, *, replicas=None, t_span=None, start=None,
         return f"the SDE's kernels refuse this model: {exc}"
     if replicas is None or t_span is None or start is None or T is None:
         return ""
-    seconds = whole_run_sde_seconds(model, form, replicas, t_span, start, T, dt)
+    seconds = whole_run_sde_seconds(model, form, replicas, t_span, start, T, dt, finite_n)
     if seconds > MAX_WHOLE_RUN_SECONDS:
         return (f"the whole-run SDE ({replicas} replicas, t in [0, {t_span:.4g}], "
                 f"{noise} noise) is estimated at >= {seconds:.3g} s (limit "
