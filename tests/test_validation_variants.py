@@ -14,6 +14,11 @@ machine).  The trained readout's SGD mean risk sits above the ODE by an O(1/N)
 bias (fluctuations of a around a(t) through the curvature of the risk; measured
 N·bias ≈ 2.5 at t = 1 for lr_readout = 0.5 at N = 1000 and 4000 alike), so its
 test uses lr_readout = 0.3 at N = 2000, where the bias is below one standard error.
+
+The ``sq.compare`` calls on a report's data pass ``resolution=False``: the resolution
+(forward sensitivities along the ODE, about half of this module's CPU time when every
+compare ran it) is reported after the verdict and never changes it, no test here reads
+it, and each variant's resolution still runs once, in its ``validate`` report.
 """
 
 import functools
@@ -169,7 +174,7 @@ def test_classic_baseline_passes_with_the_same_statistics():
 def test_variant_sgd_fails_against_the_classic_ode(name):
     """Every field changes the dynamics visibly: its SGD against the classic ODE FAILs."""
     rep = _report(name)
-    bad = sq.compare(CLASSIC, rep.t, rep.sgd_Q, rep.sgd_rho)
+    bad = sq.compare(CLASSIC, rep.t, rep.sgd_Q, rep.sgd_rho, resolution=False)
     assert bad.verdict == "FAIL", bad.reasons
     assert _status(bad)["mean_deviation"] == "fail", bad.reasons
 
@@ -182,12 +187,13 @@ def test_variant_sgd_fails_against_the_classic_ode(name):
 def test_compare_fails_the_wrong_variant(data, theory):
     rep, m = _report(data), _model(theory)
     readout = _fixed_readout_as_data(m, rep) if m.readout_trained else None
-    bad = sq.compare(m, rep.t, rep.sgd_Q, rep.sgd_rho, readout=readout)
+    bad = sq.compare(m, rep.t, rep.sgd_Q, rep.sgd_rho, readout=readout, resolution=False)
     assert bad.verdict == "FAIL", bad.reasons
     assert "fail" in (_status(bad)["mean_deviation"], _status(bad)["band"]), bad.reasons
     # ... while the right theory passes the same data
     right = _model(data)
-    good = sq.compare(right, rep.t, rep.sgd_Q, rep.sgd_rho, readout=rep.sgd_readout)
+    good = sq.compare(right, rep.t, rep.sgd_Q, rep.sgd_rho, readout=rep.sgd_readout,
+                      resolution=False)
     assert good.verdict == "PASS", good.reasons
 
 
@@ -195,7 +201,7 @@ def test_compare_fails_the_wrong_variant(data, theory):
 def test_compare_reproduces_validate_for_a_trained_readout():
     rep = _report("combination")
     again = sq.compare(_model("combination"), rep.t, rep.sgd_Q, rep.sgd_rho,
-                       readout=rep.sgd_readout)
+                       readout=rep.sgd_readout, resolution=False)
     np.testing.assert_allclose(again.ode_readout, rep.ode_readout, rtol=1e-10, atol=1e-13)
     np.testing.assert_allclose(again.sgd_risk, rep.sgd_risk, rtol=1e-12, atol=1e-14)
     assert again.numbers["band"] == rep.numbers["band"]
@@ -207,7 +213,8 @@ def test_forced_escape_analysis_is_a_stated_skip_for_a_variant():
     """A variant the escape law was not derived for (a non-uniform readout) is a stated skip."""
     rep = _report("readout")
     assert refusal(_model("readout"), "escape") is not None
-    out = sq.compare(_model("readout"), rep.t, rep.sgd_Q, rep.sgd_rho, escape=True)
+    out = sq.compare(_model("readout"), rep.t, rep.sgd_Q, rep.sgd_rho, escape=True,
+                     resolution=False)
     assert not out.numbers["escape"]["defined"]
     assert "readout=(7/10, 1/5, 2/5)" in out.numbers["escape"]["reason"]
 
@@ -249,7 +256,7 @@ def test_compare_checks_the_readout_first(model_kw, readout, error, match, no_od
 def test_compare_takes_a_single_replica_readout_without_replica_axis():
     rep = _report("lr_readout")
     one = sq.compare(_model("lr_readout"), rep.t, rep.sgd_Q[0], rep.sgd_rho[0],
-                     readout=rep.sgd_readout[0])
+                     readout=rep.sgd_readout[0], resolution=False)
     assert one.sgd_readout.shape == (1,) + rep.sgd_readout.shape[1:]
     np.testing.assert_allclose(one.ode_readout[0], rep.ode_readout[0], rtol=1e-9, atol=1e-12)
 
