@@ -17,8 +17,9 @@ test uses lr_readout = 0.3 at N = 2000, where the bias is below one standard err
 
 The ``sq.compare`` calls on a report's data pass ``resolution=False``: the resolution
 (forward sensitivities along the ODE, about half of this module's CPU time when every
-compare ran it) is reported after the verdict and never changes it, no test here reads
-it, and each variant's resolution still runs once, in its ``validate`` report.
+compare ran it) is reported after the verdict and never changes it.  It runs in the
+reports of :data:`RESOLUTION` (the combination of five fields, the sphere, the Hermite
+teacher), where a test reads it; tests/test_resolution.py checks its numbers.
 """
 
 import functools
@@ -73,6 +74,13 @@ def _model(name):
 SLOW_WHOLE_RUN = {"teacher_activation"}
 
 
+#: Variants whose report runs the resolution too (forward sensitivities along the variant's
+#: ODE, ~1-2 s each here; reported after the verdict, never part of it): the combination
+#: (five changed fields at once), the sphere and the Hermite teacher, read by
+#: test_resolution_is_reported_for_the_variants.  The other reports skip it.
+RESOLUTION = {"combination", "constraint", "teacher_activation"}
+
+
 @functools.lru_cache(maxsize=None)
 def _report(name, whole_run=None):
     """validate's report of one variant (computed once per test session)."""
@@ -80,7 +88,8 @@ def _report(name, whole_run=None):
     # variant, is tested from a random start in test_escape_analysis_of_variants_it_applies_to)
     if whole_run is None:
         whole_run = name not in SLOW_WHOLE_RUN
-    return sq.validate(_model(name), **dict(RUN, start="informed", whole_run=whole_run))
+    return sq.validate(_model(name), **dict(RUN, start="informed", whole_run=whole_run,
+                                            resolution=name in RESOLUTION))
 
 
 def _status(report):
@@ -153,6 +162,17 @@ def test_validate_passes_the_variants_true_model(name):
         np.testing.assert_allclose(np.diagonal(rep.sgd_Q, axis1=-2, axis2=-1), 1, atol=1e-12)
         np.testing.assert_allclose(np.diagonal(rep.ode_Q, axis1=-2, axis2=-1), 1, atol=1e-7)
     assert rep.model == m
+
+
+@pytest.mark.parametrize("name", _on_report(*sorted(RESOLUTION)))
+def test_resolution_is_reported_for_the_variants(name):
+    """The resolution runs on the variant: the smallest change of lr its mean-deviation test
+    detects is a fraction of lr; for the combination each changed rate has one too."""
+    res = _report(name).resolution
+    assert 0 < res["lr"] < BASE["lr"], res
+    if name == "combination":
+        assert {"weight_decay", "batch_size", "lr_readout"} <= set(res), res
+        assert all(0 < v < math.inf for v in res.values()), res
 
 
 @_uses_report("classic")
