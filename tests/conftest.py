@@ -1,5 +1,6 @@
 import os
 import shutil
+import sys
 import tempfile
 
 import pytest
@@ -25,24 +26,25 @@ def pytest_configure(config):
         path, owned = tempfile.mkdtemp(prefix="symquad-test-cache-"), True
     _SESSION_CACHE.update(path=path, owned=owned, before=os.environ.get("SYMQUAD_CACHE_DIR"))
     os.environ["SYMQUAD_CACHE_DIR"] = path
-    if int(getattr(config, "workerinput", {}).get("workercount", 1)) > 1:
-        _one_blas_thread()
 
 
-def _one_blas_thread():
-    """BLAS on one thread in this pytest-xdist worker (one worker per core already).
+def pytest_collection_finish(session):
+    """In a pytest-xdist worker (one per core already): BLAS on one thread.
 
     With the library's default (a thread per core) in every worker, the workers'
     threads outnumber the cores and OpenBLAS's waiting threads spin: measured on the
     loaded 2-core machine, ``eigvalsh`` of a 2208 x 2208 matrix took 7.0 s of CPU on
     two threads and 0.8 s on one, and tests/test_diffusion.py 33 s against 22 s
-    (``-n 0``, OPENBLAS_NUM_THREADS=1).  A test may still raise it
-    (``threadpoolctl.threadpool_limits``, ``Kernels(threads=)``) up to the library's
-    own count; a run without xdist keeps the user's setting.
+    (``-n 0``, OPENBLAS_NUM_THREADS=1).  After collection the test modules have loaded
+    NumPy and SciPy (one OpenBLAS here), which threadpoolctl limits; a test may still
+    raise it (``threadpoolctl.threadpool_limits``, ``Kernels(threads=)``) up to the
+    library's own count.  A run without xdist keeps the user's setting.
     """
+    workerinput = getattr(session.config, "workerinput", None)
+    if not workerinput or int(workerinput.get("workercount", 1)) < 2 \
+            or "numpy" not in sys.modules:
+        return
     try:
-        import numpy  # noqa: F401  (the BLAS libraries are loaded by these imports:
-        import scipy.linalg  # noqa: F401  threadpoolctl limits those loaded)
         import threadpoolctl
     except ImportError:
         return
