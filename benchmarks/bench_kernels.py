@@ -268,6 +268,63 @@ def diffusion_main(ps, repeat, reference_max_p, first_call, activations=DIFFUSIO
             print(f"{act:>16} {first_call_seconds(act):8.1f}", flush=True)
 
 
+def matmul_rate(size=512, repeat=5):
+    """Multiply-adds per second of one ``size × size`` numpy matrix product (best of `repeat`)."""
+    x = np.random.default_rng(0).standard_normal((size, size))
+    y = x.T.copy()
+    return size ** 3 / time_call(lambda: x @ y, repeat)
+
+
+def call_floor(repeat=5):
+    """CPU seconds of one numpy call that does no arithmetic (a 2-element ``c_einsum``)."""
+    from symquad.runtime import diffusion_engine as engine
+    x = np.ones((1, 2))
+    return time_call(lambda: engine._c_einsum("...ta,...ta->...ta", x, x), repeat)
+
+
+def diffusion_cost_main(ps, repeat, activations):
+    """What one tensor-route ``D`` costs, and the least it could cost in this form.
+
+    Per activation and ``p`` (``p* = 2``, trained readout, one state, BLAS pinned to one
+    thread): the program's numpy calls and multiply-adds (:meth:`_Program.cost`), the
+    measured time of the kinds, the part of it that the calls cost at the measured
+    floor of one numpy call (``calls × floor``), and the *lower bound* ``MACs / R`` with
+    ``R`` the measured rate of a 512 × 512 matrix product, against one RHS call.
+    """
+    import threadpoolctl
+    from symquad._generated import diffusion_assembly as assembly
+    from symquad.numeric.kernels import _diffusion_tensor_module
+    from symquad.runtime import diffusion_engine as engine
+    rng = np.random.default_rng(0)
+    with threadpoolctl.threadpool_limits(limits=1):
+        rate, floor = matmul_rate(), call_floor()
+        print(f"# one thread: matmul rate R = {rate / 1e9:.2f} GMAC/s (512 x 512), "
+              f"floor of one numpy call {floor * 1e6:.2f} us; times in ms, best of {repeat}")
+        print(f"{'activation':>16} {'p':>3} {'calls':>6} {'MACs':>9} {'kinds':>9} "
+              f"{'calls*floor':>11} {'rest':>8} {'MACs/R':>8} {'RHS':>7} {'kinds/RHS':>9} "
+              f"{'bound/RHS':>9}")
+        for act in activations:
+            for p in ps:
+                model = sq.Model(p, 2, 0.1, activation=act, lr_readout=0.1)
+                k = sq.kernels(model, "tensor")
+                Q, rho, T = _point(p, 2, rng)
+                a, b = np.full(p, 1.0 / p), np.ones(2)
+                k.diffusion(Q, rho, T, a)                       # generation and planning
+                plan = _diffusion_tensor_module(model).PLAN
+                names = assembly.KINDS[(model.constraint, True)]
+                cost = engine._program(plan, tuple(names), p, p + 2).cost()
+                calls = cost["steps"] + cost["finals"]
+                macs = cost["macs_steps"] + cost["macs_finals"]
+                t_rhs = time_call(lambda: k.rhs(Q, rho, T, a), repeat)
+                t_kinds = time_call(lambda: engine.tensor_kinds(plan, Q, rho, T, a, b,
+                                                                model.noise, names), repeat)
+                over = calls * floor
+                print(f"{act:>16} {p:>3} {calls:>6} {macs:9.2e} {t_kinds * 1e3:9.2f} "
+                      f"{over * 1e3:11.2f} {(t_kinds - over) * 1e3:8.2f} "
+                      f"{macs / rate * 1e3:8.2f} {t_rhs * 1e3:7.3f} {t_kinds / t_rhs:9.0f} "
+                      f"{macs / rate / t_rhs:9.1f}", flush=True)
+
+
 if __name__ == "__main__":
     parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--max-p", type=int, default=512)
@@ -276,12 +333,18 @@ if __name__ == "__main__":
     parser.add_argument("--p-star", type=int, default=2)
     parser.add_argument("--before", help="an older generated quadratic_matrix.py to compare")
     parser.add_argument("--diffusion", action="store_true", help="time D against the RHS")
+    parser.add_argument("--diffusion-cost", action="store_true",
+                        help="D's program: calls, multiply-adds, call overhead, lower bound")
     parser.add_argument("--diffusion-p", default="2,4,8,16")
     parser.add_argument("--reference-max-p", type=int, default=8)
     parser.add_argument("--no-first-call", action="store_true")
     parser.add_argument("--activations", default=",".join(DIFFUSION_ACTIVATIONS),
                         help="comma-separated activations for --diffusion")
     args = parser.parse_args()
+    if args.diffusion_cost:
+        diffusion_cost_main([int(x) for x in args.diffusion_p.split(",")], args.repeat,
+                            [a for a in args.activations.split(",") if a != "z**2"])
+        raise SystemExit(0)
     if args.diffusion:
         diffusion_main([int(x) for x in args.diffusion_p.split(",")], args.repeat,
                        args.reference_max_p, not args.no_first_call,

@@ -386,6 +386,18 @@ class _Program:
         self.roles = {name: plan[name][0] for name in names}
         self.n_steps = sum(1 for o in self.ops if o[0] == "step")
 
+    def cost(self):
+        """``{"steps", "finals", "macs_steps", "macs_finals"}``: the program's size per state.
+
+        ``steps`` pairwise contractions of the program and ``finals`` weighted last steps
+        (each one numpy call), and their multiply-adds per state (the term axis
+        included), as counted by the planner (:func:`_pairwise_plan`).
+        """
+        return {"steps": self.n_steps,
+                "finals": sum(len(f[3]) + (1 if f[4] else 0) for f in self.finals),
+                "macs_steps": sum(o[4] for o in self.ops if o[0] == "step"),
+                "macs_finals": sum(g[4] for f in self.finals for g in f[3])}
+
     def run(self, CP, stud, summed, Delta, batch):
         """The kinds (a dict of arrays) at the stacked inputs of :func:`tensor_kinds`."""
         p, n = stud.shape[-1], summed.shape[-1]
