@@ -59,8 +59,10 @@ def test_batched_kinds_equal_the_reference(activation, p, ps):
 
 
 def test_chunked_terms_equal_the_reference(monkeypatch):
+    # the class route (the program switched off) with every class in chunks of terms
     model = sq.Model(3, 2, 0.3, activation="z**3 - 3*z", lr_readout=0.2)
     monkeypatch.setattr(E, "_CHUNKS", {})
+    monkeypatch.setattr(E, "USE_PROGRAM", False)
     monkeypatch.setattr(E, "MAX_INTERMEDIATE", 64)      # every class in chunks of terms
     plan, args, ref = _check(model, replicas=2, seed=3)
     assert any(chunk < nterms for chunk, nterms in E._CHUNKS.values())   # chunks were used
@@ -105,20 +107,27 @@ def test_program_shares_steps_and_equals_the_class_route(monkeypatch):
     assert prog.n_steps < 0.5 * class_steps
     Q, rho, T, a, b = _states(3, 2, 2, np.random.default_rng(5))
     fast = E.tensor_kinds(plan, Q, rho, T, a, b, 0.3, NAMES)
-    monkeypatch.setattr(E, "MAX_INTERMEDIATE", 0)
+    monkeypatch.setattr(E, "USE_PROGRAM", False)
     classes = E.tensor_kinds(plan, Q, rho, T, a, b, 0.3, NAMES)
     assert _max_rel(fast, classes) <= 1e-14
 
 
-@pytest.mark.parametrize("fuse,dot", [(1, 1), (10 ** 12, 10 ** 12)])
-def test_program_paths_equal_the_reference(monkeypatch, fuse, dot):
-    # every class's last step summing its terms and every step a matrix product, then
-    # neither: each path of _Program.run against the term-by-term reference, batched
+@pytest.mark.parametrize("vm_step,workspace", [(1, 2 ** 25), (10 ** 12, 2 ** 25), (2 ** 9, 1)])
+def test_program_paths_equal_the_reference(monkeypatch, vm_step, workspace):
+    # every step and final as a numpy matrix product (the finals grouped by pattern and
+    # stacked), then every one in the compiled interpreter, then a mix with the batch
+    # run one state at a time: each path of _Executable against the term-by-term
+    # reference, batched
     model = sq.Model(3, 2, 0.3, activation="z**3 - 3*z", lr_readout=0.2)
-    monkeypatch.setattr(E, "_PROGRAMS", {})
-    monkeypatch.setattr(E, "FUSE_STEP", fuse)
-    monkeypatch.setattr(E, "DOT_STEP", dot)
+    monkeypatch.setattr(E, "_EXECUTABLES", {})
+    monkeypatch.setattr(E, "VM_STEP", vm_step)
+    monkeypatch.setattr(E, "MAX_WORKSPACE", workspace)
     _check(model, replicas=2, seed=7)
+    exe = E._executable(_diffusion_tensor_module(model).PLAN, NAMES, 3, 5, 2)
+    kinds = {seg[0] for seg in exe.segments}
+    assert kinds == ({"step"} if vm_step == 1 else {"vm"} if vm_step > 10 ** 9
+                     else {"vm", "step"})
+    assert bool(exe.groups) == (vm_step < 10 ** 9)
 
 
 @pytest.mark.parametrize("subscripts,shapes", [

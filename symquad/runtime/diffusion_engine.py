@@ -276,9 +276,9 @@ def tensor_kinds(plan, Q, rho, T, a, b, Delta, names):
     PHI = numpy.stack(phi, axis=-2)
     stud = PHI[..., :p]
     summed = PHI * w[..., None, :]
-    program = _program(plan, tuple(names), p, n) if USE_PROGRAM else None
-    if program is not None and program.largest * max(1, math.prod(batch)) <= MAX_INTERMEDIATE:
-        return KindArrays(program.run(CP, stud, summed, Delta, batch))
+    if USE_PROGRAM:
+        return KindArrays(_run_program(plan, tuple(names), p, n, CP, stud, summed, Delta,
+                                       batch))
     out = {}
     for name in names:
         roles, _ = plan[name]
@@ -311,21 +311,21 @@ class _Program:
     functions at given orders, student or summed).  Steps with one name are one
     step: the multigraphs of all kinds share their sub-contractions (a summed
     vertex joined to the same externals by the same multiplicities, …), which
-    leaves ~⅓ of the steps for ``z³ − 3z``.  At call time the leaves are read
-    (views where a class has one term), the unique steps run once in order, and
-    each class's last step is taken with its weights ``size/|G|``, summing over its
-    terms into its kind: a matrix product over the term axis instead of a
-    ``(t, p, …)`` array per class summed afterwards.  The same sum as the class
-    route, reassociated (the weights last): equal to rounding.
+    leaves ~⅓ of the steps for ``z³ − 3z``.  Each class's last step is a *final*:
+    it is taken with the terms' weights ``coefficient · size/|G| · Δ^power``,
+    summing over the terms into its kind.  The same sum as the class route,
+    reassociated (the weights last): equal to rounding.  :class:`_Executable` runs it.
     """
 
     def __init__(self, plan, names, p, n):
         index = {}
-        #: per kind and power q: (kind, coefficient, power of Δ, per class the last
-        #: step's two input nodes, its subscripts summing over the terms, the terms'
-        #: weights, its multiply-adds)
+        #: ("leaf", spec) or ("step", subscripts, input, input, multiply-adds), in order
+        self.ops = []
+        #: per class: (kind, input node, input node, subscripts summing over the terms,
+        #: the terms' weights times the noise coefficient, the power of Δ, multiply-adds)
         self.finals = []
         self.largest = 1
+        self.p, self.n = p, n
 
         def node(key, make):
             hit = index.get(key)
@@ -340,11 +340,8 @@ class _Program:
         def step(subs, i, j, flops):
             key = (subs, i, j)
             return node(key, lambda _, k=key, f=flops: self.ops.append(("step",) + k + (f,)))
-        self.ops = []              # in order: ("leaf", spec) or ("step", subs, i, j, flops)
         for name in names:
-            roles, _ = plan[name]
             for (coeff, dpow), q, full, classes in _compiled(plan, name):
-                group, plain = [], []
                 for subs, edges, vertices, M, J, weights in classes:
                     ins, outs = subs.split("->")
                     ins = ins.split(",")[1:]                      # the weights go last
@@ -369,84 +366,327 @@ class _Program:
                     for positions, st, flops in plan_steps[:-1]:
                         x, y = [cur.pop(i)[1] for i in positions]
                         cur.append((st.split("->")[1], step(st, x, y, flops)))
-                    # the class's last step sums over its terms t with their weights (one
-                    # product, a matrix product when large) instead of writing every term's
-                    # (t, p, …) result and summing it after
+                    # the class's last step sums over its terms t with their weights
                     positions, st, flops = plan_steps[-1]
                     x, y = [cur.pop(i)[1] for i in positions]
-                    w = numpy.asarray(weights, float)
-                    if flops < FUSE_STEP:     # small: one weighted sum with the others
-                        plain.append((step(st, x, y, flops), w))
-                    else:
-                        group.append((x, y, st.split("->")[0] + "->" + outs, w, flops))
-                if group or plain:
-                    self.finals.append((name, coeff, dpow, group, [k for k, _ in plain],
-                                        numpy.concatenate([w for _, w in plain]) if plain
-                                        else None, "t,...t" + outs[3:] + "->" + outs))
+                    self.finals.append((name, x, y, st.split("->")[0] + "->" + outs,
+                                        coeff * numpy.asarray(weights, float), dpow, flops))
         self.roles = {name: plan[name][0] for name in names}
         self.n_steps = sum(1 for o in self.ops if o[0] == "step")
 
     def cost(self):
         """``{"steps", "finals", "macs_steps", "macs_finals"}``: the program's size per state.
 
-        ``steps`` pairwise contractions of the program and ``finals`` weighted last steps
-        (each one numpy call), and their multiply-adds per state (the term axis
-        included), as counted by the planner (:func:`_pairwise_plan`).
+        ``steps`` pairwise contractions and ``finals`` weighted last steps, and their
+        multiply-adds per state (the term axis included), as counted by the planner
+        (:func:`_pairwise_plan`).
         """
-        return {"steps": self.n_steps,
-                "finals": sum(len(f[3]) + (1 if f[4] else 0) for f in self.finals),
+        return {"steps": self.n_steps, "finals": len(self.finals),
                 "macs_steps": sum(o[4] for o in self.ops if o[0] == "step"),
-                "macs_finals": sum(g[4] for f in self.finals for g in f[3])}
+                "macs_finals": sum(f[6] for f in self.finals)}
 
-    def run(self, CP, stud, summed, Delta, batch):
-        """The kinds (a dict of arrays) at the stacked inputs of :func:`tensor_kinds`."""
-        p, n = stud.shape[-1], summed.shape[-1]
-        nbatch = max(1, math.prod(batch))
-        vals = []
+    def shapes(self):
+        """Per node (leaves and steps, in order): its letters and shape (term axis first)."""
+        p, n = self.p, self.n
+        out = []
         for op in self.ops:
             if op[0] == "leaf":
                 spec = op[1]
                 if spec[0] == "C":
-                    m, su, sv = spec[1:]
-                    sl = (slice(m[0], m[0] + 1) if len(m) == 1 else list(m),
-                          slice(0, su), slice(0, sv))
-                    vals.append(CP[(Ellipsis,) + sl])
+                    out.append(("tuv", (len(spec[1]), spec[2], spec[3])))
                 else:
-                    src = summed if spec[0] == "q" else stud
-                    j = spec[1]
-                    vals.append(src[..., j[0]:j[0] + 1, :] if len(j) == 1
-                                else src[..., list(j), :])
+                    out.append(("tu", (len(spec[1]), n if spec[0] == "q" else p)))
             else:
-                _, subs, i, j, flops = op
-                if flops * nbatch >= DOT_STEP or _c_einsum is None:
-                    vals.append(_dot(subs, vals[i], vals[j]))
+                _, subs, i, j, _ = op
+                ins, res = subs.split("->")
+                dims = {}
+                for sub, k in zip(ins.split(","), (i, j)):
+                    dims.update(zip(sub.replace("...", ""), out[k][1]))
+                res = res.replace("...", "")
+                out.append((res, tuple(dims[ch] for ch in res)))
+        return out
+
+
+#: Steps and finals of fewer multiply-adds than this (times the batch) run in the
+#: compiled interpreter (:mod:`symquad.runtime.contraction_vm`); larger ones as numpy
+#: matrix products (:func:`_dot`), the finals stacked by pattern (:class:`_Executable`).
+VM_STEP = 2 ** 14
+
+#: Largest workspace of one :class:`_Executable` call, in array elements (the batch is
+#: split into chunks to stay below it; 2**25 doubles are 256 MiB).
+MAX_WORKSPACE = 2 ** 25
+
+
+def _letters(subscripts):
+    """The letters of a pairwise step's two operands and result, without the ``...``."""
+    ins, out = subscripts.replace("...", "").split("->")
+    x, y = ins.split(",")
+    return x, y, out
+
+
+def _role_perms(roles):
+    """Permutations ``σ`` (tuples, position → image) of the positions that keep every role."""
+    groups = {}
+    for v, role in enumerate(roles):
+        groups.setdefault(role, []).append(v)
+    out = []
+    for choice in itertools.product(*[itertools.permutations(g) for g in groups.values()]):
+        perm = list(range(len(roles)))
+        for g, images in zip(groups.values(), choice):
+            for v, u in zip(g, images):
+                perm[v] = u
+        out.append(tuple(perm))
+    return out
+
+
+def _final_pattern(xs, ys, outs, perms):
+    """Canonical pattern of a final ``Σ_t x_t y_t`` under the kind's role permutations.
+
+    The kind is symmetrised over the permutations ``σ`` of its external axes that keep
+    their roles (:func:`_symmetrise`), so a term may be replaced by its image
+    ``σ(term)``: relabelled so that its operands' external axes are the smallest
+    possible positions, finals of one *pattern* — the same output positions in each
+    operand and the same numbers of summed letters (shared, or of one operand only) —
+    are one contraction over their stacked terms.  Returns ``(pattern, σ, swapped)``.
+    """
+    best = None
+    inner_x = [ch for ch in xs if ch != "t" and ch not in outs]
+    inner_y = [ch for ch in ys if ch != "t" and ch not in outs]
+    shared = sum(1 for ch in inner_x if ch in inner_y)
+    nx, ny = len(inner_x) - shared, len(inner_y) - shared
+    for perm in perms:
+        ex = tuple(sorted(perm[outs.index(ch)] for ch in xs if ch in outs))
+        ey = tuple(sorted(perm[outs.index(ch)] for ch in ys if ch in outs))
+        for cand in (((ex, ey, shared, nx, ny), perm, False),
+                     ((ey, ex, shared, ny, nx), perm, True)):
+            if best is None or cand[0] < best[0]:
+                best = cand
+    return best
+
+
+def _canonical_order(xs, ys, outs, perm):
+    """The axes of `xs` and `ys` in the pattern's order: term, externals, shared, own letters."""
+    def ext(letters):
+        return sorted((ch for ch in letters if ch in outs), key=lambda c: perm[outs.index(c)])
+    shared = [ch for ch in xs if ch != "t" and ch not in outs and ch in ys]
+    own_x = [ch for ch in xs if ch != "t" and ch not in outs and ch not in ys]
+    own_y = [ch for ch in ys if ch != "t" and ch not in outs and ch not in xs]
+    return ["t"] + ext(xs) + shared + own_x, ["t"] + ext(ys) + shared + own_y
+
+
+class _Executable:
+    r"""A :class:`_Program` laid out in one flat workspace per state and run in few calls.
+
+    Every node (leaf or step result) is a region of a ``float64`` row ``W[b]`` per
+    state ``b``, allocated when it is computed and reused once its last reader has
+    run.  At call time the inputs are copied in (the stacked ``C^{∘m}/m!``,
+    ``φ_j``, ``w φ_j``), the leaves gathered from them in one indexing call, and:
+
+    * every step and final below :data:`VM_STEP` multiply-adds runs in the compiled
+      interpreter (:func:`symquad.runtime.contraction_vm.run`), a run of consecutive
+      ones per call;
+    * a larger step runs as one numpy matrix product (:func:`_dot`);
+    * the larger finals of one kind are grouped by pattern (:func:`_final_pattern`),
+      their terms stacked along the term axis by one gather, and each group is one
+      weighted matrix product over the stacked terms into its kind.
+
+    The same sums as :meth:`_Program` describes, in another order: equal to rounding.
+    """
+
+    def __init__(self, program, top, nbatch):
+        from . import contraction_vm as vm      # lazy: numba
+        self.vm = vm
+        p, n = program.p, program.n
+        shapes = program.shapes()
+        ops, finals = program.ops, program.finals
+        self.roles = program.roles
+        # fixed regions: the inputs, a constant 1, the kinds, the weights
+        layout = {"CP": (top + 1) * n * n, "stud": (top + 2) * p, "summed": (top + 2) * n,
+                  "one": 1}
+        self.regions, end = {}, 0
+        for key, size in layout.items():
+            self.regions[key] = (end, end + size)
+            end += size
+        self.outputs = {}
+        for name, roles in self.roles.items():
+            shape = tuple(p if r in ("d", "s") else n for r in roles)
+            self.outputs[name] = (end, shape)
+            end += math.prod(shape)
+        self.out_span = (self.regions["one"][1], end)
+        big_final = [f[6] * nbatch >= VM_STEP for f in finals]
+        wsizes = [len(f[4]) for f in finals]
+        self.weights = numpy.concatenate([f[4] for f in finals]) if finals else numpy.zeros(0)
+        self.powers = numpy.concatenate([numpy.full(len(f[4]), f[5], float) for f in finals]) \
+            if finals else numpy.zeros(0)
+        self.w_span = (end, end + self.weights.size)
+        w_off = list(itertools.accumulate([end] + wsizes))
+        end += self.weights.size
+        # execution order: the leaves, then each step followed by the small finals whose
+        # last input it is; the large finals (grouped) at the end
+        after = {}
+        for f, fin in enumerate(finals):
+            if not big_final[f]:
+                after.setdefault(max(fin[1], fin[2]), []).append(f)
+        order = [("op", k) for k, op in enumerate(ops) if op[0] == "step"]
+        seq = []
+        for kind, k in order:
+            seq.append(("op", k))
+            seq.extend(("final", f) for f in after.get(k, ()))
+        leaf_finals = [f for k in range(len(ops)) if ops[k][0] == "leaf"
+                       for f in after.get(k, ())]
+        seq = [("final", f) for f in leaf_finals] + seq
+        last = {}
+        for pos, (kind, k) in enumerate(seq):
+            ins = ops[k][2:4] if kind == "op" else finals[k][1:3]
+            for i in ins:
+                last[i] = pos
+        forever = len(seq)
+        for f, fin in enumerate(finals):
+            if big_final[f]:
+                last[fin[1]] = last[fin[2]] = forever
+        # allocation: exact-size free lists (shapes repeat), a region is reused after its
+        # last reader; an output is allocated before its inputs are released
+        free, offset = {}, [0] * len(ops)
+        top_ = [end]
+
+        def alloc(size):
+            pool = free.get(size)
+            if pool:
+                return pool.pop()
+            start = top_[0]
+            top_[0] += size
+            return start
+
+        def release(node):
+            free.setdefault(math.prod(shapes[node][1]), []).append(offset[node])
+        leaves = [k for k, op in enumerate(ops) if op[0] == "leaf"]
+        src, dst = [], []
+        for k in leaves:
+            offset[k] = alloc(math.prod(shapes[k][1]))
+            dst.append(offset[k] + numpy.arange(math.prod(shapes[k][1])))
+            spec = ops[k][1]
+            region = {"C": "CP", "q": "summed", "s": "stud"}[spec[0]]
+            src.append(self.regions[region][0] + self._leaf_source(spec, p, n))
+        self.leaf_dst = numpy.concatenate(dst).astype(numpy.intp)
+        self.leaf_src = numpy.concatenate(src).astype(numpy.intp)
+        for k in leaves:
+            if k not in last:
+                release(k)
+        rows, self.segments = [], []
+
+        def emit(row):
+            if self.segments and self.segments[-1][0] == "vm":
+                self.segments[-1][2] += 1
+            else:
+                self.segments.append(["vm", len(rows), len(rows) + 1])
+            rows.append(row)
+
+        def operand(k, letters):
+            # a node's axes are named by the subscripts of the step reading it (a leaf
+            # or a shared step is read under other letters by other classes)
+            return (offset[k], letters, shapes[k][1])
+        for pos, (kind, k) in enumerate(seq):
+            if kind == "op":
+                _, subs, i, j, flops = ops[k]
+                xl, yl, zl = _letters(subs)
+                offset[k] = alloc(math.prod(shapes[k][1]))
+                if flops * nbatch >= VM_STEP:
+                    self.segments.append(("step", subs, operand(i, xl), operand(j, yl),
+                                          operand(k, zl)))
                 else:
-                    vals.append(_c_einsum(subs, vals[i], vals[j]))
-        out = {name: numpy.zeros(batch + tuple(p if r in ("d", "s") else n for r in roles))
-               for name, roles in self.roles.items()}
-        axis = len(batch)
-        for name, coeff, dpow, group, plain, weights, subs in self.finals:
-            acc = 0.0
-            if plain:
-                # the small classes' results have their term axis just before the kind's
-                # axes: one weighted sum over their concatenated terms
-                terms = numpy.concatenate([vals[k] for k in plain], axis=axis)
-                acc = numpy.einsum(subs, weights, terms)
-            for i, j, fsubs, fweights, flops in group:
-                x, y = vals[i], vals[j]
-                if y.size < x.size:
-                    x, y = y, x
-                    left, right = fsubs.split("->")[0].split(",")
-                    fsubs = right + "," + left + "->" + fsubs.split("->")[1]
-                # every operand has its term axis right after the batch axes
-                x = x * fweights.reshape(fweights.shape + (1,) * (x.ndim - axis - 1))
-                if flops * nbatch >= DOT_STEP or _c_einsum is None:
-                    acc = acc + _dot(fsubs, x, y)
-                else:
-                    acc = acc + _c_einsum(fsubs, x, y)
-            out[name] += (coeff * Delta ** dpow) * acc
-        return {name: _symmetrise(total, self.roles[name], len(batch))
-                for name, total in out.items()}
+                    emit(vm.encode(operand(i, xl), operand(j, yl), operand(k, zl)))
+                ins = (i, j)
+            else:
+                name, i, j, subs, _, _, _ = finals[k]
+                xl, yl, zl = _letters(subs)
+                zo, zshape = self.outputs[name]
+                emit(vm.encode(operand(i, xl), operand(j, yl), (zo, zl, zshape),
+                               w=(w_off[k], "t"), zero=False))
+                ins = (i, j)
+            for i in set(ins):
+                if last.get(i) == pos:
+                    release(i)
+        self.code = numpy.array(rows, dtype=numpy.int64).reshape(-1, vm.ROW)
+        self.groups = self._groups(program, [f for f in range(len(finals)) if big_final[f]],
+                                   shapes, offset, w_off)
+        self.size = top_[0]
+
+    @staticmethod
+    def _leaf_source(spec, p, n):
+        """Flat positions, in its input's region, of one leaf's entries (term axis first)."""
+        if spec[0] == "C":
+            m, su, sv = spec[1:]
+            return (numpy.asarray(m)[:, None, None] * n * n
+                    + numpy.arange(su)[None, :, None] * n + numpy.arange(sv)[None, None, :]).ravel()
+        j = numpy.asarray(spec[1])
+        return (j[:, None] * n + numpy.arange(n)[None, :]).ravel() if spec[0] == "q" else \
+            (j[:, None] * p + numpy.arange(p)[None, :]).ravel()
+
+    def _groups(self, program, big, shapes, offset, w_off):
+        """The large finals grouped by kind and pattern, with their stacking gathers."""
+        groups = {}
+        perms = {name: _role_perms(roles) for name, roles in self.roles.items()}
+        for f in big:
+            name, i, j, subs, weights, _, _ = program.finals[f]
+            xs, ys, outs = _letters(subs)
+            pattern, perm, swapped = _final_pattern(xs, ys, outs, perms[name])
+            if swapped:
+                i, j, xs, ys = j, i, ys, xs
+            ox, oy = _canonical_order(xs, ys, outs, perm)
+            g = groups.setdefault((name, pattern), {"x": [], "y": [], "w": [], "ox": ox,
+                                                    "oy": oy, "perm": perm, "outs": outs,
+                                                    "dims": {}})
+            for node, letters, order, key in ((i, xs, ox, "x"), (j, ys, oy, "y")):
+                shape = shapes[node][1]
+                axes = [letters.index(ch) for ch in order]
+                flat = numpy.arange(math.prod(shape)).reshape(shape).transpose(axes)
+                g[key].append((offset[node] + flat).reshape(flat.shape[0], -1))
+                g["dims"][key] = flat.shape[1:]
+            g["w"].append(numpy.arange(w_off[f], w_off[f] + len(weights)))
+        out = []
+        letters = "abcdefgh"
+        for (name, pattern), g in groups.items():
+            ext_x, ext_y, shared, own_x, own_y = pattern
+            sx = "".join(letters[k] for k in ext_x) + "pqrs"[:shared] + "uv"[:own_x]
+            sy = "".join(letters[k] for k in ext_y) + "pqrs"[:shared] + "wx"[:own_y]
+            outs = letters[:len(self.roles[name])]
+            subs = f"...t{sx},...t{sy}->...{outs}"
+            gx, gy = numpy.concatenate(g["x"]), numpy.concatenate(g["y"])
+            out.append((name, subs, gx, gy, g["dims"]["x"], g["dims"]["y"],
+                        numpy.concatenate(g["w"]),
+                        sum(program.finals[f][6] for f in big if program.finals[f][0] == name)))
+        return out
+
+    def run(self, CP, stud, summed, Delta, B):
+        """The kinds (a dict of arrays, batch axis first) at the stacked inputs of one chunk."""
+        W = numpy.empty((B, self.size))
+        for key, arr in (("CP", CP), ("stud", stud), ("summed", summed)):
+            lo, hi = self.regions[key]
+            W[:, lo:hi] = arr.reshape(B, -1)
+        W[:, self.regions["one"][0]] = 1.0
+        W[:, self.leaf_dst] = W[:, self.leaf_src]
+        W[:, self.out_span[0]:self.out_span[1]] = 0.0
+        W[:, self.w_span[0]:self.w_span[1]] = self.weights * Delta ** self.powers
+        for seg in self.segments:
+            if seg[0] == "vm":
+                self.vm.run(W, self.code, seg[1], seg[2])
+                continue
+            _, subs, x, y, z = seg
+            xv = W[:, x[0]:x[0] + math.prod(x[2])].reshape((B,) + x[2])
+            yv = W[:, y[0]:y[0] + math.prod(y[2])].reshape((B,) + y[2])
+            W[:, z[0]:z[0] + math.prod(z[2])] = _dot(subs, xv, yv).reshape(B, -1)
+        out = {name: W[:, o:o + math.prod(shape)].reshape((B,) + shape)
+               for name, (o, shape) in self.outputs.items()}
+        for name, subs, gx, gy, dx, dy, gw, _ in self.groups:
+            X = W[:, gx].reshape((B, gx.shape[0]) + dx)
+            Y = W[:, gy].reshape((B, gy.shape[0]) + dy)
+            w = W[:, gw]
+            if X[0].size <= Y[0].size:
+                X = X * w.reshape(w.shape + (1,) * len(dx))
+            else:
+                Y = Y * w.reshape(w.shape + (1,) * len(dy))
+            out[name] += _dot(subs, X, Y)
+        return {name: _symmetrise(value, self.roles[name], 1) for name, value in out.items()}
 
 
 _PROGRAMS: dict = {}
@@ -458,6 +698,37 @@ def _program(plan, names, p, n):
     if hit is None or hit[0] is not plan:
         hit = (plan, _Program(plan, names, p, n))
         _PROGRAMS[key] = hit
+    return hit[1]
+
+
+_EXECUTABLES: dict = {}
+
+
+def _run_program(plan, names, p, n, CP, stud, summed, Delta, batch):
+    """The kinds through :class:`_Executable`, the batch in chunks of bounded workspace."""
+    nbatch = max(1, math.prod(batch))
+    exe = _executable(plan, names, p, n, nbatch)
+    chunk = max(1, min(nbatch, MAX_WORKSPACE // max(exe.size, 1)))
+    flat = [a.reshape((nbatch,) + a.shape[len(batch):])
+            for a in (numpy.broadcast_to(CP, batch + CP.shape[len(batch):]),
+                      numpy.broadcast_to(stud, batch + stud.shape[len(batch):]),
+                      numpy.broadcast_to(summed, batch + summed.shape[len(batch):]))]
+    parts = []
+    for lo in range(0, nbatch, chunk):
+        hi = min(nbatch, lo + chunk)
+        parts.append(exe.run(*(a[lo:hi] for a in flat), Delta, hi - lo))
+    return {name: numpy.concatenate([part[name] for part in parts]).reshape(
+        batch + parts[0][name].shape[1:]) for name in parts[0]}
+
+
+def _executable(plan, names, p, n, nbatch):
+    """The :class:`_Executable` of a plan's program for a batch of `nbatch` states (cached)."""
+    bucket = 1 if nbatch <= 1 else 2 ** min(6, math.ceil(math.log2(nbatch)))
+    key = (id(plan), names, p, n, bucket)
+    hit = _EXECUTABLES.get(key)
+    if hit is None or hit[0] is not plan:
+        hit = (plan, _Executable(_program(plan, names, p, n), plan["__top__"], bucket))
+        _EXECUTABLES[key] = hit
     return hit[1]
 
 
@@ -508,16 +779,6 @@ def _run_steps(steps, ops):
         ops.append(numpy.einsum(subs, *args, optimize=flops * nbatch >= LARGE_STEP))
     return ops[0]
 
-
-#: A class's last step of at least this many multiply-adds sums over its terms itself
-#: (:class:`_Program`); below, the per-call cost of a separate weighted sum outweighs the
-#: saved ``(t, p, …)`` result (p = 2 ran 0.7× as fast with every last step summing).
-FUSE_STEP = 2 ** 12
-
-#: Program steps of at least this many multiply-adds (times the batch) run as one
-#: ``matmul`` (:func:`_dot`); below, ``c_einsum``'s single call costs less than the
-#: transposes and reshapes around a matrix product.
-DOT_STEP = 2 ** 13
 
 _DOTS: dict = {}
 
