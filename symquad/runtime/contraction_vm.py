@@ -102,6 +102,61 @@ def encode(x, y, z, w=None, zero=True):
 
 
 @njit(cache=True)
+def _inner(V, d0, d1, xo, yo, zo, sx0, sy0, sz0, sx1, sy1, sz1):  # pragma: no cover
+    """The two innermost loops of an unweighted step (indices unsigned: no wraparound test)."""
+    for _ in range(d1):
+        if sz0 == 0:
+            # a dot product: two partial sums halve the chain of dependent additions
+            acc0 = 0.0
+            acc1 = 0.0
+            k = 0
+            while k + 1 < d0:
+                acc0 += V[np.uint64(xo + k * sx0)] * V[np.uint64(yo + k * sy0)]
+                acc1 += V[np.uint64(xo + (k + 1) * sx0)] * V[np.uint64(yo + (k + 1) * sy0)]
+                k += 2
+            if k < d0:
+                acc0 += V[np.uint64(xo + k * sx0)] * V[np.uint64(yo + k * sy0)]
+            V[np.uint64(zo)] += acc0 + acc1
+        elif sx0 == 0:
+            a = V[np.uint64(xo)]
+            for k in range(d0):
+                V[np.uint64(zo + k * sz0)] += a * V[np.uint64(yo + k * sy0)]
+        elif sy0 == 0:
+            a = V[np.uint64(yo)]
+            for k in range(d0):
+                V[np.uint64(zo + k * sz0)] += V[np.uint64(xo + k * sx0)] * a
+        else:
+            for k in range(d0):
+                V[np.uint64(zo + k * sz0)] += (V[np.uint64(xo + k * sx0)]
+                                               * V[np.uint64(yo + k * sy0)])
+        xo += sx1
+        yo += sy1
+        zo += sz1
+
+
+@njit(cache=True)
+def _inner_weighted(V, d0, d1, xo, yo, zo, wo, sx0, sy0, sz0, sw0, sx1, sy1, sz1,
+                    sw1):  # pragma: no cover
+    """The two innermost loops of a weighted step."""
+    for _ in range(d1):
+        if sz0 == 0:
+            acc = 0.0
+            for k in range(d0):
+                acc += (V[np.uint64(xo + k * sx0)] * V[np.uint64(yo + k * sy0)]
+                        * V[np.uint64(wo + k * sw0)])
+            V[np.uint64(zo)] += acc
+        else:
+            for k in range(d0):
+                V[np.uint64(zo + k * sz0)] += (V[np.uint64(xo + k * sx0)]
+                                               * V[np.uint64(yo + k * sy0)]
+                                               * V[np.uint64(wo + k * sw0)])
+        xo += sx1
+        yo += sy1
+        zo += sz1
+        wo += sw1
+
+
+@njit(cache=True)
 def run(W, code, start, stop):  # pragma: no cover - compiled
     """Run the steps ``code[start:stop]`` on every row of the workspace `W` (in place)."""
     B = W.shape[0]
@@ -137,31 +192,11 @@ def run(W, code, start, stop):  # pragma: no cover - compiled
                 idx[k] = 0
             xo, yo, zo, wo = code[s, _X], code[s, _Y], code[s, _Z], code[s, _W]
             while True:
-                # the two innermost loops
-                xi, yi, zi, wi = xo, yo, zo, wo
-                for _ in range(d1):
-                    if weighted:
-                        if sz0 == 0:
-                            acc = 0.0
-                            for k in range(d0):
-                                acc += V[xi + k * sx0] * V[yi + k * sy0] * V[wi + k * sw0]
-                            V[zi] += acc
-                        else:
-                            for k in range(d0):
-                                V[zi + k * sz0] += (V[xi + k * sx0] * V[yi + k * sy0]
-                                                    * V[wi + k * sw0])
-                    elif sz0 == 0:
-                        acc = 0.0
-                        for k in range(d0):
-                            acc += V[xi + k * sx0] * V[yi + k * sy0]
-                        V[zi] += acc
-                    else:
-                        for k in range(d0):
-                            V[zi + k * sz0] += V[xi + k * sx0] * V[yi + k * sy0]
-                    xi += sx1
-                    yi += sy1
-                    zi += sz1
-                    wi += sw1
+                if weighted:
+                    _inner_weighted(V, d0, d1, xo, yo, zo, wo, sx0, sy0, sz0, sw0,
+                                    sx1, sy1, sz1, sw1)
+                else:
+                    _inner(V, d0, d1, xo, yo, zo, sx0, sy0, sz0, sx1, sy1, sz1)
                 # the outer loops: an odometer over letters 0 … nl − 3
                 k = last - 2
                 while k >= 0:

@@ -482,15 +482,20 @@ class _Executable:
     run.  At call time the inputs are copied in (the stacked ``C^{∘m}/m!``,
     ``φ_j``, ``w φ_j``), the leaves gathered from them in one indexing call, and:
 
-    * every step and final below :data:`VM_STEP` multiply-adds runs in the compiled
+    * every step below :data:`VM_STEP` multiply-adds runs in the compiled
       interpreter (:func:`symquad.runtime.contraction_vm.run`), a run of consecutive
-      ones per call;
-    * a larger step runs as one numpy matrix product (:func:`_dot`);
-    * the larger finals of one kind are grouped by pattern (:func:`_final_pattern`),
-      their terms stacked along the term axis by one gather, and each group is one
-      weighted matrix product over the stacked terms into its kind.
+      ones per call; a larger step is one numpy matrix product (:func:`_dot`);
+    * the finals of one kind are grouped by pattern (:func:`_final_pattern`).  In a
+      group, the finals that share an operand (the same node, read in the same
+      order: CSE makes this common) are summed before the product,
+      ``Σ_m Σ_t w_mt x_t y_m,t = Σ_t x_t (Σ_m w_mt y_m,t)``, on the side that saves the
+      most multiply-adds; the interpreter writes each distinct shared operand once
+      and accumulates the weighted partners into one stack per group, as soon as
+      their inputs exist, and the group is one matrix product over the stacked
+      terms into its kind.  A group below :data:`VM_STEP` multiply-adds (small
+      widths) runs as weighted interpreter steps straight into its kind instead.
 
-    The same sums as :meth:`_Program` describes, in another order: equal to rounding.
+    The same sums as :class:`_Program` describes, reassociated: equal to rounding.
     """
 
     def __init__(self, program, top, nbatch):
@@ -500,20 +505,26 @@ class _Executable:
         shapes = program.shapes()
         ops, finals = program.ops, program.finals
         self.roles = program.roles
-        # fixed regions: the inputs, a constant 1, the kinds, the weights
+        # fixed regions: the inputs, a constant 1, the kinds, the groups' accumulated
+        # stacks (zeroed with the kinds), the weights, the groups' copied stacks
         layout = {"CP": (top + 1) * n * n, "stud": (top + 2) * p, "summed": (top + 2) * n,
                   "one": 1}
         self.regions, end = {}, 0
         for key, size in layout.items():
             self.regions[key] = (end, end + size)
             end += size
+        one = (self.regions["one"][0], "", ())
         self.outputs = {}
         for name, roles in self.roles.items():
             shape = tuple(p if r in ("d", "s") else n for r in roles)
             self.outputs[name] = (end, shape)
             end += math.prod(shape)
-        self.out_span = (self.regions["one"][1], end)
-        big_final = [f[6] * nbatch >= VM_STEP for f in finals]
+        groups, member_of = self._plan_groups(program, shapes, nbatch)
+        zero_start = self.regions["one"][1]
+        for g in groups:                        # the accumulated side
+            g["acc_off"] = end
+            end += g["acc_size"]
+        self.zero_span = (zero_start, end)
         wsizes = [len(f[4]) for f in finals]
         self.weights = numpy.concatenate([f[4] for f in finals]) if finals else numpy.zeros(0)
         self.powers = numpy.concatenate([numpy.full(len(f[4]), f[5], float) for f in finals]) \
@@ -521,29 +532,25 @@ class _Executable:
         self.w_span = (end, end + self.weights.size)
         w_off = list(itertools.accumulate([end] + wsizes))
         end += self.weights.size
-        # execution order: the leaves, then each step followed by the small finals whose
-        # last input it is; the large finals (grouped) at the end
+        for g in groups:                        # the copied (shared) side
+            g["copy_off"] = end
+            end += g["copy_size"]
+        # execution order: the leaves, then each step followed by the finals whose last
+        # input it is (a final: a weighted interpreter step into its kind, or the
+        # stacking of its operands into its group); the groups' products at the end
         after = {}
         for f, fin in enumerate(finals):
-            if not big_final[f]:
-                after.setdefault(max(fin[1], fin[2]), []).append(f)
-        order = [("op", k) for k, op in enumerate(ops) if op[0] == "step"]
-        seq = []
-        for kind, k in order:
-            seq.append(("op", k))
-            seq.extend(("final", f) for f in after.get(k, ()))
-        leaf_finals = [f for k in range(len(ops)) if ops[k][0] == "leaf"
-                       for f in after.get(k, ())]
-        seq = [("final", f) for f in leaf_finals] + seq
+            after.setdefault(max(fin[1], fin[2]), []).append(f)
+        seq = [("final", f) for k in range(len(ops)) if ops[k][0] == "leaf"
+               for f in after.get(k, ())]
+        for k, op in enumerate(ops):
+            if op[0] == "step":
+                seq.append(("op", k))
+                seq.extend(("final", f) for f in after.get(k, ()))
         last = {}
         for pos, (kind, k) in enumerate(seq):
-            ins = ops[k][2:4] if kind == "op" else finals[k][1:3]
-            for i in ins:
+            for i in (ops[k][2:4] if kind == "op" else finals[k][1:3]):
                 last[i] = pos
-        forever = len(seq)
-        for f, fin in enumerate(finals):
-            if big_final[f]:
-                last[fin[1]] = last[fin[2]] = forever
         # allocation: exact-size free lists (shapes repeat), a region is reused after its
         # last reader; an output is allocated before its inputs are released
         free, offset = {}, [0] * len(ops)
@@ -585,6 +592,7 @@ class _Executable:
             # a node's axes are named by the subscripts of the step reading it (a leaf
             # or a shared step is read under other letters by other classes)
             return (offset[k], letters, shapes[k][1])
+        copied = set()
         for pos, (kind, k) in enumerate(seq):
             if kind == "op":
                 _, subs, i, j, flops = ops[k]
@@ -598,17 +606,37 @@ class _Executable:
                 ins = (i, j)
             else:
                 name, i, j, subs, _, _, _ = finals[k]
-                xl, yl, zl = _letters(subs)
-                zo, zshape = self.outputs[name]
-                emit(vm.encode(operand(i, xl), operand(j, yl), (zo, zl, zshape),
-                               w=(w_off[k], "t"), zero=False))
                 ins = (i, j)
+                xl, yl, zl = _letters(subs)
+                if k not in member_of:
+                    zo, zshape = self.outputs[name]
+                    emit(vm.encode(operand(i, xl), operand(j, yl), (zo, zl, zshape),
+                                   w=(w_off[k], "t"), zero=False))
+                else:
+                    g, (shared, s_letters, s_order, other, o_letters, o_order, block) = \
+                        groups[member_of[k][0]], member_of[k][1]
+                    c_off = g["copy_off"] + block[0]
+                    a_off = g["acc_off"] + block[1]
+                    key = (member_of[k][0], shared, tuple(s_order))
+                    if key not in copied:       # the shared operand, once, in order
+                        copied.add(key)
+                        emit(vm.encode(operand(shared, s_letters), one,
+                                       (c_off, "".join(s_order),
+                                        tuple(shapes[shared][1][s_letters.index(c)]
+                                              for c in s_order))))
+                    # its partner, weighted, added into the shared operand's block
+                    emit(vm.encode(operand(other, o_letters), one,
+                                   (a_off, "".join(o_order),
+                                    tuple(shapes[other][1][o_letters.index(c)]
+                                          for c in o_order)),
+                                   w=(w_off[k], "t"), zero=False))
             for i in set(ins):
                 if last.get(i) == pos:
                     release(i)
         self.code = numpy.array(rows, dtype=numpy.int64).reshape(-1, vm.ROW)
-        self.groups = self._groups(program, [f for f in range(len(finals)) if big_final[f]],
-                                   shapes, offset, w_off)
+        self.groups = [(g["name"], g["subs"], g["copy_off"], g["copy_size"], g["acc_off"],
+                        g["acc_size"], g["shape_copy"], g["shape_acc"], g["copy_is_x"])
+                       for g in groups]
         self.size = top_[0]
 
     @staticmethod
@@ -622,40 +650,66 @@ class _Executable:
         return (j[:, None] * n + numpy.arange(n)[None, :]).ravel() if spec[0] == "q" else \
             (j[:, None] * p + numpy.arange(p)[None, :]).ravel()
 
-    def _groups(self, program, big, shapes, offset, w_off):
-        """The large finals grouped by kind and pattern, with their stacking gathers."""
-        groups = {}
+    def _plan_groups(self, program, shapes, nbatch):
+        """The finals grouped by kind and pattern; the groups worth a matrix product.
+
+        Returns the groups (dicts: subscripts, the shared and the accumulated side's
+        stack sizes and term counts) and, per final in one, ``(group, (shared node,
+        its letters, its order, partner node, its letters, its order, (block in the
+        shared stack, block in the accumulated stack)))``.
+        """
         perms = {name: _role_perms(roles) for name, roles in self.roles.items()}
-        for f in big:
-            name, i, j, subs, weights, _, _ = program.finals[f]
+        found = {}
+        for f, (name, i, j, subs, weights, _, flops) in enumerate(program.finals):
             xs, ys, outs = _letters(subs)
             pattern, perm, swapped = _final_pattern(xs, ys, outs, perms[name])
             if swapped:
                 i, j, xs, ys = j, i, ys, xs
             ox, oy = _canonical_order(xs, ys, outs, perm)
-            g = groups.setdefault((name, pattern), {"x": [], "y": [], "w": [], "ox": ox,
-                                                    "oy": oy, "perm": perm, "outs": outs,
-                                                    "dims": {}})
-            for node, letters, order, key in ((i, xs, ox, "x"), (j, ys, oy, "y")):
-                shape = shapes[node][1]
-                axes = [letters.index(ch) for ch in order]
-                flat = numpy.arange(math.prod(shape)).reshape(shape).transpose(axes)
-                g[key].append((offset[node] + flat).reshape(flat.shape[0], -1))
-                g["dims"][key] = flat.shape[1:]
-            g["w"].append(numpy.arange(w_off[f], w_off[f] + len(weights)))
-        out = []
+            found.setdefault((name, pattern), []).append((f, i, xs, ox, j, ys, oy, flops))
         letters = "abcdefgh"
-        for (name, pattern), g in groups.items():
+        groups, member_of = [], {}
+        for (name, pattern), members in found.items():
+            # share the side whose distinct operands leave the fewest multiply-adds
+            best = None
+            for side in ("x", "y"):
+                distinct = {}
+                for f, i, xs, ox, j, ys, oy, flops in members:
+                    node, lets, order = (i, xs, ox) if side == "x" else (j, ys, oy)
+                    distinct.setdefault((node, tuple(order), lets), flops)
+                cost = sum(distinct.values())
+                if best is None or cost < best[0]:
+                    best = (cost, side, distinct)
+            cost, side, distinct = best
+            if cost * nbatch < VM_STEP:
+                continue                        # small: weighted interpreter steps
             ext_x, ext_y, shared, own_x, own_y = pattern
             sx = "".join(letters[k] for k in ext_x) + "pqrs"[:shared] + "uv"[:own_x]
             sy = "".join(letters[k] for k in ext_y) + "pqrs"[:shared] + "wx"[:own_y]
-            outs = letters[:len(self.roles[name])]
-            subs = f"...t{sx},...t{sy}->...{outs}"
-            gx, gy = numpy.concatenate(g["x"]), numpy.concatenate(g["y"])
-            out.append((name, subs, gx, gy, g["dims"]["x"], g["dims"]["y"],
-                        numpy.concatenate(g["w"]),
-                        sum(program.finals[f][6] for f in big if program.finals[f][0] == name)))
-        return out
+            g = {"name": name, "subs": f"...t{sx},...t{sy}->...{letters[:len(self.roles[name])]}",
+                 "copy_is_x": side == "x"}
+            blocks, copy_size, acc_size, terms = {}, 0, 0, 0
+            for f, i, xs, ox, j, ys, oy, flops in members:
+                if side == "x":
+                    sh, sl, so, ot, ol, oo = i, xs, ox, j, ys, oy
+                else:
+                    sh, sl, so, ot, ol, oo = j, ys, oy, i, xs, ox
+                key = (sh, tuple(so), sl)
+                csize = math.prod(shapes[sh][1])
+                asize = math.prod(shapes[ot][1])
+                t = shapes[sh][1][0]
+                if key not in blocks:
+                    blocks[key] = (copy_size, acc_size)
+                    copy_size += csize
+                    acc_size += asize
+                    terms += t
+                    g["dims_copy"] = tuple(shapes[sh][1][sl.index(c)] for c in so[1:])
+                    g["dims_acc"] = tuple(shapes[ot][1][ol.index(c)] for c in oo[1:])
+                member_of[f] = (len(groups), (sh, sl, so, ot, ol, oo, blocks[key]))
+            g.update(copy_size=copy_size, acc_size=acc_size, terms=terms,
+                     shape_copy=(terms,) + g["dims_copy"], shape_acc=(terms,) + g["dims_acc"])
+            groups.append(g)
+        return groups, member_of
 
     def run(self, CP, stud, summed, Delta, B):
         """The kinds (a dict of arrays, batch axis first) at the stacked inputs of one chunk."""
@@ -665,7 +719,7 @@ class _Executable:
             W[:, lo:hi] = arr.reshape(B, -1)
         W[:, self.regions["one"][0]] = 1.0
         W[:, self.leaf_dst] = W[:, self.leaf_src]
-        W[:, self.out_span[0]:self.out_span[1]] = 0.0
+        W[:, self.zero_span[0]:self.zero_span[1]] = 0.0
         W[:, self.w_span[0]:self.w_span[1]] = self.weights * Delta ** self.powers
         for seg in self.segments:
             if seg[0] == "vm":
@@ -677,15 +731,10 @@ class _Executable:
             W[:, z[0]:z[0] + math.prod(z[2])] = _dot(subs, xv, yv).reshape(B, -1)
         out = {name: W[:, o:o + math.prod(shape)].reshape((B,) + shape)
                for name, (o, shape) in self.outputs.items()}
-        for name, subs, gx, gy, dx, dy, gw, _ in self.groups:
-            X = W[:, gx].reshape((B, gx.shape[0]) + dx)
-            Y = W[:, gy].reshape((B, gy.shape[0]) + dy)
-            w = W[:, gw]
-            if X[0].size <= Y[0].size:
-                X = X * w.reshape(w.shape + (1,) * len(dx))
-            else:
-                Y = Y * w.reshape(w.shape + (1,) * len(dy))
-            out[name] += _dot(subs, X, Y)
+        for name, subs, co, cs, ao, as_, shc, sha, copy_is_x in self.groups:
+            S = W[:, co:co + cs].reshape((B,) + shc)
+            A = W[:, ao:ao + as_].reshape((B,) + sha)
+            out[name] += _dot(subs, S, A) if copy_is_x else _dot(subs, A, S)
         return {name: _symmetrise(value, self.roles[name], 1) for name, value in out.items()}
 
 
