@@ -38,6 +38,9 @@ _H = 8
 _D, _XS, _YS, _ZS, _WS = (_H + k * MAX_LETTERS for k in range(5))
 #: Integers per encoded step.
 ROW = _H + 5 * MAX_LETTERS
+#: Shortest fastest output letter that :func:`encode` puts innermost, the summed letters
+#: outside it (shorter: a dot product innermost).
+AXPY_MIN = 4
 
 
 def _strides(shape):
@@ -64,8 +67,9 @@ def encode(x, y, z, w=None, zero=True):
         Zero ``z`` before accumulating (False: add to what it holds).
 
     The letters are ordered with ``z``'s outside (in its memory order) and the
-    summed ones inside (longest last), and neighbouring letters that are contiguous
-    in every operand are merged into one loop.
+    summed ones inside (longest last), except that ``z``'s fastest letter goes
+    innermost when it has at least :data:`AXPY_MIN` entries; neighbouring letters
+    that are contiguous in every operand are merged into one loop.
     """
     dims, st = {}, {}
     for k, (off, letters, shape) in enumerate((x, y, z)):
@@ -77,8 +81,14 @@ def encode(x, y, z, w=None, zero=True):
     letters = [ch for ch in dims if dims[ch] > 1]
     outer = sorted((ch for ch in letters if st[ch][2]), key=lambda c: -st[c][2])
     inner = sorted((ch for ch in letters if not st[ch][2]), key=lambda c: dims[c])
+    if inner and outer and dims[outer[-1]] >= AXPY_MIN:
+        # the summed letters just outside z's fastest one: the innermost loop then
+        # updates independent entries of z (no chain of dependent additions)
+        order = outer[:-1] + inner + outer[-1:]
+    else:
+        order = outer + inner
     loops = []
-    for ch in outer + inner:
+    for ch in order:
         d, s = dims[ch], st[ch]
         if loops and all(a == b * d for a, b in zip(loops[-1][1], s)):
             loops[-1] = (loops[-1][0] * d, s)

@@ -505,8 +505,8 @@ class _Executable:
         shapes = program.shapes()
         ops, finals = program.ops, program.finals
         self.roles = program.roles
-        # fixed regions: the inputs, a constant 1, the kinds, the groups' accumulated
-        # stacks (zeroed with the kinds), the weights, the groups' copied stacks
+        # fixed regions: the inputs, a constant 1, the kinds, the weights, the groups'
+        # stacks (the accumulated side is zeroed by its first writer)
         layout = {"CP": (top + 1) * n * n, "stud": (top + 2) * p, "summed": (top + 2) * n,
                   "one": 1}
         self.regions, end = {}, 0
@@ -520,11 +520,7 @@ class _Executable:
             self.outputs[name] = (end, shape)
             end += math.prod(shape)
         groups, member_of = self._plan_groups(program, shapes, nbatch)
-        zero_start = self.regions["one"][1]
-        for g in groups:                        # the accumulated side
-            g["acc_off"] = end
-            end += g["acc_size"]
-        self.zero_span = (zero_start, end)
+        self.zero_span = (self.regions["one"][1], end)
         wsizes = [len(f[4]) for f in finals]
         self.weights = numpy.concatenate([f[4] for f in finals]) if finals else numpy.zeros(0)
         self.powers = numpy.concatenate([numpy.full(len(f[4]), f[5], float) for f in finals]) \
@@ -532,9 +528,10 @@ class _Executable:
         self.w_span = (end, end + self.weights.size)
         w_off = list(itertools.accumulate([end] + wsizes))
         end += self.weights.size
-        for g in groups:                        # the copied (shared) side
+        for g in groups:
             g["copy_off"] = end
-            end += g["copy_size"]
+            g["acc_off"] = end + g["copy_size"]
+            end += g["copy_size"] + g["acc_size"]
         # execution order: the leaves, then each step followed by the finals whose last
         # input it is (a final: a weighted interpreter step into its kind, or the
         # stacking of its operands into its group); the groups' products at the end
@@ -618,18 +615,20 @@ class _Executable:
                     c_off = g["copy_off"] + block[0]
                     a_off = g["acc_off"] + block[1]
                     key = (member_of[k][0], shared, tuple(s_order))
-                    if key not in copied:       # the shared operand, once, in order
+                    first = key not in copied
+                    if first:                   # the shared operand, once, in order
                         copied.add(key)
                         emit(vm.encode(operand(shared, s_letters), one,
                                        (c_off, "".join(s_order),
                                         tuple(shapes[shared][1][s_letters.index(c)]
                                               for c in s_order))))
-                    # its partner, weighted, added into the shared operand's block
+                    # its partner, weighted, added into the shared operand's block (the
+                    # first one zeroes the block)
                     emit(vm.encode(operand(other, o_letters), one,
                                    (a_off, "".join(o_order),
                                     tuple(shapes[other][1][o_letters.index(c)]
                                           for c in o_order)),
-                                   w=(w_off[k], "t"), zero=False))
+                                   w=(w_off[k], "t"), zero=first))
             for i in set(ins):
                 if last.get(i) == pos:
                     release(i)
@@ -638,6 +637,7 @@ class _Executable:
                         g["acc_size"], g["shape_copy"], g["shape_acc"], g["copy_is_x"])
                        for g in groups]
         self.size = top_[0]
+        self._spare = []
 
     @staticmethod
     def _leaf_source(spec, p, n):
@@ -713,7 +713,20 @@ class _Executable:
 
     def run(self, CP, stud, summed, Delta, B):
         """The kinds (a dict of arrays, batch axis first) at the stacked inputs of one chunk."""
-        W = numpy.empty((B, self.size))
+        # the workspace is kept between calls (a fresh one is page-faulted in at every
+        # call: ~60 ms of 240 MiB); taken out while in use, so concurrent calls get their own
+        try:
+            W = self._spare.pop()
+        except IndexError:
+            W = None
+        if W is None or W.shape[0] != B:
+            W = numpy.empty((B, self.size))
+        try:
+            return self._run(W, CP, stud, summed, Delta, B)
+        finally:
+            self._spare.append(W)
+
+    def _run(self, W, CP, stud, summed, Delta, B):
         for key, arr in (("CP", CP), ("stud", stud), ("summed", summed)):
             lo, hi = self.regions[key]
             W[:, lo:hi] = arr.reshape(B, -1)
