@@ -276,9 +276,11 @@ def tensor_kinds(plan, Q, rho, T, a, b, Delta, names):
     PHI = numpy.stack(phi, axis=-2)
     stud = PHI[..., :p]
     summed = PHI * w[..., None, :]
-    if USE_PROGRAM:
+    if USE_PROGRAM and _executable(plan, tuple(names), p, n, 1).size <= MAX_WORKSPACE:
         return KindArrays(_run_program(plan, tuple(names), p, n, CP, stud, summed, Delta,
                                        batch))
+    # one state's workspace above MAX_WORKSPACE (p ≳ 16 at degree 3): the classes one by
+    # one, their terms in chunks of bounded intermediates
     out = {}
     for name in names:
         roles, _ = plan[name]
