@@ -147,9 +147,18 @@ def _inner(V, d0, d1, xo, yo, zo, sx0, sy0, sz0, sx1, sy1, sz1):  # pragma: no c
 @njit(cache=True)
 def _inner_weighted(V, d0, d1, xo, yo, zo, wo, sx0, sy0, sz0, sw0, sx1, sy1, sz1,
                     sw1):  # pragma: no cover
-    """The two innermost loops of a weighted step."""
+    """The two innermost loops of a weighted step (the weight is constant inside)."""
     for _ in range(d1):
-        if sz0 == 0:
+        if sw0 == 0 and sx0 == 0:
+            # the weight and x constant in the loop (the stacking of a group's operand)
+            a = V[np.uint64(xo)] * V[np.uint64(wo)]
+            for k in range(d0):
+                V[np.uint64(zo + k * sz0)] += a * V[np.uint64(yo + k * sy0)]
+        elif sw0 == 0 and sy0 == 0:
+            a = V[np.uint64(yo)] * V[np.uint64(wo)]
+            for k in range(d0):
+                V[np.uint64(zo + k * sz0)] += a * V[np.uint64(xo + k * sx0)]
+        elif sz0 == 0:
             acc = 0.0
             for k in range(d0):
                 acc += (V[np.uint64(xo + k * sx0)] * V[np.uint64(yo + k * sy0)]

@@ -641,6 +641,35 @@ class _Executable:
         self.size = top_[0]
         self._spare = []
 
+    def cost(self):
+        """What one call does per state: Python-level calls and multiply-adds by where they run.
+
+        ``calls``: interpreter runs, numpy steps and group products (each one Python
+        call; about ten more set the workspace up and symmetrise); ``vm_rows``: the
+        interpreter's steps; ``macs_vm`` their multiply-adds (the groups' stacking
+        included, one per element), ``macs_numpy`` the numpy steps', ``macs_groups``
+        the group products'.
+        """
+        vm, code = self.vm, self.code
+        nl = code[:, vm._NL]
+        macs_vm = int(sum(math.prod(code[r, vm._D:vm._D + nl[r]]) for r in range(len(code))))
+        macs_numpy = 0
+        for seg in self.segments:
+            if seg[0] == "step":
+                _, subs, x, y, _ = seg
+                xl, yl, _ = _letters(subs)
+                dims = dict(zip(xl, x[2]))
+                dims.update(zip(yl, y[2]))
+                macs_numpy += math.prod(dims.values())
+        macs_groups = 0
+        for name, subs, co, cs, ao, as_, shc, sha, copy_is_x in self.groups:
+            xl, yl, _ = _letters(subs)
+            dims = dict(zip(xl, shc if copy_is_x else sha))
+            dims.update(zip(yl, sha if copy_is_x else shc))
+            macs_groups += math.prod(dims.values())
+        return {"calls": len(self.segments) + len(self.groups), "vm_rows": len(code),
+                "macs_vm": macs_vm, "macs_numpy": macs_numpy, "macs_groups": macs_groups}
+
     @staticmethod
     def _leaf_source(spec, p, n):
         """Flat positions, in its input's region, of one leaf's entries (term axis first)."""
