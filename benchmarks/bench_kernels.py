@@ -23,13 +23,19 @@ The peer measures time as ``τ = steps·η/(pN)``, so its right-hand side is
 ``--diffusion`` instead times the diffusion matrix ``D`` (:meth:`Kernels.diffusion`)
 against one RHS call of the same kernels, for ``z²``, ``z² + z³/3`` and ``z³ − 3z`` at
 ``p`` in ``--diffusion-p`` (``p* = 2``, trained readout), with the library's default
-BLAS threads and pinned to one (threadpoolctl), side by side, and the class route
+BLAS threads and pinned to one (threadpoolctl), side by side; the tensor kinds alone,
+and with ``--engine-before FILE`` those of an older ``runtime/diffusion_engine.py`` on
+the same plan and state (values checked equal); the class route
 (``diffusion_engine.USE_PROGRAM = False``: one contraction per edge set, no CSE); where
 ``--reference-max-p`` allows, the former term-by-term tensor route
 (``tensor_kinds_reference``) too; and the first call for each activation in a fresh
-kernel cache (a subprocess: derivation, generation, planning).
+kernel cache (a subprocess: derivation, generation, planning), also with numba's
+cache empty.  ``--diffusion-cost`` reports what one ``D`` executes (program steps,
+calls, multiply-adds by where they run) and its lower bounds at the measured
+matrix-product rates.
 
     python benchmarks/bench_kernels.py --diffusion [--diffusion-p 2,4,8,16]
+    python benchmarks/bench_kernels.py --diffusion-cost --activations "z**3 - 3*z"
 """
 
 import importlib

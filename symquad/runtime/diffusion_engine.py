@@ -20,9 +20,12 @@ Tensor route (:func:`tensor_kinds`): a kind
 ``δ = Σ_a w_a σ_a(u_a) − √Δ ξ`` is, after the label noise is integrated out
 (``δ^r → Σ_{s even} binom(r,s)(s−1)!! Δ^{s/2} δ_c^{r−s}``), a sum over
 multigraphs on the external vertices and ``q = r − s`` summed vertices
-(:mod:`symquad.symbolic.diffusion_tensor`); each multigraph is one
-``numpy.einsum`` of Hadamard powers ``C^{∘m}/m!`` and vertex vectors
-``φ_j(D) (w)``, with a contraction path computed once per shape.
+(:mod:`symquad.symbolic.diffusion_tensor`); each multigraph is a contraction of
+Hadamard powers ``C^{∘m}/m!`` and vertex vectors ``φ_j(D) (w)``.  They are
+evaluated as one straight-line program of pairwise contractions with CSE
+(:class:`_Program`) run in a flat workspace by the compiled interpreter of
+:mod:`symquad.runtime.contraction_vm` and a few matrix products
+(:class:`_Executable`).
 """
 
 from __future__ import annotations
@@ -262,11 +265,13 @@ def tensor_kinds(plan, Q, rho, T, a, b, Delta, names):
     reordered (equal to :func:`tensor_kinds_reference` to rounding).  The classes of
     all kinds run as one straight-line program (:class:`_Program`, built once per
     plan, kinds and ``(p, n)``) in which a sub-contraction shared by several
-    multigraphs is computed once; when its largest intermediate times the batch
-    exceeds :data:`MAX_INTERMEDIATE` the classes run one by one, in chunks of terms.
-    Cost: the program's steps (4552 for ``σ = z³ − 3z`` at ``p = 4``, against 13132
-    pairwise steps of the classes), each an ``einsum`` or a ``matmul`` (:func:`_dot`)
-    of at most ``O(p^a n^b)`` with ``a + b ≤ 8``.
+    multigraphs is computed once, laid out in one workspace per state and run by a
+    compiled interpreter and a few matrix products (:class:`_Executable`); when one
+    state's workspace exceeds :data:`MAX_WORKSPACE` the classes run one by one, in
+    chunks of terms of at most :data:`MAX_INTERMEDIATE` elements.  Cost: the
+    program's steps and finals (3453 and 1100 for ``σ = z³ − 3z``, against 13132
+    pairwise steps of the classes), each of at most ``O(p^a n^b)`` multiply-adds with
+    ``a + b ≤ 8`` (``p⁴ n`` in practice; measured in docs/benchmarks-finite-n.md).
     """
     batch, C, w, p, phi = _inputs(plan, Q, rho, T, a, b)
     top = plan["__top__"]
