@@ -592,10 +592,19 @@ class _Executable:
                 self.segments.append(["vm", len(rows), len(rows) + 1])
             rows.append(row)
 
+        # the axis order of each node in memory, as positions of its logical axes (the
+        # producing step's output letters): a numpy step writes its matrix product's
+        # natural order (no transposed copy), every other node is in logical order
+        memory = {}
+
         def operand(k, letters):
             # a node's axes are named by the subscripts of the step reading it (a leaf
             # or a shared step is read under other letters by other classes)
-            return (offset[k], letters, shapes[k][1])
+            order = memory.get(k)
+            if order is None:
+                return (offset[k], letters, shapes[k][1])
+            return (offset[k], "".join(letters[a] for a in order),
+                    tuple(shapes[k][1][a] for a in order))
         copied = set()
         for pos, (kind, k) in enumerate(seq):
             if kind == "op":
@@ -603,7 +612,10 @@ class _Executable:
                 xl, yl, zl = _letters(subs)
                 offset[k] = alloc(math.prod(shapes[k][1]))
                 if flops * nbatch >= VM_STEP:
-                    self.segments.append(("step", subs, operand(i, xl), operand(j, yl),
+                    x, y = operand(i, xl), operand(j, yl)
+                    natural = _natural_order(x[1], y[1], zl)
+                    memory[k] = tuple(zl.index(c) for c in natural)
+                    self.segments.append(("step", f"...{x[1]},...{y[1]}->...{natural}", x, y,
                                           operand(k, zl)))
                 else:
                     emit(vm.encode(operand(i, xl), operand(j, yl), operand(k, zl)))
@@ -707,6 +719,7 @@ class _Executable:
         groups, member_of = [], {}
         for (name, pattern), members in found.items():
             # share the side whose distinct operands leave the fewest multiply-adds
+            # (counting the stacking's elements too chose worse sides: measured)
             best = None
             for side in ("x", "y"):
                 distinct = {}
@@ -777,7 +790,7 @@ class _Executable:
             _, subs, x, y, z = seg
             xv = W[:, x[0]:x[0] + math.prod(x[2])].reshape((B,) + x[2])
             yv = W[:, y[0]:y[0] + math.prod(y[2])].reshape((B,) + y[2])
-            W[:, z[0]:z[0] + math.prod(z[2])] = _dot(subs, xv, yv).reshape(B, -1)
+            _dot_into(subs, xv, yv, W[:, z[0]:z[0] + math.prod(z[2])])
         out = {name: W[:, o:o + math.prod(shape)].reshape((B,) + shape)
                for name, (o, shape) in self.outputs.items()}
         for name, subs, co, cs, ao, as_, shc, sha, copy_is_x in self.groups:
@@ -924,6 +937,52 @@ def _dot(subscripts, x, y):
     X = x.reshape(batch + (S, I, K))
     Y = y.reshape(batch + (S, K, J))
     return numpy.matmul(X, Y).reshape(batch + sh_s + sh_i + sh_j).transpose(zperm)
+
+
+def _natural_order(xs, ys, zs):
+    """The output letters of a pairwise step in its matrix product's order (see :func:`_dot`).
+
+    The letters of both operands kept in the output (the term axis among them) first,
+    then those of `xs` only, then those of `ys` only, each in the order of `zs`: written
+    in this order, the product needs no transposed copy (:func:`_dot_into`).
+    """
+    shared = [c for c in zs if c in xs and c in ys]
+    only_x = [c for c in zs if c in xs and c not in ys]
+    only_y = [c for c in zs if c in ys and c not in xs]
+    return "".join(shared + only_x + only_y)
+
+
+def _dot_into(subscripts, x, y, out):
+    """:func:`_dot` written into `out` (batch axes, then the flat result), no result copy.
+
+    `subscripts`' output letters must be in :func:`_natural_order`; the product is
+    ``matmul(X, Y, out=…)`` with ``X (…, S, I, K)``, ``Y (…, S, K, J)``, or, where
+    nothing is contracted, the broadcast ``X[…, :, None] · Y[…, None, :]``, both written
+    straight into `out`'s memory.
+    """
+    nb = x.ndim - len(subscripts.split(",")[0].replace("...", ""))
+    key = (subscripts, nb)
+    plan = _DOTS.get(key)
+    if plan is None:
+        plan = _DOTS[key] = _dot_plan(subscripts, nb)
+    xsum, ysum, xperm, yperm, ns, ni, nk, nj, zperm, kaxes = plan
+    if xsum:
+        x = x.sum(axis=xsum)
+    if ysum:
+        y = y.sum(axis=ysum)
+    x = x.transpose(xperm)
+    y = y.transpose(yperm)
+    batch = x.shape[:nb]
+    sh_s = x.shape[nb:nb + ns]
+    sh_i = x.shape[nb + ns:nb + ns + ni]
+    sh_k = x.shape[nb + ns + ni:]
+    sh_j = y.shape[nb + ns + nk:]
+    S, I, K, J = (math.prod(t) for t in (sh_s, sh_i, sh_k, sh_j))
+    Z = out.reshape(batch + (S, I, J))
+    if K == 1:
+        numpy.multiply(x.reshape(batch + (S, I, 1)), y.reshape(batch + (S, 1, J)), out=Z)
+    else:
+        numpy.matmul(x.reshape(batch + (S, I, K)), y.reshape(batch + (S, K, J)), out=Z)
 
 
 def _dot_plan(subscripts, nb):
