@@ -113,10 +113,14 @@ def encode(x, y, z, w=None, zero=True):
 
 @njit(cache=True)
 def _inner(V, d0, d1, xo, yo, zo, sx0, sy0, sz0, sx1, sy1, sz1):  # pragma: no cover
-    """The two innermost loops of an unweighted step (indices unsigned: no wraparound test)."""
-    for _ in range(d1):
-        if sz0 == 0:
-            # a dot product: two partial sums halve the chain of dependent additions
+    """The two innermost loops of an unweighted step (indices unsigned: no wraparound test).
+
+    The case is chosen once, outside both loops: a dot product innermost (two partial
+    sums halve the chain of dependent additions), or an update of independent entries
+    of ``z`` with ``x`` or ``y`` constant along it, or neither.
+    """
+    if sz0 == 0:
+        for _ in range(d1):
             acc0 = 0.0
             acc1 = 0.0
             k = 0
@@ -127,21 +131,33 @@ def _inner(V, d0, d1, xo, yo, zo, sx0, sy0, sz0, sx1, sy1, sz1):  # pragma: no c
             if k < d0:
                 acc0 += V[np.uint64(xo + k * sx0)] * V[np.uint64(yo + k * sy0)]
             V[np.uint64(zo)] += acc0 + acc1
-        elif sx0 == 0:
+            xo += sx1
+            yo += sy1
+            zo += sz1
+    elif sx0 == 0:
+        for _ in range(d1):
             a = V[np.uint64(xo)]
             for k in range(d0):
                 V[np.uint64(zo + k * sz0)] += a * V[np.uint64(yo + k * sy0)]
-        elif sy0 == 0:
+            xo += sx1
+            yo += sy1
+            zo += sz1
+    elif sy0 == 0:
+        for _ in range(d1):
             a = V[np.uint64(yo)]
             for k in range(d0):
                 V[np.uint64(zo + k * sz0)] += V[np.uint64(xo + k * sx0)] * a
-        else:
+            xo += sx1
+            yo += sy1
+            zo += sz1
+    else:
+        for _ in range(d1):
             for k in range(d0):
                 V[np.uint64(zo + k * sz0)] += (V[np.uint64(xo + k * sx0)]
                                                * V[np.uint64(yo + k * sy0)])
-        xo += sx1
-        yo += sy1
-        zo += sz1
+            xo += sx1
+            yo += sy1
+            zo += sz1
 
 
 @njit(cache=True)
