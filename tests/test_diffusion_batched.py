@@ -183,3 +183,24 @@ def test_a_workspace_above_the_limit_takes_the_class_route(monkeypatch):
     got = E.tensor_kinds(plan, *args, 0.3, NAMES)
     assert E._CHUNKS                                    # the class route ran
     assert _max_rel(got, E.tensor_kinds_reference(plan, *args, 0.3, NAMES)) <= 1e-14
+
+
+def test_a_vertex_joined_to_nothing_is_summed_first_against_the_smallest_operand():
+    # 'te' (a summed vertex with no edge: one number per term) is paired first, with the
+    # smallest other operand ('tb'), instead of last against the 4-index product
+    subscripts = "...tca,...tb,...tcd,...te->...tabd"
+    core = ((3, 5, 4), (3, 4), (3, 5, 4), (3, 6))
+    plan = E._pairwise_plan(subscripts, core)
+    steps = plan[0]
+    assert steps[0][1] == "...te,...tb->...tb"
+    assert plan == E._pairwise_plan_strings(subscripts, core)
+    # the same contraction as einsum, and fewer multiply-adds than without the rule
+    rng = np.random.default_rng(4)
+    ops = [rng.standard_normal(s) for s in core]
+    vals = list(ops)
+    for positions, subs, _ in steps:
+        args = [vals.pop(i) for i in positions]
+        vals.append(np.einsum(subs, *args))
+    want = np.einsum(subscripts, *ops)
+    assert np.max(np.abs(vals[0] - want)) <= 1e-13 * np.max(np.abs(want))
+    assert sum(f for _, _, f in steps) < 3 * 4 * 4 * 4 * 6

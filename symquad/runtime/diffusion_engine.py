@@ -1013,6 +1013,27 @@ def _dot_plan(subscripts, nb):
 LARGE_STEP = 2 ** 18
 
 
+def _vacuum_pair(letters, sizes, out_letters):
+    """``[(i, j)]`` pairing an operand that reduces to one number per term, or ``[]``.
+
+    An operand none of whose letters (the term axis aside) is held by another operand
+    or kept in the output — a summed vertex joined to nothing, ``Σ_e w_e φ_j(e)`` — is
+    a factor per term: taken first with the smallest other operand it costs that
+    operand's size, whereas the greedy rule (which prefers pairs sharing a summed
+    letter) took it last, against the largest intermediate (a ``p⁴ n`` term tensor
+    built only to be scaled, 5.2·10⁷ of the products of ``z² + z³/3`` at ``p = 16``).
+    """
+    m = len(letters)
+    if m <= 2:
+        return []
+    for i in range(m):
+        if letters[i] & out_letters or any(letters[i] & letters[j] for j in range(m) if j != i):
+            continue
+        j = min((k for k in range(m) if k != i), key=lambda k: (sizes[k], k))
+        return [(min(i, j), max(i, j))]
+    return []
+
+
 def _pairwise_plan(subscripts, core):
     """``(steps, largest)``: a greedy order of pairwise contractions and its largest intermediate.
 
@@ -1041,8 +1062,10 @@ def _pairwise_plan(subscripts, core):
     while len(current) > 1:
         m = len(current)
         summed = [x - {"t"} for x in sets]
-        pairs = [(i, j) for i in range(m) for j in range(i + 1, m)
-                 if summed[i] & summed[j]]                # pairs sharing a summed index
+        pairs = _vacuum_pair(summed, sizes, out_letters)
+        if not pairs:
+            pairs = [(i, j) for i in range(m) for j in range(i + 1, m)
+                     if summed[i] & summed[j]]            # pairs sharing a summed index
         if not pairs:
             pairs = [(i, j) for i in range(m) for j in range(i + 1, m)]
         best = None
@@ -1102,12 +1125,14 @@ def _pairwise_plan_strings(subscripts, core):
     def size(sub):
         return math.prod(dims[ch] for ch in sub.replace("...", ""))
     sizes = [size(sub) for sub in current]
+    out_letters = frozenset(output.replace("...", ""))
     steps, largest = [], 1
     while len(current) > 1:
         best = None
         letter_sets = [set(sub.replace("...", "")) - {"t"} for sub in current]
-        pairs = [(i, j) for i in range(len(current)) for j in range(i + 1, len(current))
-                 if letter_sets[i] & letter_sets[j]]      # pairs sharing a summed index
+        pairs = _vacuum_pair(letter_sets, sizes, out_letters) or \
+            [(i, j) for i in range(len(current)) for j in range(i + 1, len(current))
+             if letter_sets[i] & letter_sets[j]]          # pairs sharing a summed index
         if not pairs:
             pairs = [(i, j) for i in range(len(current)) for j in range(i + 1, len(current))]
         for i, j in pairs:
