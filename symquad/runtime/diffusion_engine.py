@@ -656,7 +656,6 @@ class _Executable:
                         g["acc_size"], g["shape_copy"], g["shape_acc"], g["copy_is_x"])
                        for g in groups]
         self.size = top_[0]
-        self._spare = []
 
     def cost(self):
         """What one call does per state: Python-level calls and multiply-adds by where they run.
@@ -762,18 +761,21 @@ class _Executable:
 
     def run(self, CP, stud, summed, Delta, B):
         """The kinds (a dict of arrays, batch axis first) at the stacked inputs of one chunk."""
-        # the workspace is kept between calls (a fresh one is page-faulted in at every
-        # call: ~60 ms of 240 MiB); taken out while in use, so concurrent calls get their own
+        # one workspace buffer is kept for all programs between calls (a fresh one is
+        # page-faulted in at every call: ~60 ms of 240 MiB); taken out while in use, so
+        # concurrent calls get their own; at most MAX_WORKSPACE elements are kept
         try:
-            W = self._spare.pop()
+            buf = _SPARE.pop()
         except IndexError:
-            W = None
-        if W is None or W.shape[0] != B:
-            W = numpy.empty((B, self.size))
+            buf = None
+        if buf is None or buf.size < B * self.size:
+            buf = numpy.empty(B * self.size)
         try:
-            return self._run(W, CP, stud, summed, Delta, B)
+            return self._run(buf[:B * self.size].reshape(B, self.size), CP, stud, summed,
+                             Delta, B)
         finally:
-            self._spare.append(W)
+            if buf.size <= MAX_WORKSPACE and not _SPARE:
+                _SPARE.append(buf)
 
     def _run(self, W, CP, stud, summed, Delta, B):
         for key, arr in (("CP", CP), ("stud", stud), ("summed", summed)):
@@ -801,6 +803,9 @@ class _Executable:
 
 
 _PROGRAMS: dict = {}
+#: The workspace buffer kept between :class:`_Executable` calls (one, at most
+#: :data:`MAX_WORKSPACE` elements).
+_SPARE: list = []
 
 
 def _program(plan, names, p, n):
