@@ -72,7 +72,9 @@ from numba import njit, prange
 
 from ..spec import NAMED_ACTIVATIONS, activation_key, activation_tag, special_module_name
 
-__all__ = ["relu_four_point", "relu_four_point_sums", "inner_relu_relu", "inner_relu_erf", "inner_erf_erf",
+__all__ = ["relu_four_point", "relu_four_point_sums", "relu_four_point_grid", "inner_relu_relu",
+           "inner_relu_erf", "inner_erf_erf", "inner_coincident_relu", "inner_coincident_erf",
+           "inner_square_relu",
            "NAMED_ACTIVATIONS", "activation_key", "special_module_name", "SpecialKernels",
            "special_kernels", "FUNCTIONS",
            "PLAIN_NODES", "SINH_NODES", "D_FLOOR", "RHO_SPLIT", "PLAIN_TOL", "PLAIN_MARGIN",
@@ -93,6 +95,10 @@ PLAIN_MARGIN = 1.5
 #: (sigma_a, sigma_b) pairs the kernel evaluates, and their integer codes.
 ACTIVATION_PAIRS = {("relu", "relu"): 0, ("relu", "erf"): 1, ("erf", "relu"): 2,
                     ("erf", "erf"): 3}
+
+#: Integrand codes beyond ACTIVATION_PAIRS, used by the sums where the indices say that a
+#: field coincides with a student of the pair or that ``a = b`` (:func:`_row_values`).
+_COINCIDENT_RELU, _COINCIDENT_ERF, _SQUARE_RELU = 4, 5, 6
 
 _TWO_PI = 2.0 * math.pi
 _INV_SQRT_2PI = 1.0 / math.sqrt(_TWO_PI)
@@ -227,6 +233,63 @@ def inner_relu_erf(al, be, Saa, Sbb, Sab):
 
 
 @njit(cache=True)
+def _plus_root(x, V, r):
+    """``x + √(x² + V)`` with ``r = √(x² + V)``, without cancellation for ``x < 0``."""
+    return x + r if x >= 0.0 else _div(V, r - x)
+
+
+@njit(cache=True)
+def inner_coincident_relu(al, be, V):
+    r"""``E[relu(X) relu(αX) relu(βX + s)]``, ``α ≥ 0``, ``s ~ N(0, V)`` ⊥ ``X ~ N(0, 1)``.
+
+    The integrand ``K`` of the polar quadrature when ``a`` is one of the student
+    fields ``k, l`` (then ``s_a = 0`` and ``α ≥ 0`` on the arc, so ``relu(αX) =
+    α relu(X)``): ``K = α M_2`` with ``M_2 = E[X² 1{X>0} relu(B)]``, ``B = βX + s``.
+    Stein's lemma on ``X`` gives ``M_2 = E[1{X>0} relu(B)] + β E[X 1{X>0} 1{B>0}]``
+    and ``E[Z 1{Y>0} 1{Z>0}] = (√v_Z + c_{YZ}/√v_Y)/(2√(2π))`` for a centred pair, so
+
+    .. math:: M_2 = \frac{(β + r)^2}{2\sqrt{2π}\, r}, \qquad r = \sqrt{β^2 + V}
+
+    (``β + r = V/(r − β)`` for ``β < 0``: no cancellation).  Elementary: one square
+    root, no orthant angle.
+    """
+    r = math.sqrt(be * be + V)
+    t = _plus_root(be, V, r)
+    return al * _div(t * t, r) * (0.5 * _INV_SQRT_2PI)
+
+
+@njit(cache=True)
+def inner_coincident_erf(al, be, V):
+    r"""``E[relu(X) relu(αX) erf(B/√2)]``, ``α ≥ 0``, ``B = βX + s``, ``s ~ N(0, V)``.
+
+    As :func:`inner_coincident_relu` with an erf field ``b``: ``K = α M_2``,
+    ``M_2 = E[X² 1{X>0} erf(B/√2)] = 2E[X² 1{X>0} 1{B'>0}] − ½`` (``erf(B/√2) =
+    E[sgn(B − Z)]``, ``B' = B − Z`` of variance ``W = β² + V + 1``); Stein on ``X``:
+    ``E[X² 1{X>0} 1{B'>0}] = P(X, B' > 0) + β φ_{B'}(0) E[X 1{X>0} | B' = 0]``, so
+
+    .. math:: M_2 = \frac{1}{π}\Big[\operatorname{atan2}(β, \sqrt{V+1})
+              + \frac{β\sqrt{V+1}}{W}\Big].
+    """
+    v1 = math.sqrt(V + 1.0)
+    return al * (math.atan2(be, v1) + be * v1 / (be * be + V + 1.0)) / math.pi
+
+
+@njit(cache=True)
+def inner_square_relu(al, V):
+    r"""``E[relu(X) relu(A)²]``, ``A = αX + s``, ``s ~ N(0, V)`` ⊥ ``X ~ N(0, 1)``.
+
+    The integrand of the polar quadrature at ``a = b`` (both ReLU).  Stein on ``X``:
+    ``E[X 1{X>0} relu(A)²] = φ(0) E[relu(s)²] + 2α E[1{X>0} relu(A)]``, with
+    ``E[relu(s)²] = V/2`` and ``E[A 1{X>0} 1{A>0}] = (r + α)/(2√(2π))``, ``r = √(α² +
+    V)``:
+
+    .. math:: K = \frac{V/2 + α(α + r)}{\sqrt{2π}}.
+    """
+    r = math.sqrt(al * al + V)
+    return (0.5 * V + al * _plus_root(al, V, r)) * _INV_SQRT_2PI
+
+
+@njit(cache=True)
 def _inner(kind, al, be, Saa, Sbb, Sab, sdet):
     if kind == 0:
         return inner_relu_relu(al, be, Saa, Sbb, Sab, sdet)
@@ -234,7 +297,13 @@ def _inner(kind, al, be, Saa, Sbb, Sab, sdet):
         return inner_relu_erf(al, be, Saa, Sbb, Sab)
     if kind == 2:
         return inner_relu_erf(be, al, Sbb, Saa, Sab)
-    return inner_erf_erf(al, be, Saa, Sbb, Sab)
+    if kind == 3:
+        return inner_erf_erf(al, be, Saa, Sbb, Sab)
+    if kind == _COINCIDENT_RELU:
+        return inner_coincident_relu(al, be, Sbb)
+    if kind == _COINCIDENT_ERF:
+        return inner_coincident_erf(al, be, Sbb)
+    return inner_square_relu(al, Saa)
 
 
 @njit(cache=True)
@@ -303,40 +372,47 @@ def _one(kind, Ckk, Ckl, Cll, Cka, Ckb, Cla, Clb, Caa, Cab, Cbb, xp, wp, plain_r
     # variance that an erf field adds): real part (mod pi) and imaginary distance
     Ta = Saa + (0.0 if kind == 0 or kind == 1 else 1.0)
     Tb = Sbb + (0.0 if kind == 0 or kind == 2 else 1.0)
-    inf = np.inf
+    centre = 0.5 * (lo + hi)
+    halfarc = 0.5 * (hi - lo)
     r1, i1 = _zero_of_field(ca1, ca2, Ta)
     r2, i2 = _zero_of_field(cb1, cb2, Tb)
     r3, i3 = _zero_of_pair(ca1, ca2, cb1, cb2, Ta, Tb, Sab)
-    # keep the zeros near the arc (Bernstein parameter < rho_split), each moved to its
-    # image (mod pi) nearest the arc; those inside split it.  A zero at imaginary
-    # distance d has ρ ≥ y + √(1 + y²), y = d/half-arc (equality above the midpoint),
-    # so the exact parameter is needed only when that bound is below rho_split.
-    centre = 0.5 * (lo + hi)
-    halfarc = 0.5 * (hi - lo)
-    rho_min = inf
+    r1, i1, rho1 = _classify(r1, i1, lo, hi, centre, halfarc, rho_split)
+    r2, i2, rho2 = _classify(r2, i2, lo, hi, centre, halfarc, rho_split)
+    r3, i3, rho3 = _classify(r3, i3, lo, hi, centre, halfarc, rho_split)
+    return _quad(kind, lo, hi, ca1, ca2, cb1, cb2, Saa, Sbb, Sab, sdet, r1, i1, r2, i2, r3, i3,
+                 min(rho1, min(rho2, rho3)), 0, xp, wp, plain_rho, xs, ws, d_floor)
+
+
+@njit(cache=True)
+def _quad(kind, lo, hi, ca1, ca2, cb1, cb2, Saa, Sbb, Sab, sdet, r1, i1, r2, i2, r3, i3,
+          rho_min, j_min, xp, wp, plain_rho, xs, ws, d_floor):
+    """``(2π)^{-1/2} ∫_lo^hi K(φ) dφ`` given the classified zeros (:func:`_classify`).
+
+    ``(r_j, i_j)``: a zero's real part next to the arc and its imaginary distance, ``i_j =
+    inf`` when it is far (Bernstein parameter ≥ ``rho_split``); ``rho_min`` the smallest
+    Bernstein parameter of all zeros (it picks the plain rule), ``j_min`` the smallest
+    plain rule allowed (an entire trigonometric factor of the integrand,
+    :func:`_trig_rule_index`).  Zeros inside the arc split it; a panel whose ends are
+    closer than its length to a zero is integrated by two sinh-mapped halves.
+    """
     near = 0
     s1 = s2 = s3 = hi
-    r1, i1, rho = _classify(r1, i1, lo, hi, centre, halfarc, rho_split)
-    rho_min = min(rho_min, rho)
-    if i1 < inf:
+    if i1 < np.inf:
         near += 1
         if lo < r1 < hi:
             s1 = r1
-    r2, i2, rho = _classify(r2, i2, lo, hi, centre, halfarc, rho_split)
-    rho_min = min(rho_min, rho)
-    if i2 < inf:
+    if i2 < np.inf:
         near += 1
         if lo < r2 < hi:
             s2 = r2
-    r3, i3, rho = _classify(r3, i3, lo, hi, centre, halfarc, rho_split)
-    rho_min = min(rho_min, rho)
-    if i3 < inf:
+    if i3 < np.inf:
         near += 1
         if lo < r3 < hi:
             s3 = r3
     if near == 0:
         # one panel; the nodes of the plain rule adapt to the nearest zero
-        j = _plain_rule_index(rho_min, plain_rho)
+        j = max(_plain_rule_index(rho_min, plain_rho), j_min)
         return _panel(kind, lo, hi, ca1, ca2, cb1, cb2, Saa, Sbb, Sab, sdet,
                       xp[j], wp[j]) * _INV_SQRT_2PI
     # sort the breakpoints lo <= s_1 <= s_2 <= s_3 <= hi (those not inside sit at hi)
@@ -445,49 +521,163 @@ def _many(kind, E, xp, wp, plain_rho, xs, ws, rho_split, d_floor, out):
 
 
 @njit(cache=True)
-def _pair_sum(idx, kinds, C, w, p, pk, pl, xp, wp, plain_rho, xs, ws, rho_split, d_floor):
+def _trig_rule_index(omega, trig_omega):
+    """Smallest plain rule that integrates ``cos(Ω t + θ)`` on ``[−1, 1]`` to the plain
+    tolerance for every ``Ω ≤ omega`` (thresholds from :func:`_trig_limits`)."""
+    for j in range(trig_omega.shape[0]):
+        if omega <= trig_omega[j]:
+            return j
+    return trig_omega.shape[0] - 1
+
+
+@njit(cache=True)
+def _row_values(kinds, C, bt, k, l, p, wrow, xp, wp, plain_rho, trig_omega, xs, ws,
+                rho_split, d_floor, vals):
+    r"""``I_4(k, l, a, b)`` for every ``a ≤ b`` of batch element ``bt`` into ``vals[a, b]``
+    (0 where ``wrow[a] wrow[b] = 0``: terms a weighted sum does not need).
+
+    The same polar quadrature as :func:`_one`, with the work that depends on fewer
+    indices done once: the student pair's factor and arc per row, each field's
+    regression ``(c_1, c_2)``, conditional variance and nearest zero per field; and the
+    index coincidences used instead of detected:
+
+    * ``a ∈ {k, l}`` (or ``b``): ``u_a`` is a student of the pair, ``s_a = 0`` and
+      ``α ≥ 0`` on the arc, so the integrand is ``α M_2`` (:func:`inner_coincident_relu`,
+      :func:`inner_coincident_erf`: no orthant angle).  The zeros of ``α²`` and of the
+      pair determinant then lie at the arc's ends and are removable; the entire factor
+      ``α`` (and ``β`` if both coincide) is a sinusoid of frequency ≤ 2 in ``φ``, which
+      sets the smallest plain rule (:func:`_trig_rule_index`);
+    * ``a = b``, ReLU: :func:`inner_square_relu` (no pair determinant, which vanishes
+      identically and, rounded, was mistaken for a near zero);
+    * ``k = l``: ``c_2 = 0`` for every field and the integrand is even in ``φ``, so the
+      arc ``(−π/2, π/2)`` is folded onto ``(0, π/2)``.
+    """
+    n = C.shape[1]
+    Ckk = C[bt, k, k]
+    Ckl = C[bt, k, l]
+    Cll = C[bt, l, l]
+    L11 = math.sqrt(Ckk)
+    L21 = Ckl / L11
+    det2 = max(Ckk * Cll - Ckl * Ckl, 0.0)
+    root = math.sqrt(Ckk * det2)
+    L22 = math.sqrt(det2 / Ckk)
+    hi = 0.5 * math.pi
+    if k == l:
+        lo, mult = 0.0, 2.0
+    else:
+        lo, mult = math.atan2(L22, L21) - 0.5 * math.pi, 1.0
+    centre = 0.5 * (lo + hi)
+    halfarc = 0.5 * (hi - lo)
+    j_trig = _trig_rule_index(2.0 * halfarc, trig_omega)
+    c1 = np.empty(n)
+    c2 = np.empty(n)
+    S = np.empty(n)
+    erf = np.empty(n, dtype=np.bool_)
+    zr = np.empty(n)
+    zi = np.empty(n)
+    zrho = np.empty(n)
+    for v in range(n):
+        erf[v] = v >= p and kinds[2] == 3
+        if v == k:
+            c1[v], c2[v], S[v] = L11, 0.0, 0.0
+        elif v == l:
+            c1[v], c2[v], S[v] = L21, L22, 0.0
+        else:
+            c1[v] = C[bt, k, v] / L11
+            c2[v] = _div(C[bt, l, v] * Ckk - Ckl * C[bt, k, v], root)
+            S[v] = max(C[bt, v, v] - c1[v] * c1[v] - c2[v] * c2[v], 0.0)
+        r, i = _zero_of_field(c1[v], c2[v], S[v] + (1.0 if erf[v] else 0.0))
+        zr[v], zi[v], zrho[v] = _classify(r, i, lo, hi, centre, halfarc, rho_split)
+    inf = np.inf
+    for a in range(n):
+        a_pair = a == k or a == l
+        for b in range(a, n):
+            if wrow[a] * wrow[b] == 0.0:
+                vals[a, b] = 0.0
+                continue
+            b_pair = b == k or b == l
+            if a_pair or b_pair:
+                x, y = (a, b) if a_pair else (b, a)
+                code = _COINCIDENT_ERF if erf[y] else _COINCIDENT_RELU
+                if a_pair and b_pair:
+                    ry, iy, rhoy = 0.0, inf, inf
+                else:
+                    ry, iy, rhoy = zr[y], zi[y], zrho[y]
+                val = _quad(code, lo, hi, c1[x], c2[x], c1[y], c2[y], 0.0, S[y], 0.0, 0.0,
+                            ry, iy, 0.0, inf, 0.0, inf, rhoy, j_trig, xp, wp, plain_rho,
+                            xs, ws, d_floor)
+            elif a == b and not erf[a]:
+                val = _quad(_SQUARE_RELU, lo, hi, c1[a], c2[a], c1[a], c2[a], S[a], S[a],
+                            S[a], 0.0, zr[a], zi[a], 0.0, inf, 0.0, inf, zrho[a], 0,
+                            xp, wp, plain_rho, xs, ws, d_floor)
+            else:
+                if b < p:
+                    kind = kinds[0]
+                elif a < p:
+                    kind = kinds[1]
+                else:
+                    kind = kinds[2]
+                lim = math.sqrt(S[a] * S[b])
+                Sab = min(lim, max(-lim, C[bt, a, b] - c1[a] * c1[b] - c2[a] * c2[b]))
+                sdet = math.sqrt(max(S[a] * S[b] - Sab * Sab, 0.0))
+                r3, i3 = _zero_of_pair(c1[a], c2[a], c1[b], c2[b],
+                                       S[a] + (1.0 if erf[a] else 0.0),
+                                       S[b] + (1.0 if erf[b] else 0.0), Sab)
+                r3, i3, rho3 = _classify(r3, i3, lo, hi, centre, halfarc, rho_split)
+                val = _quad(kind, lo, hi, c1[a], c2[a], c1[b], c2[b], S[a], S[b], Sab, sdet,
+                            zr[a], zi[a], zr[b], zi[b], r3, i3,
+                            min(zrho[a], min(zrho[b], rho3)), 0, xp, wp, plain_rho, xs, ws,
+                            d_floor)
+            vals[a, b] = mult * val
+
+
+@njit(cache=True)
+def _row_sum(idx, kinds, C, w, p, pk, pl, xp, wp, plain_rho, trig_omega, xs, ws, rho_split,
+             d_floor):
     """``Σ_{a ≤ b} (2 − δ_ab) w_a w_b I_4(k, l, a, b)`` of row ``idx = β·P + q`` (a fixed order)."""
     n = C.shape[1]
     P = pk.shape[0]
     bt = idx // P
-    k = pk[idx % P]
-    l = pl[idx % P]
+    vals = np.empty((n, n))
+    _row_values(kinds, C, bt, pk[idx % P], pl[idx % P], p, w[bt], xp, wp, plain_rho,
+                trig_omega, xs, ws, rho_split, d_floor, vals)
     total = 0.0
     for a in range(n):
         for b in range(a, n):
             wab = w[bt, a] * w[bt, b]
-            if wab == 0.0:
-                continue
             if a != b:
                 wab *= 2.0
-            if b < p:
-                kind = kinds[0]
-            elif a < p:
-                kind = kinds[1]
-            else:
-                kind = kinds[2]
-            total += wab * _one(kind, C[bt, k, k], C[bt, k, l], C[bt, l, l], C[bt, k, a],
-                                C[bt, k, b], C[bt, l, a], C[bt, l, b], C[bt, a, a],
-                                C[bt, a, b], C[bt, b, b], xp, wp, plain_rho, xs, ws,
-                                rho_split, d_floor)
+            total += wab * vals[a, b]
     return total
 
 
 @njit(cache=True, parallel=True)
-def _pair_sums(kinds, C, w, p, pk, pl, xp, wp, plain_rho, xs, ws, rho_split, d_floor, out):
-    # one element per iteration, its terms summed in a fixed order: the result does not
-    # depend on the number of threads
+def _pair_sums(kinds, C, w, p, pk, pl, xp, wp, plain_rho, trig_omega, xs, ws, rho_split,
+               d_floor, out):
+    # one row (batch element, k <= l) per iteration, its terms summed in a fixed order:
+    # the result does not depend on the number of threads
     for idx in prange(out.shape[0]):
-        out[idx] = _pair_sum(idx, kinds, C, w, p, pk, pl, xp, wp, plain_rho, xs, ws,
-                             rho_split, d_floor)
+        out[idx] = _row_sum(idx, kinds, C, w, p, pk, pl, xp, wp, plain_rho, trig_omega, xs,
+                            ws, rho_split, d_floor)
 
 
 @njit(cache=True)
-def _pair_sums_serial(kinds, C, w, p, pk, pl, xp, wp, plain_rho, xs, ws, rho_split, d_floor,
-                      out):
+def _pair_sums_serial(kinds, C, w, p, pk, pl, xp, wp, plain_rho, trig_omega, xs, ws,
+                      rho_split, d_floor, out):
     for idx in range(out.shape[0]):
-        out[idx] = _pair_sum(idx, kinds, C, w, p, pk, pl, xp, wp, plain_rho, xs, ws,
-                             rho_split, d_floor)
+        out[idx] = _row_sum(idx, kinds, C, w, p, pk, pl, xp, wp, plain_rho, trig_omega, xs,
+                            ws, rho_split, d_floor)
+
+
+@njit(cache=True, parallel=True)
+def _grid(kinds, C, p, pk, pl, xp, wp, plain_rho, trig_omega, xs, ws, rho_split, d_floor,
+          out):
+    P = pk.shape[0]
+    ones = np.ones(C.shape[1])
+    for idx in prange(C.shape[0] * P):
+        bt = idx // P
+        _row_values(kinds, C, bt, pk[idx % P], pl[idx % P], p, ones, xp, wp, plain_rho,
+                    trig_omega, xs, ws, rho_split, d_floor, out[bt, idx % P])
 
 
 #: Below this many quadrature evaluations per call the sums run on one thread: waking the
@@ -517,25 +707,58 @@ def relu_four_point_sums(C, w, p, student_teacher):
         ``p(p+1)/2 · n(n+1)/2`` unique quadruples is evaluated once; compiled loop,
         threads over the ``(batch, k ≤ l)`` elements, each summed in a fixed order.
     """
-    (teacher,) = student_teacher
-    kinds = np.array([ACTIVATION_PAIRS[("relu", "relu")], ACTIVATION_PAIRS[("relu", teacher)],
-                      ACTIVATION_PAIRS[(teacher, teacher)]], dtype=np.int64)
-    C = np.ascontiguousarray(C, dtype=float)
+    kinds, C, pk, pl, rules = _sum_setup(C, p, student_teacher)
     w = np.ascontiguousarray(w, dtype=float)
-    pk, pl = (np.ascontiguousarray(x, dtype=np.int64) for x in np.triu_indices(p))
     out = np.empty(C.shape[0] * pk.size)
-    xp, wp, plain_rho = _plain_rules()
-    xs, ws = _rule(SINH_NODES)
     n = C.shape[1]
     driver = (_pair_sums if out.size * n * (n + 1) // 2 >= PARALLEL_MIN_EVALUATIONS
               else _pair_sums_serial)
-    driver(kinds, C, w, p, pk, pl, xp, wp, plain_rho, xs, ws, float(RHO_SPLIT),
-           float(D_FLOOR), out)
+    driver(kinds, C, w, p, pk, pl, *rules, out)
     S = np.empty((C.shape[0], p, p))
     vals = out.reshape(C.shape[0], pk.size)
     S[:, pk, pl] = vals
     S[:, pl, pk] = vals
     return S
+
+
+def relu_four_point_grid(C, p, student_teacher):
+    r"""Every ``I_4(k, l, a, b)``, ``k ≤ l < p``, ``a ≤ b < n``, by the route of the sums.
+
+    The values that :func:`relu_four_point_sums` weights and adds (index
+    coincidences used, see :func:`_row_values`), for checks and benchmarks.
+
+    Parameters
+    ----------
+    C : ndarray, shape (B, n, n)
+        Combined covariances, the first `p` fields students.
+    p : int
+        Number of student fields.
+    student_teacher : tuple of str
+        ``(σ*, )``: the teacher's activation, ``"relu"`` or ``"erf"``.
+
+    Returns
+    -------
+    ndarray, shape (B, p(p+1)/2, n, n)
+        Row ``q`` is the pair ``numpy.triu_indices(p)[·][q]``; entries below the
+        diagonal ``a > b`` are undefined.
+    """
+    kinds, C, pk, pl, rules = _sum_setup(C, p, student_teacher)
+    out = np.zeros((C.shape[0], pk.size, C.shape[1], C.shape[1]))
+    _grid(kinds, C, p, pk, pl, *rules, out)
+    return out
+
+
+def _sum_setup(C, p, student_teacher):
+    """Integrand codes of the roles (ss, st, tt), contiguous C, the pairs k ≤ l, the rules."""
+    (teacher,) = student_teacher
+    kinds = np.array([ACTIVATION_PAIRS[("relu", "relu")], ACTIVATION_PAIRS[("relu", teacher)],
+                      ACTIVATION_PAIRS[(teacher, teacher)]], dtype=np.int64)
+    C = np.ascontiguousarray(C, dtype=float)
+    pk, pl = (np.ascontiguousarray(x, dtype=np.int64) for x in np.triu_indices(p))
+    xp, wp, plain_rho = _plain_rules()
+    xs, ws = _rule(SINH_NODES)
+    rules = (xp, wp, plain_rho, _trig_limits(), xs, ws, float(RHO_SPLIT), float(D_FLOOR))
+    return kinds, C, pk, pl, rules
 
 
 def _rule(n):
@@ -557,6 +780,27 @@ def _plain_rules():
         need[j] = PLAIN_MARGIN * PLAIN_TOL ** (-1.0 / (2 * m))
     need[-1] = 0.0     # the largest rule is the fallback
     return xp, wp, need
+
+
+def _trig_limits():
+    r"""Per plain rule (``m`` nodes), the largest normalised frequency ``Ω`` of a sinusoid
+    ``cos(Ω t + θ)``, ``t ∈ [−1, 1]``, that it integrates to PLAIN_TOL, divided by
+    PLAIN_MARGIN.
+
+    The Gauss–Legendre remainder (Abramowitz & Stegun 25.4.30) on ``[−1, 1]`` is
+    ``2^{2m+1}(m!)^4 / ((2m+1)((2m)!)^3) f^{(2m)}(ξ)`` and ``|f^{(2m)}| ≤ Ω^{2m}``; on an
+    arc of half length ``h ≤ π/2`` the error is ``h`` times that.  The last rule is the
+    fallback (``inf``).
+    """
+    sizes = list(range(4, PLAIN_NODES, 2)) + [PLAIN_NODES]
+    out = np.empty(len(sizes))
+    for j, m in enumerate(sizes):
+        log_const = ((2 * m + 1) * math.log(2.0) + 4 * math.lgamma(m + 1)
+                     - math.log(2 * m + 1) - 3 * math.lgamma(2 * m + 1))
+        log_omega = (math.log(PLAIN_TOL / (0.5 * math.pi)) - log_const) / (2 * m)
+        out[j] = math.exp(log_omega) / PLAIN_MARGIN
+    out[-1] = np.inf
+    return out
 
 
 def relu_four_point(C_kk, C_kl, C_ll, C_ka, C_kb, C_la, C_lb, C_aa, C_ab, C_bb,
