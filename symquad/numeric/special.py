@@ -479,7 +479,7 @@ def _one(kind, Ckk, Ckl, Cll, Cka, Ckb, Cla, Clb, Caa, Cab, Cbb, xp, wp, plain_r
     r3, i3, rho3 = _classify(r3, i3, lo, hi, centre, halfarc, rho_split)
     return _quad(kind, lo, hi, ca1, ca2, cb1, cb2, Saa, Sbb, Sab, sdet, r1, i1, r2, i2, r3, i3,
                  _plain_rule_index(min(rho1, min(rho2, rho3)), plain_rho), xp, wp, xs, ws,
-                 d_floor)
+                 d_floor)[0]
 
 
 @njit(cache=True)
@@ -492,6 +492,7 @@ def _quad(kind, lo, hi, ca1, ca2, cb1, cb2, Saa, Sbb, Sab, sdet, r1, i1, r2, i2,
     of the whole arc when every zero is far (chosen from the nearest zero's Bernstein
     parameter, :func:`_plain_rule_index`).  Zeros inside the arc split it; a panel whose
     ends are closer than its length to a zero is integrated by two sinh-mapped halves.
+    Returns the value and the number of integrand evaluations.
     """
     near = 0
     s1 = s2 = s3 = hi
@@ -509,8 +510,8 @@ def _quad(kind, lo, hi, ca1, ca2, cb1, cb2, Saa, Sbb, Sab, sdet, r1, i1, r2, i2,
             s3 = r3
     if near == 0:
         # one panel; the nodes of the plain rule adapt to the nearest zero
-        return _panel(kind, lo, hi, ca1, ca2, cb1, cb2, Saa, Sbb, Sab, sdet,
-                      xp[j_plain], wp[j_plain]) * _INV_SQRT_2PI
+        return (_panel(kind, lo, hi, ca1, ca2, cb1, cb2, Saa, Sbb, Sab, sdet,
+                       xp[j_plain], wp[j_plain]) * _INV_SQRT_2PI, _rule_size(wp, j_plain))
     # sort the breakpoints lo <= s_1 <= s_2 <= s_3 <= hi (those not inside sit at hi)
     if s1 > s2:
         s1, s2 = s2, s1
@@ -519,6 +520,7 @@ def _quad(kind, lo, hi, ca1, ca2, cb1, cb2, Saa, Sbb, Sab, sdet, r1, i1, r2, i2,
     if s1 > s2:
         s1, s2 = s2, s1
     total = 0.0
+    nodes = 0
     last = xp.shape[0] - 1
     for p in range(4):
         if p == 0:
@@ -537,6 +539,7 @@ def _quad(kind, lo, hi, ca1, ca2, cb1, cb2, Saa, Sbb, Sab, sdet, r1, i1, r2, i2,
         if min(da, db) >= b - a:
             total += _panel(kind, a, b, ca1, ca2, cb1, cb2, Saa, Sbb, Sab, sdet,
                             xp[last], wp[last])
+            nodes += _rule_size(wp, last)
         else:
             da = min(max(da, d_floor * half), 100.0 * half)
             db = min(max(db, d_floor * half), 100.0 * half)
@@ -544,7 +547,17 @@ def _quad(kind, lo, hi, ca1, ca2, cb1, cb2, Saa, Sbb, Sab, sdet, r1, i1, r2, i2,
                                 sdet, xs, ws)
             total += _sinh_half(kind, b, -1.0, half, db, ca1, ca2, cb1, cb2, Saa, Sbb, Sab,
                                 sdet, xs, ws)
-    return total * _INV_SQRT_2PI
+            nodes += 2 * xs.shape[0]
+    return total * _INV_SQRT_2PI, nodes
+
+
+@njit(cache=True)
+def _rule_size(wp, j):
+    """Nodes of plain rule ``j`` (zero weights pad the table)."""
+    m = 0
+    while m < wp.shape[1] and wp[j, m] != 0.0:
+        m += 1
+    return m
 
 
 @njit(cache=True)
@@ -746,9 +759,10 @@ _scratch_jit = njit(cache=True)(_scratch)
 
 @njit(cache=True)
 def _row_values(kinds, C, bt, k, l, p, wrow, xp, wp, plain_rho, trig_omega, xs, ws, rho_split,
-                d_floor, vals, E, first, pairs, sums):
+                d_floor, vals, E, first, pairs, sums, counts):
     r"""``I_4(k, l, a, b)`` for every ``a ≤ b`` of batch element ``bt`` into ``vals[a, b]``
-    (0 where ``wrow[a] wrow[b] = 0``: terms a weighted sum does not need).
+    (0 where ``wrow[a] wrow[b] = 0``: terms a weighted sum does not need), and the number
+    of integrand evaluations of each into ``counts[a, b]`` if ``counts`` is ``n × n``.
 
     The same polar quadrature as :func:`_one`, with the work that depends on fewer
     indices done once: the student pair's factor and arc per row, each field's
@@ -817,6 +831,7 @@ def _row_values(kinds, C, bt, k, l, p, wrow, xp, wp, plain_rho, trig_omega, xs, 
         zr[v], zi[v], zj[v] = _field_zero(c1[v], c2[v], S[v] + (1.0 if erf[v] else 0.0), lo,
                                           hi, centre, halfarc, rho_split, plain_rho, qthr)
     inf = np.inf
+    record = counts.shape[0] == n
     m = np.zeros(3, dtype=np.int64)      # elements per flat code (0: relu–relu, 1, 2)
     q = np.zeros(3, dtype=np.int64)      # pairs per flat code
     first[:, 0] = 0
@@ -825,6 +840,8 @@ def _row_values(kinds, C, bt, k, l, p, wrow, xp, wp, plain_rho, trig_omega, xs, 
         for b in range(a, n):
             if wrow[a] * wrow[b] == 0.0:
                 vals[a, b] = 0.0
+                if record:
+                    counts[a, b] = 0
                 continue
             b_pair = b == k or b == l
             # (integrand code, flat stream or -1, plain rule, near zeros)
@@ -867,11 +884,15 @@ def _row_values(kinds, C, bt, k, l, p, wrow, xp, wp, plain_rho, trig_omega, xs, 
             if code == _SQUARE_RELU:
                 Sab = Saa
             if i1 < inf or i2 < inf or i3 < inf:
-                vals[a, b] = mult * _quad(code, lo, hi, c1[ua], c2[ua], c1[ub], c2[ub], Saa, Sbb,
-                                          Sab, sdet, r1, i1, r2, i2, r3, i3, j, xp, wp, xs, ws,
-                                          d_floor)
+                val, used = _quad(code, lo, hi, c1[ua], c2[ua], c1[ub], c2[ub], Saa, Sbb, Sab,
+                                  sdet, r1, i1, r2, i2, r3, i3, j, xp, wp, xs, ws, d_floor)
+                vals[a, b] = mult * val
+                if record:
+                    counts[a, b] = used
                 continue
             _node_table(j, lo, hi, xp, wp, cos_tab, sin_tab, have)
+            if record:
+                counts[a, b] = _rule_size(wp, j)
             if stream < 0:
                 total = 0.0
                 for i in range(width):
@@ -930,7 +951,8 @@ def _row_sum(idx, kinds, C, w, p, pk, pl, xp, wp, plain_rho, trig_omega, xs, ws,
     P = pk.shape[0]
     bt = idx // P
     _row_values(kinds, C, bt, pk[idx % P], pl[idx % P], p, w[bt], xp, wp, plain_rho,
-                trig_omega, xs, ws, rho_split, d_floor, vals, E, first, pairs, sums)
+                trig_omega, xs, ws, rho_split, d_floor, vals, E, first, pairs, sums,
+                np.empty((0, 0), dtype=np.int64))
     total = 0.0
     for a in range(n):
         for b in range(a, n):
@@ -971,7 +993,7 @@ def _pair_sums_serial(kinds, C, w, p, pk, pl, xp, wp, plain_rho, trig_omega, xs,
 
 @njit(cache=True, parallel=True)
 def _grid(kinds, C, p, pk, pl, xp, wp, plain_rho, trig_omega, xs, ws, rho_split, d_floor,
-          out):
+          out, counts):
     P = pk.shape[0]
     n = C.shape[1]
     ones = np.ones(n)
@@ -980,7 +1002,7 @@ def _grid(kinds, C, p, pk, pl, xp, wp, plain_rho, trig_omega, xs, ws, rho_split,
         E, first, pairs, sums = _scratch_jit(n, xp.shape[1])
         _row_values(kinds, C, bt, pk[idx % P], pl[idx % P], p, ones, xp, wp, plain_rho,
                     trig_omega, xs, ws, rho_split, d_floor, out[bt, idx % P], E, first, pairs,
-                    sums)
+                    sums, counts[bt, idx % P])
 
 
 #: Below this many quadrature evaluations per call the sums run on one thread: waking the
@@ -1025,7 +1047,7 @@ def relu_four_point_sums(C, w, p, student_teacher):
     return S
 
 
-def relu_four_point_grid(C, p, student_teacher):
+def relu_four_point_grid(C, p, student_teacher, nodes=False):
     r"""Every ``I_4(k, l, a, b)``, ``k ≤ l < p``, ``a ≤ b < n``, by the route of the sums.
 
     The values that :func:`relu_four_point_sums` weights and adds (index
@@ -1039,17 +1061,22 @@ def relu_four_point_grid(C, p, student_teacher):
         Number of student fields.
     student_teacher : tuple of str
         ``(σ*, )``: the teacher's activation, ``"relu"`` or ``"erf"``.
+    nodes : bool
+        Also return the number of integrand evaluations of each entry.
 
     Returns
     -------
-    ndarray, shape (B, p(p+1)/2, n, n)
+    values : ndarray, shape (B, p(p+1)/2, n, n)
         Row ``q`` is the pair ``numpy.triu_indices(p)[·][q]``; entries below the
-        diagonal ``a > b`` are undefined.
+        diagonal ``a > b`` are 0.
+    counts : ndarray of int, same shape
+        Only if `nodes`: integrand evaluations per entry (0 below the diagonal).
     """
     kinds, C, pk, pl, rules = _sum_setup(C, p, student_teacher)
     out = np.zeros((C.shape[0], pk.size, C.shape[1], C.shape[1]))
-    _grid(kinds, C, p, pk, pl, *rules, out)
-    return out
+    counts = np.zeros(out.shape, dtype=np.int64)
+    _grid(kinds, C, p, pk, pl, *rules, out, counts)
+    return (out, counts) if nodes else out
 
 
 def _sum_setup(C, p, student_teacher):
