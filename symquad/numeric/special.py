@@ -84,8 +84,11 @@ __all__ = ["relu_four_point", "relu_four_point_sums", "relu_four_point_grid", "i
 
 #: Gauss–Legendre nodes of a panel far from every near-real singularity.
 PLAIN_NODES = 14
-#: Gauss–Legendre nodes of each sinh-mapped half panel.
-SINH_NODES = 20
+#: Gauss–Legendre nodes of each sinh-mapped half panel.  (20 until December 2026: up to
+#: 2.5e-10 in units of √(C_aa C_bb), above the stated 1e-10, where a field within 1e-4 of
+#: a student sits at the end of an arc of length ≈ π, e.g. k ≈ l with a = k and b ≈ k;
+#: 30 gives ≤ 1.5e-14 on those cases, tests/test_special.py.)
+SINH_NODES = 30
 #: Smallest sinh-map scale, relative to the half panel.
 D_FLOOR = 1e-4
 #: Zeros with a Bernstein ellipse parameter (w.r.t. the arc) below this split the arc.
@@ -404,36 +407,6 @@ def _inner(kind, al, be, Saa, Sbb, Sab, sdet):
 
 
 @njit(cache=True)
-def _panel(kind, a, b, ca1, ca2, cb1, cb2, Saa, Sbb, Sab, sdet, x, w):
-    """Gauss–Legendre sum of K over [a, b] (nodes x, weights w on [0, 1]; zero weights end)."""
-    total = 0.0
-    h = b - a
-    for i in range(x.shape[0]):
-        if w[i] == 0.0:
-            break
-        phi = a + h * x[i]
-        c = math.cos(phi)
-        s = math.sin(phi)
-        total += w[i] * _inner(kind, ca1 * c + ca2 * s, cb1 * c + cb2 * s, Saa, Sbb, Sab, sdet)
-    return total * h
-
-
-@njit(cache=True)
-def _sinh_half(kind, e, sign, half, d, ca1, ca2, cb1, cb2, Saa, Sbb, Sab, sdet, x, w):
-    """∫ K over [e, e + sign·half] with φ = e + sign·d·sinh(t), t ∈ [0, asinh(half/d)]."""
-    U = math.asinh(half / d)
-    total = 0.0
-    for i in range(x.shape[0]):
-        t = U * x[i]
-        phi = e + sign * d * math.sinh(t)
-        c = math.cos(phi)
-        s = math.sin(phi)
-        total += w[i] * math.cosh(t) * _inner(kind, ca1 * c + ca2 * s, cb1 * c + cb2 * s,
-                                              Saa, Sbb, Sab, sdet)
-    return total * U * d
-
-
-@njit(cache=True)
 def _bernstein(zr, zi, lo, hi):
     """Bernstein ellipse parameter of the point zr + i zi for the interval [lo, hi]."""
     mid = 0.5 * (lo + hi)
@@ -477,22 +450,26 @@ def _one(kind, Ckk, Ckl, Cll, Cka, Ckb, Cla, Clb, Caa, Cab, Cbb, xp, wp, plain_r
     r1, i1, rho1 = _classify(r1, i1, lo, hi, centre, halfarc, rho_split)
     r2, i2, rho2 = _classify(r2, i2, lo, hi, centre, halfarc, rho_split)
     r3, i3, rho3 = _classify(r3, i3, lo, hi, centre, halfarc, rho_split)
+    size = _max_arc_nodes(xp, xs)
     return _quad(kind, lo, hi, ca1, ca2, cb1, cb2, Saa, Sbb, Sab, sdet, r1, i1, r2, i2, r3, i3,
                  _plain_rule_index(min(rho1, min(rho2, rho3)), plain_rho), xp, wp, xs, ws,
-                 d_floor)[0]
+                 d_floor, np.empty(size), np.empty(size))[0]
 
 
 @njit(cache=True)
-def _quad(kind, lo, hi, ca1, ca2, cb1, cb2, Saa, Sbb, Sab, sdet, r1, i1, r2, i2, r3, i3,
-          j_plain, xp, wp, xs, ws, d_floor):
-    """``(2π)^{-1/2} ∫_lo^hi K(φ) dφ`` given the classified zeros (:func:`_classify`).
+def _arc_nodes(lo, hi, r1, i1, r2, i2, r3, i3, j_plain, xp, wp, xs, ws, d_floor, phi, wt):
+    """Nodes ``φ`` and weights of the quadrature of the arc ``[lo, hi]`` into `phi`, `wt`;
+    returns their number.
 
     ``(r_j, i_j)``: a zero's real part next to the arc and its imaginary distance, ``i_j =
-    inf`` when it is far (Bernstein parameter ≥ ``rho_split``); ``j_plain`` the plain rule
-    of the whole arc when every zero is far (chosen from the nearest zero's Bernstein
-    parameter, :func:`_plain_rule_index`).  Zeros inside the arc split it; a panel whose
-    ends are closer than its length to a zero is integrated by two sinh-mapped halves.
-    Returns the value and the number of integrand evaluations.
+    inf`` when it is far (Bernstein parameter ≥ ``rho_split``, :func:`_classify`);
+    ``j_plain`` the plain rule of the whole arc when every zero is far (chosen from the
+    nearest zero's Bernstein parameter, :func:`_plain_rule_index`).  Zeros inside the arc
+    split it; a panel whose ends are farther than its length from every zero gets the
+    largest plain rule, the others are integrated by two halves mapped by ``φ = e ± d
+    sinh(t)``, ``t ∈ [0, asinh(half/d)]``, with ``len(xs)`` nodes each (``d`` the distance
+    from the end ``e`` to the nearest zero, within ``[d_floor, 100]`` × the half panel).
+    At most ``4 max(len(xp[0]), 2 len(xs))`` nodes.
     """
     near = 0
     s1 = s2 = s3 = hi
@@ -508,10 +485,17 @@ def _quad(kind, lo, hi, ca1, ca2, cb1, cb2, Saa, Sbb, Sab, sdet, r1, i1, r2, i2,
         near += 1
         if lo < r3 < hi:
             s3 = r3
+    count = 0
     if near == 0:
         # one panel; the nodes of the plain rule adapt to the nearest zero
-        return (_panel(kind, lo, hi, ca1, ca2, cb1, cb2, Saa, Sbb, Sab, sdet,
-                       xp[j_plain], wp[j_plain]) * _INV_SQRT_2PI, _rule_size(wp, j_plain))
+        h = hi - lo
+        for i in range(xp.shape[1]):
+            if wp[j_plain, i] == 0.0:
+                break
+            phi[count] = lo + h * xp[j_plain, i]
+            wt[count] = wp[j_plain, i] * h
+            count += 1
+        return count
     # sort the breakpoints lo <= s_1 <= s_2 <= s_3 <= hi (those not inside sit at hi)
     if s1 > s2:
         s1, s2 = s2, s1
@@ -519,8 +503,6 @@ def _quad(kind, lo, hi, ca1, ca2, cb1, cb2, Saa, Sbb, Sab, sdet, r1, i1, r2, i2,
         s2, s3 = s3, s2
     if s1 > s2:
         s1, s2 = s2, s1
-    total = 0.0
-    nodes = 0
     last = xp.shape[0] - 1
     for p in range(4):
         if p == 0:
@@ -537,18 +519,46 @@ def _quad(kind, lo, hi, ca1, ca2, cb1, cb2, Saa, Sbb, Sab, sdet, r1, i1, r2, i2,
         da = min(_dist(a, r1, i1), _dist(a, r2, i2), _dist(a, r3, i3))
         db = min(_dist(b, r1, i1), _dist(b, r2, i2), _dist(b, r3, i3))
         if min(da, db) >= b - a:
-            total += _panel(kind, a, b, ca1, ca2, cb1, cb2, Saa, Sbb, Sab, sdet,
-                            xp[last], wp[last])
-            nodes += _rule_size(wp, last)
-        else:
-            da = min(max(da, d_floor * half), 100.0 * half)
-            db = min(max(db, d_floor * half), 100.0 * half)
-            total += _sinh_half(kind, a, 1.0, half, da, ca1, ca2, cb1, cb2, Saa, Sbb, Sab,
-                                sdet, xs, ws)
-            total += _sinh_half(kind, b, -1.0, half, db, ca1, ca2, cb1, cb2, Saa, Sbb, Sab,
-                                sdet, xs, ws)
-            nodes += 2 * xs.shape[0]
-    return total * _INV_SQRT_2PI, nodes
+            h = b - a
+            for i in range(xp.shape[1]):
+                if wp[last, i] == 0.0:
+                    break
+                phi[count] = a + h * xp[last, i]
+                wt[count] = wp[last, i] * h
+                count += 1
+            continue
+        for side in range(2):
+            if side == 0:
+                e, sign, d = a, 1.0, min(max(da, d_floor * half), 100.0 * half)
+            else:
+                e, sign, d = b, -1.0, min(max(db, d_floor * half), 100.0 * half)
+            U = math.asinh(half / d)
+            for i in range(xs.shape[0]):
+                t = U * xs[i]
+                phi[count] = e + sign * d * math.sinh(t)
+                wt[count] = ws[i] * math.cosh(t) * U * d
+                count += 1
+    return count
+
+
+@njit(cache=True)
+def _max_arc_nodes(xp, xs):
+    return 4 * max(xp.shape[1], 2 * xs.shape[0])
+
+
+@njit(cache=True)
+def _quad(kind, lo, hi, ca1, ca2, cb1, cb2, Saa, Sbb, Sab, sdet, r1, i1, r2, i2, r3, i3,
+          j_plain, xp, wp, xs, ws, d_floor, phi, wt):
+    """``(2π)^{-1/2} ∫_lo^hi K(φ) dφ`` on the nodes of :func:`_arc_nodes` (`phi`, `wt`:
+    work arrays), summed in node order; returns the value and the number of nodes."""
+    count = _arc_nodes(lo, hi, r1, i1, r2, i2, r3, i3, j_plain, xp, wp, xs, ws, d_floor,
+                       phi, wt)
+    total = 0.0
+    for i in range(count):
+        c = math.cos(phi[i])
+        s = math.sin(phi[i])
+        total += wt[i] * _inner(kind, ca1 * c + ca2 * s, cb1 * c + cb2 * s, Saa, Sbb, Sab, sdet)
+    return total * _INV_SQRT_2PI, count
 
 
 @njit(cache=True)
@@ -747,11 +757,13 @@ def _vector_sums(code, E, m, first, q, out):
         out[t] = total
 
 
-def _scratch(n, width):
-    """Work arrays of one thread for :func:`_row_values` (see there)."""
+def _scratch(n, width, arc):
+    """Work arrays of one thread for :func:`_row_values` (see there): the three flat
+    streams (room for every pair's plain rule, and for at least one pair's largest arc
+    rule), their pairs, the pairs' sums, and the nodes of one arc."""
     P = n * (n + 1) // 2
-    return (np.empty((3, 7, P * width)), np.empty((3, P + 1), dtype=np.int64),
-            np.empty((3, P), dtype=np.int64), np.empty((3, P)))
+    return (np.empty((3, 7, max(P * width, arc))), np.empty((3, P + 1), dtype=np.int64),
+            np.empty((3, P), dtype=np.int64), np.empty((3, P)), np.empty((2, arc)))
 
 
 _scratch_jit = njit(cache=True)(_scratch)
@@ -759,7 +771,7 @@ _scratch_jit = njit(cache=True)(_scratch)
 
 @njit(cache=True)
 def _row_values(kinds, C, bt, k, l, p, wrow, xp, wp, plain_rho, trig_omega, xs, ws, rho_split,
-                d_floor, vals, E, first, pairs, sums, counts):
+                d_floor, vals, E, first, pairs, sums, arc, counts):
     r"""``I_4(k, l, a, b)`` for every ``a ≤ b`` of batch element ``bt`` into ``vals[a, b]``
     (0 where ``wrow[a] wrow[b] = 0``: terms a weighted sum does not need), and the number
     of integrand evaluations of each into ``counts[a, b]`` if ``counts`` is ``n × n``.
@@ -781,12 +793,14 @@ def _row_values(kinds, C, bt, k, l, p, wrow, xp, wp, plain_rho, trig_omega, xs, 
     * ``k = l``: ``c_2 = 0`` for every field and the integrand is even in ``φ``, so the
       arc ``(−π/2, π/2)`` is folded onto ``(0, π/2)``.
 
-    Pairs whose arc is one plain panel and whose integrand is relu–relu, coincident ReLU
-    or ``a = b`` ReLU put their nodes into the flat buffers ``E[code]`` (``first``,
-    ``pairs``: each pair's elements and ``a·n + b``), evaluated by one vectorised loop per
-    code (:func:`_vector_sums`, :func:`atan2_upper`); the others (erf fields, near zeros:
-    split arcs, sinh maps) by :func:`_quad`.  Every value is a fixed sum in node order:
-    the numbers do not depend on the other rows or on threads.
+    The nodes of each pair (:func:`_arc_nodes`: one plain panel, or split arcs and sinh
+    maps near a zero) are those of :func:`_one`.  Pairs whose integrand is relu–relu,
+    coincident ReLU or ``a = b`` ReLU put their nodes into the flat buffers ``E[stream]``
+    (``first``, ``pairs``: each pair's elements and ``a·n + b``), evaluated by one
+    vectorised loop per stream when full or at the end of the row (:func:`_flush`,
+    :func:`_vector_sums`, :func:`atan2_upper`); erf integrands by a scalar loop.  Every
+    value is a fixed sum in node order: the numbers do not depend on the other pairs, the
+    rows or the threads.
     """
     n = C.shape[1]
     Ckk = C[bt, k, k]
@@ -884,33 +898,38 @@ def _row_values(kinds, C, bt, k, l, p, wrow, xp, wp, plain_rho, trig_omega, xs, 
             if code == _SQUARE_RELU:
                 Sab = Saa
             if i1 < inf or i2 < inf or i3 < inf:
-                val, used = _quad(code, lo, hi, c1[ua], c2[ua], c1[ub], c2[ub], Saa, Sbb, Sab,
-                                  sdet, r1, i1, r2, i2, r3, i3, j, xp, wp, xs, ws, d_floor)
-                vals[a, b] = mult * val
-                if record:
-                    counts[a, b] = used
-                continue
-            _node_table(j, lo, hi, xp, wp, cos_tab, sin_tab, have)
+                # a near zero: split arc and sinh maps (nodes of this pair only)
+                count = _arc_nodes(lo, hi, r1, i1, r2, i2, r3, i3, j, xp, wp, xs, ws, d_floor,
+                                   arc[0], arc[1])
+                tabled = False
+            else:
+                _node_table(j, lo, hi, xp, wp, cos_tab, sin_tab, have)
+                count = _rule_size(wp, j)
+                tabled = True
             if record:
-                counts[a, b] = _rule_size(wp, j)
+                counts[a, b] = count
             if stream < 0:
                 total = 0.0
-                for i in range(width):
-                    if wp[j, i] == 0.0:
-                        break
-                    total += wp[j, i] * _inner(
-                        code, c1[ua] * cos_tab[j, i] + c2[ua] * sin_tab[j, i],
-                        c1[ub] * cos_tab[j, i] + c2[ub] * sin_tab[j, i], Saa, Sbb, Sab, sdet)
-                vals[a, b] = mult * total * h * _INV_SQRT_2PI
+                for i in range(count):
+                    if tabled:
+                        c, sn, wt = cos_tab[j, i], sin_tab[j, i], wp[j, i] * h
+                    else:
+                        c, sn, wt = math.cos(arc[0, i]), math.sin(arc[0, i]), arc[1, i]
+                    total += wt * _inner(code, c1[ua] * c + c2[ua] * sn, c1[ub] * c + c2[ub] * sn,
+                                         Saa, Sbb, Sab, sdet)
+                vals[a, b] = mult * total * _INV_SQRT_2PI
                 continue
+            if m[stream] + count > E.shape[2]:
+                _flush(stream, E, m, first, pairs, q, sums, vals, n, mult)
             e = m[stream]
             # (no array views here: each would cost a reference count)
-            for i in range(width):
-                if wp[j, i] == 0.0:
-                    break
-                al = c1[ua] * cos_tab[j, i] + c2[ua] * sin_tab[j, i]
-                be = c1[ub] * cos_tab[j, i] + c2[ub] * sin_tab[j, i]
-                wt = wp[j, i] * h
+            for i in range(count):
+                if tabled:
+                    c, sn, wt = cos_tab[j, i], sin_tab[j, i], wp[j, i] * h
+                else:
+                    c, sn, wt = math.cos(arc[0, i]), math.sin(arc[0, i]), arc[1, i]
+                al = c1[ua] * c + c2[ua] * sn
+                be = c1[ub] * c + c2[ub] * sn
                 if stream == 0:
                     E[0, 0, e] = al
                     E[0, 1, e] = be
@@ -934,24 +953,33 @@ def _row_values(kinds, C, bt, k, l, p, wrow, xp, wp, plain_rho, trig_omega, xs, 
             q[stream] += 1
             first[stream, q[stream]] = e
     for stream in range(3):
-        if q[stream] == 0:
-            continue
-        code = 0 if stream == 0 else (_COINCIDENT_RELU if stream == 1 else _SQUARE_RELU)
-        _vector_sums(code, E[stream], m[stream], first[stream], q[stream], sums[stream])
-        for t in range(q[stream]):
-            ab = pairs[stream, t]
-            vals[ab // n, ab % n] = mult * sums[stream, t] * _INV_SQRT_2PI
+        if q[stream] > 0:
+            _flush(stream, E, m, first, pairs, q, sums, vals, n, mult)
+
+
+@njit(cache=True)
+def _flush(stream, E, m, first, pairs, q, sums, vals, n, mult):
+    """Evaluate the buffered pairs of one stream (:func:`_vector_sums`), write their values
+    and empty the stream."""
+    code = 0 if stream == 0 else (_COINCIDENT_RELU if stream == 1 else _SQUARE_RELU)
+    _vector_sums(code, E[stream], m[stream], first[stream], q[stream], sums[stream])
+    for t in range(q[stream]):
+        ab = pairs[stream, t]
+        vals[ab // n, ab % n] = mult * sums[stream, t] * _INV_SQRT_2PI
+    m[stream] = 0
+    q[stream] = 0
+    first[stream, 0] = 0
 
 
 @njit(cache=True)
 def _row_sum(idx, kinds, C, w, p, pk, pl, xp, wp, plain_rho, trig_omega, xs, ws, rho_split,
-             d_floor, vals, E, first, pairs, sums):
+             d_floor, vals, E, first, pairs, sums, arc):
     """``Σ_{a ≤ b} (2 − δ_ab) w_a w_b I_4(k, l, a, b)`` of row ``idx = β·P + q`` (a fixed order)."""
     n = C.shape[1]
     P = pk.shape[0]
     bt = idx // P
     _row_values(kinds, C, bt, pk[idx % P], pl[idx % P], p, w[bt], xp, wp, plain_rho,
-                trig_omega, xs, ws, rho_split, d_floor, vals, E, first, pairs, sums,
+                trig_omega, xs, ws, rho_split, d_floor, vals, E, first, pairs, sums, arc,
                 np.empty((0, 0), dtype=np.int64))
     total = 0.0
     for a in range(n):
@@ -974,10 +1002,10 @@ def _pair_sums(kinds, C, w, p, pk, pl, xp, wp, plain_rho, trig_omega, xs, ws, rh
     rows = out.shape[0]
     for c in prange(chunks):
         vals = np.empty((n, n))
-        E, first, pairs, sums = _scratch_jit(n, xp.shape[1])
+        E, first, pairs, sums, arc = _scratch_jit(n, xp.shape[1], _max_arc_nodes(xp, xs))
         for idx in range(c * rows // chunks, (c + 1) * rows // chunks):
             out[idx] = _row_sum(idx, kinds, C, w, p, pk, pl, xp, wp, plain_rho, trig_omega,
-                                xs, ws, rho_split, d_floor, vals, E, first, pairs, sums)
+                                xs, ws, rho_split, d_floor, vals, E, first, pairs, sums, arc)
 
 
 @njit(cache=True)
@@ -985,10 +1013,10 @@ def _pair_sums_serial(kinds, C, w, p, pk, pl, xp, wp, plain_rho, trig_omega, xs,
                       rho_split, d_floor, chunks, out):
     n = C.shape[1]
     vals = np.empty((n, n))
-    E, first, pairs, sums = _scratch_jit(n, xp.shape[1])
+    E, first, pairs, sums, arc = _scratch_jit(n, xp.shape[1], _max_arc_nodes(xp, xs))
     for idx in range(out.shape[0]):
         out[idx] = _row_sum(idx, kinds, C, w, p, pk, pl, xp, wp, plain_rho, trig_omega, xs,
-                            ws, rho_split, d_floor, vals, E, first, pairs, sums)
+                            ws, rho_split, d_floor, vals, E, first, pairs, sums, arc)
 
 
 @njit(cache=True, parallel=True)
@@ -999,10 +1027,10 @@ def _grid(kinds, C, p, pk, pl, xp, wp, plain_rho, trig_omega, xs, ws, rho_split,
     ones = np.ones(n)
     for idx in prange(C.shape[0] * P):
         bt = idx // P
-        E, first, pairs, sums = _scratch_jit(n, xp.shape[1])
+        E, first, pairs, sums, arc = _scratch_jit(n, xp.shape[1], _max_arc_nodes(xp, xs))
         _row_values(kinds, C, bt, pk[idx % P], pl[idx % P], p, ones, xp, wp, plain_rho,
                     trig_omega, xs, ws, rho_split, d_floor, out[bt, idx % P], E, first, pairs,
-                    sums, counts[bt, idx % P])
+                    sums, arc, counts[bt, idx % P])
 
 
 #: Below this many quadrature evaluations per call the sums run on one thread: waking the
