@@ -1033,10 +1033,15 @@ def _grid(kinds, C, p, pk, pl, xp, wp, plain_rho, trig_omega, xs, ws, rho_split,
                     sums, arc, counts[bt, idx % P])
 
 
-#: Below this many quadrature evaluations per call the sums run on one thread: waking the
-#: thread pool cost ~5 ms per call on the shared 2-core machine (measured at p = 2, 4),
-#: more than the work itself.  Same numbers either way (same scalar code, same order).
-PARALLEL_MIN_EVALUATIONS = 20_000
+#: Below this many unique quadruples per call the sums run on one thread: waking the
+#: thread pool cost ~5 ms per call on the shared 2-core machine (measured at p = 2, 4), and
+#: ~10 ms at load 9.5, more than the work itself below ~10⁵ quadruples (0.2–0.4 µs each
+#: since the index coincidences and vectorised loops; median of 9 calls at load 9.5,
+#: parallel against serial: (4, 2) × 64 states 16 against 3.3 ms, (8, 2) × 32 states 32
+#: against 24 ms, (16, 2) × 4 states 36 against 36 ms, (8, 2) × 64 states 52 against
+#: 48 ms; at load 6 the last 48 against 56 ms).  20 000 when a quadruple cost ~3 µs.
+#: Same numbers either way (same scalar code, same order).
+PARALLEL_MIN_EVALUATIONS = 100_000
 
 
 def relu_four_point_sums(C, w, p, student_teacher):
