@@ -36,6 +36,15 @@ matrix-product rates.
 
     python benchmarks/bench_kernels.py --diffusion [--diffusion-p 2,4,8,16]
     python benchmarks/bench_kernels.py --diffusion-cost --activations "z**3 - 3*z"
+
+``--relu`` times one ReLU right-hand side (ReLU student and teacher, ``p* = 2``) over a
+batch of ``--relu-states`` random-start states (``N = 10⁴``), with default threads and
+pinned to one (threadpoolctl and ``numba.set_num_threads(1)``), each checkout in its own
+subprocess; ``--relu-before PATH`` times another checkout (e.g. ``git archive`` of an older
+commit unpacked in a folder) on the same states in the same run, for the speed-up.  It
+also prints the four-point sums' quadruples and integrand evaluations per quadruple.
+
+    python benchmarks/bench_kernels.py --relu [--relu-p 4,8,16] [--relu-before /tmp/base]
 """
 
 import importlib
@@ -387,6 +396,86 @@ def diffusion_cost_main(ps, repeat, activations):
                       f"{macs / rate_n / t_rhs:11.1f}", flush=True)
 
 
+# ---- the ReLU drift (issue 26: the SDE's cost for a ReLU student) --------------------------
+
+_RELU_TIMER = """
+import json, sys, time
+import numpy as np
+import symquad as sq
+from symquad.numeric.landscape import random_start
+p, states, repeat = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+m = sq.Model(p, 2, 0.1, activation="relu")
+Q, rho = random_start(m, 10**4, states, seed=0)
+k = sq.kernels(m)
+T = np.eye(2)
+k.rhs(Q, rho, T)                                  # compilation / cache load, not timed
+out = {}
+import numba, threadpoolctl
+for label, limit in (("default", None), ("pinned", 1)):
+    threads = numba.get_num_threads()
+    with threadpoolctl.threadpool_limits(limits=limit):
+        if limit:
+            numba.set_num_threads(1)
+        best = (float("inf"), float("inf"))
+        for _ in range(repeat):
+            w, c = time.perf_counter(), time.process_time()
+            k.rhs(Q, rho, T)
+            best = min(best, (time.perf_counter() - w, time.process_time() - c))
+        numba.set_num_threads(threads)
+    out[label] = best
+out["file"] = sq.__file__
+print(json.dumps(out))
+"""
+
+
+def _relu_rhs_seconds(root, p, states, repeat):
+    """Best-of-`repeat` (wall, CPU) seconds of one ReLU RHS over `states` random-start states
+    (N = 10⁴, seed 0) at (p, 2), default threads and pinned (threadpoolctl and numba limited
+    to one thread), in a subprocess importing symquad from `root`."""
+    import json
+    import subprocess
+    env = dict(os.environ, PYTHONPATH=str(root))
+    # run in `root`: ``python -c`` puts the working directory first on sys.path
+    out = subprocess.run([sys.executable, "-c", _RELU_TIMER, str(p), str(states), str(repeat)],
+                         env=env, cwd=str(root), capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def relu_main(ps, states, repeat, before=None):
+    """One ReLU RHS (ReLU student and teacher, (p, 2)) over `states` random-start states:
+    the four-point sums' quadruples and nodes (this checkout's route), its time with default
+    and pinned threads, and the same for the checkout `before` (a path) in the same run."""
+    from symquad.numeric import special as NS
+    from symquad.numeric.landscape import random_start
+    from symquad.runtime.tensor_engine import combine
+    root = pathlib.Path(__file__).resolve().parent.parent
+    print(f"# one ReLU RHS over {states} random-start states (N = 1e4), p* = 2; best of "
+          f"{repeat}; wall and CPU ms; 'pinned' = BLAS and numba on one thread; load "
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    head = (f"{'p':>3} {'quadruples':>10} {'nodes/q':>8} {'wall':>8} {'CPU':>8} "
+            f"{'wall pin':>9} {'CPU pin':>8}")
+    if before:
+        head += f" {'before wall':>11} {'before pin':>10} {'speed-up':>9} {'pinned':>7}"
+    print(head)
+    for p in ps:
+        m = sq.Model(p, 2, 0.1, activation="relu")
+        Q, rho = random_start(m, 10**4, states, seed=0)
+        C = combine(Q, rho, np.eye(2))[0]
+        _, counts = NS.relu_four_point_grid(C, p, ("relu",), nodes=True)
+        quads = states * (p * (p + 1) // 2) * ((p + 2) * (p + 3) // 2)
+        now = _relu_rhs_seconds(root, p, states, repeat)
+        assert now["file"].startswith(str(root)), now["file"]
+        (w0, c0), (w1, c1) = now["default"], now["pinned"]
+        line = (f"{p:>3} {quads:>10} {counts.sum() / quads:>8.2f} {w0 * 1e3:>8.1f} "
+                f"{c0 * 1e3:>8.1f} {w1 * 1e3:>9.1f} {c1 * 1e3:>8.1f}")
+        if before:
+            old = _relu_rhs_seconds(before, p, states, repeat)
+            assert old["file"].startswith(str(pathlib.Path(before).resolve())), old["file"]
+            b0, b1 = old["default"][0], old["pinned"][0]
+            line += f" {b0 * 1e3:>11.1f} {b1 * 1e3:>10.1f} {b0 / w0:>9.2f} {b1 / w1:>7.2f}"
+        print(line, flush=True)
+
+
 if __name__ == "__main__":
     parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--max-p", type=int, default=512)
@@ -404,10 +493,19 @@ if __name__ == "__main__":
                         "tensor kinds timed beside this engine's (--diffusion)")
     parser.add_argument("--activations", default=",".join(DIFFUSION_ACTIVATIONS),
                         help="comma-separated activations for --diffusion")
+    parser.add_argument("--relu", action="store_true",
+                        help="time the ReLU RHS over a batch of states (issue 26)")
+    parser.add_argument("--relu-p", default="4,8,16")
+    parser.add_argument("--relu-states", type=int, default=64)
+    parser.add_argument("--relu-before", help="another checkout (path) to time beside this one")
     args = parser.parse_args()
     if args.diffusion_cost:
         diffusion_cost_main([int(x) for x in args.diffusion_p.split(",")], args.repeat,
                             [a for a in args.activations.split(",") if a != "z**2"])
+        raise SystemExit(0)
+    if args.relu:
+        relu_main([int(x) for x in args.relu_p.split(",")], args.relu_states, args.repeat,
+                  args.relu_before)
         raise SystemExit(0)
     if args.diffusion:
         diffusion_main([int(x) for x in args.diffusion_p.split(",")], args.repeat,
