@@ -492,7 +492,9 @@ def validation_figures(report) -> dict:
     mean and min–max over ``k``; off-diagonal: RMS; ``ρ``: its largest singular
     values), so it stays readable at any width.
     """
-    figs = {"risk": _risk_figure(report), "overlaps": _overlaps_figure(report)}
+    blocks = np.ndim(report.sgd_Q) == 5           # an input spectrum: (R, n, B, p, p)
+    figs = {"risk": _risk_figure(report),
+            "overlaps": (_block_overlaps_figure if blocks else _overlaps_figure)(report)}
     title = _report_title(report.config)
     f = report.numbers.get("finite_size_scaling")
     if f:
@@ -687,6 +689,54 @@ def _overlaps_figure(report):
     for ax in axes:
         ax.set_xlabel(r"$t$")
         ax.set_xlim(t[0], t[-1])
+    fig.suptitle(_report_title(c))
+    return fig
+
+
+def _block_overlaps_figure(report):
+    """Per-block statistics of a report with an input spectrum (docs/model.md §1a).
+
+    Left ``tr Q^c`` (the student's squared norm in block ``c``), right ``‖ρ^c‖²_F`` (its
+    squared overlap with the teacher there), one colour per block: the SGD replicas' band
+    and mean (solid) and the ODE's median over the replicas' starts (dashed) — the
+    statistics the mean-deviation criterion tests with the risk.
+    """
+    c, n = report.config, report.numbers
+    t = report.t
+    lo, hi = n["band"]["percentiles"]
+    ok = _ok_replicas(report)
+    stats = (("tr", r"$\mathrm{tr}\, Q^c$", "student norm per block"),
+             ("rho", r"$\|\rho^c\|_F^2$", "teacher overlap per block"))
+    fig, axes = new_figure((FULL_WIDTH, 3.3), 1, 2)
+    B = np.shape(report.sgd_Q)[2]
+    handles, labels = [], []
+    for ax, (key, symbol, what) in zip(axes, stats):
+        if key == "tr":
+            sgd = np.trace(report.sgd_Q[ok], axis1=-2, axis2=-1)
+            ode = np.trace(report.ode_Q[ok], axis1=-2, axis2=-1)
+        else:
+            sgd = np.sum(report.sgd_rho[ok] ** 2, axis=(-2, -1))
+            ode = np.sum(report.ode_rho[ok] ** 2, axis=(-2, -1))
+        for b in range(B):
+            color = f"C{b % 10}"
+            if sgd.size:
+                ax.fill_between(t, np.percentile(sgd[..., b], lo, 0),
+                                np.percentile(sgd[..., b], hi, 0), color=color, alpha=0.2,
+                                lw=0)
+                line, = ax.plot(t, sgd[..., b].mean(0), color=color)
+                ax.plot(t, np.nanmedian(ode[..., b], 0), "--", color=color)
+                if key == "tr":
+                    handles.append(line)
+                    labels.append(f"block {b + 1}")
+        ax.set_title(f"{what}, {symbol}")
+        ax.set_ylabel(symbol)
+        ax.set_xlabel(r"$t$ = steps$/N$")
+        # a small x margin: the first x tick label then never meets the lowest y tick label
+        ax.margins(x=0.02)
+    shown = min(B, MAX_ENTRY_LINES)
+    _key_legend(fig, (handles[:shown], labels[:shown]),
+                ([_proxy(color="0.2", ls="-"), _proxy(color="0.2", ls="--")],
+                 [f"SGD mean, {lo:g}–{hi:g}% band", "ODE, median"]), max_columns=5)
     fig.suptitle(_report_title(c))
     return fig
 

@@ -76,11 +76,11 @@ STAGES = {
     # conventions.py: t <-> tau = eta t (a constant step size)
     "the time conventions": _LOSS,
     # studies/: validation, the sweep tasks (one entry per built-in model task)
-    "validate": _LOSS + SCHEDULE,
-    "compare": _LOSS + SCHEDULE,
+    "validate": _LOSS + SCHEDULE + SPECTRUM,
+    "compare": _LOSS + SCHEDULE + SPECTRUM,
     "sweep task 'plateau'": FIELDS_0_2,
     "sweep task 'escape'": FIELDS_0_2,
-    "sweep task 'validate'": _LOSS + SCHEDULE,
+    "sweep task 'validate'": _LOSS + SCHEDULE + SPECTRUM,
     "sweep task 'ode'": _LOSS + SCHEDULE + SPECTRUM,
     "sweep task 'hessian'": FIELDS_0_2,
     # numeric/optimal.py: the optimal schedule (its model's schedule must be constant)

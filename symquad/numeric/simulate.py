@@ -103,7 +103,7 @@ from .simulation_run import SimulationRun, population_risk
 from .sde import sde_noise
 from ..spec import check_model
 from ..spec import Model
-from ..spectrum import block_axis, block_sizes, has_spectrum
+from ..spectrum import block_axis, block_sizes, check_block_room, has_spectrum
 
 __all__ = ["simulate", "SimulationRun", "population_risk", "DEFAULT_Q0", "METHODS",
            "SIMULATED_FIELDS"]
@@ -630,11 +630,7 @@ def _block_initial_coordinates(model, N, replicas, Q0, rho0, T, rng_init):
     """
     p, ps = model.p, model.p_star
     n, B = p + ps, model.n_blocks
-    sizes = block_sizes(model.spectrum, N)
-    if min(sizes) < n + model.batch_size:
-        raise ValueError(f"N = {N} gives a block of {min(sizes)} coordinates; every block "
-                         f"needs at least p + p_star + batch_size = {n + model.batch_size} "
-                         f"(spectrum {model._field_text('spectrum')})")
+    sizes = check_block_room(model, N)
     f = [float(x) for x, _ in model.spectrum]
     plain = Model(p, ps, 1.0, activation=model.activation,
                   teacher_activation=model.teacher_activation)
@@ -1074,6 +1070,8 @@ def plan_simulation(model, N, t_max, replicas, method="reduced", n_times=101) ->
     if not t_max * N <= MAX_REPLICA_STEPS:
         raise ValueError(f"t_max * N = {t_max * N:.3g} steps is beyond {MAX_REPLICA_STEPS:.0e}: "
                          f"reduce t_max (allowed t_max <= {MAX_REPLICA_STEPS / N:.3g}) or N")
+    if has_spectrum(model):
+        check_block_room(model, N)
     n_steps = max(1, int(round(t_max * N)))
     return _check_sizes(method, N, replicas, n_steps, min(n_times, n_steps + 1), model.p,
                         model.p_star)
