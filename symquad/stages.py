@@ -69,7 +69,7 @@ STAGES = {
     "integrate_batch": _LOSS + SCHEDULE + SPECTRUM,
     "simulate(method='full')": _LOSS + SCHEDULE + SPECTRUM,
     "simulate(method='reduced')": _LOSS + SCHEDULE + SPECTRUM,
-    "simulate(method='sde')": _LOSS + SCHEDULE,
+    "simulate(method='sde')": _LOSS + SCHEDULE + SPECTRUM,
     "fluctuations": _LOSS + SCHEDULE,
     "the O(1/N) correction of the mean": _LOSS,
     "the forward sensitivities": _LOSS,

@@ -99,7 +99,7 @@ from ..stages import STAGES, declare
 from .errors import DivergenceError, describe_state
 from .checks import (as_real_array, check_float_activation, check_int as _check_int,
                      check_positive)
-from .simulation_run import SimulationRun, population_risk
+from .simulation_run import SimulationRun, block_population_risk, population_risk
 from .sde import sde_noise
 from ..spec import check_model
 from ..spec import Model
@@ -846,15 +846,6 @@ class _BlockReducedStepper(_Stepper):
         """No in-kernel checks: divergence is checked at the driver's checkpoints."""
         none = np.zeros(self.R, dtype=bool)
         return none, None, None, None, None, None
-
-
-def block_population_risk(model, Q, rho, T, readout=None):
-    """``ε(Ω)`` of per-block overlaps: :func:`population_risk` at ``Ω = Σ_c s_c C^c``."""
-    s = np.array([float(sc) for _, sc in model.spectrum])
-    Q, rho, T = (np.asarray(x, dtype=float) for x in (Q, rho, T))
-    w = s[:, None, None]
-    return population_risk(model, (w * Q).sum(-3), (w * rho).sum(-3), (w * T).sum(-3),
-                           readout)
 
 
 def _sgd_kernels_module():

@@ -188,7 +188,7 @@ from .validation_runs import (  # noqa: F401
     VALIDATE_WARN_SECONDS, _STUDY_LABELS, _StudyRunner, _plan_runs, _resolve_workers,
     _timed_call)
 from .validation_inputs import (  # noqa: F401
-    COMPARE_WARN_SECONDS, SPECTRUM_WHOLE_RUN, default_teacher, _as_readout, _as_trajectories,
+    COMPARE_WARN_SECONDS, default_teacher, _as_readout, _as_trajectories,
     _check_ode_horizon, _check_start,
     _check_teacher, _check_times, _check_whole_run)
 from .validation_common import (  # noqa: F401
@@ -665,7 +665,7 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start=None, seed=0, *,
         _add_resolution(numbers, model, run.t, run.risk, ode, run.Q, run.rho, run.T,
                         run.readout, shared)
         phases["resolution"] = time.perf_counter() - tick
-    if whole_run and not has_spectrum(model):
+    if whole_run:
         from .whole_run import add_whole_run
         tick = time.perf_counter()
         numbers["verdict"] = add_whole_run(numbers, model, run.t, run.Q[ok], run.rho[ok],
@@ -675,8 +675,7 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start=None, seed=0, *,
     else:
         from .whole_run import whole_run_not_run
         numbers["verdict"] = whole_run_not_run(
-            numbers["verdict"], SPECTRUM_WHOLE_RUN if whole_run else
-            "whole_run=False, symquad validate --no-whole-run")
+            numbers["verdict"], "whole_run=False, symquad validate --no-whole-run")
     numbers["runtime_s"] = time.perf_counter() - t_start
     numbers["runtime_phases_s"] = phases
 
@@ -811,8 +810,7 @@ def compare(model, t, Q, rho, T=None, readout=None, *, band=(2.5, 97.5), escape_
     else:
         from .whole_run import whole_run_not_run
         numbers["verdict"] = whole_run_not_run(
-            numbers["verdict"], SPECTRUM_WHOLE_RUN if has_spectrum(model) else
-            "whole_run=False" if N is not None else
+            numbers["verdict"], "whole_run=False" if N is not None else
             "the data's input dimension N is not given: compare(..., N=) or "
             "symquad validate --data FILE --N N")
     total = time.perf_counter() - t_start

@@ -15,10 +15,6 @@ from ..numeric.checks import check_int as _check_int
 from ..numeric.layout import block_teacher
 from ..spectrum import block_axis, has_spectrum
 
-#: Why the whole-run criteria (the order-parameter SDE, the LNA) are not run for a spectrum.
-SPECTRUM_WHOLE_RUN = ("the SDE and the linear-noise approximation are not derived for an "
-                      "input spectrum yet (docs/model.md §1a)")
-
 
 def _check_teacher(model, T):
     """``T`` checked as teacher overlaps (shape, finite, symmetric PSD)."""
@@ -217,9 +213,6 @@ def _check_whole_run(model, whole_run, N, a):
     """
     if whole_run not in (None, True, False):
         raise ValueError(f"whole_run must be None, True or False, got {whole_run!r}")
-    if has_spectrum(model):
-        # not derived yet: compare lists both criteria as not tested (SPECTRUM_WHOLE_RUN)
-        return False, None if N is None else _check_int(N, "N", 1)
     if whole_run is None:
         whole_run = N is not None
     if not whole_run:
