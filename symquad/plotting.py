@@ -1548,7 +1548,7 @@ def power_law_figure(curves, rows, window):
     r"""Learning curves on power-law spectra (:mod:`symquad.studies.power_law`), two panels.
 
     Left: ``ε(u)/ε(0)`` against ``u = 2η s_1 t`` for the results in `curves` (dicts of
-    :func:`~symquad.studies.power_law.learning_curve_study` with their ``L``), the fit
+    :func:`~symquad.studies.power_law.power_law_curve_study` with their ``L``), the fit
     window shaded, ``u = L^α`` marked on each curve (where the truncation to ``L`` blocks
     starts to matter) and ``u^{−γ_∞}`` dashed.  Right: the fitted exponent against ``L``
     for every ``(α, β)`` of `rows` (dicts with ``alpha``, ``teacher_exponent``, ``L``,
@@ -1611,7 +1611,7 @@ def power_law_figure(curves, rows, window):
 def power_law_escape_figure(rows, N):
     r"""Escape of the quadratic network on power-law spectra against ``α``, one line per ``L``.
 
-    `rows`: dicts of :func:`~symquad.studies.power_law.escape_study` with ``alpha`` and
+    `rows`: dicts of :func:`~symquad.studies.power_law.power_law_escape_study` with ``alpha`` and
     ``L``.  Median escape time of the ODE from random starts (5–95 % bars), of SGD where
     run (squares), and the scale ``log(N)/(2κ)`` of the linearised growth of ``ρ``.
     """

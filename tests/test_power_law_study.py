@@ -41,7 +41,7 @@ def test_the_exact_linear_risk_is_the_full_block_system():
 
 
 def test_the_block_ode_learning_curve_is_the_exact_one():
-    res = pl.learning_curve_study(alpha=2.0, L=8, teacher_exponent=1.0, lr=0.5, u_from=3.0,
+    res = pl.power_law_curve_study(alpha=2.0, L=8, teacher_exponent=1.0, lr=0.5, u_from=3.0,
                                   u_to=60.0, n_times=61)
     assert res["ode_status"] == "ok"
     assert res["max_error_exact"] < 1e-7, res["max_error_exact"]
@@ -81,7 +81,7 @@ def test_the_truncation_stops_mattering_once_l_to_the_alpha_is_beyond_the_window
 
 
 def test_the_isotropic_spectrum_has_the_isotropic_plateau_and_rate():
-    res = pl.escape_study(alpha=0.0, L=2, p=2, p_star=1, lr=0.1, N=200, replicas=4,
+    res = pl.power_law_escape_study(alpha=0.0, L=2, p=2, p_star=1, lr=0.1, N=200, replicas=4,
                           n_times=41)
     fp = sq.plateau(sq.Model(2, 1, 0.1))
     assert res["plateau_risk"] == pytest.approx(float(fp.risk), rel=1e-8)
@@ -100,3 +100,38 @@ def test_the_growth_rate_of_rho_is_the_integrated_one():
     sol = sq.integrate(m, Q, rho0, T, 30.0, t_eval=[20.0, 30.0], rtol=1e-11, atol=1e-20)
     norms = np.sqrt(np.sum(sol.rho ** 2, axis=(1, 2, 3)))
     assert np.log(norms[1] / norms[0]) / 10.0 == pytest.approx(kappa, rel=1e-3)
+
+
+def test_the_plateau_does_not_depend_on_the_spectrum():
+    """Without weight decay and with tr Σ/N = 1, Q^c = f_c Q̄ (Q̄ the isotropic plateau) is a
+    fixed point at ρ = 0: dQ^c = f_c s_c F_iso(Q̄) (Stein: Gb(c) = s_c Q^c H(Ω), Ω_Q = Q̄),
+    so the plateau risk is the isotropic one and tr Q^c/p = f_c q."""
+    res = pl.power_law_escape_study(alpha=2.0, L=4, p=2, p_star=1, lr=0.1, N=200, replicas=4,
+                          n_times=41)
+    fp = sq.plateau(sq.Model(2, 1, 0.1))
+    assert res["plateau_risk"] == pytest.approx(float(fp.risk), rel=1e-8)
+    norms = [float(v) for v in res["plateau_norms"].split(":")]
+    np.testing.assert_allclose(norms, float(fp.q) / 4, rtol=1e-6)
+    assert res["rate"] > 1.5 * float(fp.rate)          # but rho grows faster: the top block
+
+
+
+def test_the_figures_draw_the_results_without_layout_problems():
+    from symquad.plotting import layout_problems
+    rows, curves = [], []
+    u = np.concatenate([[0.0], np.geomspace(0.01, 600.0, 40)])
+    for L in (4, 8):                   # results shaped like power_law_curve_study's
+        risk = 0.5 * (1 + u) ** -0.5 * np.exp(-u / L ** 2)
+        res = dict(u=u, risk=risk, truncation_u=float(L ** 2), exponent=1.0 / L,
+                   exponent_exact=1.0 / L, exponent_asymptotic=0.5, alpha=2.0,
+                   teacher_exponent=0.0, L=L)
+        rows.append(res)
+        curves.append((L, res))
+    fig = sq.power_law_figure(curves, rows, (3.0, 60.0))
+    assert layout_problems(fig) == []
+    assert len(fig.axes[1].lines) >= 3              # ODE line, exact crosses, gamma_inf
+    esc = dict(alpha=1.0, L=2, ode_median=10.0, ode_q05=8.0, ode_q95=13.0, escape_scale=9.0,
+               sgd_median=9.5)
+    fig = sq.power_law_escape_figure([esc, {**esc, "alpha": 2.0, "ode_median": 7.0,
+                                           "ode_q05": 6.0, "ode_q95": 9.0}], 1000)
+    assert layout_problems(fig) == []

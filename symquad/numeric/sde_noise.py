@@ -32,7 +32,9 @@ assembly (:mod:`symquad._generated.assembly`, the update rule of
 (batch ``1/b`` on the ``η²`` term, weight decay, the sphere's projection, a trained
 readout, the loss's error signal, ``η(t)``) enters exactly as in the drift, and the
 deterministic parts (weight decay, the ``Q``-terms of the projection) cancel against
-``f``.  Cost per replica and step: an ``n × n`` eigendecomposition (``n = p + p*``) and
+``f``.  With an input spectrum (docs/model.md §1a) the samples are the blocks' independent
+fields ``μ^c ~ N(0, s_c C^c)``, ``(λ, ν) = Σ_c μ^c``, through the generated block assembly
+(:func:`_block_sampled_increments`).  Cost per replica and step: an ``n × n`` eigendecomposition (``n = p + p*``) and
 ``M·(p n + p²)`` multiply-adds — no ``D``, no ``dim³`` factorisation.
 """
 

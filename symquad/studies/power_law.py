@@ -8,7 +8,7 @@ The inputs are ``x ~ N(0, Σ)`` with the ``L``-block truncation of a power law
 function of scalar parameters returning a flat dict (a task :func:`symquad.sweep` maps
 over a grid; ``examples/power_law_scaling.py`` runs them):
 
-**Learning-curve exponent** (:func:`learning_curve_study`).  Time is measured in units of
+**Learning-curve exponent** (:func:`power_law_curve_study`).  Time is measured in units of
 the fastest block, ``u = 2 η s_1 t``.  For the linear student and teacher (``σ = σ* = z``,
 ``p = p* = 1``) started at ``w = 0`` the per-block errors ``D_j = Q^j − 2ρ^j + T^j`` obey
 (from the block drift of docs/derivation.md §1a with ``δ = λ − ν``)
@@ -33,7 +33,7 @@ for the linear model it is checked against the exact solution of the system abov
 ``D(t) = e^{Mt}(D(0) − D_*) + D_*``, ``M = −2η diag(s) + η² (f∘s) sᵀ``
 (:func:`linear_block_risk`, written from the definitions, not from the kernels).
 
-**Plateau and escape of the quadratic network** (:func:`escape_study`).  The plateau
+**Plateau and escape of the quadratic network** (:func:`power_law_escape_study`).  The plateau
 and escape analyses of docs/model.md §8 refuse a spectrum (they are derived for
 ``Q = qI``, ``ρ = 0``); here they are measured: for ``σ = z²`` the set ``ρ = 0`` is
 invariant (``σ'`` is odd and the student fields are independent of the teacher's there),
@@ -64,8 +64,8 @@ from ..numeric.simulate import simulate
 from ..spec import Model
 from ..spectrum import block_axis, power_law_spectrum
 
-__all__ = ["learning_curve_study", "escape_study", "linear_block_risk", "fit_exponent",
-           "asymptotic_exponent"]
+__all__ = ["power_law_curve_study", "power_law_escape_study", "linear_block_risk", "fit_exponent",
+           "asymptotic_exponent", "untruncated_exponent"]
 
 #: Risks below this fraction of the start are not fitted: ``D_j = Q^j − 2ρ^j + T^j`` cancels
 #: entries of the order of the start, so the solver's relative tolerance 1e-9 on them is an
@@ -81,6 +81,21 @@ def asymptotic_exponent(alpha: float, teacher_exponent: float) -> float:
     """``γ_∞ = (α + β − 1)/α``: the gradient-flow exponent of ``L = ∞`` (NaN for ``α + β <= 1``)."""
     alpha, beta = float(alpha), float(teacher_exponent)
     return (alpha + beta - 1.0) / alpha if alpha > 0 and alpha + beta > 1 else float("nan")
+
+
+def untruncated_exponent(alpha, teacher_exponent, u_from, u_to, blocks=100_000, points=100):
+    r"""The fitted exponent of the gradient-flow sum without truncation on ``[u_from, u_to]``.
+
+    ``ε(u) ∝ Σ_{j ≤ blocks} j^{−(α+β)} e^{−j^{−α} u}`` (module docstring; ``blocks`` far
+    beyond ``u_to^{1/α}`` stands for ``L = ∞``), fitted as :func:`fit_exponent` on
+    `points` log-spaced times: the ``L → ∞``, ``η → 0`` value a finite window gives, which
+    differs from ``γ_∞`` by the discreteness of the first blocks.
+    """
+    u = np.geomspace(u_from, u_to, points)
+    j = np.arange(1, int(blocks) + 1, dtype=float)
+    a, b = float(alpha), float(teacher_exponent)
+    risk = np.array([np.sum(j ** -(a + b) * np.exp(-j ** -a * x)) for x in u])
+    return fit_exponent(u, risk, u_from, u_to)[0]
 
 
 def fit_exponent(t, risk, lo, hi):
@@ -158,7 +173,7 @@ def _zero_start(m):
     return np.zeros(lead + (m.p, m.p)), np.zeros(lead + (m.p, m.p_star))
 
 
-def learning_curve_study(alpha=2.0, L=16, teacher_exponent=0.0, lr=0.5, activation="z",
+def power_law_curve_study(alpha=2.0, L=16, teacher_exponent=0.0, lr=0.5, activation="z",
                          p=1, p_star=1, noise=0.0, u_from=10.0, u_to=1000.0, u_max=0.0,
                          n_times=241, start="zero", N=1000, seed=0):
     r"""The risk's decay on a power-law spectrum and its fitted exponent (module docstring).
@@ -186,6 +201,7 @@ def learning_curve_study(alpha=2.0, L=16, teacher_exponent=0.0, lr=0.5, activati
     dict
         Scalars ``exponent`` (the fitted ``γ``, ``ε ∝ t^{−γ}`` on the window),
         ``fit_rms`` (residual of ``log ε``), ``exponent_asymptotic`` (``γ_∞``),
+        ``exponent_untruncated`` (:func:`untruncated_exponent` on the same window),
         ``exponent_exact`` and ``max_error_exact`` (the exponent of the linear model's
         exact solution on the same times, and the ODE's largest deviation from it relative
         to the starting risk; NaN for other models), ``truncation_u`` (``L^α``: the truncation matters beyond it),
@@ -221,10 +237,13 @@ def learning_curve_study(alpha=2.0, L=16, teacher_exponent=0.0, lr=0.5, activati
     risk[:len(sol.risk)] = sol.risk
     floor = _FLOOR * risk[0]          # the exponential tail of a truncation: not fitted
     gamma, _, rms = fit_exponent(u, np.where(risk > floor, risk, np.nan), u_from, u_to)
+    untruncated = (untruncated_exponent(alpha, teacher_exponent, u_from, u_to)
+                   if alpha + teacher_exponent > 1 else float("nan"))
     with np.errstate(divide="ignore", invalid="ignore"):
         slope = -np.gradient(np.log(risk[1:]), np.log(u[1:]))
     out = {"exponent": gamma, "fit_rms": rms,
            "exponent_asymptotic": asymptotic_exponent(alpha, teacher_exponent),
+           "exponent_untruncated": untruncated,
            "exponent_exact": float("nan"), "max_error_exact": float("nan"),
            "truncation_u": truncation, "t_unit": unit, "risk_start": float(risk[0]),
            "risk_end": float(risk[-1]), "ode_status": sol.status,
@@ -284,7 +303,7 @@ def _rho_growth_rate(m, Q, T, h=1e-6):
     return float(np.max(np.linalg.eigvals(J).real))
 
 
-def escape_study(alpha=1.0, L=4, teacher_exponent=0.0, p=2, p_star=1, lr=0.1,
+def power_law_escape_study(alpha=1.0, L=4, teacher_exponent=0.0, p=2, p_star=1, lr=0.1,
                  activation="z**2", N=1000, replicas=16, seed=0, sgd=False,
                  sgd_replicas=16, t_max=0.0, n_times=401):
     r"""Plateau and escape of the quadratic network on a power-law spectrum (module docstring).
