@@ -23,6 +23,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
+from ..spectrum import has_spectrum
 from .whole_run import entry_route_cost
 
 __all__ = ["resolution_numbers", "format_resolution", "MAX_STARTS"]
@@ -30,6 +32,9 @@ __all__ = ["resolution_numbers", "format_resolution", "MAX_STARTS"]
 #: Starts whose sensitivities are averaged for a random start (replicas with their own ODE).
 MAX_STARTS = 4
 def _why_not(model) -> str:
+    if has_spectrum(model):
+        return ("the forward sensitivities are not derived for an input spectrum yet "
+                "(docs/model.md §1a)")
     if not model.is_polynomial:
         return "the exact Jacobian is derived for polynomial activations"
     costly = entry_route_cost(model)
