@@ -23,13 +23,28 @@ The peer measures time as ``τ = steps·η/(pN)``, so its right-hand side is
 ``--diffusion`` instead times the diffusion matrix ``D`` (:meth:`Kernels.diffusion`)
 against one RHS call of the same kernels, for ``z²``, ``z² + z³/3`` and ``z³ − 3z`` at
 ``p`` in ``--diffusion-p`` (``p* = 2``, trained readout), with the library's default
-BLAS threads and pinned to one (threadpoolctl), side by side, and the class route
+BLAS threads and pinned to one (threadpoolctl), side by side; the tensor kinds alone,
+and with ``--engine-before FILE`` those of an older ``runtime/diffusion_engine.py`` on
+the same plan and state (values checked equal); the class route
 (``diffusion_engine.USE_PROGRAM = False``: one contraction per edge set, no CSE); where
 ``--reference-max-p`` allows, the former term-by-term tensor route
 (``tensor_kinds_reference``) too; and the first call for each activation in a fresh
-kernel cache (a subprocess: derivation, generation, planning).
+kernel cache (a subprocess: derivation, generation, planning), also with numba's
+cache empty.  ``--diffusion-cost`` reports what one ``D`` executes (program steps,
+calls, multiply-adds by where they run) and its lower bounds at the measured
+matrix-product rates.
 
     python benchmarks/bench_kernels.py --diffusion [--diffusion-p 2,4,8,16]
+    python benchmarks/bench_kernels.py --diffusion-cost --activations "z**3 - 3*z"
+
+``--relu`` times one ReLU right-hand side (ReLU student and teacher, ``p* = 2``) over a
+batch of ``--relu-states`` random-start states (``N = 10⁴``), with default threads and
+pinned to one (threadpoolctl and ``numba.set_num_threads(1)``), each checkout in its own
+subprocess; ``--relu-before PATH`` times another checkout (e.g. ``git archive`` of an older
+commit unpacked in a folder) on the same states in the same run, for the speed-up.  It
+also prints the four-point sums' quadruples and integrand evaluations per quadruple.
+
+    python benchmarks/bench_kernels.py --relu [--relu-p 4,8,16] [--relu-before /tmp/base]
 """
 
 import importlib
@@ -210,27 +225,48 @@ print(time.perf_counter() - t0)
 """
 
 
-def first_call_seconds(activation):
-    """Wall seconds of the first tensor-route ``D`` at (4, 2) in a fresh kernel cache."""
+def first_call_seconds(activation, fresh_numba=False):
+    """Wall seconds of the first tensor-route ``D`` at (4, 2) in a fresh kernel cache.
+
+    `fresh_numba`: numba's cache too (the contraction interpreter compiled in the call,
+    as in a new installation; otherwise it is loaded from the package's cache).
+    """
     import subprocess
     import tempfile
     with tempfile.TemporaryDirectory() as tmp:
         env = dict(os.environ, SYMQUAD_CACHE_DIR=tmp)
+        if fresh_numba:
+            env["NUMBA_CACHE_DIR"] = os.path.join(tmp, "numba")
         out = subprocess.run([sys.executable, "-c", _FIRST_CALL, activation], env=env,
                              capture_output=True, text=True, check=True)
     return float(out.stdout.split()[-1])
 
 
-def diffusion_main(ps, repeat, reference_max_p, first_call, activations=DIFFUSION_ACTIVATIONS):
+def load_engine(path):
+    """An older ``runtime/diffusion_engine.py`` from a file, as a module beside the current one."""
+    spec = importlib.util.spec_from_file_location("symquad.runtime._diffusion_engine_before",
+                                                  path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def diffusion_main(ps, repeat, reference_max_p, first_call, activations=DIFFUSION_ACTIVATIONS,
+                   engine_before=None):
     """D / RHS ratios (see the module docstring)."""
     import threadpoolctl
+    from symquad._generated import diffusion_assembly as assembly
     from symquad.numeric.kernels import _diffusion_tensor_module
     from symquad.runtime import diffusion_engine as engine
+    before = load_engine(engine_before) if engine_before else None
     rng = np.random.default_rng(0)
     print("# D and one RHS call, p* = 2, trained readout, unbatched; best of "
-          f"{repeat}; CPU milliseconds; 'pinned' = BLAS on one thread (threadpoolctl)")
+          f"{repeat}; CPU milliseconds; 'pinned' = BLAS on one thread (threadpoolctl); "
+          "'kinds' / 'kinds before' = the tensor kinds alone, this engine and "
+          f"{engine_before or '(no --engine-before)'}, pinned")
     print(f"{'activation':>16} {'p':>3} {'form':>7} {'RHS':>8} {'D':>9} {'D/RHS':>8} "
-          f"{'D pinned':>9} {'D/RHS pinned':>13} {'class D':>8} {'former D':>9}")
+          f"{'D pinned':>9} {'D/RHS pinned':>13} {'kinds':>8} {'kinds before':>12} "
+          f"{'class D':>8} {'former D':>9}")
     for act in activations:
         for p in ps:
             model = sq.Model(p, 2, 0.1, activation=act, lr_readout=0.1)
@@ -246,7 +282,27 @@ def diffusion_main(ps, repeat, reference_max_p, first_call, activations=DIFFUSIO
                                   time_call(lambda: k.diffusion(Q, rho, T, a), repeat))
             former = "-"
             classes = "-"
+            kinds = kinds_before = "-"
             if form == "tensor":
+                plan = _diffusion_tensor_module(model).PLAN
+                names = assembly.KINDS[(model.constraint, True)]
+                b = np.ones(2)
+                with threadpoolctl.threadpool_limits(limits=1):
+                    kinds = time_call(lambda: engine.tensor_kinds(plan, Q, rho, T, a, b,
+                                                                  model.noise, names), repeat)
+                    if before is not None:
+                        kinds_before = time_call(lambda: before.tensor_kinds(
+                            plan, Q, rho, T, a, b, model.noise, names), repeat)
+                        # the same kinds (both against the term-by-term sums, tested)
+                        new = engine.tensor_kinds(plan, Q, rho, T, a, b, model.noise, names)
+                        old = before.tensor_kinds(plan, Q, rho, T, a, b, model.noise, names)
+                        for name in names:
+                            scale = np.max(np.abs(old.arrays[name]))
+                            assert np.max(np.abs(new.arrays[name] - old.arrays[name])) \
+                                <= 1e-13 * scale, name
+                kinds = f"{kinds * 1e3:.2f}"
+                if before is not None:
+                    kinds_before = f"{kinds_before * 1e3:.2f}"
                 engine.USE_PROGRAM = False
                 try:
                     classes = f"{time_call(lambda: k.diffusion(Q, rho, T, a), repeat) * 1e3:.2f}"
@@ -261,11 +317,163 @@ def diffusion_main(ps, repeat, reference_max_p, first_call, activations=DIFFUSIO
                 former = f"{(time.process_time() - t0) * 1e3:.1f}"
             (r0, d0), (r1, d1) = row["default"], row["pinned"]
             print(f"{act:>16} {p:>3} {form:>7} {r0 * 1e3:8.3f} {d0 * 1e3:9.2f} {d0 / r0:8.0f} "
-                  f"{d1 * 1e3:9.2f} {d1 / r1:13.0f} {classes:>8} {former:>9}", flush=True)
+                  f"{d1 * 1e3:9.2f} {d1 / r1:13.0f} {kinds:>8} {kinds_before:>12} "
+                  f"{classes:>8} {former:>9}", flush=True)
     if first_call:
-        print("# first tensor-route D at (4, 2) in a fresh cache (wall seconds, incl. derivation)")
+        print("# first tensor-route D at (4, 2) in a fresh kernel cache (wall seconds, incl. "
+              "derivation); 'fresh numba' = numba's cache empty too (the interpreter compiled)")
         for act in [a for a in activations if a != "z**2"]:
-            print(f"{act:>16} {first_call_seconds(act):8.1f}", flush=True)
+            print(f"{act:>16} {first_call_seconds(act):8.1f} "
+                  f"{first_call_seconds(act, fresh_numba=True):8.1f} (fresh numba)", flush=True)
+
+
+def matmul_rate(size=512, repeat=5):
+    """Multiply-adds per second of one ``size × size`` numpy matrix product (best of `repeat`)."""
+    x = np.random.default_rng(0).standard_normal((size, size))
+    y = x.T.copy()
+    return size ** 3 / time_call(lambda: x @ y, repeat)
+
+
+def call_floor(repeat=5):
+    """CPU seconds of one numpy call that does no arithmetic (a 2-element ``c_einsum``)."""
+    from symquad.runtime import diffusion_engine as engine
+    x = np.ones((1, 2))
+    return time_call(lambda: engine._c_einsum("...ta,...ta->...ta", x, x), repeat)
+
+
+def diffusion_cost_main(ps, repeat, activations):
+    """What one tensor-route ``D`` costs, and the least it could cost in this form.
+
+    Per activation and ``p`` (``p* = 2``, trained readout, one state, BLAS pinned to one
+    thread): the program's pairwise steps and finals and their multiply-adds
+    (:meth:`_Program.cost`: every class's steps after CSE, the term axis included);
+    how the engine runs them (:meth:`_Executable.cost`: Python-level calls,
+    multiply-adds in the compiled interpreter — the group stacking counted one per
+    element —, in numpy steps and in the groups' products after the shared operands
+    are summed first); the measured time of the kinds; and two *lower bounds* of this
+    form, the executed multiply-adds at the measured rate of a 512 × 512 matrix product
+    (``R``) and at the rate of the program's typical product shape, ``(p² × n) @ (n × p²)``
+    (``R_n``), against one RHS call.
+    """
+    import threadpoolctl
+    from symquad._generated import diffusion_assembly as assembly
+    from symquad.numeric.kernels import _diffusion_tensor_module
+    from symquad.runtime import diffusion_engine as engine
+    rng = np.random.default_rng(0)
+    with threadpoolctl.threadpool_limits(limits=1):
+        rate, floor = matmul_rate(), call_floor()
+        print(f"# one thread: matmul rate R = {rate / 1e9:.2f} GMAC/s (512 x 512), "
+              f"floor of one numpy call {floor * 1e6:.2f} us; times in ms, best of {repeat}")
+        print(f"{'activation':>16} {'p':>3} {'steps':>6} {'finals':>6} {'prog MACs':>9} "
+              f"{'calls':>6} {'vm rows':>7} {'MACs vm':>8} {'numpy':>8} {'groups':>8} "
+              f"{'kinds':>8} {'R_n':>5} {'MACs/R':>7} {'MACs/R_n':>8} {'RHS':>7} "
+              f"{'kinds/RHS':>9} {'bound/RHS':>9} {'bound_n/RHS':>11}")
+        for act in activations:
+            for p in ps:
+                model = sq.Model(p, 2, 0.1, activation=act, lr_readout=0.1)
+                k = sq.kernels(model, "tensor")
+                Q, rho, T = _point(p, 2, rng)
+                a, b = np.full(p, 1.0 / p), np.ones(2)
+                k.diffusion(Q, rho, T, a)                       # generation and planning
+                plan = _diffusion_tensor_module(model).PLAN
+                names = tuple(assembly.KINDS[(model.constraint, True)])
+                prog = engine._program(plan, names, p, p + 2).cost()
+                exe = engine._executable(plan, names, p, p + 2, 1).cost()
+                n = p + 2
+                x = np.random.default_rng(1).standard_normal((p * p, n))
+                y = x.T.copy()
+                rate_n = p * p * n * p * p / time_call(lambda: x @ y, repeat)
+                macs = exe["macs_vm"] + exe["macs_numpy"] + exe["macs_groups"]
+                t_rhs = time_call(lambda: k.rhs(Q, rho, T, a), repeat)
+                t_kinds = time_call(lambda: engine.tensor_kinds(plan, Q, rho, T, a, b,
+                                                                model.noise, names), repeat)
+                print(f"{act:>16} {p:>3} {prog['steps']:>6} {prog['finals']:>6} "
+                      f"{prog['macs_steps'] + prog['macs_finals']:9.2e} {exe['calls']:>6} "
+                      f"{exe['vm_rows']:>7} {exe['macs_vm']:8.2e} {exe['macs_numpy']:8.2e} "
+                      f"{exe['macs_groups']:8.2e} {t_kinds * 1e3:8.2f} {rate_n / 1e9:5.1f} "
+                      f"{macs / rate * 1e3:7.2f} {macs / rate_n * 1e3:8.2f} {t_rhs * 1e3:7.3f} "
+                      f"{t_kinds / t_rhs:9.1f} {macs / rate / t_rhs:9.1f} "
+                      f"{macs / rate_n / t_rhs:11.1f}", flush=True)
+
+
+# ---- the ReLU drift (issue 26: the SDE's cost for a ReLU student) --------------------------
+
+_RELU_TIMER = """
+import json, sys, time
+import numpy as np
+import symquad as sq
+from symquad.numeric.landscape import random_start
+p, states, repeat = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+m = sq.Model(p, 2, 0.1, activation="relu")
+Q, rho = random_start(m, 10**4, states, seed=0)
+k = sq.kernels(m)
+T = np.eye(2)
+k.rhs(Q, rho, T)                                  # compilation / cache load, not timed
+out = {}
+import numba, threadpoolctl
+for label, limit in (("default", None), ("pinned", 1)):
+    threads = numba.get_num_threads()
+    with threadpoolctl.threadpool_limits(limits=limit):
+        if limit:
+            numba.set_num_threads(1)
+        best = (float("inf"), float("inf"))
+        for _ in range(repeat):
+            w, c = time.perf_counter(), time.process_time()
+            k.rhs(Q, rho, T)
+            best = min(best, (time.perf_counter() - w, time.process_time() - c))
+        numba.set_num_threads(threads)
+    out[label] = best
+out["file"] = sq.__file__
+print(json.dumps(out))
+"""
+
+
+def _relu_rhs_seconds(root, p, states, repeat):
+    """Best-of-`repeat` (wall, CPU) seconds of one ReLU RHS over `states` random-start states
+    (N = 10⁴, seed 0) at (p, 2), default threads and pinned (threadpoolctl and numba limited
+    to one thread), in a subprocess importing symquad from `root`."""
+    import json
+    import subprocess
+    env = dict(os.environ, PYTHONPATH=str(root))
+    # run in `root`: ``python -c`` puts the working directory first on sys.path
+    out = subprocess.run([sys.executable, "-c", _RELU_TIMER, str(p), str(states), str(repeat)],
+                         env=env, cwd=str(root), capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def relu_main(ps, states, repeat, before=None):
+    """One ReLU RHS (ReLU student and teacher, (p, 2)) over `states` random-start states:
+    the four-point sums' quadruples and nodes (this checkout's route), its time with default
+    and pinned threads, and the same for the checkout `before` (a path) in the same run."""
+    from symquad.numeric import special as NS
+    from symquad.numeric.landscape import random_start
+    from symquad.runtime.tensor_engine import combine
+    root = pathlib.Path(__file__).resolve().parent.parent
+    print(f"# one ReLU RHS over {states} random-start states (N = 1e4), p* = 2; best of "
+          f"{repeat}; wall and CPU ms; 'pinned' = BLAS and numba on one thread; load "
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    head = (f"{'p':>3} {'quadruples':>10} {'nodes/q':>8} {'wall':>8} {'CPU':>8} "
+            f"{'wall pin':>9} {'CPU pin':>8}")
+    if before:
+        head += f" {'before wall':>11} {'before pin':>10} {'speed-up':>9} {'pinned':>7}"
+    print(head)
+    for p in ps:
+        m = sq.Model(p, 2, 0.1, activation="relu")
+        Q, rho = random_start(m, 10**4, states, seed=0)
+        C = combine(Q, rho, np.eye(2))[0]
+        _, counts = NS.relu_four_point_grid(C, p, ("relu",), nodes=True)
+        quads = states * (p * (p + 1) // 2) * ((p + 2) * (p + 3) // 2)
+        now = _relu_rhs_seconds(root, p, states, repeat)
+        assert now["file"].startswith(str(root)), now["file"]
+        (w0, c0), (w1, c1) = now["default"], now["pinned"]
+        line = (f"{p:>3} {quads:>10} {counts.sum() / quads:>8.2f} {w0 * 1e3:>8.1f} "
+                f"{c0 * 1e3:>8.1f} {w1 * 1e3:>9.1f} {c1 * 1e3:>8.1f}")
+        if before:
+            old = _relu_rhs_seconds(before, p, states, repeat)
+            assert old["file"].startswith(str(pathlib.Path(before).resolve())), old["file"]
+            b0, b1 = old["default"][0], old["pinned"][0]
+            line += f" {b0 * 1e3:>11.1f} {b1 * 1e3:>10.1f} {b0 / w0:>9.2f} {b1 / w1:>7.2f}"
+        print(line, flush=True)
 
 
 if __name__ == "__main__":
@@ -276,15 +484,32 @@ if __name__ == "__main__":
     parser.add_argument("--p-star", type=int, default=2)
     parser.add_argument("--before", help="an older generated quadratic_matrix.py to compare")
     parser.add_argument("--diffusion", action="store_true", help="time D against the RHS")
+    parser.add_argument("--diffusion-cost", action="store_true",
+                        help="D's program: calls, multiply-adds, call overhead, lower bound")
     parser.add_argument("--diffusion-p", default="2,4,8,16")
     parser.add_argument("--reference-max-p", type=int, default=8)
     parser.add_argument("--no-first-call", action="store_true")
+    parser.add_argument("--engine-before", help="an older runtime/diffusion_engine.py: its "
+                        "tensor kinds timed beside this engine's (--diffusion)")
     parser.add_argument("--activations", default=",".join(DIFFUSION_ACTIVATIONS),
                         help="comma-separated activations for --diffusion")
+    parser.add_argument("--relu", action="store_true",
+                        help="time the ReLU RHS over a batch of states (issue 26)")
+    parser.add_argument("--relu-p", default="4,8,16")
+    parser.add_argument("--relu-states", type=int, default=64)
+    parser.add_argument("--relu-before", help="another checkout (path) to time beside this one")
     args = parser.parse_args()
+    if args.diffusion_cost:
+        diffusion_cost_main([int(x) for x in args.diffusion_p.split(",")], args.repeat,
+                            [a for a in args.activations.split(",") if a != "z**2"])
+        raise SystemExit(0)
+    if args.relu:
+        relu_main([int(x) for x in args.relu_p.split(",")], args.relu_states, args.repeat,
+                  args.relu_before)
+        raise SystemExit(0)
     if args.diffusion:
         diffusion_main([int(x) for x in args.diffusion_p.split(",")], args.repeat,
                        args.reference_max_p, not args.no_first_call,
-                       args.activations.split(","))
+                       args.activations.split(","), args.engine_before)
         raise SystemExit(0)
     main(args.max_p, args.lambdify_max_p, args.repeat, args.p_star, args.before)

@@ -84,8 +84,11 @@ def main(argv=None) -> int:
         label = (f"{model.activation_str}" + (f"/{model.teacher_activation_str}"
                                               if model.teacher_activation != model.activation
                                               else "") + f" ({model.p},{model.p_star})")
-        # warm-up: kernels, numba compilation, the first D (not timed)
-        sq.simulate(model, N=1000, t_max=0.05, replicas=2, seed=0, method="sde",
+        # warm-up: kernels, numba compilation, the first D (not timed); with the timed
+        # runs' replica count, so that the same compiled paths (a parallel loop above a
+        # batch size) are loaded here -- loading one from numba's cache took ~2 s, which
+        # the first timed row (N = 1e3) carried before
+        sq.simulate(model, N=1000, t_max=0.05, replicas=R, seed=0, method="sde",
                     t_eval=[0.0, 0.05], noise=args.noise, on_divergence="stop")
         sq.simulate(model, N=1000, t_max=0.01, replicas=2, seed=0, t_eval=[0.0, 0.01])
         rate = None                              # reduced seconds per (unit time · N)

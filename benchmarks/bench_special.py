@@ -9,7 +9,10 @@
   ``mid``    — a random Wishart covariance with n + 8 degrees of freedom,
   ``late``   — every student within 1e-4 (relative) of a teacher (the aligned end
                state: many fields close to the plane of two students),
-  and the implied time of one full ``O(p² (p+p*)²)`` sum (unique quadruples only).
+  and the implied time of one full ``O(p² (p+p*)²)`` sum (unique quadruples only);
+* **the sums' route** (:func:`symquad.numeric.special.relu_four_point_sums`, what the
+  drift calls: index coincidences, vectorised loops) timed on the same three states, one
+  full sum each, per unique quadruple.
 
     OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1 python benchmarks/bench_special.py [--p 64] [--p-star 4] [--sample 200000]
 """
@@ -104,6 +107,19 @@ def main():
             print(f"  {state:5s} sigma_a={sa:4s} sigma_b={sb:4s}: {wall * 1e6:6.2f} us wall, "
                   f"{cpu * 1e6:6.2f} us CPU per evaluation -> {wall * unique:7.2f} s wall per "
                   f"full sum")
+
+    # the route of the drift: relu_four_point_sums over every unique quadruple of the state
+    print(f"\nrelu four-point sums (relu_four_point_sums: index coincidences, vectorised "
+          f"loops), p = {p}, p* = {pk}, one full sum per state")
+    w = np.concatenate([np.full(p, 1.0 / p), -np.ones(pk)])[None]
+    for state, Cs in states(p, pk, rng).items():
+        for teacher in ("relu", "erf"):
+            run = lambda: NS.relu_four_point_sums(Cs[None], w, p, (teacher,))  # noqa: E731
+            run()
+            wall = best_of(run, args.repeat)
+            cpu = best_of(run, args.repeat, time.process_time)
+            print(f"  {state:5s} teacher={teacher:4s}: {wall:7.3f} s wall, {cpu:7.3f} s CPU per "
+                  f"full sum = {cpu / unique * 1e6:6.3f} us CPU per unique quadruple")
 
 
 if __name__ == "__main__":

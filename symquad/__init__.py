@@ -53,6 +53,8 @@ _LAZY = {
     "escape_threshold": "symquad.numeric.landscape",
     "escape_times": "symquad.numeric.landscape",
     "power_law_spectrum": "symquad.spectrum",
+    "power_law_curve_study": "symquad.studies.power_law",
+    "power_law_escape_study": "symquad.studies.power_law",
     "HessianSpectrum": "symquad.symbolic.hessian",
     "weight_objective": "symquad.numeric.landscape",
     "conservation_verdict": "symquad.symbolic.invariants",
@@ -87,6 +89,8 @@ _LAZY = {
     "optimal_schedule": "symquad.numeric.optimal",
     "OptimalSchedule": "symquad.numeric.optimal",
     "optimal_schedule_figure": "symquad.plotting",
+    "power_law_figure": "symquad.plotting",
+    "power_law_escape_figure": "symquad.plotting",
 }
 
 __all__ = ["Model", "DEFAULT_MODEL", "LR_SCALINGS", *_LAZY]

@@ -53,7 +53,7 @@ __all__ = [
     "escape_time_vs_N_figure", "escape_time_vs_p_figure", "escape_risk_curves_figure",
     "phases_figure", "hessian_spectra_figure", "sweep_errorbar_figure",
     "sweep_escape_figure", "sweep_heatmap_figure", "escape_sweep_figures",
-    "MAX_ENTRY_LINES", "MAX_FACETS",
+    "power_law_figure", "power_law_escape_figure", "MAX_ENTRY_LINES", "MAX_FACETS",
 ]
 
 #: Okabe & Ito's colour-blind-safe palette (yellow and black left out: too light / taken
@@ -492,7 +492,9 @@ def validation_figures(report) -> dict:
     mean and min–max over ``k``; off-diagonal: RMS; ``ρ``: its largest singular
     values), so it stays readable at any width.
     """
-    figs = {"risk": _risk_figure(report), "overlaps": _overlaps_figure(report)}
+    blocks = np.ndim(report.sgd_Q) == 5           # an input spectrum: (R, n, B, p, p)
+    figs = {"risk": _risk_figure(report),
+            "overlaps": (_block_overlaps_figure if blocks else _overlaps_figure)(report)}
     title = _report_title(report.config)
     f = report.numbers.get("finite_size_scaling")
     if f:
@@ -687,6 +689,54 @@ def _overlaps_figure(report):
     for ax in axes:
         ax.set_xlabel(r"$t$")
         ax.set_xlim(t[0], t[-1])
+    fig.suptitle(_report_title(c))
+    return fig
+
+
+def _block_overlaps_figure(report):
+    """Per-block statistics of a report with an input spectrum (docs/model.md §1a).
+
+    Left ``tr Q^c`` (the student's squared norm in block ``c``), right ``‖ρ^c‖²_F`` (its
+    squared overlap with the teacher there), one colour per block: the SGD replicas' band
+    and mean (solid) and the ODE's median over the replicas' starts (dashed) — the
+    statistics the mean-deviation criterion tests with the risk.
+    """
+    c, n = report.config, report.numbers
+    t = report.t
+    lo, hi = n["band"]["percentiles"]
+    ok = _ok_replicas(report)
+    stats = (("tr", r"$\mathrm{tr}\, Q^c$", "student norm per block"),
+             ("rho", r"$\|\rho^c\|_F^2$", "teacher overlap per block"))
+    fig, axes = new_figure((FULL_WIDTH, 3.3), 1, 2)
+    B = np.shape(report.sgd_Q)[2]
+    handles, labels = [], []
+    for ax, (key, symbol, what) in zip(axes, stats):
+        if key == "tr":
+            sgd = np.trace(report.sgd_Q[ok], axis1=-2, axis2=-1)
+            ode = np.trace(report.ode_Q[ok], axis1=-2, axis2=-1)
+        else:
+            sgd = np.sum(report.sgd_rho[ok] ** 2, axis=(-2, -1))
+            ode = np.sum(report.ode_rho[ok] ** 2, axis=(-2, -1))
+        for b in range(B):
+            color = f"C{b % 10}"
+            if sgd.size:
+                ax.fill_between(t, np.percentile(sgd[..., b], lo, 0),
+                                np.percentile(sgd[..., b], hi, 0), color=color, alpha=0.2,
+                                lw=0)
+                line, = ax.plot(t, sgd[..., b].mean(0), color=color)
+                ax.plot(t, np.nanmedian(ode[..., b], 0), "--", color=color)
+                if key == "tr":
+                    handles.append(line)
+                    labels.append(f"block {b + 1}")
+        ax.set_title(f"{what}, {symbol}")
+        ax.set_ylabel(symbol)
+        ax.set_xlabel(r"$t$ = steps$/N$")
+        # a small x margin: the first x tick label then never meets the lowest y tick label
+        ax.margins(x=0.02)
+    shown = min(B, MAX_ENTRY_LINES)
+    _key_legend(fig, (handles[:shown], labels[:shown]),
+                ([_proxy(color="0.2", ls="-"), _proxy(color="0.2", ls="--")],
+                 [f"SGD mean, {lo:g}–{hi:g}% band", "ODE, median"]), max_columns=5)
     fig.suptitle(_report_title(c))
     return fig
 
@@ -1490,4 +1540,105 @@ def optimal_schedule_figure(result):
     ax_risk.set_ylabel(r"risk $\varepsilon(t)$")
     ax_risk.set_title(f"final risk {result.risk_final:.4g}")
     ax_risk.legend(loc="upper right")
+    return fig
+
+
+@_styled
+def power_law_figure(curves, rows, window):
+    r"""Learning curves on power-law spectra (:mod:`symquad.studies.power_law`), two panels.
+
+    Left: ``ε(u)/ε(0)`` against ``u = 2η s_1 t`` for the results in `curves` (dicts of
+    :func:`~symquad.studies.power_law.power_law_curve_study` with their ``L``), the fit
+    window shaded, ``u = L^α`` marked on each curve (where the truncation to ``L`` blocks
+    starts to matter) and ``u^{−γ_∞}`` dashed.  Right: the fitted exponent against ``L``
+    for every ``(α, β)`` of `rows` (dicts with ``alpha``, ``teacher_exponent``, ``L``,
+    ``exponent``, ``exponent_exact``, ``exponent_asymptotic``): the ODE (markers joined),
+    the linear model's exact solution (crosses) and ``γ_∞ = (α + β − 1)/α`` (dotted).
+    """
+    fig, (ax_c, ax_e) = new_figure((FULL_WIDTH, 3.3), 1, 2)
+    lo, hi = window
+    ax_c.axvspan(lo, hi, color="0.9", lw=0, label="fit window")
+    alpha = beta = None
+    for i, (L, res) in enumerate(curves):
+        u, risk = np.asarray(res["u"]), np.asarray(res["risk"])
+        ok = (u > 0) & np.isfinite(risk) & (risk > 1e-6 * risk[0])
+        color = f"C{i % 10}"
+        ax_c.loglog(u[ok], risk[ok] / risk[0], color=color, label=f"L = {L}")
+        cut = res["truncation_u"]
+        if u[ok].min() <= cut <= u[ok].max():
+            ax_c.plot([cut], [np.interp(cut, u[ok], risk[ok]) / risk[0]], "o", color=color,
+                      ms=4)
+        alpha, beta = res.get("alpha", alpha), res.get("teacher_exponent", beta)
+        gamma = res["exponent_asymptotic"]
+    if curves and np.isfinite(gamma):
+        u_ref = np.geomspace(lo, hi, 10)
+        top = max(np.interp(lo, np.asarray(r["u"]), np.asarray(r["risk"])) / r["risk"][0]
+                  for _, r in curves)
+        ax_c.loglog(u_ref, 1.5 * top * (u_ref / lo) ** -gamma, "k--", lw=1,
+                    label=rf"$u^{{-\gamma_\infty}}$, $\gamma_\infty = {gamma:.3g}$")
+    ax_c.set_xlabel(r"$u = 2\eta s_1 t$")
+    ax_c.set_ylabel(r"$\varepsilon(u)/\varepsilon(0)$")
+    ax_c.set_title(r"learning curves (dots: $u = L^\alpha$)" if alpha is None else
+                   rf"learning curves, $\alpha = {alpha:g}$, $\beta = {beta:g}$ "
+                   r"(dots: $u = L^\alpha$)")
+    _outside_legend(ax_c, "below", ncol=3)
+    groups = {}
+    for r in rows:
+        groups.setdefault((r["alpha"], r["teacher_exponent"]), []).append(r)
+    for i, ((a, b), rs) in enumerate(sorted(groups.items())):
+        rs = sorted(rs, key=lambda r: r["L"])
+        color = f"C{i % 10}"
+        Ls = [r["L"] for r in rs]
+        ax_e.plot(Ls, [r["exponent"] for r in rs], "o-", color=color, ms=3.5,
+                  label=rf"$\alpha = {a:g}$, $\beta = {b:g}$")
+        exact = [r.get("exponent_exact", np.nan) for r in rs]
+        if np.any(np.isfinite(exact)):
+            ax_e.plot(Ls, exact, "x", color=color, ms=6)
+        ax_e.axhline(rs[0]["exponent_asymptotic"], color=color, ls=":", lw=1)
+    ax_e.set_xscale("log", base=2)
+    ax_e.set_yscale("log")
+    ax_e.set_xlabel(r"blocks $L$")
+    ax_e.set_ylabel(r"fitted exponent $\gamma$ ($\varepsilon \propto t^{-\gamma}$)")
+    ax_e.set_title(rf"exponent on $u \in [{lo:g}, {hi:g}]$ (dotted: $\gamma_\infty$)")
+    handles, labels = ax_e.get_legend_handles_labels()
+    handles += [_proxy(ls="", marker="x", ms=6)]
+    labels += ["exact solution (linear)"]
+    _outside_legend(ax_e, "below", ncol=2, handles=handles, labels=labels)
+    return fig
+
+
+@_styled
+def power_law_escape_figure(rows, N):
+    r"""Escape of the quadratic network on power-law spectra against ``α``, one line per ``L``.
+
+    `rows`: dicts of :func:`~symquad.studies.power_law.power_law_escape_study` with ``alpha`` and
+    ``L``.  Median escape time of the ODE from random starts (5–95 % bars), of SGD where
+    run (squares), and the scale ``log(N)/(2κ)`` of the linearised growth of ``ρ``.
+    """
+    fig, ax = new_figure((FULL_WIDTH * 0.75, 3.2))
+    groups = {}
+    for r in rows:
+        groups.setdefault(r["L"], []).append(r)
+    for i, (L, rs) in enumerate(sorted(groups.items())):
+        rs = sorted(rs, key=lambda r: r["alpha"])
+        color = f"C{i % 10}"
+        # a small offset per L keeps the bars of equal alpha apart
+        a = np.array([r["alpha"] for r in rs]) + 0.03 * (i - (len(groups) - 1) / 2)
+        med = np.array([r["ode_median"] for r in rs])
+        err = np.array([[r["ode_median"] - r["ode_q05"], r["ode_q95"] - r["ode_median"]]
+                        for r in rs]).T
+        ax.errorbar(a, med, err, fmt="o-", color=color, ms=3.5, capsize=2, label=f"L = {L}")
+        ax.plot(a, [r["escape_scale"] for r in rs], ":", color=color)
+        s = [(x, r["sgd_median"]) for x, r in zip(a, rs)
+             if np.isfinite(r.get("sgd_median", np.nan))]
+        if s:
+            ax.plot(*zip(*s), "s", color=color, mfc="none", ms=6)
+    ax.set_xlabel(r"spectral exponent $\alpha$ ($s_j \propto j^{-\alpha}$)")
+    ax.set_ylabel(r"escape time $t_{\mathrm{esc}}$")
+    ax.set_title(rf"quadratic network, escape from the plateau, $N = {N}$")
+    handles, labels = ax.get_legend_handles_labels()
+    handles += [_proxy(ls="", marker="o"), _proxy(ls=":"),
+                _proxy(ls="", marker="s", mfc="none", ms=6)]
+    labels += ["ODE, median (5–95 %)", r"$\log N/(2\kappa)$", "SGD, median"]
+    _outside_legend(ax, "right", handles=handles, labels=labels)
     return fig

@@ -33,8 +33,8 @@ from fractions import Fraction
 from numbers import Integral, Rational, Real
 
 __all__ = ["MAX_BLOCKS", "MAX_EIGENVALUE", "ISOTROPIC", "parse_spectrum", "spectrum_text",
-           "stand_in_spectrum", "block_sizes", "blocks_key", "has_spectrum", "block_axis",
-           "power_law_spectrum"]
+           "stand_in_spectrum", "block_sizes", "check_block_room", "block_dimension", "blocks_key",
+           "has_spectrum", "block_axis", "power_law_spectrum"]
 
 #: Largest number of blocks ``B``.  The state holds ``B`` copies of ``(Q, ρ)`` (a state of
 #: ``B (p(p+1)/2 + p p*)`` entries per replica), one right-hand side evaluates the
@@ -183,6 +183,36 @@ def block_sizes(spectrum, N: int) -> tuple:
                          f"the spectrum's fractions {spectrum_text(spectrum)}): each block "
                          f"holds exactly f_b N input coordinates; got N = {N}")
     return tuple(int(f * N) for f, _ in spectrum)
+
+
+def check_block_room(model, N, name="N") -> tuple:
+    """The block sizes ``f_b N`` of a spectrum model at dimension `N`, checked for the simulators.
+
+    Every ``f_b N`` must be an integer (``N`` a multiple of the least common denominator
+    of the fractions, :func:`symquad.spectrum.block_sizes`) and at least ``p + p* + b``
+    (the reduced simulator keeps an orthonormal basis of the weights' span and a batch's
+    inputs within each block).  Raises ValueError naming `name` otherwise.
+    """
+    try:
+        sizes = block_sizes(model.spectrum, N)
+    except ValueError as exc:
+        raise ValueError(str(exc).replace("N must be", f"{name} must be", 1)) from None
+    need = model.p + model.p_star + model.batch_size
+    if min(sizes) < need:
+        raise ValueError(f"{name} = {N} gives a block of {min(sizes)} coordinates; every block "
+                         f"needs at least p + p_star + batch_size = {need} "
+                         f"(spectrum {model._field_text('spectrum')})")
+    return sizes
+
+
+def block_dimension(model, N) -> int:
+    """The smallest dimension ``>= N`` at which every block of `model` has room
+    (:func:`check_block_room`): a multiple of the fractions' least common denominator."""
+    lcd = math.lcm(*(f.denominator for f, _ in model.spectrum))
+    need = model.p + model.p_star + model.batch_size
+    smallest = min(f for f, _ in model.spectrum)
+    low = max(int(N), math.ceil(need / smallest))
+    return lcd * math.ceil(low / lcd)
 
 
 def has_spectrum(model) -> bool:

@@ -69,7 +69,7 @@ STAGES = {
     "integrate_batch": _LOSS + SCHEDULE + SPECTRUM,
     "simulate(method='full')": _LOSS + SCHEDULE + SPECTRUM,
     "simulate(method='reduced')": _LOSS + SCHEDULE + SPECTRUM,
-    "simulate(method='sde')": _LOSS + SCHEDULE,
+    "simulate(method='sde')": _LOSS + SCHEDULE + SPECTRUM,
     "fluctuations": _LOSS + SCHEDULE,
     # the schedule: every term at η(t), −½ ∂f/∂t in dc/dt and a step's shift of c
     # (tests/test_second_order_sim.py, docs/derivation.md §8.3a)
@@ -78,11 +78,11 @@ STAGES = {
     # conventions.py: t <-> tau = eta t (a constant step size)
     "the time conventions": _LOSS,
     # studies/: validation, the sweep tasks (one entry per built-in model task)
-    "validate": _LOSS + SCHEDULE,
-    "compare": _LOSS + SCHEDULE,
+    "validate": _LOSS + SCHEDULE + SPECTRUM,
+    "compare": _LOSS + SCHEDULE + SPECTRUM,
     "sweep task 'plateau'": FIELDS_0_2,
     "sweep task 'escape'": FIELDS_0_2,
-    "sweep task 'validate'": _LOSS + SCHEDULE,
+    "sweep task 'validate'": _LOSS + SCHEDULE + SPECTRUM,
     "sweep task 'ode'": _LOSS + SCHEDULE + SPECTRUM,
     "sweep task 'hessian'": FIELDS_0_2,
     # numeric/optimal.py: the optimal schedule (its model's schedule must be constant)

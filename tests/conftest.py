@@ -1,5 +1,6 @@
 import os
 import shutil
+import sys
 import tempfile
 
 import pytest
@@ -27,6 +28,29 @@ def pytest_configure(config):
     os.environ["SYMQUAD_CACHE_DIR"] = path
 
 
+def pytest_collection_finish(session):
+    """In a pytest-xdist worker (one per core already): BLAS on one thread.
+
+    With the library's default (a thread per core) in every worker, the workers'
+    threads outnumber the cores and OpenBLAS's waiting threads spin: measured on the
+    loaded 2-core machine, ``eigvalsh`` of a 2208 x 2208 matrix took 7.0 s of CPU on
+    two threads and 0.8 s on one, and tests/test_diffusion.py 33 s against 22 s
+    (``-n 0``, OPENBLAS_NUM_THREADS=1).  After collection the test modules have loaded
+    NumPy and SciPy (one OpenBLAS here), which threadpoolctl limits; a test may still
+    raise it (``threadpoolctl.threadpool_limits``, ``Kernels(threads=)``) up to the
+    library's own count.  A run without xdist keeps the user's setting.
+    """
+    workerinput = getattr(session.config, "workerinput", None)
+    if not workerinput or int(workerinput.get("workercount", 1)) < 2 \
+            or "numpy" not in sys.modules:
+        return
+    try:
+        import threadpoolctl
+    except ImportError:
+        return
+    threadpoolctl.threadpool_limits(limits=1, user_api="blas")
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node):
     """pytest-xdist: hand this session's cache folder to each worker it starts."""
@@ -43,19 +67,39 @@ def pytest_collection_modifyitems(config, items):
     Runs before xdist's own hook, which reads the groups (a no-op without xdist).
     """
     for item in items:
-        if item.get_closest_marker("xdist_group") is not None:
-            continue
-        module = item.nodeid.split("::")[0]
-        defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
-        if any(getattr(fd[-1], "scope", "function") == "module" and
-               getattr(fd[-1], "baseid", "").startswith(module)
-               for fd in defs.values() if fd):
-            item.add_marker(pytest.mark.xdist_group(f"module-fixtures:{module}"))
+        if item.get_closest_marker("xdist_group") is None:
+            module = item.nodeid.split("::")[0]
+            defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+            if any(getattr(fd[-1], "scope", "function") == "module" and
+                   getattr(fd[-1], "baseid", "").startswith(module)
+                   for fd in defs.values() if fd):
+                item.add_marker(pytest.mark.xdist_group(f"module-fixtures:{module}"))
+        if getattr(config.option, "loadgroup", False):      # an xdist worker, --dist loadgroup
+            _name_the_group(item)
     if hasattr(config, "workerinput"):
         # an xdist worker (every worker collects the same order): the groups first, since
         # they are the long units of work; started last, they left one worker running alone
         # for minutes at the end.  A run without xdist keeps the file order.
         items.sort(key=lambda item: item.get_closest_marker("xdist_group") is None)
+
+
+def _name_the_group(item):
+    """Append ``@group`` to the nodeid of an item of an ``xdist_group`` (an xdist worker).
+
+    ``--dist loadgroup`` schedules by that suffix of the nodeid, which pytest-xdist's own
+    hook sets by assigning ``item._nodeid``.  Since pytest 9 the nodeid is ``str(item._id)``
+    and that assignment is lost: every group was silently split across the workers, so each
+    shared report or module fixture was built once per worker (measured with pytest 9.2,
+    xdist 3.8: the tests of tests/test_cli_interop.py's module fixture ran on both workers).
+    Where ``_nodeid`` still exists (older pytest) xdist's hook does it and this does nothing.
+    """
+    if hasattr(item, "_nodeid") or not hasattr(item, "_id"):
+        return
+    names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                    for m in item.iter_markers("xdist_group")})
+    if names:
+        from _pytest.nodeid import NodeId     # pytest >= 9 (where `_id` exists)
+        item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(names)}")
 
 
 def pytest_unconfigure(config):

@@ -70,11 +70,17 @@ def test_kernels_accept_batches():
             np.testing.assert_allclose(risk[b], kern.risk(Q[b], rho[b], T[b]), rtol=1e-13)
 
 
-_DIGEST = textwrap.dedent("""
+#: Another process renders every generated file once, prints the digest of the rendering,
+#: then runs ``symquad regenerate --check`` (the CLI's entry) on that same rendering and
+#: prints its exit status: one rendering (about 10 s of CPU) for both checks.
+_OTHER_PROCESS = textwrap.dedent("""
     import hashlib
-    from symquad.codegen.regenerate import render_all
-    files = render_all()
+    from symquad.cli import main
+    from symquad.codegen import regenerate
+    files = regenerate.render_all()
     print(hashlib.sha256(repr(sorted(files.items())).encode()).hexdigest())
+    regenerate.render_all = lambda: dict(files)
+    print("exit", main(["regenerate", "--check"]))
 """)
 
 
@@ -88,6 +94,16 @@ def rendered():
     test_rendering_is_independent_of_hash_seed, and the CLI check renders afresh)."""
     from symquad.codegen.regenerate import render_all
     return render_all()
+
+
+@pytest.fixture(scope="module")
+def other_process():
+    """:data:`_OTHER_PROCESS` under another hash seed than this process's."""
+    mine = os.environ.get("PYTHONHASHSEED")
+    other = "12345" if mine == "0" else "0"
+    assert sys.flags.hash_randomization or mine not in (None, "random"), "no hash seed to vary"
+    return subprocess.run([sys.executable, "-c", _OTHER_PROCESS], capture_output=True,
+                          text=True, env={**os.environ, "PYTHONHASHSEED": other})
 
 
 @pytest.fixture
@@ -116,19 +132,17 @@ def test_regenerate_check_fails_after_edit_and_regeneration_repairs(tmp_path, re
             assert (copy / f.name).read_bytes() == f.read_bytes()
 
 
-def test_cli_check_exit_codes(tmp_path):
-    ok = subprocess.run([sys.executable, "-m", "symquad", "regenerate", "--check"],
-                        capture_output=True, text=True)
+def test_cli_check_exit_codes(other_process):
+    ok = other_process
     assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert ok.stdout.splitlines()[-1] == "exit 0", ok.stdout
+    assert "all generated files in" in ok.stdout and "are up to date" in ok.stdout
 
 
-def test_rendering_is_independent_of_hash_seed(rendered):
+def test_rendering_is_independent_of_hash_seed(rendered, other_process):
     # this process's rendering against one in a process with another hash seed
-    mine = os.environ.get("PYTHONHASHSEED")
-    other = "12345" if mine == "0" else "0"
-    assert sys.flags.hash_randomization or mine not in (None, "random"), "no hash seed to vary"
-    theirs = subprocess.run([sys.executable, "-c", _DIGEST], capture_output=True, text=True,
-                            env={**os.environ, "PYTHONHASHSEED": other}, check=True).stdout
+    assert other_process.returncode == 0, other_process.stderr
+    theirs = other_process.stdout.splitlines()[0] + "\n"
     assert theirs == _digest(rendered)
 
 

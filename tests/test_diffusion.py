@@ -149,14 +149,26 @@ def test_diffusion_matches_monte_carlo_hermite():
 
 # ---- wide networks, the hand formula, structure -------------------------------------
 
-def test_quadratic_diffusion_runs_at_p64_and_matches_the_plateau_formula():
-    """At ρ = 0, Q = qI the ρ block is diagonal with the hand formula rho_diffusion (p = 64)."""
+@pytest.mark.parametrize("p, dim", [
+    (48, 1272),
+    pytest.param(64, 2208, marks=pytest.mark.slow),
+])
+def test_quadratic_diffusion_runs_at_p64_and_matches_the_plateau_formula(p, dim):
+    """At ρ = 0, Q = qI the ρ block is diagonal with the hand formula rho_diffusion.
+
+    p = 64 (a state of 2208 entries; one D there costs ~4 s of CPU on the shared 2-core
+    machine) with ``-m slow``; the default run at p = 48 (0.7 s per D) makes the same
+    checks on a state of 1272 entries, still a width where the kernels run their products
+    on one BLAS thread (p + p* >= BLAS_LIMIT_FIELDS = 48).
+    """
+    from symquad.numeric.kernels import BLAS_LIMIT_FIELDS
     from symquad.numeric.landscape import rho_diffusion
-    model = sq.Model(64, 2, 0.5, noise=0.2)
+    model = sq.Model(p, 2, 0.5, noise=0.2)
+    assert p + 2 >= BLAS_LIMIT_FIELDS
     q = 0.8
-    D = sq.kernels(model).diffusion(q * np.eye(64), np.zeros((64, 2)), np.eye(2))
+    D = sq.kernels(model).diffusion(q * np.eye(p), np.zeros((p, 2)), np.eye(2))
     lay = state_layout(model)
-    assert D.shape == (lay.dim, lay.dim) == (2208, 2208)
+    assert D.shape == (lay.dim, lay.dim) == (dim, dim)
     block = D[lay.slices()["rho"], lay.slices()["rho"]]
     expected = rho_diffusion(model, q)
     assert expected > 0
@@ -165,7 +177,7 @@ def test_quadratic_diffusion_runs_at_p64_and_matches_the_plateau_formula():
     # the ρ–Q cross covariance vanishes there (odd in ν)
     assert np.max(np.abs(D[lay.slices()["Q"], lay.slices()["rho"]])) <= 1e-12 * np.max(np.abs(D))
     # at a generic point of this width: symmetric, positive semi-definite
-    Q, rho, T = random_overlaps(64, 2, np.random.default_rng(3), scale=0.5)
+    Q, rho, T = random_overlaps(p, 2, np.random.default_rng(3), scale=0.5)
     D = sq.kernels(model).diffusion(Q, rho, T)
     assert np.array_equal(D, D.T)
     assert np.linalg.eigvalsh(D).min() >= -1e-10 * np.abs(D).max()

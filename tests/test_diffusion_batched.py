@@ -59,8 +59,10 @@ def test_batched_kinds_equal_the_reference(activation, p, ps):
 
 
 def test_chunked_terms_equal_the_reference(monkeypatch):
+    # the class route (the program switched off) with every class in chunks of terms
     model = sq.Model(3, 2, 0.3, activation="z**3 - 3*z", lr_readout=0.2)
     monkeypatch.setattr(E, "_CHUNKS", {})
+    monkeypatch.setattr(E, "USE_PROGRAM", False)
     monkeypatch.setattr(E, "MAX_INTERMEDIATE", 64)      # every class in chunks of terms
     plan, args, ref = _check(model, replicas=2, seed=3)
     assert any(chunk < nterms for chunk, nterms in E._CHUNKS.values())   # chunks were used
@@ -105,20 +107,38 @@ def test_program_shares_steps_and_equals_the_class_route(monkeypatch):
     assert prog.n_steps < 0.5 * class_steps
     Q, rho, T, a, b = _states(3, 2, 2, np.random.default_rng(5))
     fast = E.tensor_kinds(plan, Q, rho, T, a, b, 0.3, NAMES)
-    monkeypatch.setattr(E, "MAX_INTERMEDIATE", 0)
+    monkeypatch.setattr(E, "USE_PROGRAM", False)
     classes = E.tensor_kinds(plan, Q, rho, T, a, b, 0.3, NAMES)
     assert _max_rel(fast, classes) <= 1e-14
 
 
-@pytest.mark.parametrize("fuse,dot", [(1, 1), (10 ** 12, 10 ** 12)])
-def test_program_paths_equal_the_reference(monkeypatch, fuse, dot):
-    # every class's last step summing its terms and every step a matrix product, then
-    # neither: each path of _Program.run against the term-by-term reference, batched
+@pytest.mark.parametrize("vm_step,one_state", [(1, False), (10 ** 12, False), (2 ** 9, True)])
+def test_program_paths_equal_the_reference(monkeypatch, vm_step, one_state):
+    # every step as a numpy matrix product and every final in a stacked group, then
+    # everything in the compiled interpreter, then a mix with the batch run one state
+    # at a time: each path of _Executable against the term-by-term
+    # reference, batched
     model = sq.Model(3, 2, 0.3, activation="z**3 - 3*z", lr_readout=0.2)
-    monkeypatch.setattr(E, "_PROGRAMS", {})
-    monkeypatch.setattr(E, "FUSE_STEP", fuse)
-    monkeypatch.setattr(E, "DOT_STEP", dot)
+    monkeypatch.setattr(E, "_EXECUTABLES", {})
+    monkeypatch.setattr(E, "_CHUNKS", {})
+    monkeypatch.setattr(E, "VM_STEP", vm_step)
+    plan = _diffusion_tensor_module(model).PLAN
+    if one_state:           # room for one state's workspace: the replicas one at a time
+        monkeypatch.setattr(E, "MAX_WORKSPACE", max(E._executable(plan, NAMES, 3, 5, b).size
+                                                    for b in (1, 2)))
+    sizes = []
+    run = E._Executable.run
+    monkeypatch.setattr(E._Executable, "run",
+                        lambda self, *a: sizes.append(a[-1]) or run(self, *a))
     _check(model, replicas=2, seed=7)
+    assert not E._CHUNKS                                # the program ran, not the classes
+    assert set(sizes) == ({1} if one_state else {1, 2})   # batch chunks of one state
+    exe = E._executable(plan, NAMES, 3, 5, 2)
+    n_numpy = sum(1 for seg in exe.segments if seg[0] == "step")
+    steps = E._program(plan, NAMES, 3, 5).n_steps
+    assert n_numpy == (steps if vm_step == 1 else 0 if vm_step > 10 ** 9 else n_numpy)
+    assert 0 < n_numpy < steps or vm_step == 1 or vm_step > 10 ** 9
+    assert bool(exe.groups) == (vm_step < 10 ** 9)
 
 
 @pytest.mark.parametrize("subscripts,shapes", [
@@ -136,3 +156,51 @@ def test_dot_equals_einsum(subscripts, shapes):
     got = E._dot(subscripts, x, y)
     assert got.shape == want.shape
     assert np.max(np.abs(got - want)) <= 1e-13 * np.max(np.abs(want))
+
+
+def test_program_is_deterministic_and_its_kept_workspace_is_not_stale():
+    # the executable keeps its workspace between calls: a call at another state in
+    # between leaves the numbers of a repeated call bit for bit the same
+    model = sq.Model(3, 2, 0.3, activation="z**3 - 3*z", lr_readout=0.2)
+    plan = _diffusion_tensor_module(model).PLAN
+    rng = np.random.default_rng(11)
+    one = _states(3, 2, 1, rng)
+    other = _states(3, 2, 1, rng)
+    first = E.tensor_kinds(plan, *one, 0.3, NAMES)
+    E.tensor_kinds(plan, *other, 0.3, NAMES)
+    again = E.tensor_kinds(plan, *one, 0.3, NAMES)
+    for name in NAMES:
+        assert np.array_equal(first.arrays[name], again.arrays[name])
+    assert _max_rel(first, E.tensor_kinds_reference(plan, *one, 0.3, NAMES)) <= 1e-14
+
+
+def test_a_workspace_above_the_limit_takes_the_class_route(monkeypatch):
+    model = sq.Model(3, 2, 0.3, activation="z**3 - 3*z", lr_readout=0.2)
+    plan = _diffusion_tensor_module(model).PLAN
+    monkeypatch.setattr(E, "MAX_WORKSPACE", 16)
+    monkeypatch.setattr(E, "_CHUNKS", {})
+    args = _states(3, 2, 2, np.random.default_rng(12))
+    got = E.tensor_kinds(plan, *args, 0.3, NAMES)
+    assert E._CHUNKS                                    # the class route ran
+    assert _max_rel(got, E.tensor_kinds_reference(plan, *args, 0.3, NAMES)) <= 1e-14
+
+
+def test_a_vertex_joined_to_nothing_is_summed_first_against_the_smallest_operand():
+    # 'te' (a summed vertex with no edge: one number per term) is paired first, with the
+    # smallest other operand ('tb'), instead of last against the 4-index product
+    subscripts = "...tca,...tb,...tcd,...te->...tabd"
+    core = ((3, 5, 4), (3, 4), (3, 5, 4), (3, 6))
+    plan = E._pairwise_plan(subscripts, core)
+    steps = plan[0]
+    assert steps[0][1] == "...te,...tb->...tb"
+    assert plan == E._pairwise_plan_strings(subscripts, core)
+    # the same contraction as einsum, and fewer multiply-adds than without the rule
+    rng = np.random.default_rng(4)
+    ops = [rng.standard_normal(s) for s in core]
+    vals = list(ops)
+    for positions, subs, _ in steps:
+        args = [vals.pop(i) for i in positions]
+        vals.append(np.einsum(subs, *args))
+    want = np.einsum(subscripts, *ops)
+    assert np.max(np.abs(vals[0] - want)) <= 1e-13 * np.max(np.abs(want))
+    assert sum(f for _, _, f in steps) < 3 * 4 * 4 * 4 * 6

@@ -209,7 +209,7 @@ def _cli(*args):
                           text=True, timeout=300)
 
 
-@pytest.mark.parametrize("args, match", [
+CLI_ERRORS = [
     (("equations", "--activation", "sin(z)"), "activation"),
     (("equations", "--p", "0"), "p must be"),
     (("invariants", "--activation", "z**3"), "activation"),
@@ -221,8 +221,22 @@ def _cli(*args):
     (("landscape", "--p", "11"), "--p and --p-star must be <= 10"),
     (("invariants", "--p", "11"), "--p and --p-star must be <= 10"),
     (("equations", "--activation", "__import__('os').getcwd() or z**2"), "activation"),
-])
-def test_cli_errors_go_to_stderr_with_exit_2(args, match):
+]
+
+
+@pytest.mark.parametrize("args, match", CLI_ERRORS)
+def test_cli_errors_go_to_stderr_with_exit_2(args, match, capsys):
+    """In this process: ``symquad.cli.main``, whose status ``python -m symquad`` exits
+    with (an interpreter start per case cost ~1 s; the next test keeps one)."""
+    from symquad.cli import main
+    assert main(list(args)) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and match in err and "Traceback" not in err, (out, err)
+
+
+def test_cli_error_exits_2_from_a_fresh_interpreter():
+    """The same channel through ``python -m symquad``: the process's exit status and streams."""
+    args, match = CLI_ERRORS[0]
     res = _cli(*args)
     assert res.returncode == 2, res
     assert res.stdout == "" and match in res.stderr and "Traceback" not in res.stderr

@@ -38,10 +38,12 @@ def test_simulation_run_round_trip(tmp_path):
 
 
 def test_simulation_run_round_trip_general_model(tmp_path):
-    run = sq.simulate(MODEL, N=30, t_max=0.5, replicas=2, seed=None)
+    # seed=None draws fresh entropy: at N=30 a replica can diverge, which must not fail the
+    # round trip (CI once drew such a run), so the run stops instead of raising
+    run = sq.simulate(MODEL, N=30, t_max=0.5, replicas=2, seed=None, on_divergence="stop")
     back = sq.SimulationRun.load(run.save(tmp_path / "sub" / "r.npz"))
     assert back.model == MODEL and back.seed is None
-    assert _arrays_equal(back.rho, run.rho)
+    assert _arrays_equal(back.rho, run.rho) and list(back.status) == list(run.status)
 
 
 def test_ode_solution_round_trip(tmp_path):

@@ -664,15 +664,21 @@ def _near_singular(kind, eps, rng):
         B = rng.standard_normal((4, 3))
         return B @ B.T / 3 + eps * np.diag(rng.uniform(0.5, 1.5, 4))
     pairs = {"a~k": [(2, 0)], "k~l": [(1, 0)], "a~b": [(3, 2)], "a~k,b~l": [(2, 0), (3, 1)],
-             "a~k~b": [(2, 0), (3, 0)]}[kind]
+             "a~k~b": [(2, 0), (3, 0)], "k~l,a=k,b~k": [(1, 0), (3, 0)],
+             "k=l,a~k": [(2, 0)]}[kind]
     for i, j in pairs:
         A[i] = A[j] + math.sqrt(eps) * rng.standard_normal(4)
+    exact = {"k~l,a=k,b~k": [(2, 0)], "k=l,a~k": [(1, 0)]}.get(kind, [])
+    for i, j in exact:              # exact coincidences: the same row
+        A[i] = A[j]
     return A @ A.T / 4
 
 
 @pytest.mark.parametrize("kind,eps", [("rank2", 1e-10), ("a~k,b~l", 1e-12), ("a~k~b", 1e-9),
-                                      ("rank3", 1e-6)])
+                                      ("rank3", 1e-6), ("k~l,a=k,b~k", 1e-8)])
 def test_relu_quadrature_meets_stated_accuracy_near_singular(kind, eps):
+    # ("k~l,a=k,b~k": a field within 1e-4 of u_k at the end of an arc ≈ π; with 20 nodes per
+    # sinh-mapped half, as before December 2026, the error there was 2.5e-10)
     rng = np.random.default_rng(int(-math.log10(eps)) + len(kind))
     for _ in range(2):
         C = _near_singular(kind, eps, rng)
@@ -682,7 +688,8 @@ def test_relu_quadrature_meets_stated_accuracy_near_singular(kind, eps):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["rank2", "rank3", "a~k", "k~l", "a~b", "a~k,b~l", "a~k~b"])
+@pytest.mark.parametrize("kind", ["rank2", "rank3", "a~k", "k~l", "a~b", "a~k,b~l", "a~k~b",
+                                  "k~l,a=k,b~k", "k=l,a~k"])
 def test_relu_quadrature_meets_stated_accuracy_ensembles(kind):
     """The accuracy study: 6 covariances per (family, distance to the singular set)."""
     rng = np.random.default_rng(len(kind))
@@ -707,6 +714,254 @@ def test_relu_quadrature_exactly_singular_covariances_match_monte_carlo():
         assert se < 5e-3 * max(1.0, math.sqrt(C[2, 2] * C[3, 3]))
         assert abs(got - m) < 4.5 * se + 1e-12
         assert abs(got - mp_relu_four_point(C)) < STATED_ACCURACY * math.sqrt(C[2, 2] * C[3, 3])
+
+
+# ---- the sums' route (relu_four_point_sums): index coincidences, vectorised loops --------
+
+def test_polynomial_atan2_coefficients_and_accuracy():
+    """atan2_upper: its coefficients are the Chebyshev interpolant they claim to be, and it
+    is within 2 ulp of libm (and of a 30-digit atan2) over 15 decades and at signed zeros."""
+    with mp.workdps(50):
+        tmax = mp.tan(mp.pi / 8) ** 2
+        d = len(NS._ATAN_P) - 1
+        ts = [tmax / 2 * (1 + mp.cos(mp.pi * (2 * i + 1) / (2 * (d + 1)))) for i in range(d + 1)]
+        R = [(mp.atan(mp.sqrt(t)) - mp.sqrt(t)) / (t * mp.sqrt(t)) for t in ts]
+        coeffs = mp.lu_solve(mp.matrix([[t ** j for j in range(d + 1)] for t in ts]), mp.matrix(R))
+    assert [float(c) for c in coeffs] == list(NS._ATAN_P)
+    rng = np.random.default_rng(3)
+    y = np.abs(rng.standard_normal(20_000)) * 10.0 ** rng.uniform(-8, 7, 20_000)
+    x = rng.standard_normal(20_000) * 10.0 ** rng.uniform(-8, 7, 20_000)
+    got = np.array([NS.atan2_upper(a, b) for a, b in zip(y, x)])
+    ref = np.arctan2(y, x)
+    assert np.max(np.abs(got - ref) / np.spacing(np.abs(ref))) <= 2
+    with mp.workdps(30):
+        for a, b in zip(y[:200], x[:200]):
+            exact = float(mp.atan2(mp.mpf(float(a)), mp.mpf(float(b))))
+            assert abs(NS.atan2_upper(a, b) - exact) <= 2 * np.spacing(abs(exact))
+    for a in (0.0, 1e-300, 1.0):
+        for b in (0.0, -0.0, 1e-300, -1e-300, 2.0, -2.0):
+            assert NS.atan2_upper(a, b) == math.atan2(a, b), (a, b)
+    # the vectorised relu–relu integrand equals the scalar one to rounding
+    al, be = rng.standard_normal(500), rng.standard_normal(500)
+    Saa, Sbb = rng.uniform(0, 1, 500), rng.uniform(0, 1, 500)
+    Sab = rng.uniform(-1, 1, 500) * np.sqrt(Saa * Sbb)
+    Sab[:50] = np.sqrt(Saa * Sbb)[:50]                      # singular S
+    sdet = np.sqrt(np.maximum(Saa * Sbb - Sab ** 2, 0.0))
+    for args in zip(al, be, Saa, Sbb, Sab, sdet):
+        assert abs(NS._inner_relu_relu_simd(*args) - NS.inner_relu_relu(*args)) < 1e-15
+
+
+def _radial(fn):
+    """∫_0^∞ φ(x) fn(x) dx by scipy quad (the kinks of the integrands are at x = 0)."""
+    return integrate.quad(lambda x: _phi(x) * fn(x), 0, np.inf, epsabs=1e-14, epsrel=1e-13,
+                          limit=200)[0]
+
+
+@pytest.mark.parametrize("al,be,V", [(0.7, 0.4, 0.5), (0.3, -0.9, 0.2), (1.2, -0.5, 0.0),
+                                     (0.5, 0.8, 0.0), (0.0, 0.3, 1.0), (0.9, -2.0, 1e-9),
+                                     (0.4, 1e-3, 3.0)])
+def test_closed_integrands_match_radial_quadrature(al, be, V):
+    """The three closed integrands of the sums (Stein on X) against a quadrature over X of
+    the elementary mean-shift formulas: E[relu(X) relu(αX) σ(βX + s)], E[relu(X) relu(A)²]."""
+    relu_b = _radial(lambda x: x * al * x * shifted_mean("relu", be * x, V))
+    assert abs(NS.inner_coincident_relu(al, be, V) - relu_b) < 1e-12
+    erf_b = _radial(lambda x: x * al * x * shifted_mean("erf", be * x, V))
+    assert abs(NS.inner_coincident_erf(al, be, V) - erf_b) < 1e-12
+
+    def relu_sq(m):             # E[relu(m + s)²], s ~ N(0, V)
+        if V == 0:
+            return max(m, 0.0) ** 2
+        z = m / math.sqrt(V)
+        return (m * m + V) * _Phi(z) + m * math.sqrt(V) * _phi(z)
+    # a = b with the field a at (α, V): E[relu(X) relu(αX + s)²]
+    sq_ref = _radial(lambda x: x * relu_sq(be * x))
+    assert abs(NS.inner_square_relu(be, V) - sq_ref) < 1e-12
+    # and the general integrand at the same (singular) conditional covariances
+    assert abs(NS.inner_relu_relu(al, be, 0.0, V, 0.0, 0.0) - relu_b) < 1e-12
+    assert abs(NS.inner_relu_relu(be, be, V, V, V, 0.0) - sq_ref) < 1e-12
+
+
+def _grid_cases(p, pk, rng):
+    """(name, C) states of p + p* fields: Wishart, random start, converged students, a
+    nearly antipodal student pair (the arc nearly π), exact duplicates."""
+    n = p + pk
+    out = [("wishart", random_cov(n, rng))]
+    W = rng.standard_normal((n, 4000))
+    out.append(("start", W @ W.T / 4000))
+    T = rng.standard_normal((pk, 50))
+    S = T[np.arange(p) % pk] + 1e-4 * rng.standard_normal((p, 50))
+    W = np.vstack([S, T])
+    out.append(("converged", W @ W.T / 50))
+    W = rng.standard_normal((n, n + 2))
+    W[1] = -W[0] + 0.05 * rng.standard_normal(n + 2)
+    out.append(("antipodal", W @ W.T / (n + 2)))
+    W = rng.standard_normal((n, n + 2))
+    W[p] = W[0]                                     # a teacher equal to a student
+    out.append(("duplicate", W @ W.T / (n + 2)))
+    return out
+
+
+def _grid_entry_closed(C, k, l, a, b):
+    """The closed coincident form for an index pattern, or None."""
+    if a > b:
+        a, b = b, a
+    e = lambda i, j: C[i, j]                                 # noqa: E731
+    if k == l and len({k, a, b}) == 3:
+        return RELU.I4_relu_kl(e(k, k), e(k, a), e(k, b), e(a, a), e(a, b), e(b, b))
+    if k != l and a == b and a not in (k, l):
+        return RELU.I4_relu_ab(e(k, k), e(k, l), e(l, l), e(k, a), e(l, a), e(a, a))
+    if k != l and len({a, b} & {k, l}) == 1 and a != b:
+        x, y = (a, b) if a in (k, l) else (b, a)
+        o = l if x == k else k                               # the other student
+        return RELU.I4_relu_ak(e(x, x), e(x, o), e(o, o), e(x, y), e(o, y), e(y, y))
+    return None
+
+
+def test_relu_sums_route_equals_closed_coincident_forms_and_elementwise_route():
+    """Every I4 of the sums (relu_four_point_grid) at (4, 2): coincident entries against the
+    Stein-derived closed forms (where the three fields are non-singular), the others
+    against the elementwise route, to the stated accuracy; power: an integrand off by 1e-9
+    is caught at the first coincident entry."""
+    rng = np.random.default_rng(29)
+    p, pk = 4, 2
+    pk_, pl_ = np.triu_indices(p)
+    checked = 0
+    for name, C in _grid_cases(p, pk, rng):
+        grid = NS.relu_four_point_grid(C[None], p, ("relu",))[0]
+        n = p + pk
+        for q, (k, l) in enumerate(zip(pk_, pl_)):
+            for a in range(n):
+                for b in range(a, n):
+                    scale = math.sqrt(C[a, a] * C[b, b])
+                    got = grid[q, a, b]
+                    closed = None
+                    if name in ("wishart", "start"):
+                        closed = _grid_entry_closed(C, k, l, a, b)
+                    if closed is not None:
+                        assert abs(got - closed) <= STATED_ACCURACY * scale, (name, k, l, a, b)
+                        assert abs(got + 1e-9 * scale - closed) > STATED_ACCURACY * scale
+                        checked += 1
+                    if len({k, l, a, b}) == 4 or (k == l and len({k, a, b}) == 3
+                                                  and closed is None):
+                        i = np.array([k, l, a, b])
+                        ref = NS.relu_four_point(*entries4(C[np.ix_(i, i)]))
+                        assert abs(got - ref) <= STATED_ACCURACY * scale, (name, k, l, a, b)
+    assert checked > 150
+
+
+#: Near-singular (4, 2)-type states and the coincident entries the closed forms cannot
+#: check there: (name, pattern of the 4x4 covariance, entries (k, l, a, b)).
+_HARD_COINCIDENT = [("k~b", (0, 1, 0, 2)), ("k~b", (0, 0, 0, 2)), ("k~l", (0, 1, 0, 2)),
+                    ("k~l", (0, 1, 2, 2)), ("antipodal", (0, 1, 0, 1)),
+                    ("antipodal", (0, 1, 1, 2))]
+
+
+def _hard_state(name, rng, eps):
+    W = rng.standard_normal((3, 6))
+    if name == "k~b":
+        W[2] = W[0] + math.sqrt(eps) * rng.standard_normal(6)
+    elif name == "k~l":
+        W[1] = W[0] + math.sqrt(eps) * rng.standard_normal(6)
+    else:
+        W[1] = -W[0] + 0.01 * rng.standard_normal(6)
+    return W @ W.T / 6
+
+
+@pytest.mark.parametrize("name,idx", _HARD_COINCIDENT)
+def test_relu_sums_route_coincident_entries_near_singular_match_mpmath(name, idx):
+    """Coincident entries where a third field is within 1e-8 of the pair (sinh-mapped
+    closed integrand) or the pair is nearly antipodal (the arc ≈ π: the rule for the
+    entire factor α): against the 30-digit reference."""
+    rng = np.random.default_rng(len(name) + sum(idx))
+    C3 = _hard_state(name, rng, 1e-8)
+    k, l, a, b = idx
+    p = 2                                              # fields 0, 1 students, 2 a teacher
+    grid = NS.relu_four_point_grid(C3[None], p, ("relu",))[0]
+    q = {(0, 0): 0, (0, 1): 1, (1, 1): 2}[(k, l)]
+    i = np.array(idx)
+    ref = mp_relu_four_point(C3[np.ix_(i, i)])
+    assert abs(grid[q, a, b] - ref) <= STATED_ACCURACY * math.sqrt(C3[a, a] * C3[b, b])
+
+
+def test_relu_sums_erf_coincident_entries_match_two_dimensional_quadrature():
+    """ReLU student, erf teacher: the coincident entries (a student of the pair with an erf
+    field) against a scipy 2-D quadrature of the definition in the pair's polar plane
+    (erf's conditional mean closed, no Stein)."""
+    rng = np.random.default_rng(23)
+    C = random_cov(3, rng)                             # fields 0, 1 students, 2 an erf teacher
+    grid = NS.relu_four_point_grid(C[None], 2, ("erf",))[0]
+    for k, l, x in ((0, 1, 0), (0, 1, 1), (0, 0, 0), (1, 1, 1)):
+        if k == l:                 # u_k = s x_1, u_b = c_b x_1 + N(0, V)
+            s = math.sqrt(C[k, k])
+            cb = C[k, 2] / s
+            V = C[2, 2] - cb * cb
+
+            def inner(r, ph):
+                return (r * math.exp(-r * r / 2) / (2 * math.pi) * s * r * math.cos(ph)
+                        * math.erf(cb * r * math.cos(ph) / math.sqrt(2 * (1 + V))))
+            lo, hi = -math.pi / 2, math.pi / 2
+        else:                      # (u_k, u_l) = L x, u_b = c·x + N(0, V)
+            pair = [k, l]
+            L = np.linalg.cholesky(C[np.ix_(pair, pair)])
+            c = np.linalg.solve(L, C[pair, 2])
+            V = C[2, 2] - c @ c
+            row = L[pair.index(x)]
+            lo, hi = math.atan2(L[1, 1], L[1, 0]) - math.pi / 2, math.pi / 2
+
+            def inner(r, ph):
+                e = np.array([math.cos(ph), math.sin(ph)])
+                return (r * math.exp(-r * r / 2) / (2 * math.pi) * r * (row @ e)
+                        * math.erf(r * (c @ e) / math.sqrt(2 * (1 + V))))
+        ref = integrate.dblquad(inner, lo, hi, 0, 12, epsabs=1e-13, epsrel=1e-12)[0]
+        q = {(0, 0): 0, (0, 1): 1, (1, 1): 2}[(k, l)]
+        assert abs(grid[q, x, 2] - ref) < 1e-10, (k, l, x, grid[q, x, 2], ref)
+
+
+def test_relu_sums_do_not_depend_on_threads_or_driver(monkeypatch):
+    """Same numbers with one or two threads, the serial or the parallel driver, and equal to
+    the weighted sum of the grid's values."""
+    import numba
+    rng = np.random.default_rng(31)
+    p, pk = 5, 2
+    C = np.stack([random_cov(p + pk, rng) for _ in range(6)])
+    w = rng.standard_normal((6, p + pk))
+    w[0, 3] = 0.0                                       # a zero weight skips its terms
+    monkeypatch.setattr(NS, "PARALLEL_MIN_EVALUATIONS", 0)
+    threads = numba.get_num_threads()
+    outs = []
+    try:
+        for t in sorted({1, min(2, numba.config.NUMBA_NUM_THREADS)}):
+            numba.set_num_threads(t)
+            outs.append(NS.relu_four_point_sums(C, w, p, ("relu",)))
+    finally:
+        numba.set_num_threads(threads)
+    monkeypatch.setattr(NS, "PARALLEL_MIN_EVALUATIONS", 10 ** 18)
+    outs.append(NS.relu_four_point_sums(C, w, p, ("relu",)))
+    for o in outs[1:]:
+        assert np.array_equal(o, outs[0])
+    grid = NS.relu_four_point_grid(C, p, ("relu",))
+    n = p + pk
+    tri = np.triu(np.ones((n, n)))
+    mult = tri * (2.0 - np.eye(n))
+    ref = np.einsum("zqab,za,zb,ab->zq", grid, w, w, mult)
+    pk_, pl_ = np.triu_indices(p)
+    assert np.allclose(outs[0][:, pk_, pl_], ref, rtol=1e-13, atol=1e-15)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["start", "converged", "antipodal", "duplicate", "wishart"])
+def test_relu_sums_route_meets_stated_accuracy_on_every_entry(name):
+    """Every I4 of the sums at (2, 2) states against the 30-digit reference (30 entries)."""
+    rng = np.random.default_rng(37)
+    C = dict(_grid_cases(2, 2, rng))[name]
+    grid = NS.relu_four_point_grid(C[None], 2, ("relu",))[0]
+    for q, (k, l) in enumerate(zip(*np.triu_indices(2))):
+        for a in range(4):
+            for b in range(a, 4):
+                i = np.array([k, l, a, b])
+                ref = mp_relu_four_point(C[np.ix_(i, i)])
+                assert abs(grid[q, a, b] - ref) <= STATED_ACCURACY * math.sqrt(C[a, a] * C[b, b]), \
+                    (name, k, l, a, b)
 
 
 # ---- ReLU student with erf teachers ----------------------------------------------------

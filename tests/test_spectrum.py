@@ -194,7 +194,7 @@ def test_saved_files_keep_the_text_and_read_it_back():
 
 # --------------------------------------------------------------------------- step 5
 #: public entry points that implement the spectrum (their own tests: test_spectrum_*.py)
-IMPLEMENTED = {"derive", "kernels", "integrate", "simulate"}
+IMPLEMENTED = {"derive", "kernels", "integrate", "simulate", "validate", "compare"}
 
 
 @pytest.mark.parametrize("entry", sorted(__import__("test_default_deny").CALLS))

@@ -8,6 +8,7 @@ explicit flags, ``--data`` for user trajectories.
 
 import json
 import os
+import shutil
 
 import matplotlib
 import matplotlib.pyplot as plt
@@ -30,6 +31,26 @@ def report():
                        invariant_replicas=3)
 
 
+@pytest.fixture(scope="module")
+def saved(report, tmp_path_factory):
+    """The report saved once with its figures (a save draws five figures: ~3 s of CPU),
+    with ``matplotlib.use`` forbidden and pyplot's figures and backend recorded around it.
+
+    Returns ``(paths, state)``: the paths :meth:`save` returned, and pyplot's open
+    figures and the backend before and after.
+    """
+    def forbidden(*args, **kwargs):
+        raise AssertionError("matplotlib.use must not be called")
+    plt.close("all")
+    backend = matplotlib.get_backend()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(matplotlib, "use", forbidden)
+        paths = report.save(tmp_path_factory.mktemp("saved") / "rep")
+    state = {"fignums_after": plt.get_fignums(), "backend_before": backend,
+             "backend_after": matplotlib.get_backend()}
+    return paths, state
+
+
 def _same_tree(a, b):
     if isinstance(a, dict):
         assert set(a) == set(b)
@@ -47,9 +68,9 @@ def _same_tree(a, b):
         assert a == b
 
 
-def test_save_load_round_trip(report, tmp_path):
-    paths = report.save(tmp_path / "rep")
-    back = ValidationReport.load(tmp_path / "rep")
+def test_save_load_round_trip(report, saved):
+    paths, _ = saved
+    back = ValidationReport.load(os.path.dirname(paths["json"]))
     assert back.config == report.config
     assert back.numbers == json.loads(json.dumps(report.numbers))
     assert back.verdict == report.verdict and back.passed == report.passed
@@ -83,9 +104,9 @@ def test_load_refuses_what_is_not_a_report(tmp_path):
         ValidationReport.load(tmp_path)
 
 
-def test_save_replaces_the_folder_whole(report, tmp_path):
+def test_save_replaces_the_folder_whole(report, saved, tmp_path):
     dest = tmp_path / "rep"
-    report.save(dest)                              # with figures
+    shutil.copytree(os.path.dirname(saved[0]["json"]), dest)   # a save with figures
     assert (dest / "risk.png").exists()
     report.save(dest, figures=False)
     assert not (dest / "risk.png").exists()       # figures=False: none of the old ones kept
@@ -120,15 +141,12 @@ def test_interrupted_save_leaves_the_old_folder(report, tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rep"]
 
 
-def test_save_touches_no_global_matplotlib_state(report, tmp_path, monkeypatch):
-    def forbidden(*args, **kwargs):
-        raise AssertionError("matplotlib.use must not be called")
-    monkeypatch.setattr(matplotlib, "use", forbidden)
-    plt.close("all")
-    backend = matplotlib.get_backend()
-    report.save(tmp_path / "rep")
-    assert plt.get_fignums() == []
-    assert matplotlib.get_backend() == backend
+def test_save_touches_no_global_matplotlib_state(saved):
+    # the shared save ran with matplotlib.use forbidden (it raises inside the fixture)
+    paths, state = saved
+    assert os.path.getsize(paths["risk"]) > 0
+    assert state["fignums_after"] == []
+    assert state["backend_after"] == state["backend_before"]
 
 
 def _a_file(tmp):

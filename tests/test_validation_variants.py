@@ -14,6 +14,12 @@ machine).  The trained readout's SGD mean risk sits above the ODE by an O(1/N)
 bias (fluctuations of a around a(t) through the curvature of the risk; measured
 N·bias ≈ 2.5 at t = 1 for lr_readout = 0.5 at N = 1000 and 4000 alike), so its
 test uses lr_readout = 0.3 at N = 2000, where the bias is below one standard error.
+
+The ``sq.compare`` calls on a report's data pass ``resolution=False``: the resolution
+(forward sensitivities along the ODE, about half of this module's CPU time when every
+compare ran it) is reported after the verdict and never changes it.  It runs in the
+reports of :data:`RESOLUTION` (the combination of five fields, the sphere, the Hermite
+teacher), where a test reads it; tests/test_resolution.py checks its numbers.
 """
 
 import functools
@@ -68,6 +74,13 @@ def _model(name):
 SLOW_WHOLE_RUN = {"teacher_activation"}
 
 
+#: Variants whose report runs the resolution too (forward sensitivities along the variant's
+#: ODE, ~1-2 s each here; reported after the verdict, never part of it): the combination
+#: (five changed fields at once), the sphere and the Hermite teacher, read by
+#: test_resolution_is_reported_for_the_variants.  The other reports skip it.
+RESOLUTION = {"combination", "constraint", "teacher_activation"}
+
+
 @functools.lru_cache(maxsize=None)
 def _report(name, whole_run=None):
     """validate's report of one variant (computed once per test session)."""
@@ -75,7 +88,8 @@ def _report(name, whole_run=None):
     # variant, is tested from a random start in test_escape_analysis_of_variants_it_applies_to)
     if whole_run is None:
         whole_run = name not in SLOW_WHOLE_RUN
-    return sq.validate(_model(name), **dict(RUN, start="informed", whole_run=whole_run))
+    return sq.validate(_model(name), **dict(RUN, start="informed", whole_run=whole_run,
+                                            resolution=name in RESOLUTION))
 
 
 def _status(report):
@@ -150,6 +164,17 @@ def test_validate_passes_the_variants_true_model(name):
     assert rep.model == m
 
 
+@pytest.mark.parametrize("name", _on_report(*sorted(RESOLUTION)))
+def test_resolution_is_reported_for_the_variants(name):
+    """The resolution runs on the variant: the smallest change of lr its mean-deviation test
+    detects is a fraction of lr; for the combination each changed rate has one too."""
+    res = _report(name).resolution
+    assert 0 < res["lr"] < BASE["lr"], res
+    if name == "combination":
+        assert {"weight_decay", "batch_size", "lr_readout"} <= set(res), res
+        assert all(0 < v < math.inf for v in res.values()), res
+
+
 @_uses_report("classic")
 def test_classic_baseline_passes_with_the_same_statistics():
     rep = _report("classic")
@@ -169,7 +194,7 @@ def test_classic_baseline_passes_with_the_same_statistics():
 def test_variant_sgd_fails_against_the_classic_ode(name):
     """Every field changes the dynamics visibly: its SGD against the classic ODE FAILs."""
     rep = _report(name)
-    bad = sq.compare(CLASSIC, rep.t, rep.sgd_Q, rep.sgd_rho)
+    bad = sq.compare(CLASSIC, rep.t, rep.sgd_Q, rep.sgd_rho, resolution=False)
     assert bad.verdict == "FAIL", bad.reasons
     assert _status(bad)["mean_deviation"] == "fail", bad.reasons
 
@@ -182,12 +207,13 @@ def test_variant_sgd_fails_against_the_classic_ode(name):
 def test_compare_fails_the_wrong_variant(data, theory):
     rep, m = _report(data), _model(theory)
     readout = _fixed_readout_as_data(m, rep) if m.readout_trained else None
-    bad = sq.compare(m, rep.t, rep.sgd_Q, rep.sgd_rho, readout=readout)
+    bad = sq.compare(m, rep.t, rep.sgd_Q, rep.sgd_rho, readout=readout, resolution=False)
     assert bad.verdict == "FAIL", bad.reasons
     assert "fail" in (_status(bad)["mean_deviation"], _status(bad)["band"]), bad.reasons
     # ... while the right theory passes the same data
     right = _model(data)
-    good = sq.compare(right, rep.t, rep.sgd_Q, rep.sgd_rho, readout=rep.sgd_readout)
+    good = sq.compare(right, rep.t, rep.sgd_Q, rep.sgd_rho, readout=rep.sgd_readout,
+                      resolution=False)
     assert good.verdict == "PASS", good.reasons
 
 
@@ -195,7 +221,7 @@ def test_compare_fails_the_wrong_variant(data, theory):
 def test_compare_reproduces_validate_for_a_trained_readout():
     rep = _report("combination")
     again = sq.compare(_model("combination"), rep.t, rep.sgd_Q, rep.sgd_rho,
-                       readout=rep.sgd_readout)
+                       readout=rep.sgd_readout, resolution=False)
     np.testing.assert_allclose(again.ode_readout, rep.ode_readout, rtol=1e-10, atol=1e-13)
     np.testing.assert_allclose(again.sgd_risk, rep.sgd_risk, rtol=1e-12, atol=1e-14)
     assert again.numbers["band"] == rep.numbers["band"]
@@ -207,7 +233,8 @@ def test_forced_escape_analysis_is_a_stated_skip_for_a_variant():
     """A variant the escape law was not derived for (a non-uniform readout) is a stated skip."""
     rep = _report("readout")
     assert refusal(_model("readout"), "escape") is not None
-    out = sq.compare(_model("readout"), rep.t, rep.sgd_Q, rep.sgd_rho, escape=True)
+    out = sq.compare(_model("readout"), rep.t, rep.sgd_Q, rep.sgd_rho, escape=True,
+                     resolution=False)
     assert not out.numbers["escape"]["defined"]
     assert "readout=(7/10, 1/5, 2/5)" in out.numbers["escape"]["reason"]
 
@@ -249,7 +276,7 @@ def test_compare_checks_the_readout_first(model_kw, readout, error, match, no_od
 def test_compare_takes_a_single_replica_readout_without_replica_axis():
     rep = _report("lr_readout")
     one = sq.compare(_model("lr_readout"), rep.t, rep.sgd_Q[0], rep.sgd_rho[0],
-                     readout=rep.sgd_readout[0])
+                     readout=rep.sgd_readout[0], resolution=False)
     assert one.sgd_readout.shape == (1,) + rep.sgd_readout.shape[1:]
     np.testing.assert_allclose(one.ode_readout[0], rep.ode_readout[0], rtol=1e-9, atol=1e-12)
 

@@ -5,6 +5,9 @@ data fails against the ODE of a model with a learning rate 30 % off (built
 through the public kernels from a perturbed Model) and when ρ is scaled by
 1.25.  The statistical precision of each run is asserted before its verdict
 is (the criteria must have been *tested*, not skipped).
+
+``sq.compare`` runs here with ``resolution=False`` where no test reads the resolution
+(computed after the verdict, it never changes it; tests/test_resolution.py tests it).
 """
 
 import math
@@ -30,7 +33,7 @@ def _status(report):
 
 
 def test_genuine_sgd_data_passes(sgd_run):
-    rep = sq.compare(M, sgd_run.t, sgd_run.Q, sgd_run.rho)
+    rep = sq.compare(M, sgd_run.t, sgd_run.Q, sgd_run.rho, resolution=False)
     status = _status(rep)
     # precision first: every criterion was tested, with a resolution finer than
     # 5 % of the risk range the window covers
@@ -52,7 +55,7 @@ def test_genuine_sgd_data_passes(sgd_run):
 
 def test_wrong_learning_rate_fails(sgd_run):
     wrong = sq.Model(p=4, p_star=2, lr=0.39)
-    rep = sq.compare(wrong, sgd_run.t, sgd_run.Q, sgd_run.rho)
+    rep = sq.compare(wrong, sgd_run.t, sgd_run.Q, sgd_run.rho, resolution=False)
     status = _status(rep)
     assert not rep.passed and rep.verdict == "FAIL"
     assert status["band"] == "fail" and status["escape_time"] == "fail", rep.reasons
@@ -60,7 +63,7 @@ def test_wrong_learning_rate_fails(sgd_run):
 
 
 def test_rho_scaled_by_one_and_a_quarter_fails(sgd_run):
-    rep = sq.compare(M, sgd_run.t, sgd_run.Q, 1.25 * sgd_run.rho)
+    rep = sq.compare(M, sgd_run.t, sgd_run.Q, 1.25 * sgd_run.rho, resolution=False)
     assert rep.verdict == "FAIL"
     assert _status(rep)["band"] == "fail", rep.reasons
 
@@ -68,7 +71,7 @@ def test_rho_scaled_by_one_and_a_quarter_fails(sgd_run):
 def test_default_model_passes_validate():
     """The default model, with few replicas and N (cheap), through its escape."""
     rep = sq.validate(sq.DEFAULT_MODEL, N=500, replicas=24, seed=2, fss=False, invariant=False,
-                      n_times=161)
+                      n_times=161, resolution=False)
     status = _status(rep)
     # every criterion but the finite-size scaling (fss=False) and the linear-noise spread
     # (a random start) was tested
@@ -215,7 +218,7 @@ def test_non_quadratic_activation_z3_minus_3z_at_p16():
     assert status["escape_time"] == status["finite_size_exponent"] == "not tested"
     assert rep.passed, rep.reasons
     wrong = sq.Model(p=16, p_star=4, lr=0.011, activation="z**3 - 3*z")
-    bad = sq.compare(wrong, rep.t, rep.sgd_Q, rep.sgd_rho)
+    bad = sq.compare(wrong, rep.t, rep.sgd_Q, rep.sgd_rho, resolution=False)
     assert _status(bad)["mean_deviation"] == "fail" and bad.verdict == "FAIL", bad.reasons
 
 
@@ -224,7 +227,7 @@ def test_an_escape_cut_off_by_t_max_is_censored_not_a_disagreement():
     # within the escape-time jitter of the end, so not evidence against the theory
     m = sq.Model(4, 2, 0.3)
     run = sq.simulate(m, N=500, t_max=30, replicas=8, seed=5)
-    rep = sq.compare(m, run.t, run.Q, run.rho)
+    rep = sq.compare(m, run.t, run.Q, run.rho, resolution=False)
     e = rep.numbers["escape"]
     assert e["escaped_in_one_only_censored"] == 1
     assert e["escaped_in_one_only"] == 0

@@ -22,6 +22,10 @@ p, p) or (n, p, p), ``rho`` (replicas, n, p, p*) or (n, p, p*), optional
 ``T``, and ``readout`` (replicas, n, p) or (n, p) — required when
 ``--lr-readout`` > 0, refused otherwise — whose model comes from the model flags.
 
+With ``--spectrum "f1:s1,f2:s2,..."`` (inputs ``x ~ N(0, Σ)``, docs/model.md §1a) every
+overlap array carries the block axis before its matrix axes: ``Q`` (replicas, n, B, p,
+p), ``rho`` (replicas, n, B, p, p*), ``T`` (B, p*, p*), ``--Q0`` (B, p, p) and so on.
+
 ``--T``, ``--Q0``, ``--rho0`` read the teacher overlaps and a start from
 ``.npy``/``.npz`` files (:mod:`symquad.array_files`: no unpickling, shapes
 and sizes checked against the model from the headers before any data is
@@ -43,6 +47,7 @@ import sys
 from ._model_args import add_model_arguments
 from ..spec import DEFAULT_MODEL
 from ..numeric.errors import DivergenceError
+from ..spectrum import block_axis, block_dimension
 
 # --quick: small enough for a test, still every stage (SGD, ODE, escape, FSS, drift)
 _QUICK = dict(N=400, replicas=32, fss_N=[50, 200, 800, 3200], fss_replicas=16, fss_t_max=4.0,
@@ -121,9 +126,12 @@ def register(subparsers) -> None:
                          "flags given replace its fields) or a plain .npz with keys t, Q, rho, "
                          "optional T and readout (required when --lr-readout > 0); not with "
                          "the simulation flags")
-    for name, what in (("T", "teacher overlaps T, shape (p*, p*) (default identity)"),
-                       ("Q0", "initial student overlaps Q0, shape (p, p) or (replicas, p, p)"),
-                       ("rho0", "initial overlaps rho0, shape (p, p*) or (replicas, p, p*)")):
+    for name, what in (("T", "teacher overlaps T, shape (p*, p*) (default identity; with "
+                             "--spectrum (B, p*, p*), default f_b I per block)"),
+                       ("Q0", "initial student overlaps Q0, shape (p, p) or (replicas, p, p) "
+                              "(with --spectrum a block axis B before p, p)"),
+                       ("rho0", "initial overlaps rho0, shape (p, p*) or (replicas, p, p*) "
+                                "(with --spectrum a block axis B before p, p*)")):
         ps.add_argument(f"--{name}", default=None, metavar="FILE",
                         help=f"{what}, from a .npy file or an .npz with one array (or one "
                              f"named {name}); read without unpickling, its shape checked "
@@ -150,9 +158,14 @@ def _fail(message) -> int:
     return 2
 
 
-def _check_data_headers(path, headers):
-    """Refuse a ``--data`` file from its declared dtypes and shapes, before reading it."""
-    ndims = {"t": (1,), "Q": (3, 4), "rho": (3, 4), "T": (2,), "readout": (2, 3)}
+def _check_data_headers(path, headers, blocks=0):
+    """Refuse a ``--data`` file from its declared dtypes and shapes, before reading it.
+
+    ``blocks``: 1 for a model with an input spectrum, whose ``Q``, ``rho`` and ``T``
+    carry a block axis (docs/model.md §1a), else 0.
+    """
+    ndims = {"t": (1,), "Q": (3 + blocks, 4 + blocks), "rho": (3 + blocks, 4 + blocks),
+             "T": (2 + blocks,), "readout": (2, 3)}
     for key, (dtype, shape) in headers.items():
         if dtype.kind not in "biufc":
             raise ValueError(f"--data {path!r}: array {key!r} has dtype {dtype}; numbers "
@@ -166,7 +179,7 @@ def _check_data_headers(path, headers):
                          f"rho, optional T, readout)")
 
 
-def load_data(path) -> dict:
+def load_data(path, blocks=0) -> dict:
     """Arrays of a ``--data`` file: keys t, Q, rho and optionally T and readout, nothing else.
 
     Checked before anything is allocated (:func:`symquad._safe_io.read_npz`):
@@ -176,7 +189,8 @@ def load_data(path) -> dict:
     each ``.npy`` header describing exactly its member's bytes (a lying header
     is refused) with a numeric dtype and the expected number of dimensions.
     Read with ``allow_pickle=False`` (an npz holding Python objects is
-    refused, never unpickled).
+    refused, never unpickled).  ``blocks=1``: the overlaps of a model with an input
+    spectrum, ``Q`` (replicas, n, B, p, p) or (n, B, p, p) and so on.
     """
     from .._safe_io import read_npz
 
@@ -184,7 +198,8 @@ def load_data(path) -> dict:
         raise ValueError(f"--data {path!r}: no such file")
     try:
         arrays, _ = read_npz(path, f"--data {path!r}", keys=_DATA_KEYS,
-                             check=lambda headers, _: _check_data_headers(path, headers))
+                             check=lambda headers, _: _check_data_headers(path, headers,
+                                                                          blocks))
     except FileNotFoundError:
         raise ValueError(f"--data {path!r}: no such file") from None
     except OSError as exc:
@@ -221,13 +236,13 @@ def _read_data_file(args):
 
         def shapes(saved, n):
             m = _model(args, saved)
-            p, k = m.p, m.p_star
-            return {"Q": [(None, n, p, p)], "rho": [(None, n, p, k)], "T": [(k, k)],
-                    "readout": [(None, n, p)]}
+            p, k, lead = m.p, m.p_star, block_axis(m)
+            return {"Q": [(None, n) + lead + (p, p)], "rho": [(None, n) + lead + (p, k)],
+                    "T": [lead + (k, k)], "readout": [(None, n, p)]}
         saved, data = read_saved_run(args.data, "--data", shapes)
         return _model(args, saved), data
     model = _model(args, DEFAULT_MODEL)
-    data = load_data(args.data)
+    data = load_data(args.data, len(block_axis(model)))
     if args.T is not None:
         if "T" in data:
             raise ValueError(f"--T given, but --data {args.data!r} holds T too; give one")
@@ -240,19 +255,24 @@ def _overlap_files(args, model, replicas) -> dict:
     from ..array_files import read_array
 
     p, k = model.p, model.p_star
-    shapes = {"T": [(k, k)], "Q0": [(p, p)], "rho0": [(p, k)]}
+    lead = block_axis(model)      # (B,) with an input spectrum: one matrix per block
+    shapes = {"T": [lead + (k, k)], "Q0": [lead + (p, p)], "rho0": [lead + (p, k)]}
     if replicas is not None:
-        shapes["Q0"].append((replicas, p, p))
-        shapes["rho0"].append((replicas, p, k))
+        shapes["Q0"].append((replicas,) + lead + (p, p))
+        shapes["rho0"].append((replicas,) + lead + (p, k))
     return {name: read_array(getattr(args, name), f"--{name}", shapes[name])
             for name in ("T", "Q0", "rho0") if getattr(args, name) is not None}
 
 
-def _simulation_kwargs(args) -> dict:
+def _simulation_kwargs(args, model=DEFAULT_MODEL) -> dict:
     """validate() keyword arguments; explicit flags win over --quick."""
     kwargs = dict(N=2000, replicas=64)
     if args.quick:
         kwargs.update(_QUICK)
+        if block_axis(model):
+            # every block of an input spectrum needs f_b N whole coordinates (>= p + p* + b)
+            kwargs.update(N=block_dimension(model, kwargs["N"]),
+                          fss_N=[block_dimension(model, n) for n in kwargs["fss_N"]])
     for name in ("N", "replicas", "t_max", "seed", "start", "method"):
         value = getattr(args, name)
         if value is not None:
@@ -293,7 +313,7 @@ def run(args) -> int:
             if (args.Q0 is None) != (args.rho0 is None):
                 return _fail("--Q0 and --rho0 must be given together")
             model = _model(args, DEFAULT_MODEL)
-            kwargs = _simulation_kwargs(args)
+            kwargs = _simulation_kwargs(args, model)
             kwargs.update(_overlap_files(args, model, kwargs["replicas"]))
             report = validate(model, **kwargs)
     except (ValueError, TypeError) as exc:

@@ -1151,10 +1151,12 @@ def default_form(model: Model) -> str:
 #: kernels, by evaluator (:func:`symquad.runtime.special_engine.four_point_method`), and per
 #: element of the ``O(p n²)`` three-point sum: upper bounds of what was measured on the
 #: shared 2-core development machine at load 2.5–3 (one thread; benchmarks/bench_erf.py):
-#: the erf fold 17 ns at p = 128 (p* = 2), the ReLU quadrature 1.2 µs at p = 32 (1–3.4 µs
-#: by state, docs/special_activations.md), closed forms of a polynomial student with an
-#: erf/ReLU teacher 33 ns (z², ReLU) to 0.4 µs (z⁴, erf) at p = 32, p* = 4.
-SPECIAL_COST_PER_QUADRUPLE = {"fold": 40e-9, "closed": 0.8e-6, "quadrature": 3e-6}
+#: the erf fold 17 ns at p = 128 (p* = 2), the ReLU quadrature's sums 0.19–1.6 µs of CPU by
+#: state at p = 64, p* = 4 (start to late, benchmarks/bench_special.py at load 11, one
+#: thread, December 2026; 1–3.4 µs before the index coincidences and vectorised loops,
+#: docs/special_activations.md), closed forms of a polynomial student with an erf/ReLU
+#: teacher 33 ns (z², ReLU) to 0.4 µs (z⁴, erf) at p = 32, p* = 4.
+SPECIAL_COST_PER_QUADRUPLE = {"fold": 40e-9, "closed": 0.8e-6, "quadrature": 2e-6}
 SPECIAL_COST_PER_TRIPLE = 0.4e-6
 #: One right-hand side of a special kernel estimated above this warns (an integration
 #: takes hundreds to thousands of calls) ...

@@ -316,19 +316,21 @@ def _spectral_radius(kern, Q, rho, T, iterations=30, seed=0):
     Jacobian-vector products are forward differences of the kernel, so this
     costs ``iterations + 1`` right-hand-side evaluations at any ``p``.
     """
-    p, k = rho.shape
-    nq = p * p
+    # Q (p, p) or, with an input spectrum, (B, p, p) per block (docs/model.md §1a)
+    nq = Q.size
+
+    def sym(x):
+        x = x.reshape(Q.shape)
+        return 0.5 * (x + np.swapaxes(x, -1, -2))
 
     def f(y):
-        Qy = y[:nq].reshape(p, p)
-        Qy = 0.5 * (Qy + Qy.T)
-        blocks = kern.rhs(Qy, y[nq:].reshape(p, k), T)     # (dQ, drho[, ...])
+        blocks = kern.rhs(sym(y[:nq]), y[nq:].reshape(rho.shape), T)   # (dQ, drho[, ...])
         return np.concatenate([np.ravel(blocks[0]), np.ravel(blocks[1])])
 
     y = np.concatenate([Q.ravel(), rho.ravel()])
     f0 = f(y)
     v = np.random.default_rng(seed).standard_normal(y.size)
-    v[:nq] = (v[:nq].reshape(p, p) + v[:nq].reshape(p, p).T).ravel() / 2
+    v[:nq] = sym(v[:nq]).ravel()
     lam = 0.0
     h = 1e-7 * max(1.0, float(np.max(np.abs(y))))
     for _ in range(iterations):

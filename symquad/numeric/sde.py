@@ -90,7 +90,8 @@ from .kernels import check_kernels, kernels, require_diffusion
 from .kernels import _derivatives, _untimed
 from .drift_derivatives import finite_n_drift, step_shift
 from .sde_noise import SampledNoise, check_noise, default_noise
-from .simulation_run import SimulationRun, population_risk
+from .simulation_run import SimulationRun, block_population_risk, population_risk
+from ..spectrum import block_axis, has_spectrum
 from ..stages import declare
 from .errors import describe_state
 
@@ -113,7 +114,9 @@ def sde_form(model) -> str:
         return "tensor"
     if model.is_quadratic:
         return "matrix"
-    return "entries" if model.p + model.p_star <= 4 else "tensor"
+    # the entry route has no kernels for an input spectrum (docs/model.md §1a)
+    return ("entries" if model.p + model.p_star <= 4 and not has_spectrum(model)
+            else "tensor")
 
 
 #: An entry grows multiplicatively (``f_i ≈ κ X_i``, ``κ > 0``) when it moves away from 0,
@@ -230,21 +233,24 @@ def simulate_sde(model, N, t_max, replicas, seed, X0, T, rec_steps, on_divergenc
     k = kernels(model, form)
     der = _derivatives(_untimed(model, "simulate(method='sde')"), form) if finite_n else None
     p, ps = model.p, model.p_star
+    blocks = has_spectrum(model)           # X0 (R, B, n, n): per-block coordinates
+    lead = block_axis(model)
     C0 = X0 @ np.swapaxes(X0, -1, -2)
-    Q = C0[:, :p, :p].copy()
-    rho = C0[:, :p, p:].copy()
+    Q = C0[..., :p, :p].copy()
+    rho = C0[..., :p, p:].copy()
     a = (np.tile([float(c) for c in model.readout], (replicas, 1)) if model.readout_trained
          else None)
     x = lay.pack(Q, rho, a)
     sphere = model.constraint == "sphere"
-    q_diag = np.diagonal(Q, axis1=-2, axis2=-1).copy()
+    # the sphere keeps the Euclidean norms Σ_c Q^c_kk with an input spectrum
+    q_diag = np.diagonal(Q.sum(1) if blocks else Q, axis1=-2, axis2=-1).copy()
     ss = np.random.SeedSequence(seed)
     rng_data = np.random.default_rng(ss.spawn(5)[2])
     sampled = SampledNoise(model, N, replicas, rng_data) if noise == "sampled" else None
     times = np.asarray(rec_steps, dtype=float) / N
     n_rec = len(times)
-    Qs = np.full((replicas, n_rec, p, p), np.nan)
-    rhos = np.full((replicas, n_rec, p, ps), np.nan)
+    Qs = np.full((replicas, n_rec) + lead + (p, p), np.nan)
+    rhos = np.full((replicas, n_rec) + lead + (p, ps), np.nan)
     readouts = np.full((replicas, n_rec, p), np.nan) if model.readout_trained else None
     status = np.array(["ok"] * replicas, dtype=object)
     t_div = np.full(replicas, np.nan)
@@ -314,8 +320,12 @@ def simulate_sde(model, N, t_max, replicas, seed, X0, T, rec_steps, on_divergenc
                     x[live] += step_shift(k, Qj, rj, T, aj, ahead[0], N) / N
             if sphere:
                 Qn, rn, an = lay.unpack(x[live])
-                s = np.sqrt(q_diag[live] / np.diagonal(Qn, axis1=-2, axis2=-1))
-                x[live] = lay.pack(Qn * s[:, :, None] * s[:, None, :], rn * s[:, :, None], an)
+                s = np.sqrt(q_diag[live] / np.diagonal(Qn.sum(1) if blocks else Qn,
+                                                       axis1=-2, axis2=-1))
+                if blocks:
+                    s = s[:, None]              # every block's rows scaled alike
+                x[live] = lay.pack(Qn * s[..., :, None] * s[..., None, :],
+                                   rn * s[..., :, None], an)
             t += h
             steps += 1
             if bar is not None:
@@ -337,7 +347,8 @@ def simulate_sde(model, N, t_max, replicas, seed, X0, T, rec_steps, on_divergenc
                 i_rec += 1
     if bar is not None:
         bar.close()
-    risk = population_risk(model, Qs, rhos, T, readouts)
+    risk = (block_population_risk if blocks else population_risk)(model, Qs, rhos, T,
+                                                                    readouts)
     run = SimulationRun(model=model, N=N, method="sde", seed=seed, t=times, Q=Qs, rho=rhos,
                         risk=risk, T=T, status=status.astype(str), t_diverged=t_div,
                         last_finite=last, check_every=1, readout=readouts)

@@ -32,7 +32,9 @@ assembly (:mod:`symquad._generated.assembly`, the update rule of
 (batch ``1/b`` on the ``η²`` term, weight decay, the sphere's projection, a trained
 readout, the loss's error signal, ``η(t)``) enters exactly as in the drift, and the
 deterministic parts (weight decay, the ``Q``-terms of the projection) cancel against
-``f``.  Cost per replica and step: an ``n × n`` eigendecomposition (``n = p + p*``) and
+``f``.  With an input spectrum (docs/model.md §1a) the samples are the blocks' independent
+fields ``μ^c ~ N(0, s_c C^c)``, ``(λ, ν) = Σ_c μ^c``, through the generated block assembly
+(:func:`_block_sampled_increments`).  Cost per replica and step: an ``n × n`` eigendecomposition (``n = p + p*``) and
 ``M·(p n + p²)`` multiply-adds — no ``D``, no ``dim³`` factorisation.
 """
 
@@ -42,9 +44,12 @@ import math
 
 import numpy as np
 
-from ..runtime.sampled_diffusion import field_root, increment_kinds
+from ..runtime.sampled_diffusion import (_sqrtm, activation_functions, field_root,
+                                         increment_kinds)
+from ..runtime.tensor_engine import combine, weights
 from ..spec import error_signal_weight
-from .kernels import _assembly, _untimed, check_generated_for
+from ..spectrum import has_spectrum
+from .kernels import _assembly, _block_assembly, _untimed, check_generated_for
 from .layout import state_layout
 
 __all__ = ["NOISES", "NOISE_SAMPLES", "GAUSSIAN_MAX_DIM", "default_noise", "check_noise",
@@ -72,6 +77,8 @@ def default_noise(model, form: str) -> str:
     calls at p = 8-16), erf's Price path, the field-space cubature of ReLU and mixed pairs
     (2¹⁷ points per state), and wide quadratic models (``dim³`` factorisations).
     """
+    if has_spectrum(model):
+        return "sampled"            # the diffusion matrix is not derived for blocks
     if form == "entries" and model.is_polynomial:
         return "gaussian"
     if form == "matrix" and state_layout(model).dim <= GAUSSIAN_MAX_DIM:
@@ -100,6 +107,8 @@ def sampled_increments(model):
     # assembly is the constant-η model's
     check_generated_for(_untimed(model, "simulate(method='sde')"),
                         "the sampled noise of the SDE")
+    if has_spectrum(model):
+        return _block_sampled_increments(model)
     drift = getattr(_assembly(), f"drift_{model.constraint}")
     lay = state_layout(model)
     b = np.array([float(c) for c in model.teacher_readout])
@@ -118,6 +127,56 @@ def sampled_increments(model):
     return phi_bar
 
 
+def _block_sampled_increments(model):
+    r"""``φ̄`` of a model with an input spectrum (docs/model.md §1a): per-block increments.
+
+    One SGD sample's increment of ``(Q^c, ρ^c, a)`` is the block drift's assembly
+    (:mod:`symquad._generated.block_assembly`, linear in the kinds) applied to the
+    integrands ``Gb(c; k, l) = σ'(λ_k) μ^c_l δ``, ``Gtb(c; k, m) = σ'(λ_k) μ*^c_m δ``,
+    ``B = σ'(λ_k) σ'(λ_l) δ²``, ``R = σ(λ_k) δ`` of that sample.  The block fields
+    ``μ^c = (w_k P_c x, w*_m P_c x)/√N`` of the ``B`` blocks are independent,
+    ``μ^c ~ N(0, s_c C^c)`` (``P_c x`` are orthogonal parts of ``x``, ``P_c Σ P_c =
+    s_c P_c``), and the fields are their sum, ``(λ, ν) = Σ_c μ^c`` (``x = Σ_c P_c x``): the
+    draws ``z`` are ``(R, M, B n)`` standard normals, ``μ^c = √s_c z_c (C^c)^{1/2}``.  The
+    ``η²`` term carries ``xᵀP_c x/N`` at its limit ``f_c s_c`` (its fluctuation,
+    ``O(N^{-1/2})``, enters the increment's covariance at ``O(1/N)`` relative).
+    """
+    drift = getattr(_block_assembly(), f"drift_blocks_{model.constraint}")
+    lay = state_layout(model)
+    b = np.array([float(c) for c in model.teacher_readout])
+    fixed = np.array([float(c) for c in model.readout])
+    c = float(error_signal_weight(model))
+    trained = model.readout_trained
+    s = np.sqrt([float(x) for _, x in model.spectrum])
+    fs = np.array([float(f * x) for f, x in model.spectrum])
+    tr_sigma = float(sum(f * x for f, x in model.spectrum))
+    p, n, B = model.p, model.p + model.p_star, model.n_blocks
+    s_f, s_d = activation_functions(model.activation)
+    t_f, _ = activation_functions(model.teacher_activation)
+
+    def phi_bar(Q, rho, T, a, params, z, label_noise):
+        a = fixed if a is None else a
+        C, _ = combine(Q, rho, T)                            # (R, B, n, n)
+        M = z.shape[-2]
+        zb = np.swapaxes(z.reshape(z.shape[:-1] + (B, n)), -2, -3)      # (R, B, M, n)
+        mu = s[:, None, None] * (zb @ _sqrtm(C))             # μ^c, (R, B, M, n)
+        u = mu.sum(-3)                                       # (λ, ν), (R, M, n)
+        w = weights(c * np.asarray(a, float), b)             # (R, n)
+        delta = s_f(u[..., :p]) @ w[..., :p, None] + t_f(u[..., p:]) @ w[..., p:, None]
+        if label_noise is not None:
+            delta = delta - label_noise[..., None]
+        g = s_d(u[..., :p])
+        gd = np.swapaxes(g * delta, -1, -2)                  # (R, p, M)
+        GL = (gd[..., None, :, :] @ mu) / M                  # (R, B, p, n)
+        Bk = ((gd * np.swapaxes(delta, -1, -2)) @ g) / M
+        Rk = (np.swapaxes(s_f(u[..., :p]), -1, -2) @ delta)[..., 0] / M
+        Gb, Gtb = GL[..., :p], GL[..., p:]
+        out = drift(Q, rho, Q.sum(-3), np.broadcast_to(a, Q.shape[:1] + (p,)), Gb, Gtb,
+                    Gb.sum(-3), Bk, Rk if trained else None, fs, tr_sigma, params)
+        return lay.pack(*(out if trained else out[:2]))
+    return phi_bar
+
+
 class SampledNoise:
     """The sampled noise of one SDE run: ``ζ = s √(h M/(N b)) (φ̄_M − f)`` per live replica.
 
@@ -130,7 +189,8 @@ class SampledNoise:
     def __init__(self, model, N, replicas, rng, samples=None):
         self.phi_bar = sampled_increments(model)
         self.M = int(NOISE_SAMPLES if samples is None else samples)
-        self.n = model.p + model.p_star
+        # with an input spectrum: the B independent block fields (_block_sampled_increments)
+        self.n = (model.p + model.p_star) * (model.n_blocks if has_spectrum(model) else 1)
         self.R = int(replicas)
         self.rng = rng
         self.sqrt_delta = math.sqrt(float(model.noise))

@@ -99,11 +99,11 @@ from ..stages import STAGES, declare
 from .errors import DivergenceError, describe_state
 from .checks import (as_real_array, check_float_activation, check_int as _check_int,
                      check_positive)
-from .simulation_run import SimulationRun, population_risk
+from .simulation_run import SimulationRun, block_population_risk, population_risk
 from .sde import sde_noise
 from ..spec import check_model
 from ..spec import Model
-from ..spectrum import block_axis, block_sizes, has_spectrum
+from ..spectrum import block_axis, block_sizes, check_block_room, has_spectrum
 
 __all__ = ["simulate", "SimulationRun", "population_risk", "DEFAULT_Q0", "METHODS",
            "SIMULATED_FIELDS"]
@@ -630,11 +630,7 @@ def _block_initial_coordinates(model, N, replicas, Q0, rho0, T, rng_init):
     """
     p, ps = model.p, model.p_star
     n, B = p + ps, model.n_blocks
-    sizes = block_sizes(model.spectrum, N)
-    if min(sizes) < n + model.batch_size:
-        raise ValueError(f"N = {N} gives a block of {min(sizes)} coordinates; every block "
-                         f"needs at least p + p_star + batch_size = {n + model.batch_size} "
-                         f"(spectrum {model._field_text('spectrum')})")
+    sizes = check_block_room(model, N)
     f = [float(x) for x, _ in model.spectrum]
     plain = Model(p, ps, 1.0, activation=model.activation,
                   teacher_activation=model.teacher_activation)
@@ -852,15 +848,6 @@ class _BlockReducedStepper(_Stepper):
         return none, None, None, None, None, None
 
 
-def block_population_risk(model, Q, rho, T, readout=None):
-    """``ε(Ω)`` of per-block overlaps: :func:`population_risk` at ``Ω = Σ_c s_c C^c``."""
-    s = np.array([float(sc) for _, sc in model.spectrum])
-    Q, rho, T = (np.asarray(x, dtype=float) for x in (Q, rho, T))
-    w = s[:, None, None]
-    return population_risk(model, (w * Q).sum(-3), (w * rho).sum(-3), (w * T).sum(-3),
-                           readout)
-
-
 def _sgd_kernels_module():
     # lazy: numba
     from . import _sgd_kernels
@@ -1074,6 +1061,8 @@ def plan_simulation(model, N, t_max, replicas, method="reduced", n_times=101) ->
     if not t_max * N <= MAX_REPLICA_STEPS:
         raise ValueError(f"t_max * N = {t_max * N:.3g} steps is beyond {MAX_REPLICA_STEPS:.0e}: "
                          f"reduce t_max (allowed t_max <= {MAX_REPLICA_STEPS / N:.3g}) or N")
+    if has_spectrum(model):
+        check_block_room(model, N)
     n_steps = max(1, int(round(t_max * N)))
     return _check_sizes(method, N, replicas, n_steps, min(n_times, n_steps + 1), model.p,
                         model.p_star)

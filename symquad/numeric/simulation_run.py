@@ -17,7 +17,7 @@ import numpy as np
 from .checks import as_real_array, check_float_activation
 from .status import MemberStatus
 
-__all__ = ["SimulationRun", "population_risk"]
+__all__ = ["SimulationRun", "population_risk", "block_population_risk"]
 
 
 # ---------------------------------------------------------------------------
@@ -346,3 +346,12 @@ def _named_population_risk(model, Q, rho, T, readout):
     w = np.concatenate([np.broadcast_to(a, second.shape[:-2] + (p,)),
                         np.broadcast_to(-b, second.shape[:-2] + (ps,))], axis=-1)
     return 0.5 * np.einsum("...a,...ab,...b->...", w, second, w)
+
+
+def block_population_risk(model, Q, rho, T, readout=None):
+    """``ε(Ω)`` of per-block overlaps: :func:`population_risk` at ``Ω = Σ_c s_c C^c``."""
+    s = np.array([float(sc) for _, sc in model.spectrum])
+    Q, rho, T = (np.asarray(x, dtype=float) for x in (Q, rho, T))
+    w = s[:, None, None]
+    return population_risk(model, (w * Q).sum(-3), (w * rho).sum(-3), (w * T).sum(-3),
+                           readout)

@@ -20,9 +20,12 @@ Tensor route (:func:`tensor_kinds`): a kind
 ``δ = Σ_a w_a σ_a(u_a) − √Δ ξ`` is, after the label noise is integrated out
 (``δ^r → Σ_{s even} binom(r,s)(s−1)!! Δ^{s/2} δ_c^{r−s}``), a sum over
 multigraphs on the external vertices and ``q = r − s`` summed vertices
-(:mod:`symquad.symbolic.diffusion_tensor`); each multigraph is one
-``numpy.einsum`` of Hadamard powers ``C^{∘m}/m!`` and vertex vectors
-``φ_j(D) (w)``, with a contraction path computed once per shape.
+(:mod:`symquad.symbolic.diffusion_tensor`); each multigraph is a contraction of
+Hadamard powers ``C^{∘m}/m!`` and vertex vectors ``φ_j(D) (w)``.  They are
+evaluated as one straight-line program of pairwise contractions with CSE
+(:class:`_Program`) run in a flat workspace by the compiled interpreter of
+:mod:`symquad.runtime.contraction_vm` and a few matrix products
+(:class:`_Executable`).
 """
 
 from __future__ import annotations
@@ -262,11 +265,13 @@ def tensor_kinds(plan, Q, rho, T, a, b, Delta, names):
     reordered (equal to :func:`tensor_kinds_reference` to rounding).  The classes of
     all kinds run as one straight-line program (:class:`_Program`, built once per
     plan, kinds and ``(p, n)``) in which a sub-contraction shared by several
-    multigraphs is computed once; when its largest intermediate times the batch
-    exceeds :data:`MAX_INTERMEDIATE` the classes run one by one, in chunks of terms.
-    Cost: the program's steps (4552 for ``σ = z³ − 3z`` at ``p = 4``, against 13132
-    pairwise steps of the classes), each an ``einsum`` or a ``matmul`` (:func:`_dot`)
-    of at most ``O(p^a n^b)`` with ``a + b ≤ 8``.
+    multigraphs is computed once, laid out in one workspace per state and run by a
+    compiled interpreter and a few matrix products (:class:`_Executable`); when one
+    state's workspace exceeds :data:`MAX_WORKSPACE` the classes run one by one, in
+    chunks of terms of at most :data:`MAX_INTERMEDIATE` elements.  Cost: the
+    program's steps and finals (3453 and 1100 for ``σ = z³ − 3z``, against 13132
+    pairwise steps of the classes), each of at most ``O(p^a n^b)`` multiply-adds with
+    ``a + b ≤ 8`` (``p⁴ n`` in practice; measured in docs/benchmarks-finite-n.md).
     """
     batch, C, w, p, phi = _inputs(plan, Q, rho, T, a, b)
     top = plan["__top__"]
@@ -276,9 +281,11 @@ def tensor_kinds(plan, Q, rho, T, a, b, Delta, names):
     PHI = numpy.stack(phi, axis=-2)
     stud = PHI[..., :p]
     summed = PHI * w[..., None, :]
-    program = _program(plan, tuple(names), p, n) if USE_PROGRAM else None
-    if program is not None and program.largest * max(1, math.prod(batch)) <= MAX_INTERMEDIATE:
-        return KindArrays(program.run(CP, stud, summed, Delta, batch))
+    if USE_PROGRAM and _executable(plan, tuple(names), p, n, 1).size <= MAX_WORKSPACE:
+        return KindArrays(_run_program(plan, tuple(names), p, n, CP, stud, summed, Delta,
+                                       batch))
+    # one state's workspace above MAX_WORKSPACE (p ≳ 16 at degree 3): the classes one by
+    # one, their terms in chunks of bounded intermediates
     out = {}
     for name in names:
         roles, _ = plan[name]
@@ -311,21 +318,21 @@ class _Program:
     functions at given orders, student or summed).  Steps with one name are one
     step: the multigraphs of all kinds share their sub-contractions (a summed
     vertex joined to the same externals by the same multiplicities, …), which
-    leaves ~⅓ of the steps for ``z³ − 3z``.  At call time the leaves are read
-    (views where a class has one term), the unique steps run once in order, and
-    each class's last step is taken with its weights ``size/|G|``, summing over its
-    terms into its kind: a matrix product over the term axis instead of a
-    ``(t, p, …)`` array per class summed afterwards.  The same sum as the class
-    route, reassociated (the weights last): equal to rounding.
+    leaves ~⅓ of the steps for ``z³ − 3z``.  Each class's last step is a *final*:
+    it is taken with the terms' weights ``coefficient · size/|G| · Δ^power``,
+    summing over the terms into its kind.  The same sum as the class route,
+    reassociated (the weights last): equal to rounding.  :class:`_Executable` runs it.
     """
 
     def __init__(self, plan, names, p, n):
         index = {}
-        #: per kind and power q: (kind, coefficient, power of Δ, per class the last
-        #: step's two input nodes, its subscripts summing over the terms, the terms'
-        #: weights, its multiply-adds)
+        #: ("leaf", spec) or ("step", subscripts, input, input, multiply-adds), in order
+        self.ops = []
+        #: per class: (kind, input node, input node, subscripts summing over the terms,
+        #: the terms' weights times the noise coefficient, the power of Δ, multiply-adds)
         self.finals = []
         self.largest = 1
+        self.p, self.n = p, n
 
         def node(key, make):
             hit = index.get(key)
@@ -340,11 +347,8 @@ class _Program:
         def step(subs, i, j, flops):
             key = (subs, i, j)
             return node(key, lambda _, k=key, f=flops: self.ops.append(("step",) + k + (f,)))
-        self.ops = []              # in order: ("leaf", spec) or ("step", subs, i, j, flops)
         for name in names:
-            roles, _ = plan[name]
             for (coeff, dpow), q, full, classes in _compiled(plan, name):
-                group, plain = [], []
                 for subs, edges, vertices, M, J, weights in classes:
                     ins, outs = subs.split("->")
                     ins = ins.split(",")[1:]                      # the weights go last
@@ -369,75 +373,439 @@ class _Program:
                     for positions, st, flops in plan_steps[:-1]:
                         x, y = [cur.pop(i)[1] for i in positions]
                         cur.append((st.split("->")[1], step(st, x, y, flops)))
-                    # the class's last step sums over its terms t with their weights (one
-                    # product, a matrix product when large) instead of writing every term's
-                    # (t, p, …) result and summing it after
+                    # the class's last step sums over its terms t with their weights
                     positions, st, flops = plan_steps[-1]
                     x, y = [cur.pop(i)[1] for i in positions]
-                    w = numpy.asarray(weights, float)
-                    if flops < FUSE_STEP:     # small: one weighted sum with the others
-                        plain.append((step(st, x, y, flops), w))
-                    else:
-                        group.append((x, y, st.split("->")[0] + "->" + outs, w, flops))
-                if group or plain:
-                    self.finals.append((name, coeff, dpow, group, [k for k, _ in plain],
-                                        numpy.concatenate([w for _, w in plain]) if plain
-                                        else None, "t,...t" + outs[3:] + "->" + outs))
+                    self.finals.append((name, x, y, st.split("->")[0] + "->" + outs,
+                                        coeff * numpy.asarray(weights, float), dpow, flops))
         self.roles = {name: plan[name][0] for name in names}
         self.n_steps = sum(1 for o in self.ops if o[0] == "step")
 
-    def run(self, CP, stud, summed, Delta, batch):
-        """The kinds (a dict of arrays) at the stacked inputs of :func:`tensor_kinds`."""
-        p, n = stud.shape[-1], summed.shape[-1]
-        nbatch = max(1, math.prod(batch))
-        vals = []
+    def cost(self):
+        """``{"steps", "finals", "macs_steps", "macs_finals"}``: the program's size per state.
+
+        ``steps`` pairwise contractions and ``finals`` weighted last steps, and their
+        multiply-adds per state (the term axis included), as counted by the planner
+        (:func:`_pairwise_plan`).
+        """
+        return {"steps": self.n_steps, "finals": len(self.finals),
+                "macs_steps": sum(o[4] for o in self.ops if o[0] == "step"),
+                "macs_finals": sum(f[6] for f in self.finals)}
+
+    def shapes(self):
+        """Per node (leaves and steps, in order): its letters and shape (term axis first)."""
+        p, n = self.p, self.n
+        out = []
         for op in self.ops:
             if op[0] == "leaf":
                 spec = op[1]
                 if spec[0] == "C":
-                    m, su, sv = spec[1:]
-                    sl = (slice(m[0], m[0] + 1) if len(m) == 1 else list(m),
-                          slice(0, su), slice(0, sv))
-                    vals.append(CP[(Ellipsis,) + sl])
+                    out.append(("tuv", (len(spec[1]), spec[2], spec[3])))
                 else:
-                    src = summed if spec[0] == "q" else stud
-                    j = spec[1]
-                    vals.append(src[..., j[0]:j[0] + 1, :] if len(j) == 1
-                                else src[..., list(j), :])
+                    out.append(("tu", (len(spec[1]), n if spec[0] == "q" else p)))
             else:
-                _, subs, i, j, flops = op
-                if flops * nbatch >= DOT_STEP or _c_einsum is None:
-                    vals.append(_dot(subs, vals[i], vals[j]))
+                _, subs, i, j, _ = op
+                ins, res = subs.split("->")
+                dims = {}
+                for sub, k in zip(ins.split(","), (i, j)):
+                    dims.update(zip(sub.replace("...", ""), out[k][1]))
+                res = res.replace("...", "")
+                out.append((res, tuple(dims[ch] for ch in res)))
+        return out
+
+
+#: Steps and finals of fewer multiply-adds than this (times the batch) run in the
+#: compiled interpreter (:mod:`symquad.runtime.contraction_vm`); larger ones as numpy
+#: matrix products (:func:`_dot`), the finals stacked by pattern (:class:`_Executable`).
+VM_STEP = 2 ** 14
+
+#: Largest workspace of one :class:`_Executable` call, in array elements (the batch is
+#: split into chunks to stay below it; 2**25 doubles are 256 MiB).
+MAX_WORKSPACE = 2 ** 25
+
+
+def _letters(subscripts):
+    """The letters of a pairwise step's two operands and result, without the ``...``."""
+    ins, out = subscripts.replace("...", "").split("->")
+    x, y = ins.split(",")
+    return x, y, out
+
+
+def _role_perms(roles):
+    """Permutations ``σ`` (tuples, position → image) of the positions that keep every role."""
+    groups = {}
+    for v, role in enumerate(roles):
+        groups.setdefault(role, []).append(v)
+    out = []
+    for choice in itertools.product(*[itertools.permutations(g) for g in groups.values()]):
+        perm = list(range(len(roles)))
+        for g, images in zip(groups.values(), choice):
+            for v, u in zip(g, images):
+                perm[v] = u
+        out.append(tuple(perm))
+    return out
+
+
+def _final_pattern(xs, ys, outs, perms):
+    """Canonical pattern of a final ``Σ_t x_t y_t`` under the kind's role permutations.
+
+    The kind is symmetrised over the permutations ``σ`` of its external axes that keep
+    their roles (:func:`_symmetrise`), so a term may be replaced by its image
+    ``σ(term)``: relabelled so that its operands' external axes are the smallest
+    possible positions, finals of one *pattern* — the same output positions in each
+    operand and the same numbers of summed letters (shared, or of one operand only) —
+    are one contraction over their stacked terms.  Returns ``(pattern, σ, swapped)``.
+    """
+    best = None
+    inner_x = [ch for ch in xs if ch != "t" and ch not in outs]
+    inner_y = [ch for ch in ys if ch != "t" and ch not in outs]
+    shared = sum(1 for ch in inner_x if ch in inner_y)
+    nx, ny = len(inner_x) - shared, len(inner_y) - shared
+    for perm in perms:
+        ex = tuple(sorted(perm[outs.index(ch)] for ch in xs if ch in outs))
+        ey = tuple(sorted(perm[outs.index(ch)] for ch in ys if ch in outs))
+        for cand in (((ex, ey, shared, nx, ny), perm, False),
+                     ((ey, ex, shared, ny, nx), perm, True)):
+            if best is None or cand[0] < best[0]:
+                best = cand
+    return best
+
+
+def _canonical_order(xs, ys, outs, perm):
+    """The axes of `xs` and `ys` in the pattern's order: term, externals, shared, own letters."""
+    def ext(letters):
+        return sorted((ch for ch in letters if ch in outs), key=lambda c: perm[outs.index(c)])
+    shared = [ch for ch in xs if ch != "t" and ch not in outs and ch in ys]
+    own_x = [ch for ch in xs if ch != "t" and ch not in outs and ch not in ys]
+    own_y = [ch for ch in ys if ch != "t" and ch not in outs and ch not in xs]
+    return ["t"] + ext(xs) + shared + own_x, ["t"] + ext(ys) + shared + own_y
+
+
+class _Executable:
+    r"""A :class:`_Program` laid out in one flat workspace per state and run in few calls.
+
+    Every node (leaf or step result) is a region of a ``float64`` row ``W[b]`` per
+    state ``b``, allocated when it is computed and reused once its last reader has
+    run.  At call time the inputs are copied in (the stacked ``C^{∘m}/m!``,
+    ``φ_j``, ``w φ_j``), the leaves gathered from them in one indexing call, and:
+
+    * every step below :data:`VM_STEP` multiply-adds runs in the compiled
+      interpreter (:func:`symquad.runtime.contraction_vm.run`), a run of consecutive
+      ones per call; a larger step is one numpy matrix product (:func:`_dot`);
+    * the finals of one kind are grouped by pattern (:func:`_final_pattern`).  In a
+      group, the finals that share an operand (the same node, read in the same
+      order: CSE makes this common) are summed before the product,
+      ``Σ_m Σ_t w_mt x_t y_m,t = Σ_t x_t (Σ_m w_mt y_m,t)``, on the side that saves the
+      most multiply-adds; the interpreter writes each distinct shared operand once
+      and accumulates the weighted partners into one stack per group, as soon as
+      their inputs exist, and the group is one matrix product over the stacked
+      terms into its kind.  A group below :data:`VM_STEP` multiply-adds (small
+      widths) runs as weighted interpreter steps straight into its kind instead.
+
+    The same sums as :class:`_Program` describes, reassociated: equal to rounding.
+    """
+
+    def __init__(self, program, top, nbatch):
+        from . import contraction_vm as vm      # lazy: numba
+        self.vm = vm
+        p, n = program.p, program.n
+        shapes = program.shapes()
+        ops, finals = program.ops, program.finals
+        self.roles = program.roles
+        # fixed regions: the inputs, a constant 1, the kinds, the weights, the groups'
+        # stacks (the accumulated side is zeroed by its first writer)
+        layout = {"CP": (top + 1) * n * n, "stud": (top + 2) * p, "summed": (top + 2) * n,
+                  "one": 1}
+        self.regions, end = {}, 0
+        for key, size in layout.items():
+            self.regions[key] = (end, end + size)
+            end += size
+        one = (self.regions["one"][0], "", ())
+        self.outputs = {}
+        for name, roles in self.roles.items():
+            shape = tuple(p if r in ("d", "s") else n for r in roles)
+            self.outputs[name] = (end, shape)
+            end += math.prod(shape)
+        groups, member_of = self._plan_groups(program, shapes, nbatch)
+        self.zero_span = (self.regions["one"][1], end)
+        wsizes = [len(f[4]) for f in finals]
+        self.weights = numpy.concatenate([f[4] for f in finals]) if finals else numpy.zeros(0)
+        self.powers = numpy.concatenate([numpy.full(len(f[4]), f[5], float) for f in finals]) \
+            if finals else numpy.zeros(0)
+        self.w_span = (end, end + self.weights.size)
+        w_off = list(itertools.accumulate([end] + wsizes))
+        end += self.weights.size
+        for g in groups:
+            g["copy_off"] = end
+            g["acc_off"] = end + g["copy_size"]
+            end += g["copy_size"] + g["acc_size"]
+        # execution order: the leaves, then each step followed by the finals whose last
+        # input it is (a final: a weighted interpreter step into its kind, or the
+        # stacking of its operands into its group); the groups' products at the end
+        after = {}
+        for f, fin in enumerate(finals):
+            after.setdefault(max(fin[1], fin[2]), []).append(f)
+        seq = [("final", f) for k in range(len(ops)) if ops[k][0] == "leaf"
+               for f in after.get(k, ())]
+        for k, op in enumerate(ops):
+            if op[0] == "step":
+                seq.append(("op", k))
+                seq.extend(("final", f) for f in after.get(k, ()))
+        last = {}
+        for pos, (kind, k) in enumerate(seq):
+            for i in (ops[k][2:4] if kind == "op" else finals[k][1:3]):
+                last[i] = pos
+        # allocation: exact-size free lists (shapes repeat), a region is reused after its
+        # last reader; an output is allocated before its inputs are released
+        free, offset = {}, [0] * len(ops)
+        top_ = [end]
+
+        def alloc(size):
+            pool = free.get(size)
+            if pool:
+                return pool.pop()
+            start = top_[0]
+            top_[0] += size
+            return start
+
+        def release(node):
+            free.setdefault(math.prod(shapes[node][1]), []).append(offset[node])
+        leaves = [k for k, op in enumerate(ops) if op[0] == "leaf"]
+        src, dst = [], []
+        for k in leaves:
+            offset[k] = alloc(math.prod(shapes[k][1]))
+            dst.append(offset[k] + numpy.arange(math.prod(shapes[k][1])))
+            spec = ops[k][1]
+            region = {"C": "CP", "q": "summed", "s": "stud"}[spec[0]]
+            src.append(self.regions[region][0] + self._leaf_source(spec, p, n))
+        self.leaf_dst = numpy.concatenate(dst).astype(numpy.intp)
+        self.leaf_src = numpy.concatenate(src).astype(numpy.intp)
+        for k in leaves:
+            if k not in last:
+                release(k)
+        rows, self.segments = [], []
+
+        def emit(row):
+            if self.segments and self.segments[-1][0] == "vm":
+                self.segments[-1][2] += 1
+            else:
+                self.segments.append(["vm", len(rows), len(rows) + 1])
+            rows.append(row)
+
+        # the axis order of each node in memory, as positions of its logical axes (the
+        # producing step's output letters): a numpy step writes its matrix product's
+        # natural order (no transposed copy), every other node is in logical order
+        memory = {}
+
+        def operand(k, letters):
+            # a node's axes are named by the subscripts of the step reading it (a leaf
+            # or a shared step is read under other letters by other classes)
+            order = memory.get(k)
+            if order is None:
+                return (offset[k], letters, shapes[k][1])
+            return (offset[k], "".join(letters[a] for a in order),
+                    tuple(shapes[k][1][a] for a in order))
+        copied = set()
+        for pos, (kind, k) in enumerate(seq):
+            if kind == "op":
+                _, subs, i, j, flops = ops[k]
+                xl, yl, zl = _letters(subs)
+                offset[k] = alloc(math.prod(shapes[k][1]))
+                if flops * nbatch >= VM_STEP:
+                    x, y = operand(i, xl), operand(j, yl)
+                    natural = _natural_order(x[1], y[1], zl)
+                    memory[k] = tuple(zl.index(c) for c in natural)
+                    self.segments.append(("step", f"...{x[1]},...{y[1]}->...{natural}", x, y,
+                                          operand(k, zl)))
                 else:
-                    vals.append(_c_einsum(subs, vals[i], vals[j]))
-        out = {name: numpy.zeros(batch + tuple(p if r in ("d", "s") else n for r in roles))
-               for name, roles in self.roles.items()}
-        axis = len(batch)
-        for name, coeff, dpow, group, plain, weights, subs in self.finals:
-            acc = 0.0
-            if plain:
-                # the small classes' results have their term axis just before the kind's
-                # axes: one weighted sum over their concatenated terms
-                terms = numpy.concatenate([vals[k] for k in plain], axis=axis)
-                acc = numpy.einsum(subs, weights, terms)
-            for i, j, fsubs, fweights, flops in group:
-                x, y = vals[i], vals[j]
-                if y.size < x.size:
-                    x, y = y, x
-                    left, right = fsubs.split("->")[0].split(",")
-                    fsubs = right + "," + left + "->" + fsubs.split("->")[1]
-                # every operand has its term axis right after the batch axes
-                x = x * fweights.reshape(fweights.shape + (1,) * (x.ndim - axis - 1))
-                if flops * nbatch >= DOT_STEP or _c_einsum is None:
-                    acc = acc + _dot(fsubs, x, y)
+                    emit(vm.encode(operand(i, xl), operand(j, yl), operand(k, zl)))
+                ins = (i, j)
+            else:
+                name, i, j, subs, _, _, _ = finals[k]
+                ins = (i, j)
+                xl, yl, zl = _letters(subs)
+                if k not in member_of:
+                    zo, zshape = self.outputs[name]
+                    emit(vm.encode(operand(i, xl), operand(j, yl), (zo, zl, zshape),
+                                   w=(w_off[k], "t"), zero=False))
                 else:
-                    acc = acc + _c_einsum(fsubs, x, y)
-            out[name] += (coeff * Delta ** dpow) * acc
-        return {name: _symmetrise(total, self.roles[name], len(batch))
-                for name, total in out.items()}
+                    g, (shared, s_letters, s_order, other, o_letters, o_order, block) = \
+                        groups[member_of[k][0]], member_of[k][1]
+                    c_off = g["copy_off"] + block[0]
+                    a_off = g["acc_off"] + block[1]
+                    key = (member_of[k][0], shared, tuple(s_order))
+                    first = key not in copied
+                    if first:                   # the shared operand, once, in order
+                        copied.add(key)
+                        emit(vm.encode(operand(shared, s_letters), one,
+                                       (c_off, "".join(s_order),
+                                        tuple(shapes[shared][1][s_letters.index(c)]
+                                              for c in s_order))))
+                    # its partner, weighted, added into the shared operand's block (the
+                    # first one zeroes the block)
+                    emit(vm.encode(operand(other, o_letters), one,
+                                   (a_off, "".join(o_order),
+                                    tuple(shapes[other][1][o_letters.index(c)]
+                                          for c in o_order)),
+                                   w=(w_off[k], "t"), zero=first))
+            for i in set(ins):
+                if last.get(i) == pos:
+                    release(i)
+        self.code = numpy.array(rows, dtype=numpy.int64).reshape(-1, vm.ROW)
+        self.groups = [(g["name"], g["subs"], g["copy_off"], g["copy_size"], g["acc_off"],
+                        g["acc_size"], g["shape_copy"], g["shape_acc"], g["copy_is_x"])
+                       for g in groups]
+        self.size = top_[0]
+
+    def cost(self):
+        """What one call does per state: Python-level calls and multiply-adds by where they run.
+
+        ``calls``: interpreter runs, numpy steps and group products (each one Python
+        call; about ten more set the workspace up and symmetrise); ``vm_rows``: the
+        interpreter's steps; ``macs_vm`` their multiply-adds (the groups' stacking
+        included, one per element), ``macs_numpy`` the numpy steps', ``macs_groups``
+        the group products'.
+        """
+        vm, code = self.vm, self.code
+        nl = code[:, vm._NL]
+        macs_vm = int(sum(math.prod(code[r, vm._D:vm._D + nl[r]]) for r in range(len(code))))
+        macs_numpy = 0
+        for seg in self.segments:
+            if seg[0] == "step":
+                _, subs, x, y, _ = seg
+                xl, yl, _ = _letters(subs)
+                dims = dict(zip(xl, x[2]))
+                dims.update(zip(yl, y[2]))
+                macs_numpy += math.prod(dims.values())
+        macs_groups = 0
+        for name, subs, co, cs, ao, as_, shc, sha, copy_is_x in self.groups:
+            xl, yl, _ = _letters(subs)
+            dims = dict(zip(xl, shc if copy_is_x else sha))
+            dims.update(zip(yl, sha if copy_is_x else shc))
+            macs_groups += math.prod(dims.values())
+        return {"calls": len(self.segments) + len(self.groups), "vm_rows": len(code),
+                "macs_vm": macs_vm, "macs_numpy": macs_numpy, "macs_groups": macs_groups}
+
+    @staticmethod
+    def _leaf_source(spec, p, n):
+        """Flat positions, in its input's region, of one leaf's entries (term axis first)."""
+        if spec[0] == "C":
+            m, su, sv = spec[1:]
+            return (numpy.asarray(m)[:, None, None] * n * n
+                    + numpy.arange(su)[None, :, None] * n + numpy.arange(sv)[None, None, :]).ravel()
+        j = numpy.asarray(spec[1])
+        return (j[:, None] * n + numpy.arange(n)[None, :]).ravel() if spec[0] == "q" else \
+            (j[:, None] * p + numpy.arange(p)[None, :]).ravel()
+
+    def _plan_groups(self, program, shapes, nbatch):
+        """The finals grouped by kind and pattern; the groups worth a matrix product.
+
+        Returns the groups (dicts: subscripts, the shared and the accumulated side's
+        stack sizes and term counts) and, per final in one, ``(group, (shared node,
+        its letters, its order, partner node, its letters, its order, (block in the
+        shared stack, block in the accumulated stack)))``.
+        """
+        perms = {name: _role_perms(roles) for name, roles in self.roles.items()}
+        found = {}
+        for f, (name, i, j, subs, weights, _, flops) in enumerate(program.finals):
+            xs, ys, outs = _letters(subs)
+            pattern, perm, swapped = _final_pattern(xs, ys, outs, perms[name])
+            if swapped:
+                i, j, xs, ys = j, i, ys, xs
+            ox, oy = _canonical_order(xs, ys, outs, perm)
+            found.setdefault((name, pattern), []).append((f, i, xs, ox, j, ys, oy, flops))
+        letters = "abcdefgh"
+        groups, member_of = [], {}
+        for (name, pattern), members in found.items():
+            # share the side whose distinct operands leave the fewest multiply-adds
+            # (counting the stacking's elements too chose worse sides: measured)
+            best = None
+            for side in ("x", "y"):
+                distinct = {}
+                for f, i, xs, ox, j, ys, oy, flops in members:
+                    node, lets, order = (i, xs, ox) if side == "x" else (j, ys, oy)
+                    distinct.setdefault((node, tuple(order), lets), flops)
+                cost = sum(distinct.values())
+                if best is None or cost < best[0]:
+                    best = (cost, side, distinct)
+            cost, side, distinct = best
+            if cost * nbatch < VM_STEP:
+                continue                        # small: weighted interpreter steps
+            ext_x, ext_y, shared, own_x, own_y = pattern
+            sx = "".join(letters[k] for k in ext_x) + "pqrs"[:shared] + "uv"[:own_x]
+            sy = "".join(letters[k] for k in ext_y) + "pqrs"[:shared] + "wx"[:own_y]
+            g = {"name": name, "subs": f"...t{sx},...t{sy}->...{letters[:len(self.roles[name])]}",
+                 "copy_is_x": side == "x"}
+            blocks, copy_size, acc_size, terms = {}, 0, 0, 0
+            for f, i, xs, ox, j, ys, oy, flops in members:
+                if side == "x":
+                    sh, sl, so, ot, ol, oo = i, xs, ox, j, ys, oy
+                else:
+                    sh, sl, so, ot, ol, oo = j, ys, oy, i, xs, ox
+                key = (sh, tuple(so), sl)
+                csize = math.prod(shapes[sh][1])
+                asize = math.prod(shapes[ot][1])
+                t = shapes[sh][1][0]
+                if key not in blocks:
+                    blocks[key] = (copy_size, acc_size)
+                    copy_size += csize
+                    acc_size += asize
+                    terms += t
+                    g["dims_copy"] = tuple(shapes[sh][1][sl.index(c)] for c in so[1:])
+                    g["dims_acc"] = tuple(shapes[ot][1][ol.index(c)] for c in oo[1:])
+                member_of[f] = (len(groups), (sh, sl, so, ot, ol, oo, blocks[key]))
+            g.update(copy_size=copy_size, acc_size=acc_size, terms=terms,
+                     shape_copy=(terms,) + g["dims_copy"], shape_acc=(terms,) + g["dims_acc"])
+            groups.append(g)
+        return groups, member_of
+
+    def run(self, CP, stud, summed, Delta, B):
+        """The kinds (a dict of arrays, batch axis first) at the stacked inputs of one chunk."""
+        # one workspace buffer is kept for all programs between calls (a fresh one is
+        # page-faulted in at every call: ~60 ms of 240 MiB); taken out while in use, so
+        # concurrent calls get their own; at most MAX_WORKSPACE elements are kept
+        try:
+            buf = _SPARE.pop()
+        except IndexError:
+            buf = None
+        if buf is None or buf.size < B * self.size:
+            buf = numpy.empty(B * self.size)
+        try:
+            return self._run(buf[:B * self.size].reshape(B, self.size), CP, stud, summed,
+                             Delta, B)
+        finally:
+            if buf.size <= MAX_WORKSPACE and not _SPARE:
+                _SPARE.append(buf)
+
+    def _run(self, W, CP, stud, summed, Delta, B):
+        for key, arr in (("CP", CP), ("stud", stud), ("summed", summed)):
+            lo, hi = self.regions[key]
+            W[:, lo:hi] = arr.reshape(B, -1)
+        W[:, self.regions["one"][0]] = 1.0
+        W[:, self.leaf_dst] = W[:, self.leaf_src]
+        W[:, self.zero_span[0]:self.zero_span[1]] = 0.0
+        W[:, self.w_span[0]:self.w_span[1]] = self.weights * Delta ** self.powers
+        for seg in self.segments:
+            if seg[0] == "vm":
+                self.vm.run(W, self.code, seg[1], seg[2])
+                continue
+            _, subs, x, y, z = seg
+            xv = W[:, x[0]:x[0] + math.prod(x[2])].reshape((B,) + x[2])
+            yv = W[:, y[0]:y[0] + math.prod(y[2])].reshape((B,) + y[2])
+            _dot_into(subs, xv, yv, W[:, z[0]:z[0] + math.prod(z[2])])
+        out = {name: W[:, o:o + math.prod(shape)].reshape((B,) + shape)
+               for name, (o, shape) in self.outputs.items()}
+        for name, subs, co, cs, ao, as_, shc, sha, copy_is_x in self.groups:
+            S = W[:, co:co + cs].reshape((B,) + shc)
+            A = W[:, ao:ao + as_].reshape((B,) + sha)
+            out[name] += _dot(subs, S, A) if copy_is_x else _dot(subs, A, S)
+        return {name: _symmetrise(value, self.roles[name], 1) for name, value in out.items()}
 
 
 _PROGRAMS: dict = {}
+#: The workspace buffer kept between :class:`_Executable` calls (one, at most
+#: :data:`MAX_WORKSPACE` elements).
+_SPARE: list = []
 
 
 def _program(plan, names, p, n):
@@ -446,6 +814,37 @@ def _program(plan, names, p, n):
     if hit is None or hit[0] is not plan:
         hit = (plan, _Program(plan, names, p, n))
         _PROGRAMS[key] = hit
+    return hit[1]
+
+
+_EXECUTABLES: dict = {}
+
+
+def _run_program(plan, names, p, n, CP, stud, summed, Delta, batch):
+    """The kinds through :class:`_Executable`, the batch in chunks of bounded workspace."""
+    nbatch = max(1, math.prod(batch))
+    exe = _executable(plan, names, p, n, nbatch)
+    chunk = max(1, min(nbatch, MAX_WORKSPACE // max(exe.size, 1)))
+    flat = [a.reshape((nbatch,) + a.shape[len(batch):])
+            for a in (numpy.broadcast_to(CP, batch + CP.shape[len(batch):]),
+                      numpy.broadcast_to(stud, batch + stud.shape[len(batch):]),
+                      numpy.broadcast_to(summed, batch + summed.shape[len(batch):]))]
+    parts = []
+    for lo in range(0, nbatch, chunk):
+        hi = min(nbatch, lo + chunk)
+        parts.append(exe.run(*(a[lo:hi] for a in flat), Delta, hi - lo))
+    return {name: numpy.concatenate([part[name] for part in parts]).reshape(
+        batch + parts[0][name].shape[1:]) for name in parts[0]}
+
+
+def _executable(plan, names, p, n, nbatch):
+    """The :class:`_Executable` of a plan's program for a batch of `nbatch` states (cached)."""
+    bucket = 1 if nbatch <= 1 else 2 ** min(6, math.ceil(math.log2(nbatch)))
+    key = (id(plan), names, p, n, bucket)
+    hit = _EXECUTABLES.get(key)
+    if hit is None or hit[0] is not plan:
+        hit = (plan, _Executable(_program(plan, names, p, n), plan["__top__"], bucket))
+        _EXECUTABLES[key] = hit
     return hit[1]
 
 
@@ -497,16 +896,6 @@ def _run_steps(steps, ops):
     return ops[0]
 
 
-#: A class's last step of at least this many multiply-adds sums over its terms itself
-#: (:class:`_Program`); below, the per-call cost of a separate weighted sum outweighs the
-#: saved ``(t, p, …)`` result (p = 2 ran 0.7× as fast with every last step summing).
-FUSE_STEP = 2 ** 12
-
-#: Program steps of at least this many multiply-adds (times the batch) run as one
-#: ``matmul`` (:func:`_dot`); below, ``c_einsum``'s single call costs less than the
-#: transposes and reshapes around a matrix product.
-DOT_STEP = 2 ** 13
-
 _DOTS: dict = {}
 
 
@@ -555,6 +944,52 @@ def _dot(subscripts, x, y):
     return numpy.matmul(X, Y).reshape(batch + sh_s + sh_i + sh_j).transpose(zperm)
 
 
+def _natural_order(xs, ys, zs):
+    """The output letters of a pairwise step in its matrix product's order (see :func:`_dot`).
+
+    The letters of both operands kept in the output (the term axis among them) first,
+    then those of `xs` only, then those of `ys` only, each in the order of `zs`: written
+    in this order, the product needs no transposed copy (:func:`_dot_into`).
+    """
+    shared = [c for c in zs if c in xs and c in ys]
+    only_x = [c for c in zs if c in xs and c not in ys]
+    only_y = [c for c in zs if c in ys and c not in xs]
+    return "".join(shared + only_x + only_y)
+
+
+def _dot_into(subscripts, x, y, out):
+    """:func:`_dot` written into `out` (batch axes, then the flat result), no result copy.
+
+    `subscripts`' output letters must be in :func:`_natural_order`; the product is
+    ``matmul(X, Y, out=…)`` with ``X (…, S, I, K)``, ``Y (…, S, K, J)``, or, where
+    nothing is contracted, the broadcast ``X[…, :, None] · Y[…, None, :]``, both written
+    straight into `out`'s memory.
+    """
+    nb = x.ndim - len(subscripts.split(",")[0].replace("...", ""))
+    key = (subscripts, nb)
+    plan = _DOTS.get(key)
+    if plan is None:
+        plan = _DOTS[key] = _dot_plan(subscripts, nb)
+    xsum, ysum, xperm, yperm, ns, ni, nk, nj, zperm, kaxes = plan
+    if xsum:
+        x = x.sum(axis=xsum)
+    if ysum:
+        y = y.sum(axis=ysum)
+    x = x.transpose(xperm)
+    y = y.transpose(yperm)
+    batch = x.shape[:nb]
+    sh_s = x.shape[nb:nb + ns]
+    sh_i = x.shape[nb + ns:nb + ns + ni]
+    sh_k = x.shape[nb + ns + ni:]
+    sh_j = y.shape[nb + ns + nk:]
+    S, I, K, J = (math.prod(t) for t in (sh_s, sh_i, sh_k, sh_j))
+    Z = out.reshape(batch + (S, I, J))
+    if K == 1:
+        numpy.multiply(x.reshape(batch + (S, I, 1)), y.reshape(batch + (S, 1, J)), out=Z)
+    else:
+        numpy.matmul(x.reshape(batch + (S, I, K)), y.reshape(batch + (S, K, J)), out=Z)
+
+
 def _dot_plan(subscripts, nb):
     """Axis sums and permutations of :func:`_dot` for `subscripts` with `nb` batch axes."""
     ins, out = subscripts.split("->")
@@ -581,6 +1016,27 @@ def _dot_plan(subscripts, nb):
 #: Pairwise steps of at least this many multiply-adds are left to ``einsum``'s own
 #: planner, which can hand them to BLAS; smaller ones run in ``c_einsum`` directly.
 LARGE_STEP = 2 ** 18
+
+
+def _vacuum_pair(letters, sizes, out_letters):
+    """``[(i, j)]`` pairing an operand that reduces to one number per term, or ``[]``.
+
+    An operand none of whose letters (the term axis aside) is held by another operand
+    or kept in the output — a summed vertex joined to nothing, ``Σ_e w_e φ_j(e)`` — is
+    a factor per term: taken first with the smallest other operand it costs that
+    operand's size, whereas the greedy rule (which prefers pairs sharing a summed
+    letter) took it last, against the largest intermediate (a ``p⁴ n`` term tensor
+    built only to be scaled, 5.2·10⁷ of the products of ``z² + z³/3`` at ``p = 16``).
+    """
+    m = len(letters)
+    if m <= 2:
+        return []
+    for i in range(m):
+        if letters[i] & out_letters or any(letters[i] & letters[j] for j in range(m) if j != i):
+            continue
+        j = min((k for k in range(m) if k != i), key=lambda k: (sizes[k], k))
+        return [(min(i, j), max(i, j))]
+    return []
 
 
 def _pairwise_plan(subscripts, core):
@@ -611,8 +1067,10 @@ def _pairwise_plan(subscripts, core):
     while len(current) > 1:
         m = len(current)
         summed = [x - {"t"} for x in sets]
-        pairs = [(i, j) for i in range(m) for j in range(i + 1, m)
-                 if summed[i] & summed[j]]                # pairs sharing a summed index
+        pairs = _vacuum_pair(summed, sizes, out_letters)
+        if not pairs:
+            pairs = [(i, j) for i in range(m) for j in range(i + 1, m)
+                     if summed[i] & summed[j]]            # pairs sharing a summed index
         if not pairs:
             pairs = [(i, j) for i in range(m) for j in range(i + 1, m)]
         best = None
@@ -672,12 +1130,14 @@ def _pairwise_plan_strings(subscripts, core):
     def size(sub):
         return math.prod(dims[ch] for ch in sub.replace("...", ""))
     sizes = [size(sub) for sub in current]
+    out_letters = frozenset(output.replace("...", ""))
     steps, largest = [], 1
     while len(current) > 1:
         best = None
         letter_sets = [set(sub.replace("...", "")) - {"t"} for sub in current]
-        pairs = [(i, j) for i in range(len(current)) for j in range(i + 1, len(current))
-                 if letter_sets[i] & letter_sets[j]]      # pairs sharing a summed index
+        pairs = _vacuum_pair(letter_sets, sizes, out_letters) or \
+            [(i, j) for i in range(len(current)) for j in range(i + 1, len(current))
+             if letter_sets[i] & letter_sets[j]]          # pairs sharing a summed index
         if not pairs:
             pairs = [(i, j) for i in range(len(current)) for j in range(i + 1, len(current))]
         for i, j in pairs:

@@ -37,9 +37,11 @@ ANALYSES = {
     "hessian": ("the Hessian-spectrum analysis", "hessian"),
     "manifold": ("the zero-risk manifold", "manifold"),
     "conservation": ("the conservation proof of S", "conservation"),
-    "finite_size_scaling": ("the finite-size scaling", _GENERIC),
+    # an input spectrum: the deviation sums the blocks' (docs/model.md §1a), the start is
+    # split over the blocks like the teacher (validation_starts.informed_start)
+    "finite_size_scaling": ("the finite-size scaling", _GENERIC + ("spectrum",)),
     # Q(0) = I, rho(0) = alpha P does not depend on the step size: a schedule keeps it valid
-    "informed_start": ("the informed start", _GENERIC + ("lr_schedule",)),
+    "informed_start": ("the informed start", _GENERIC + ("lr_schedule", "spectrum")),
 }
 
 

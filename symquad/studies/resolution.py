@@ -23,13 +23,20 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
+from ..spectrum import has_spectrum
 from .whole_run import finite_n_cost
 
 __all__ = ["resolution_numbers", "format_resolution", "MAX_STARTS"]
 
 #: Starts whose sensitivities are averaged for a random start (replicas with their own ODE).
 MAX_STARTS = 4
+
+
 def _why_not(model) -> str:
+    if has_spectrum(model):
+        return ("the forward sensitivities are not derived for an input spectrum yet "
+                "(docs/model.md §1a)")
     # the Jacobian comes from the drift kernels (every pair); no diffusion matrix is needed
     costly = finite_n_cost(model, diffusion=False)
     return f"the sensitivities are too costly here {costly}" if costly else ""

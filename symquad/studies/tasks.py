@@ -703,8 +703,7 @@ def ode_task(model, start="random", N=1000, q0=1.0, overlap=0.5, t_max=100.0, se
             Q0, rho0 = block_random_start(m, T, N, 1, seed=seed, q0=q0)
             Q0, rho0 = Q0[0], rho0[0]
         elif start == "informed":
-            Q0, rho0 = (np.array([float(f) for f, _ in m.spectrum])[:, None, None] * x
-                        for x in informed_start(m.replace(spectrum="1:1"), overlap))
+            Q0, rho0 = informed_start(m, overlap)       # split over the blocks
         else:
             raise ValueError(f"start must be 'random' or 'informed', got {start!r}")
     elif start == "random":

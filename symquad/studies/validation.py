@@ -166,6 +166,8 @@ import numpy as np
 
 from ..numeric.checks import MAX_TIMES, check_int as _check_int
 from ..progress import note
+from ..spectrum import block_dimension, has_spectrum
+from .validation_blocks import block_deviation_z, block_statistic_names, block_statistics
 from .verdict import ALPHA, ESCAPE_TOL, decide as _decide
 # the criteria, the report and the input checks live in sibling modules (one per
 # criterion); their names are re-exported here so that imports keep working
@@ -186,7 +188,8 @@ from .validation_runs import (  # noqa: F401
     VALIDATE_WARN_SECONDS, _STUDY_LABELS, _StudyRunner, _plan_runs, _resolve_workers,
     _timed_call)
 from .validation_inputs import (  # noqa: F401
-    COMPARE_WARN_SECONDS, _as_readout, _as_trajectories, _check_ode_horizon, _check_start,
+    COMPARE_WARN_SECONDS, default_teacher, _as_readout, _as_trajectories,
+    _check_ode_horizon, _check_start,
     _check_teacher, _check_times, _check_whole_run)
 from .validation_common import (  # noqa: F401
     STARTS, _check_common, _describe, _finite_float, _model_config)
@@ -218,7 +221,8 @@ def _analyse(model, t, sgd_Q, sgd_rho, sgd_risk, sgd_ok, T, *, band, escape_frac
         raise ValueError("no replica where both SGD and the ODE stayed finite: nothing to "
                          "compare (reduce lr)")
     d_risk = sgd_risk - orisk
-    d_ov = _overlap_deviation(sgd_Q, sgd_rho, oQ, orho, sgd_readout, oa)
+    blocks = has_spectrum(model)
+    d_ov = _overlap_deviation(sgd_Q, sgd_rho, oQ, orho, sgd_readout, oa, blocks=blocks)
 
     fp, threshold, reason = _escape_applies(model, T, sgd_rho[:, 0], sgd_risk[:, 0], escape,
                                             escape_fraction)
@@ -310,6 +314,16 @@ def _analyse(model, t, sgd_Q, sgd_rho, sgd_risk, sgd_ok, T, *, band, escape_frac
                      np.where(np.abs(mean_dev) <= _BAND_TOL * scale, 0.0, np.inf))
         z_plain = np.where(se_sgd > 0, np.abs(plain_dev) / se_sgd,
                            np.where(np.abs(plain_dev) <= _BAND_TOL * scale, 0.0, np.inf))
+    statistics, z_all, which = 1, z, np.zeros(len(t), int)
+    if blocks:
+        # the per-block statistics tr Q^c, |rho^c|_F^2 join the risk in the mean-deviation
+        # criterion (validation_blocks: Bonferroni over the times and the 1 + 2B statistics)
+        b_mean, b_se, b_z = block_deviation_z(sgd_Q[good], sgd_rho[good], oQ[good], orho[good],
+                                              _BAND_TOL)
+        statistics = 1 + b_z.shape[1]
+        stacked = np.concatenate([z[:, None], b_z], axis=1)
+        which = np.argmax(np.nan_to_num(stacked, nan=np.inf), axis=1)
+        z_all = stacked[np.arange(len(t)), which]
     pre = t < np.min(t_split)
     numbers["band_before_escape"] = {
         "t_end": float(t[pre][-1]) if pre.any() else None,
@@ -337,8 +351,8 @@ def _analyse(model, t, sgd_Q, sgd_rho, sgd_risk, sgd_ok, T, *, band, escape_frac
     numbers["mean_deviation"] = {
         "t_start": float(t[window][0]) if window.any() else None, "t_end": t_end,
         "times": int(window.sum()),
-        "max_z": _finite_float(np.max(z[window])) if window.any() else None,
-        "t_at_max_z": float(t[window][np.argmax(z[window])]) if window.any() else None,
+        "max_z": _finite_float(np.max(z_all[window])) if window.any() else None,
+        "t_at_max_z": float(t[window][np.argmax(z_all[window])]) if window.any() else None,
         "max_se": _finite_float(np.max(se[window])) if window.any() else None,
         "max_abs_mean_deviation": float(np.max(np.abs(mean_dev[window]))) if window.any()
         else None,
@@ -347,6 +361,29 @@ def _analyse(model, t, sgd_Q, sgd_rho, sgd_risk, sgd_ok, T, *, band, escape_frac
                    f"grown {_RHO_GROWTH:g}-fold" if threshold is not None else "whole run"),
         "reference": "ODE + c/N" if c is not None else "ODE",
     }
+    if blocks:
+        names = ["risk"] + block_statistic_names(model.n_blocks)
+        md = numbers["mean_deviation"]
+        md.update(statistics=statistics, risk_max_z=_finite_float(np.max(z[window]))
+                  if window.any() else None,
+                  worst_statistic=names[int(which[window][np.argmax(z_all[window])])]
+                  if window.any() else None)
+        numbers["block_statistics"] = {
+            "names": names[1:],
+            "max_z": [_finite_float(v) for v in np.max(b_z[window], axis=0)]
+            if window.any() else None,
+            "max_abs_mean_deviation": [float(v) for v in np.max(np.abs(b_mean[window]), 0)]
+            if window.any() else None,
+            "max_se": [_finite_float(v) for v in np.max(b_se[window], axis=0)]
+            if window.any() else None,
+            "final": {"sgd": [float(v) for v in block_statistics(
+                sgd_Q[good, -1], sgd_rho[good, -1]).mean(0)],
+                      "ode": [float(v) for v in block_statistics(
+                          oQ[good, -1], orho[good, -1]).mean(0)]},
+            "description": "per input block c: tr Q^c and |rho^c|_F^2, mean over replicas of "
+                           "SGD minus each replica's ODE, in standard errors (max over the "
+                           "mean-deviation window); tested with the risk in mean_deviation",
+        }
     numbers["finite_n_bias"] = _finite_n_numbers(t, N, window, plain_dev, se_sgd, c, c_valid,
                                                  c_reason, z_plain)
     numbers["final_risk"] = {"sgd": _describe(sr[:, -1]), "ode": _describe(oc[:, -1])}
@@ -515,7 +552,7 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start=None, seed=0, *,
         if given:
             raise ValueError(f"give either start={start!r} or Q0/rho0, not both")
         start_reason = "requested"
-    T = np.eye(model.p_star) if T is None else _check_teacher(model, T)
+    T = default_teacher(model) if T is None else _check_teacher(model, T)
     if given:
         _check_start(model, Q0, rho0, T)
     if fss and fss_start not in STARTS:
@@ -543,7 +580,11 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start=None, seed=0, *,
     if fss:
         from .applicability import require_analysis
         require_analysis(model, "finite_size_scaling")
+        fss_N_default = fss_N is None
         fss_N = list(fss_N) if fss_N is not None else [100, 300, 1000, 3000, 10000]
+        if has_spectrum(model) and fss_N_default:
+            # every block needs f_b N whole coordinates, at least p + p* + b of them
+            fss_N = [block_dimension(model, n) for n in fss_N]
         fss_t = float(fss_t_max) if fss_t_max is not None \
             else float(min(t_max, max(5.0, 2.0 / model.eta)))
         _check_fss_args(fss_N, fss_t, fss_replicas)
@@ -729,7 +770,7 @@ def compare(model, t, Q, rho, T=None, readout=None, *, band=(2.5, 97.5), escape_
     >>> rep.verdict in ("PASS", "FAIL", "INCONCLUSIVE")
     True
     """
-    from ..numeric.simulate import population_risk
+    from ..numeric.simulate import block_population_risk, population_risk
     from ..stages import declare
 
     t_start = time.perf_counter()
@@ -752,7 +793,8 @@ def compare(model, t, Q, rho, T=None, readout=None, *, band=(2.5, 97.5), escape_
         # lazy: scipy
         from ..numeric.integrate import check_sphere
         check_sphere(model, Q[:, 0], name="Q[:, 0]", tol=1e-6)
-    risk = population_risk(model, Q, rho, T, a)
+    risk = (block_population_risk if has_spectrum(model) else population_risk)(
+        model, Q, rho, T, a)
     numbers, ode, shared, t_ode = _analyse(
         model, t, Q, rho, risk, np.ones(R, bool), T, band=band,
         escape_fraction=escape_fraction, escape=escape, progress=progress, sgd_readout=a, N=N,

@@ -13,6 +13,7 @@ import numpy as np
 
 from ..numeric.checks import MAX_TIMES, check_int as _check_int
 from ..progress import note
+from ..spectrum import has_spectrum
 from .validation_common import STARTS
 from .validation_starts import _ode_per_replica, _overlap_deviation, _rms_over, informed_start
 
@@ -30,7 +31,11 @@ def finite_size_scaling(model, Ns=(100, 300, 1000, 3000, 10000), t_max=10.0, rep
     deviation, module docstring) for every replica; ``D(N)`` is its replica
     mean with standard error ``s(N)``.  The fit ``log D = a + b log N`` uses
     the standard errors of ``log D`` (``s/D``) as absolute uncertainties.
-    ``T`` (default ``I``) is the teacher overlap of the runs.
+    ``T`` (default ``I``) is the teacher overlap of the runs.  With an input spectrum
+    (docs/model.md §1a) the deviation sums the squares over the blocks
+    (``Σ_c ‖Q^c_SGD − Q^c_ODE‖²_F + …``), the informed start is split over the blocks
+    (:func:`informed_start`) and every ``N`` must give each block room
+    (:func:`symquad.numeric.simulate.check_block_room`).
 
     Returns
     -------
@@ -71,7 +76,8 @@ def finite_size_scaling(model, Ns=(100, 300, 1000, 3000, 10000), t_max=10.0, rep
         Q, rho, _, _, _, a = _ode_per_replica(model, run.Q[ok, 0], run.rho[ok, 0], run.T,
                                               run.t, None if sgd_a is None else sgd_a[:, 0],
                                               progress)
-        d = _overlap_deviation(run.Q[ok], run.rho[ok], Q, rho, sgd_a, a)
+        d = _overlap_deviation(run.Q[ok], run.rho[ok], Q, rho, sgd_a, a,
+                               blocks=has_spectrum(model))
         per = _rms_over(np.broadcast_to(run.t > 0, d.shape), d)
         dev.append(float(per.mean()))
         se.append(float(per.std(ddof=1) / math.sqrt(per.size)))
@@ -85,7 +91,8 @@ def finite_size_scaling(model, Ns=(100, 300, 1000, 3000, 10000), t_max=10.0, rep
             "intercept": float(a), "chi2_per_dof": float(np.sum(resid ** 2) / (len(Ns) - 2)),
             "start": start, "t_max": float(t_max), "replicas": int(replicas),
             "measure": "replica mean of the RMS over t in (0, t_max] of "
-                       "(||Q_SGD-Q_ODE||_F^2 + ||rho_SGD-rho_ODE||_F^2"
+                       + ("sum over the input blocks of " if has_spectrum(model) else "")
+                       + "(||Q_SGD-Q_ODE||_F^2 + ||rho_SGD-rho_ODE||_F^2"
                        + (" + ||a_SGD-a_ODE||^2" if model.readout_trained else "") + ")^(1/2)"}
 
 

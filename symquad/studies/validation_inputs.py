@@ -12,15 +12,26 @@ import warnings
 import numpy as np
 
 from ..numeric.checks import check_int as _check_int
-
+from ..numeric.layout import block_teacher
+from ..spectrum import block_axis, has_spectrum
 
 
 def _check_teacher(model, T):
     """``T`` checked as teacher overlaps (shape, finite, symmetric PSD)."""
     from ..numeric.checks import as_overlaps
 
-    # with Q = I and rho = 0 the Gram matrix is PSD exactly when T is
-    return as_overlaps(model, np.eye(model.p), np.zeros((model.p, model.p_star)), T)[2]
+    # with Q = I and rho = 0 the Gram matrix is PSD exactly when T is (per block with an
+    # input spectrum: T of shape (B, p*, p*))
+    lead = block_axis(model)
+    return as_overlaps(model, np.broadcast_to(np.eye(model.p), lead + (model.p, model.p)),
+                       np.zeros(lead + (model.p, model.p_star)), T)[2]
+
+
+def default_teacher(model):
+    """The teacher overlaps of a run that gives none: ``I``, split over the blocks of an
+    input spectrum like an isotropic teacher, ``T^b = f_b I`` (the simulators' default)."""
+    T = np.eye(model.p_star)
+    return block_teacher(model, T) if has_spectrum(model) else T
 
 
 def _check_start(model, Q0, rho0, T):
@@ -31,12 +42,15 @@ def _check_start(model, Q0, rho0, T):
     from ..numeric.integrate import check_sphere
 
     Q0, rho0 = np.asarray(Q0), np.asarray(rho0)
-    if Q0.ndim == 2 and rho0.ndim == 2:
+    k = 2 + len(block_axis(model))          # (B, p, p) per start with an input spectrum
+    if Q0.ndim == k and rho0.ndim == k:
         as_overlaps(model, Q0, rho0, T)
         check_sphere(model, Q0)
         return
-    if Q0.ndim != 3 or rho0.ndim != 3 or Q0.shape[0] != rho0.shape[0]:
-        raise ValueError(f"Q0 and rho0 must be (p, p) and (p, p*) or carry the same leading "
+    if Q0.ndim != k + 1 or rho0.ndim != k + 1 or Q0.shape[0] != rho0.shape[0]:
+        shapes = ("(B, p, p) and (B, p, p*) (one per input block)" if k == 3
+                  else "(p, p) and (p, p*)")
+        raise ValueError(f"Q0 and rho0 must be {shapes} or carry the same leading "
                          f"replicas axis; got shapes {Q0.shape} and {rho0.shape}")
     for r in range(Q0.shape[0]):
         as_overlaps(model, Q0[r], rho0[r], T, names=(f"Q0[{r}]", f"rho0[{r}]", "T"))
@@ -75,22 +89,27 @@ def _as_trajectories(model, t, Q, rho, T):
     from ..numeric.checks import as_overlaps, as_real_array
 
     p, k = model.p, model.p_star
+    lead = block_axis(model)        # (B,) with an input spectrum: per-block overlaps
+    tag = "B, " if lead else ""
+    more = (f", B = {lead[0]} blocks of spectrum={model._field_text('spectrum')}"
+            if lead else "")
     # non-finite entries are reported below with the replica and time they occur at
     out = [as_real_array(value, name, finite=False)
            for name, value in (("t", t), ("Q", Q), ("rho", rho))]
     t, Q, rho = out
     _check_times(t)
     n = t.size
-    if Q.ndim == 3:
+    if Q.ndim == 3 + len(lead):
         Q = Q[None]
-    if rho.ndim == 3:
+    if rho.ndim == 3 + len(lead):
         rho = rho[None]
-    if Q.ndim != 4 or Q.shape[1:] != (n, p, p):
-        raise ValueError(f"Q must have shape (replicas, n, p, p) or (n, p, p) with n = len(t) "
-                         f"= {n}, p = {p}; got {np.shape(out[1])}")
-    if rho.ndim != 4 or rho.shape[1:] != (n, p, k):
-        raise ValueError(f"rho must have shape (replicas, n, p, p_star) or (n, p, p_star) with "
-                         f"n = {n}, p = {p}, p_star = {k}; got {np.shape(out[2])}")
+    if Q.ndim != 4 + len(lead) or Q.shape[1:] != (n,) + lead + (p, p):
+        raise ValueError(f"Q must have shape (replicas, n, {tag}p, p) or (n, {tag}p, p) with "
+                         f"n = len(t) = {n}, p = {p}{more}; got {np.shape(out[1])}")
+    if rho.ndim != 4 + len(lead) or rho.shape[1:] != (n,) + lead + (p, k):
+        raise ValueError(f"rho must have shape (replicas, n, {tag}p, p_star) or (n, {tag}p, "
+                         f"p_star) with n = {n}, p = {p}, p_star = {k}{more}; got "
+                         f"{np.shape(out[2])}")
     if Q.shape[0] != rho.shape[0]:
         raise ValueError(f"Q and rho must have the same number of replicas, got {Q.shape[0]} "
                          f"and {rho.shape[0]}")
@@ -100,15 +119,16 @@ def _as_trajectories(model, t, Q, rho, T):
             r, i = np.argwhere(bad)[0][:2]
             raise ValueError(f"{name} must be finite; replica {r} has a non-finite entry at "
                              f"t = {t[i]:.6g} (drop diverged runs before comparing)")
-    scale = np.maximum(1.0, np.max(np.abs(Q), axis=(-2, -1)))
-    asym = np.max(np.abs(Q - np.swapaxes(Q, -1, -2)), axis=(-2, -1)) / scale
+    axes = tuple(range(2, Q.ndim))      # every axis after (replica, time)
+    scale = np.maximum(1.0, np.max(np.abs(Q), axis=axes))
+    asym = np.max(np.abs(Q - np.swapaxes(Q, -1, -2)), axis=axes) / scale
     if np.max(asym) > 1e-6:
         r, i = np.unravel_index(np.argmax(asym), asym.shape)
         raise ValueError(f"Q must be symmetric (relative asymmetry {asym[r, i]:.3g} > 1e-6 in "
                          f"replica {r} at t = {t[i]:.6g})")
     Q = 0.5 * (Q + np.swapaxes(Q, -1, -2))
     if T is None:
-        T = np.eye(k)
+        T = default_teacher(model)
     for r in range(Q.shape[0]):
         # the ODE starts here, so the start must be a Gram matrix (later times are data)
         _, _, T = as_overlaps(model, Q[r, 0], rho[r, 0], T,

@@ -45,7 +45,9 @@ class ValidationReport:
     sgd_Q, ode_Q : ndarray (replicas, n, p, p)
     sgd_rho, ode_rho : ndarray (replicas, n, p, p*)
     T : ndarray (p*, p*)
-        Teacher overlaps.
+        Teacher overlaps.  With an input spectrum (docs/model.md §1a) the overlaps carry
+        the block axis: ``(replicas, n, B, p, p)``, ``(replicas, n, B, p, p*)``,
+        ``T`` ``(B, p*, p*)``; the risks are ``ε(Ω)``.
     invariant_study : dict or None
         Raw data of the drift study of ``S`` (for its figure).
     sgd_readout, ode_readout : ndarray (replicas, n, p) or None
@@ -163,6 +165,13 @@ class ValidationReport:
             lines.append(f"  max |mean SGD risk - ODE| / s.e., whole run: {b['max_mean_z']:.2f} "
                          f"(inside ±3 s.e. at {100 * b['mean_inside_3se_fraction']:.1f}% of "
                          f"times; the verdict tests the pre-escape window below)")
+        bs = n.get("block_statistics")
+        if bs and bs.get("max_z"):
+            # an input spectrum: the per-block statistics of the mean-deviation criterion
+            zs = ", ".join(f"{name} {'inf' if z is None else f'{z:.2f}'}"
+                           for name, z in zip(bs["names"], bs["max_z"]))
+            lines.append(f"  per-block statistics, max |mean SGD - ODE| / s.e. in the "
+                         f"mean-deviation window: {zs}")
         fb = n.get("finite_n_bias")
         if fb and fb.get("applies") and fb["times"]:
             pairs = "; ".join(f"t={tt:.3g}: {m:.3g} ± {s:.2g} vs {c:.3g}" for tt, m, s, c in zip(

@@ -10,6 +10,7 @@ from numbers import Real
 
 import numpy as np
 
+from ..spectrum import ISOTROPIC, has_spectrum
 
 
 # ---------------------------------------------------------------------------
@@ -25,9 +26,19 @@ def informed_start(model, overlap=0.5):
     (eigenvalues ``1 ± α``).  ``ρ(0)`` of order one: no plateau.  The signs of
     the rows of ``P`` are chosen so that the start is aligned with the teacher
     (:func:`_aligned_signs`; it matters for odd activations only).
+
+    With an input spectrum (docs/model.md §1a) the start is split over the blocks like
+    the default (isotropic) teacher ``T^b = f_b I``: ``Q^b = f_b I``, ``ρ^b = f_b α P``
+    (shapes ``(B, p, p)``, ``(B, p, p*)``), so that ``Σ_b Q^b = I`` and
+    ``Σ_b ρ^b = α P`` are the isotropic start and every block's Gram matrix
+    ``f_b [[I, αP], [αPᵀ, I]]`` is positive definite; ``P`` is the isotropic model's.
     """
     if isinstance(overlap, bool) or not isinstance(overlap, Real) or not 0 < overlap < 1:
         raise ValueError(f"overlap must be in (0, 1), got {overlap!r}")
+    if has_spectrum(model):
+        f = np.array([float(fb) for fb, _ in model.spectrum])[:, None, None]
+        Q, rho = informed_start(model.replace(spectrum=ISOTROPIC), overlap)
+        return f * Q, f * rho
     p, ps = model.p, model.p_star
     A = np.random.default_rng(20240229).standard_normal((p, ps))
     U, _, Vt = np.linalg.svd(A, full_matrices=False)
@@ -81,9 +92,13 @@ def _ode_per_replica(model, Q0, rho0, T, t, a0=None, progress=False):
     """
     R = Q0.shape[0]
     if model.constraint == "sphere":
-        scale = 1.0 / np.sqrt(np.diagonal(Q0, axis1=-2, axis2=-1))
-        Q0 = Q0 * scale[:, :, None] * scale[:, None, :]
-        rho0 = rho0 * scale[:, :, None]
+        if has_spectrum(model):
+            # the Euclidean norms Σ_c Q^c_kk; every block's rows scaled alike
+            scale = 1.0 / np.sqrt(np.diagonal(Q0.sum(-3), axis1=-2, axis2=-1))[:, None]
+        else:
+            scale = 1.0 / np.sqrt(np.diagonal(Q0, axis1=-2, axis2=-1))
+        Q0 = Q0 * scale[..., :, None] * scale[..., None, :]
+        rho0 = rho0 * scale[..., :, None]
     same = bool(np.allclose(Q0, Q0[:1], rtol=0, atol=1e-14)
                 and np.allclose(rho0, rho0[:1], rtol=0, atol=1e-14)
                 and (a0 is None or np.allclose(a0, a0[:1], rtol=0, atol=1e-14)))
@@ -120,9 +135,15 @@ def _integrate_starts(model, Q0, rho0, T, horizon, tau, a0=None, progress=False)
     return Q, rho, risk, np.asarray(sol.status), a
 
 
-def _overlap_deviation(Qa, rhoa, Qb, rhob, aa=None, ab=None):
-    """``(‖Q_a − Q_b‖²_F + ‖ρ_a − ρ_b‖²_F + ‖a_a − a_b‖²)^{1/2}`` (readouts when trained)."""
-    sq = np.sum((Qa - Qb) ** 2, axis=(-2, -1)) + np.sum((rhoa - rhob) ** 2, axis=(-2, -1))
+def _overlap_deviation(Qa, rhoa, Qb, rhob, aa=None, ab=None, blocks=False):
+    """``(‖Q_a − Q_b‖²_F + ‖ρ_a − ρ_b‖²_F + ‖a_a − a_b‖²)^{1/2}`` (readouts when trained).
+
+    ``blocks=True``: ``Q``, ``ρ`` carry a block axis before the matrix axes (an input
+    spectrum, docs/model.md §1a) and the squares are summed over the blocks too,
+    ``Σ_c (‖Q^c_a − Q^c_b‖²_F + ‖ρ^c_a − ρ^c_b‖²_F)``.
+    """
+    axes = (-3, -2, -1) if blocks else (-2, -1)
+    sq = np.sum((Qa - Qb) ** 2, axis=axes) + np.sum((rhoa - rhob) ** 2, axis=axes)
     if aa is not None:
         sq = sq + np.sum((aa - ab) ** 2, axis=-1)
     return np.sqrt(sq)

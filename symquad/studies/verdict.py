@@ -45,10 +45,16 @@ def _check_mean_deviation(md, replicas, alpha):
                       "(standard errors)")
     if not md["times"]:
         return _check(name, "not tested", "mean risk deviation: no recorded time in the window")
-    crit = float(student.ppf(1 - alpha / (2 * md["times"]), replicas - 1))
+    # Bonferroni over the window's times and the statistics tested at each: the risk, and
+    # with an input spectrum the 2B per-block statistics (studies/validation_blocks.py)
+    k = md.get("statistics", 1)
+    crit = float(student.ppf(1 - alpha / (2 * md["times"] * k), replicas - 1))
     resolution = crit * (md["max_se"] or 0.0)
     rng = md["ode_risk_range"]
     window = f"t in [{md['t_start']:.4g}, {md['t_end']:.4g}], {md['times']} times"
+    if k > 1:
+        window += (f"; the risk and the {k - 1} per-block statistics tr Q^c, |rho^c|_F^2, "
+                   f"largest: {md.get('worst_statistic')}")
     if not rng > 0 or resolution > _RESOLUTION * rng:
         return _check(name, "not tested",
                       f"mean risk deviation ({window}): too few replicas - the test resolves "
