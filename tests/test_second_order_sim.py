@@ -310,3 +310,12 @@ def test_sde_with_the_finite_n_drift_small_N():
     with pytest.raises(ValueError, match="finite_n.*constraint='none'"):
         sq.simulate(model.replace(constraint="sphere"), N=N, t_max=0.1, replicas=2,
                     method="sde", finite_n=True)
+
+
+def test_finite_n_sde_refuses_an_input_spectrum_by_name():
+    # the O(1/N) drift is derived per entry of the classic state, not per block (default-deny)
+    spectrum, _ = sq.power_law_spectrum(alpha=1.0, L=2)
+    m = sq.Model(p=2, p_star=1, lr=0.2, spectrum=spectrum)
+    with pytest.raises(ValueError, match="O\\(1/N\\) correction of the mean does not support "
+                                         "the model field\\(s\\) spectrum="):
+        sq.simulate(m, N=100, t_max=0.1, replicas=2, seed=1, method="sde", finite_n=True)

@@ -1262,6 +1262,9 @@ def simulate(model, N=2000, t_max=20.0, replicas=64, seed=0, method="reduced",
     if finite_n and method != "sde":
         raise ValueError("finite_n (the SDE's O(1/N) drift) applies to method='sde' only: "
                          "the other methods are SGD itself")
+    if finite_n:
+        declare(model, "the O(1/N) correction of the mean",
+                "finite_n=True adds the O(1/N) drift, derived for the fields that stage lists")
     if finite_n and model.constraint == "sphere":
         raise ValueError("finite_n (the SDE's O(1/N) drift) is derived for constraint='none': "
                          "on the sphere f1 holds the renormalisation's second order, which "
