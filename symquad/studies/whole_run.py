@@ -58,6 +58,7 @@ from ..numeric.drift_derivatives import finite_n_drift
 from ..numeric.sde import DEFAULT_DT, _sqrt_psd, sde_noise
 from ..numeric.sde_noise import SampledNoise
 from ..spectrum import has_spectrum
+from ..stages import declare
 from .verdict import _check
 from ..numeric.fluctuations import mean_correction_seconds
 from ..numeric.kernels import diffusion_seconds
@@ -169,7 +170,8 @@ def whole_run_numbers(model, t, sgd_Q, sgd_rho, sgd_risk, T, N, *, seed=0, n_tes
     # the SDE with SGD's O(1/N) drift (docs/derivation.md §8.3a): without it the SDE's mean
     # is the ODE's plus the curvature term only, and at a risk floor the replicas resolve
     # the difference (the issue-22 variant: KS p = 4e-5 on tr Q²/p at N = 1000)
-    finite_n = theory.constraint != "sphere"
+    # (only where the O(1/N) stage implements every field of the model: default-deny)
+    finite_n = theory.constraint != "sphere" and _implements(theory, SECOND_ORDER_STAGE)
     too_costly = sde_cost_reason(theory, form, replicas=R, t_span=t_span,
                                  start=(sgd_Q[:, 0], sgd_rho[:, 0]), T=T, dt=dt,
                                  finite_n=finite_n)
@@ -292,6 +294,19 @@ def whole_run_sde_seconds(model, form, replicas, t_span, start, T, dt=None,
         t_finite = time.perf_counter() - t_begin
     steps = math.ceil(t_span / (DEFAULT_DT if dt is None else dt))
     return steps * (2.0 * t_rhs + t_noise + t_finite)
+
+
+#: The stage whose fields the SDE's O(1/N) drift needs (symquad.stages.STAGES).
+SECOND_ORDER_STAGE = "the O(1/N) correction of the mean"
+
+
+def _implements(model, stage) -> bool:
+    """Whether `stage` implements every field `model` changes (its refusal, as a bool)."""
+    try:
+        declare(model, stage)
+    except ValueError:
+        return False
+    return True
 
 
 def sde_cost_reason(model, form=None, *, replicas=None, t_span=None, start=None, T=None,
