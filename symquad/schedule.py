@@ -154,6 +154,43 @@ class Schedule:
             return np.concatenate([[1.0], self._fs])[i]
         return np.interp(t, self._ts, self._fs)
 
+    def rate(self, t: float) -> float:
+        """``s'(t)``, the right derivative at one time ``t >= 0`` (0 on a step's pieces).
+
+        ``inverse``: ``−1/(τ (1 + t/τ)²)``; ``power``: 0 before ``t0``,
+        ``−(β/t0)(t/t0)^(−β−1)`` from it; ``table``: the slope of the piece to the right.
+        The O(1/N) mean's modified-equation term reads it (``∂f/∂t = ∂f/∂η · η s'(t)``).
+        """
+        fam = self.family
+        if fam in ("constant", "step"):
+            return 0.0
+        if fam == "inverse":
+            tau = self.args[0]
+            return -1.0 / (tau * (1.0 + t / tau) ** 2)
+        if fam == "power":
+            t0, beta = self.args
+            return 0.0 if t < t0 else -(beta / t0) * (t / t0) ** (-beta - 1.0)
+        ts, fs = self._ts, self._fs                      # table
+        if t < ts[0] or t >= ts[-1]:
+            return 0.0
+        i = bisect_right(ts, t)
+        return (fs[i] - fs[i - 1]) / (ts[i] - ts[i - 1])
+
+    def jumps(self, t0: float = 0.0, t1: float = math.inf) -> tuple:
+        """``((t_j, s(t_j⁻), s(t_j)), …)``: the discontinuities of ``s`` strictly inside ``(t0, t1)``.
+
+        Only a step schedule jumps (its factor is right-continuous); the others are
+        continuous (a table's and a power law's breakpoints are kinks).
+        """
+        if self.family != "step":
+            return ()
+        out, before = [], 1.0
+        for t, f in self.args:
+            if t0 < t < t1 and f != before:
+                out.append((t, before, f))
+            before = f
+        return tuple(out)
+
     def breakpoints(self, t0: float = 0.0, t1: float = math.inf) -> tuple:
         """The kinks and jumps of ``s`` strictly inside ``(t0, t1)``, increasing.
 

@@ -1,5 +1,9 @@
-"""Cost law of the O(1/N) mean correction's one-time derivation (standard library only).
+"""Cost law of the O(1/N) mean correction's one-time *symbolic* derivation (standard library only).
 
+The entry route (``form='entries'``, :mod:`symquad.symbolic.second_order`) derives ``f₁``
+and the drift's Hessian once per structure; the kernel route of the matrix and tensor
+forms (:mod:`symquad.numeric.drift_derivatives`) needs no derivation and has its own law
+per right-hand side (:func:`symquad.numeric.fluctuations.mean_correction_seconds`).
 Kept out of :mod:`symquad.symbolic.second_order` so that the numeric runtime and the
 studies can decide whether to derive it without importing SymPy.
 """

@@ -71,7 +71,9 @@ STAGES = {
     "simulate(method='reduced')": _LOSS + SCHEDULE + SPECTRUM,
     "simulate(method='sde')": _LOSS + SCHEDULE + SPECTRUM,
     "fluctuations": _LOSS + SCHEDULE,
-    "the O(1/N) correction of the mean": _LOSS,
+    # the schedule: every term at η(t), −½ ∂f/∂t in dc/dt and a step's shift of c
+    # (tests/test_second_order_sim.py, docs/derivation.md §8.3a)
+    "the O(1/N) correction of the mean": _LOSS + SCHEDULE,
     "the forward sensitivities": _LOSS + SCHEDULE,
     # conventions.py: t <-> tau = eta t (a constant step size)
     "the time conventions": _LOSS,

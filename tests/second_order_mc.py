@@ -17,9 +17,8 @@ variate on the same samples).  Without the sphere the difference splits exactly 
 """
 
 import numpy as np
-from numpy.polynomial import Polynomial
 
-from diffusion_mc import weights_with_gram
+from diffusion_mc import _activation, weights_with_gram
 
 
 def one_step_sources(model, Q, rho, T, N, n, rng, a=None, chunk=20000):
@@ -30,9 +29,9 @@ def one_step_sources(model, Q, rho, T, N, n, rng, a=None, chunk=20000):
     """
     p, k, b = model.p, model.p_star, model.batch_size
     W, Ws = weights_with_gram(Q, rho, T, N, rng)
-    sig = Polynomial([float(c) for c in model.activation])
-    sigt = Polynomial([float(c) for c in model.teacher_activation])
-    ds = sig.deriv()
+    # the activations from their definitions (polynomials, erf(z/√2), relu)
+    sig, ds = _activation(model.activation)
+    sigt, _ = _activation(model.teacher_activation)
     a = np.array([float(c) for c in model.readout]) if a is None else np.asarray(a, float)
     bt = np.array([float(c) for c in model.teacher_readout])
     eta, wd, eta_a = model.eta, model.weight_decay, model.lr_readout

@@ -303,10 +303,14 @@ def test_analyses_assuming_a_constant_eta_refuse_the_schedule_by_name():
     for call in (lambda: sq.plateau(m), lambda: sq.escape_time(m, N=1000)):
         with pytest.raises(ValueError, match="lr_schedule"):
             call()
+    # the O(1/N) mean is derived for schedules: every term at eta(t), so t is required
     Q, rho, T = _start(2, 1)
     k = sq.kernels(m.replace(p=2, p_star=1))
-    with pytest.raises(ValueError, match="lr_schedule"):
+    with pytest.raises(ValueError, match="t .the time. is required.*lr_schedule"):
         k.second_order(Q, rho, T)
+    const = sq.kernels(m.replace(p=2, p_star=1, lr_schedule="constant", lr=0.1 / (1 + 30 / 100)))
+    for got, ref in zip(k.second_order(Q, rho, T, t=30.0), const.second_order(Q, rho, T)):
+        assert np.allclose(got, ref, rtol=1e-12, atol=1e-14)
 
 
 # ---- validate / compare -----------------------------------------------------------------

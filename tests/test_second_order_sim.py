@@ -222,3 +222,100 @@ The full
     rem = _remainder_module()
     res = rem.study(name, Ns, replicas, np.linspace(0, t_max, 5), progress=print)
     _remainder_checks(res, precision=0.03, resolved=True, power=0.1)
+
+
+@pytest.mark.parametrize("sched", ["inverse:1", "step:1.2025=0.3"])
+def test_schedules_small_N(sched):
+    """With a learning-rate schedule (every term at η(t), −½ ∂f/∂t, the step's shift of c:
+    N·1.2025 = 240.5, δ_N = 0.5): N = 200, 4000 replicas, as test_label_noise_small_N."""
+    model, Q0, rho0, T = models()["noise"]
+    model = model.replace(lr_schedule=sched)
+    risk, state = compare(model, Q0, rho0, T, 200, 4000, np.linspace(0, 2.4, 5), seed=5)
+    check(risk, state, report=f"{sched} N=200")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sched", ["inverse:1", "step:1.2025=0.3"])
+def test_schedules_against_simulator(sched):
+    """N = 500 … 4000, 2000 replicas, t ≤ 4 (the step's δ_N: 0.75, 0.5, 0, 0)."""
+    model, Q0, rho0, T = models()["noise"]
+    model = model.replace(lr_schedule=sched)
+    for N in (500, 1000, 2000, 4000):
+        risk, state = compare(model, Q0, rho0, T, N, 2000, np.linspace(0, 4.0, 6),
+                              seed=7 * N + len(sched))
+        check(risk, state, precision=0.5, report=f"{sched} N={N}", resolve=N == 500)
+
+
+def erf_models():
+    """Item 4: an erf model and a mixed pair (z² student, erf teacher), informed starts."""
+    I2 = np.eye(2)
+    return {
+        # erf outputs are bounded: a large step and label noise make c resolvable
+        "erf": (sq.Model(2, 2, 2.0, noise=2.0, activation="erf", lr_readout=0.5), 0.8 * I2,
+                np.array([[.5, .1], [.1, .5]]), I2),
+        "z2_erf": (sq.Model(3, 2, 0.3, teacher_activation="erf", lr_readout=0.2, noise=0.1),
+                   np.eye(3), np.array([[.6, .1], [.1, .6], [.3, .3]]), I2),
+    }
+
+
+@pytest.mark.parametrize("name", list(erf_models()))
+def test_erf_and_mixed_small_N(name):
+    """Cheap version of the next test: N = 200, 4000 replicas, t ≤ 2.4."""
+    model, Q0, rho0, T = erf_models()[name]
+    risk, state = compare(model, Q0, rho0, T, 200, 4000, np.linspace(0, 2.4, 5), seed=11)
+    check(risk, state, report=f"{name} N=200")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(erf_models()))
+def test_erf_and_mixed_against_simulator(name):
+    """N·(mean of the exact reduced simulator − ODE) = c for the risk, Q, ρ (and a) at
+    N = 500 … 4000, 2000 replicas, one shared start; the residual consistent with 0."""
+    model, Q0, rho0, T = erf_models()[name]
+    # the mixed pair's transient (t < 2) has a spread larger than c: its times start at 2
+    times = np.linspace(0, 6.0, 7) if name == "erf" else np.linspace(0, 10.0, 6)
+    residual = []
+    for N in (500, 1000, 2000, 4000):
+        risk, state = compare(model, Q0, rho0, T, N, 2000, times,
+                              seed=10 * N + 3 + list(erf_models()).index(name))
+        check(risk, state, precision=0.5, report=f"{name} N={N}", resolve=N == 500)
+        mc, se, th = (x[-1] for x in risk)
+        residual.append((mc - th, se))
+    r = np.array(residual)
+    assert np.all(np.abs(r[:, 0]) < 3 * r[:, 1])
+
+
+def test_sde_with_the_finite_n_drift_small_N():
+    """simulate(method='sde', finite_n=True): the SDE with SGD's O(1/N) drift,
+    (f₁ − ½ J f)/N, has SGD's O(1/N) mean: N·(mean − ODE) = c (risk and state), while the
+    plain SDE (its mean the ODE's plus the curvature only) is rejected on the same seed."""
+    model, Q0, rho0, T = models()["noise"]
+    N, R, times = 200, 4000, np.linspace(0, 2.4, 5)
+    fl = sq.fluctuations(model, Q0, rho0, T, N, times, second_order=True)
+    lay = fl.layout
+    out = {}
+    for finite_n in (True, False):
+        run = sq.simulate(model, N=N, t_max=2.4, replicas=R, seed=1, method="sde", Q0=Q0,
+                          rho0=rho0, T=T, t_eval=times, finite_n=finite_n)
+        d = N * (run.risk - fl.risk)
+        dx = N * (lay.pack(run.Q[:, -1], run.rho[:, -1]) - lay.pack(fl.Q[-1], fl.rho[-1]))
+        out[finite_n] = ((d.mean(0), d.std(0, ddof=1) / np.sqrt(R), fl.risk_mean_correction),
+                         (dx.mean(0), dx.std(0, ddof=1) / np.sqrt(R), fl.mean_correction[-1]))
+    check(*out[True], report="SDE + O(1/N) drift, N=200")
+    mc, se, th = (x[1:] for x in out[False][0])
+    z_crit = norm.ppf(1 - ALPHA / (2 * len(mc)))
+    assert np.max(np.abs(mc - th) / se) > z_crit        # the plain SDE misses c
+    with pytest.raises(ValueError, match="finite_n.*method='sde' only"):
+        sq.simulate(model, N=N, t_max=0.1, replicas=2, finite_n=True)
+    with pytest.raises(ValueError, match="finite_n.*constraint='none'"):
+        sq.simulate(model.replace(constraint="sphere"), N=N, t_max=0.1, replicas=2,
+                    method="sde", finite_n=True)
+
+
+def test_finite_n_sde_refuses_an_input_spectrum_by_name():
+    # the O(1/N) drift is derived per entry of the classic state, not per block (default-deny)
+    spectrum, _ = sq.power_law_spectrum(alpha=1.0, L=2)
+    m = sq.Model(p=2, p_star=1, lr=0.2, spectrum=spectrum)
+    with pytest.raises(ValueError, match="O\\(1/N\\) correction of the mean does not support "
+                                         "the model field\\(s\\) spectrum="):
+        sq.simulate(m, N=100, t_max=0.1, replicas=2, seed=1, method="sde", finite_n=True)

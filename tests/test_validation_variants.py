@@ -220,8 +220,9 @@ def test_compare_fails_the_wrong_variant(data, theory):
 @_uses_report("combination")
 def test_compare_reproduces_validate_for_a_trained_readout():
     rep = _report("combination")
+    # the same N: validate tested against ODE + c/N (the O(1/N) mean), and so must compare
     again = sq.compare(_model("combination"), rep.t, rep.sgd_Q, rep.sgd_rho,
-                       readout=rep.sgd_readout, resolution=False)
+                       readout=rep.sgd_readout, resolution=False, N=RUN["N"])
     np.testing.assert_allclose(again.ode_readout, rep.ode_readout, rtol=1e-10, atol=1e-13)
     np.testing.assert_allclose(again.sgd_risk, rep.sgd_risk, rtol=1e-12, atol=1e-14)
     assert again.numbers["band"] == rep.numbers["band"]

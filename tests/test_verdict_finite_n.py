@@ -76,9 +76,9 @@ def test_finite_n_switch(floor_report):
         sq.compare(FLOOR, *args, N=500, finite_n="yes")
     off = sq.compare(FLOOR, *args, N=500, finite_n=False, whole_run=False, resolution=False)
     assert "finite_n=False" in off.numbers["finite_n_bias"]["reason"]
-    # automatic: skipped, with the estimate, when the one-time derivation is long
-    big = sq.Model(4, 2, 0.1)
+    # automatic: skipped, with the estimate, when one right-hand side is too costly
+    big = sq.Model(12, 3, 0.1, activation="erf")
     from symquad.studies.validation import _finite_n_correction
-    c, valid, reason = _finite_n_correction(big, np.linspace(0, 1, 3), np.eye(4),
-                                            np.zeros((4, 2)), np.eye(2), None, 1000)
-    assert c is None and "estimated at" in reason and "finite_n=True" in reason
+    c, valid, reason = _finite_n_correction(big, np.linspace(0, 1, 3), np.eye(12),
+                                            np.zeros((12, 3)), np.eye(3), None, 1000)
+    assert c is None and "estimated" in reason and "finite_n=True" in reason

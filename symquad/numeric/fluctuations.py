@@ -7,7 +7,12 @@ moves by ``dX = f(X) dt + √(D(X)/N) dB`` at leading order
 order in ``N^{-1/2}`` (van Kampen's system-size expansion) gives a linear SDE
 ``dζ = J(x) ζ dt + D(x)^{1/2} dB`` whose covariance ``Σ = Cov ζ`` obeys
 
-.. math::  \dot Σ = J Σ + Σ J^T + D, \qquad J = ∂f/∂X \text{ (exact, } \text{Kernels.jacobian)} .
+.. math::  \dot Σ = J Σ + Σ J^T + D, \qquad J = ∂f/∂X \text{ (Kernels.jacobian)} .
+
+It is integrated in two passes: the ODE alone (dense, per smooth piece of a learning-rate
+schedule), then ``Σ`` — and ``c`` below — along ``x(t)``, with ``D`` evaluated at the ODE
+solver's accepted steps and interpolated by cubic splines in ``t`` (``D`` is a smooth
+function of ``x(t)``; one ``D`` per ODE step instead of one per right-hand side).
 
 Then ``Cov[X(t)] ≈ Σ(t)/N`` and the risk spreads by
 ``Var ε ≈ ∇εᵀ Σ ∇ε / N + ½ tr(HΣHΣ)/N²`` (``∇ε``, ``H`` exact,
@@ -28,17 +33,21 @@ grows linearly along them: the overlaps wander while the risk stays put.
 **The O(1/N) mean** (``second_order``; docs/derivation.md §8.3a).  The ODE is the
 ``N → ∞`` limit of the mean; to the next order ``E[X(t)] = x(t) + c(t)/N`` with
 
-.. math::  \dot c = J c + \tfrac12\, ∂^2 f : Σ + f_1 − \tfrac12 J f, \qquad c(0) = 0,
+.. math::  \dot c = J c + \tfrac12\, ∂^2 f : Σ + f_1 − \tfrac12 (J f + ∂f/∂t), \qquad c(0) = 0,
 
 ``f₁`` the ``1/N`` term of one step's mean increment
 (:meth:`~symquad.numeric.kernels.Kernels.second_order`), ``½ ∂²f : Σ`` the drift's
-curvature against the LNA covariance, ``−½ J f`` the discreteness of time (steps of
-``1/N``), and ``E[ε] = ε(x) + (∇ε·c + ½ ∇²ε : Σ)/N``.  :attr:`Fluctuations.expansion_valid`
+curvature against the LNA covariance (both from the drift kernels,
+:mod:`symquad.numeric.drift_derivatives`, for every activation pair), ``−½ (J f + ∂f/∂t)``
+the discreteness of time (steps of ``1/N``; ``∂f/∂t`` under a learning-rate schedule, whose
+jumps shift ``c``: :func:`step_shift`), and ``E[ε] = ε(x) + (∇ε·c + ½ ∇²ε : Σ)/N``.  :attr:`Fluctuations.expansion_valid`
 flags where the expansion has failed (same validity as above).
 """
 
 from __future__ import annotations
 
+import math
+from bisect import bisect_right
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -51,13 +60,61 @@ from .kernels import SECOND_ORDER_FIELDS, SECOND_ORDER_STAGE, kernels
 from .layout import StateLayout, state_layout
 from .kernels import require_diffusion
 from ..second_order_cost import SECOND_ORDER_AUTO_SECONDS, second_order_estimate
-from .kernels import require_polynomial_diffusion
+from .kernels import default_form, drift_state_seconds
+from .drift_derivatives import directions_per_rhs
+# the schedule's terms of the O(1/N) mean (shared with the SDE's O(1/N) drift)
+from .drift_derivatives import schedule_time_derivative, step_phase, step_shift
 from .checks import check_times
 from .sde import MAX_SDE_DIM
 
 __all__ = ["fluctuations", "Fluctuations", "random_start_covariance", "block_random_start",
-           "STARTS",
-           "mean_correction_rhs", "expansion_valid", "SECOND_ORDER_FIELDS"]
+           "STARTS", "mean_correction_rhs", "mean_correction_rate", "expansion_valid",
+           "SECOND_ORDER_FIELDS", "mean_correction_seconds", "check_mean_correction_cost",
+           "MEAN_CORRECTION_AUTO_SECONDS", "MEAN_CORRECTION_REFUSE_SECONDS"]
+
+#: ``fluctuations(second_order=None)`` computes the O(1/N) mean (matrix and tensor forms)
+#: when its extra work per right-hand side (:func:`mean_correction_seconds`) is estimated
+#: at most this (an integration takes a few hundred right-hand sides) ...
+MEAN_CORRECTION_AUTO_SECONDS = 1.0
+#: ... and refuses it above this, even when asked for.
+MEAN_CORRECTION_REFUSE_SECONDS = 60.0
+
+
+def mean_correction_seconds(model, form=None) -> float:
+    r"""Estimated extra seconds per right-hand side of the O(1/N) mean (cost law).
+
+    The stencils of :mod:`symquad.numeric.drift_derivatives` evaluate the drift at
+    ``dim (n_t − 1) + n_s`` states per right-hand side
+    (:func:`~symquad.numeric.drift_derivatives.directions_per_rhs`: ``n_t`` stencil
+    nodes along each of the ``dim`` eigen-directions of ``Σ``, ``n_s`` for the
+    ``|x|²/N`` term), each at :func:`~symquad.numeric.kernels.drift_state_seconds`
+    (matrix ``~n³``, tensor ``~p² n²``, erf/ReLU the special kernels' law); the
+    ``O(dim²)`` pseudo-inverse and products are below it.  ``D`` is the LNA's own cost.
+    ``form='entries'``: the symbolic derivation's one-time estimate
+    (:func:`~symquad.second_order_cost.second_order_estimate`) instead.
+    """
+    if form == "entries":
+        return second_order_estimate(model)
+    dim = state_layout(model).dim
+    return directions_per_rhs(model, dim) * drift_state_seconds(model, form)
+
+
+def check_mean_correction_cost(model, form=None) -> float:
+    """Refuse (ValueError) the O(1/N) mean above :data:`MEAN_CORRECTION_REFUSE_SECONDS`."""
+    if form == "entries":
+        # lazy: sympy
+        from ..symbolic.second_order import check_second_order_size
+        check_second_order_size(model)
+        return second_order_estimate(model)
+    est = mean_correction_seconds(model, form)
+    if est > MEAN_CORRECTION_REFUSE_SECONDS:
+        raise ValueError(
+            f"the O(1/N) correction of the mean at p={model.p}, p_star={model.p_star} "
+            f"({model.activation_str!r}, teacher {model.teacher_activation_str!r}) is "
+            f"estimated at {est:.3g} s per right-hand side (limit "
+            f"{MEAN_CORRECTION_REFUSE_SECONDS:g} s: {directions_per_rhs(model, state_layout(model).dim)} "
+            f"drift evaluations each); use a smaller width or second_order=False")
+    return est
 
 #: ``"fixed"``: the given start, ``Σ(0) = 0``; ``"random"``: the mean of the random start
 #: ``w_k ~ N(0, q0 I_N)`` with ``Σ(0)`` its exact leading-order covariance.
@@ -109,12 +166,28 @@ class Fluctuations:
     covariance: np.ndarray = field(repr=False)
     layout: StateLayout = field(repr=False)
     risk_gradient: np.ndarray = field(repr=False)
-    risk_hessian: np.ndarray = field(repr=False)
+    #: ``∂²ε/∂X∂X`` (n, dim, dim), or a function of time indices computing it on demand
+    #: (:attr:`risk_hessian`; the O(1/N) mean needs only ``½ ∇²ε : Σ``)
+    _hessian: object = field(repr=False)
     mean_correction: np.ndarray | None = field(default=None, repr=False)
     risk_mean_correction: np.ndarray | None = field(default=None, repr=False)
     expansion_tol: float = field(default=0.2, repr=False)
     T: np.ndarray | None = field(default=None, repr=False)
     second_order_note: str = field(default="", repr=False)
+
+    @property
+    def risk_hessian(self) -> np.ndarray:
+        """``∂²ε/∂X∂X`` along ``x(t)``; (n, dim, dim), computed on first use."""
+        if callable(self._hessian):
+            self._hessian = self._hessian(np.arange(len(self.t)))
+        return self._hessian
+
+    def risk_hessian_at(self, index) -> np.ndarray:
+        """``∂²ε/∂X∂X`` at the recorded times `index` only; (len(index), dim, dim)."""
+        index = np.asarray(index, dtype=int)
+        if callable(self._hessian):
+            return self._hessian(index)
+        return self._hessian[index]
 
     def _need_second_order(self, what):
         if self.mean_correction is None:
@@ -213,8 +286,15 @@ class Fluctuations:
     def at(self, N: int) -> "Fluctuations":
         """The same prediction at another ``N`` (``Σ`` does not depend on it)."""
         N = check_int(N, "N", 1)
+        if self.mean_correction is not None:
+            # a step of the learning rate shifts c by δ_N (f₋ − f₊): δ_N depends on N's phase
+            jumps = self.model.schedule.jumps(0.0, float(self.t[-1]))
+            if any(step_phase(tj, N) != step_phase(tj, self.N) for tj, _, _ in jumps):
+                raise ValueError(f"the O(1/N) mean of lr_schedule={self.model.lr_schedule!r} "
+                                 f"depends on where its jumps fall on the grid of steps 1/N "
+                                 f"(step_shift): call fluctuations(..., N={N}) again")
         out = Fluctuations(self.model, N, self.t, self.Q, self.rho, self.readout, self.risk,
-                           self.covariance, self.layout, self.risk_gradient, self.risk_hessian,
+                           self.covariance, self.layout, self.risk_gradient, self._hessian,
                            self.mean_correction, self.risk_mean_correction, self.expansion_tol,
                            self.T, self.second_order_note)
         return out
@@ -262,8 +342,8 @@ def expansion_valid(layout, Q, rho, a, T, covariance, correction, N, tol=0.2) ->
     return np.logical_and.accumulate(ok)
 
 
-def mean_correction_rhs(J, f, f1, drift_hessian, S, c) -> np.ndarray:
-    r"""``dc/dt = J c + ½ ∂²f : Σ + f₁ − ½ J f`` (docs/derivation.md, "The O(1/N) mean").
+def mean_correction_rate(J, f, f1, curvature, c) -> np.ndarray:
+    r"""``dc/dt = J c + ½ ∂²f : Σ + f₁ − ½ J f`` with the curvature ``½ ∂²f : Σ`` given.
 
     With ``X_k`` after ``k`` steps, ``X_{k+1} = X_k + Φ/N``, ``E[Φ | X] = f(X) + f₁(X)/N``
     and ``Cov X_k = Σ/N``: the mean ``m_k = E[X_k]`` obeys
@@ -272,7 +352,106 @@ def mean_correction_rhs(J, f, f1, drift_hessian, S, c) -> np.ndarray:
     map ``m' = m + h F(m)`` is the flow of ``dm/dt = F − (h/2) F'F + O(h²)``
     (modified equation); with ``m = x + h c`` the order ``h`` gives the equation.
     """
-    return (J @ c + 0.5 * np.einsum("ijk,jk->i", drift_hessian, S) + f1 - 0.5 * (J @ f))
+    return J @ c + curvature + f1 - 0.5 * (J @ f)
+
+
+def mean_correction_rhs(J, f, f1, drift_hessian, S, c) -> np.ndarray:
+    r"""``dc/dt = J c + ½ ∂²f : Σ + f₁ − ½ J f`` (docs/derivation.md, "The O(1/N) mean"),
+    from the full drift Hessian (:func:`mean_correction_rate` takes the contraction)."""
+    return mean_correction_rate(J, f, f1, 0.5 * np.einsum("ijk,jk->i", drift_hessian, S), c)
+
+
+@dataclass
+class _Start:
+    """The solution at ``t_eval = [0]`` alone (the start), shaped like solve_ivp's."""
+
+    t: np.ndarray
+    y: np.ndarray
+    status: int = 0
+    success: bool = True
+    message: str = "the start only"
+
+
+def _ode_pieces(k, T, x0, t_end, breaks, method, rtol, atol, max_norm):
+    """The ODE from `x0`, one dense solution per smooth piece of the schedule.
+
+    Returns ``[{"a", "b", "sol", "nodes"}]``: ``sol(t)`` the state, ``nodes`` the solver's
+    accepted step times.  A blow-up (or a non-finite state) is a DivergenceError.
+    """
+    # lazy: scipy
+    from scipy.integrate import solve_ivp
+    # lazy: scipy
+    from .integrate import left_of
+    lay = k.layout
+    trained = k.model.readout_trained
+
+    def f(t, x):
+        Q, rho, a = lay.unpack(x)
+        return lay.pack(*k.rhs(Q, rho, T, a if trained else None, t=t))
+
+    def blown(_, x):
+        return max_norm - np.max(np.abs(x)) if np.all(np.isfinite(x)) else -1.0
+    blown.terminal = True
+    knots = [0.0] + [float(b) for b in breaks] + [t_end]
+    out, x = [], np.asarray(x0, dtype=float)
+    for a_, b_ in zip(knots[:-1], knots[1:]):
+        if b_ <= a_:                       # t_end = 0: a single state
+            out.append({"a": a_, "b": b_, "sol": (lambda t, x=x: x.copy()),
+                        "nodes": np.array([a_])})
+            continue
+        fun = left_of(f, b_) if breaks else f
+        sol = solve_ivp(fun, (a_, b_), x, method=method, rtol=rtol, atol=atol,
+                        dense_output=True, events=blown)
+        if sol.status != 0 or not np.all(np.isfinite(sol.y[:, -1])):
+            t_fail = float(sol.t[-1])
+            Qd, rd, _ = lay.unpack(sol.y[:, -1])
+            raise DivergenceError(
+                f"the linear-noise integration stopped at t = {t_fail:.4g} (the ODE: "
+                f"{sol.message}); last state {describe_state({'Q': Qd, 'rho': rd})}", t_fail,
+                {"t": t_fail, "Q": Qd, "rho": rd})
+        out.append({"a": a_, "b": b_, "sol": sol.sol, "nodes": np.asarray(sol.t)})
+        x = sol.y[:, -1]
+    return out
+
+
+#: States per batched diffusion call of the spline's nodes (the cubature holds 2^17
+#: points per state).
+_D_CHUNK = 8
+
+
+def _diffusion_spline(k, T, piece, both):
+    """Cubic interpolants in ``t`` of ``D`` (and ``D^u``) at a piece's ODE steps.
+
+    With a schedule each node takes ``η`` at its own time (the piece's end its left
+    limit).  Returns ``(D(t), D^u(t) or None)``.
+    """
+    # lazy: scipy
+    from scipy.interpolate import make_interp_spline
+    lay = k.layout
+    nodes = piece["nodes"]
+    X = np.stack([piece["sol"](t) for t in nodes]) if len(nodes) > 1 else \
+        piece["sol"](nodes[0])[None]
+    Q, rho, a = lay.unpack(X)
+    a = a if k.model.readout_trained else None
+    below = piece["b"] - 1e-13 * max(1.0, abs(piece["b"]))
+    times = np.minimum(nodes, below) if len(nodes) > 1 else nodes
+    if k.model.schedule.is_constant:
+        parts = [k._diffusion_pair(Q[i:i + _D_CHUNK], rho[i:i + _D_CHUNK], T,
+                                   None if a is None else a[i:i + _D_CHUNK], both=both)
+                 for i in range(0, len(nodes), _D_CHUNK)]
+        D = np.concatenate([p[0] if both else p for p in parts])
+        Du = np.concatenate([p[1] for p in parts]) if both else None
+    else:
+        parts = [k._diffusion_pair(Q[i], rho[i], T, None if a is None else a[i],
+                                   t=float(times[i]), both=both) for i in range(len(nodes))]
+        D = np.stack([p[0] if both else p for p in parts])
+        Du = np.stack([p[1] for p in parts]) if both else None
+
+    def spline(values):
+        if len(nodes) == 1:
+            return lambda t, v=values[0]: v
+        return make_interp_spline(nodes, values, k=min(3, len(nodes) - 1), axis=0)
+    return spline(D), (spline(Du) if both else None)
 
 
 def random_start_covariance(model, T, q0: float = 1.0) -> np.ndarray:
@@ -414,7 +593,10 @@ def fluctuations(model, Q0, rho0, T, N, t_eval, start: str = "fixed", q0: float 
         Start of a trained readout (default the model's).
     form : {"matrix", "tensor", "entries"}, optional
         Kernels of the drift and of ``D`` (default: :func:`~symquad.numeric.kernels.kernels`'s).
-        ``J`` and ``∇ε`` always come from the entry route (exact; its size is checked).
+        ``J``, ``∇ε``, ``∇²ε``, ``f₁`` and the curvature come from the same form: the
+        stencils of :mod:`symquad.numeric.drift_derivatives` on the moment kernels
+        (matrix, tensor: every activation pair, any width), or the symbolic entry route
+        (``"entries"``: polynomial activations, small widths; the reference).
     rtol, atol, method
         :func:`scipy.integrate.solve_ivp` settings.
     max_norm : float
@@ -425,13 +607,15 @@ def fluctuations(model, Q0, rho0, T, N, t_eval, start: str = "fixed", q0: float 
         for both starts: the random start's mean is ``x(0)`` exactly), giving
         :attr:`Fluctuations.risk_mean`, ``risk_mean_correction``, ``mean_correction``,
         ``Q_mean``, ``rho_mean``, ``readout_mean`` and ``expansion_valid``.  Derived for
-        every model field (:data:`SECOND_ORDER_FIELDS`), polynomial activations.
-        None (default): computed when its one-time derivation per model structure is
-        estimated below :data:`~symquad.second_order_cost.SECOND_ORDER_AUTO_SECONDS`
-        (``σ = z²``: up to ``dim ≈ 24``, e.g. ``p = 4, p* = 2`` with a trained readout),
-        otherwise skipped
-        (the attributes are None and say why); True computes it whatever the cost
-        (warned above that estimate, refused above an hour).
+        every model field (:data:`SECOND_ORDER_FIELDS`) and every activation pair with a
+        diffusion matrix (polynomials, erf, ReLU, mixed pairs).
+        None (default): computed when its extra cost per right-hand side
+        (:func:`mean_correction_seconds`) is estimated at most
+        :data:`MEAN_CORRECTION_AUTO_SECONDS` (``form="entries"``: its one-time symbolic
+        derivation at most :data:`~symquad.second_order_cost.SECOND_ORDER_AUTO_SECONDS`),
+        otherwise skipped (the attributes are None and say why); True computes it
+        whatever the cost up to :data:`MEAN_CORRECTION_REFUSE_SECONDS` per right-hand
+        side (refused above, before any work).
     expansion_tol : float in (0, 1]
         Tolerance of :attr:`Fluctuations.expansion_valid`.
 
@@ -456,29 +640,27 @@ def fluctuations(model, Q0, rho0, T, N, t_eval, start: str = "fixed", q0: float 
     if expansion_tol > 1:
         raise ValueError(f"expansion_tol must be in (0, 1], got {expansion_tol}")
     note = ""
-    if second_order is None and not model.schedule.is_constant:
-        # the discrete map's O(1/N) terms were derived for a constant step size (an eta(t)
-        # adds the explicit time derivative of the drift): refused by name when asked for
-        second_order, note = False, ("skipped by default: the O(1/N) correction of the "
-                                     "mean is not derived for lr_schedule="
-                                     f"{model.lr_schedule}")
-    elif second_order is None and not model.is_polynomial:
-        second_order, note = False, ("skipped by default: derived for polynomial activations "
-                                     "(erf and relu: not derived)")
-    elif second_order is None:
-        estimate = second_order_estimate(model)
-        second_order = estimate <= SECOND_ORDER_AUTO_SECONDS
+    if form is not None and form not in ("matrix", "tensor", "entries"):
+        raise ValueError(f"form must be one of ('matrix', 'tensor', 'entries'), got {form!r}")
+    if second_order is None:
+        route = "entries" if form == "entries" else (form or default_form(model))
+        estimate = mean_correction_seconds(model, route)
+        limit = SECOND_ORDER_AUTO_SECONDS if route == "entries" else MEAN_CORRECTION_AUTO_SECONDS
+        second_order = estimate <= limit
         if not second_order:
-            note = (f"skipped by default: its derivation for p={model.p}, p_star={model.p_star}"
-                    f" is estimated at {estimate:.3g} s > {SECOND_ORDER_AUTO_SECONDS:.0f} s")
+            note = (f"skipped by default: estimated at {estimate:.3g} s > {limit:g} s "
+                    + ("to derive (the entry route)" if route == "entries" else
+                       "per right-hand side") + f" for p={model.p}, p_star={model.p_star}")
     elif not second_order:
         note = "second_order=False"
     if second_order:
-        require_polynomial_diffusion(model, "the O(1/N) correction of the mean")
         declare(model, SECOND_ORDER_STAGE)
-        # lazy: sympy
-        from ..symbolic.second_order import check_second_order_size
-        check_second_order_size(model)
+        if form == "entries" and not model.is_polynomial:
+            raise ValueError("form='entries' (the symbolic O(1/N) mean) is derived for "
+                             f"polynomial activations, got activation={model.activation_str!r}"
+                             f", teacher_activation={model.teacher_activation_str!r}")
+        check_mean_correction_cost(model, "entries" if form == "entries"
+                                   else (form or default_form(model)))
     t_eval = as_real_array(t_eval, "t_eval")
     if t_eval.ndim != 1 or t_eval.size == 0 or np.any(t_eval < 0) or np.any(np.diff(t_eval) <= 0):
         raise ValueError("t_eval must be a non-empty 1-d array of increasing times >= 0")
@@ -514,58 +696,98 @@ def fluctuations(model, Q0, rho0, T, N, t_eval, start: str = "fixed", q0: float 
     x0 = lay.pack(Q0, rho0, a0)
     S0 = random_start_covariance(model, T, q0) if start == "random" else np.zeros((lay.dim,) * 2)
     dim = lay.dim
-    n_cov = dim + dim * dim
     # c(0) = N (E[X(0)] − x(0)): zero for a given start, and for the random start too
     # (E[W Wᵀ/N] = q0 I, E[W W*ᵀ/N] = 0 exactly; on the sphere E[Q_ij] = δ_ij)
-    y0 = np.concatenate([x0, S0.ravel()] + ([np.zeros(dim)] if second_order else []))
+    schedule = model.schedule
+    t_end = float(t_eval[-1])
+    breaks = schedule.breakpoints(0.0, t_end)
+    sphere = second_order and model.constraint == "sphere" and k.form != "entries"
+    with np.errstate(over="ignore", invalid="ignore"):
+        # pass 1: the ODE alone, dense, piece by piece (the schedule's breakpoints)
+        pieces = _ode_pieces(k, T, x0, t_end, breaks, method, rtol, atol, max_norm)
+        # D (and, for the sphere's f1, the unconstrained D) at the ODE solver's steps,
+        # interpolated in t: D is a smooth function of x(t), whose variation those steps
+        # resolve; the LNA then needs no D per right-hand side (and a D with jumps at the
+        # level of its cubature's accuracy, ReLU's, does not stall the step control)
+        splines = [_diffusion_spline(k, T, piece, sphere) for piece in pieces]
+
+    def at(t):
+        i = min(bisect_right(breaks, t), len(pieces) - 1)
+        x = pieces[i]["sol"](t)
+        D = splines[i][0](t)
+        Du = splines[i][1](t) if sphere else None
+        return x, (0.5 * (D + D.T), None if Du is None else 0.5 * (Du + Du.T))
 
     def rhs(t, y):
-        x, S = y[:dim], y[dim:n_cov].reshape(dim, dim)
+        S = y[:dim * dim].reshape(dim, dim)
+        x, diffusion = at(t)
         Q, rho, a = lay.unpack(x)
-        f = lay.pack(*k.rhs(Q, rho, T, a, t=t))
-        J = k.jacobian(Q, rho, T, a, t=t)
-        D = k.diffusion(Q, rho, T, a, t=t)
+        f, J, D, f1, curv = k._lna_terms(Q, rho, T, a, S, t=t, second_order=second_order,
+                                         diffusion=diffusion)
         JS = J @ S
-        out = [f, (JS + JS.T + D).ravel()]
+        out = [(JS + JS.T + D).ravel()]
         if second_order:
-            f1, Hf = k.second_order(Q, rho, T, a)
-            out.append(mean_correction_rhs(J, f, f1, Hf, S, y[n_cov:]))
+            dc = mean_correction_rate(J, f, f1, curv, y[dim * dim:])
+            if not schedule.is_constant:
+                # the map's explicit time dependence: −½ ∂f/∂t (schedule_time_derivative)
+                dc = dc - 0.5 * schedule_time_derivative(k, Q, rho, T, a, t)
+            out.append(dc)
         return np.concatenate(out)
+
+    def jump(b, y):
+        """A step of the learning rate at ``b``: ``c += δ_N (f(η₋) − f(η₊))`` (step_shift)."""
+        if not second_order:
+            return y
+        y = y.copy()
+        Q, rho, a = lay.unpack(at(b)[0])
+        y[dim * dim:] += step_shift(k, Q, rho, T, a, b, N)
+        return y
 
     def blown(_, y):
         return max_norm - np.max(np.abs(y)) if np.all(np.isfinite(y)) else -1.0
     blown.terminal = True
+    # pass 2: Σ and c, linear along x(t)
+    # c(0) = N (E[X(0)] − x(0)): zero for a given start, and for the random start too
+    # (E[W Wᵀ/N] = q0 I, E[W W*ᵀ/N] = 0 exactly; on the sphere E[Q_ij] = δ_ij)
+    y0 = np.concatenate([S0.ravel()] + ([np.zeros(dim)] if second_order else []))
     with np.errstate(over="ignore", invalid="ignore"):
-        breaks = model.schedule.breakpoints(0.0, float(t_eval[-1]))
-        if breaks:
+        if t_end == 0.0:
+            # one time, the start (solve_ivp takes no empty interval)
+            sol = _Start(t=np.array([0.0]), y=y0[:, None])
+        elif breaks:
             # restarted at the schedule's kinks (no solver step across one)
             # lazy: scipy
             from .integrate import solve_pieces
-            sol = solve_pieces(rhs, float(t_eval[-1]), y0, method, t_eval, rtol, atol,
-                               blown, breaks)
+            sol = solve_pieces(rhs, t_end, y0, method, t_eval, rtol, atol, blown, breaks,
+                               jump=jump)
             sol.success = sol.status == 0
         else:
-            sol = solve_ivp(rhs, (0.0, float(t_eval[-1])), y0, t_eval=t_eval, method=method,
-                            rtol=rtol, atol=atol, events=blown)
+            sol = solve_ivp(rhs, (0.0, t_end), y0, t_eval=t_eval, method=method, rtol=rtol,
+                            atol=atol, events=blown)
     if sol.status == 1 or not sol.success or sol.y.shape[1] < len(t_eval):
-        last = sol.y[:, -1] if sol.y.size else y0
-        Qd, rd, _ = lay.unpack(last[:dim])
         t_fail = float(sol.t[-1]) if sol.t.size else 0.0
+        Qd, rd, _ = lay.unpack(at(t_fail)[0])
         raise DivergenceError(
-            f"the linear-noise integration stopped at t = {t_fail:.4g} ({sol.message}); last "
-            f"state {describe_state({'Q': Qd, 'rho': rd})}", t_fail,
+            f"the linear-noise integration stopped at t = {t_fail:.4g} ({sol.message}); "
+            f"state there {describe_state({'Q': Qd, 'rho': rd})}", t_fail,
             {"t": t_fail, "Q": Qd, "rho": rd})
-    X = sol.y[:dim].T
-    S = sol.y[dim:n_cov].T.reshape(-1, dim, dim)
+    X = np.stack([at(float(ti))[0] for ti in sol.t])
+    S = sol.y[:dim * dim].T.reshape(-1, dim, dim)
     S = 0.5 * (S + np.swapaxes(S, 1, 2))
     Q, rho, a = lay.unpack(X)
     risk = np.asarray(k.risk(Q, rho, T, a), dtype=float).reshape(-1)
     grad = k.risk_gradient(Q, rho, T, a)
-    hess = k.risk_hessian(Q, rho, T, a)
+
+    def hess(index):
+        # per time: the risk's stencils hold O(dim + pairs) states each
+        return np.stack([k.risk_hessian(Q[i], rho[i], T, None if a is None else a[i])
+                         for i in index]).reshape(len(index), dim, dim)
     c = c_risk = None
     if second_order:
-        c = sol.y[n_cov:].T
-        # E[ε(X)] = ε(x) + (∇ε·c + ½ ∇²ε : Σ)/N + O(N⁻²)
-        c_risk = np.einsum("ti,ti->t", grad, c) + 0.5 * np.einsum("tij,tij->t", hess, S)
+        c = sol.y[dim * dim:].T
+        # E[ε(X)] = ε(x) + (∇ε·c + ½ ∇²ε : Σ)/N + O(N⁻²), the contraction without ∇²ε
+        c_risk = np.einsum("ti,ti->t", grad, c) + np.array(
+            [k._risk_curvature(Q[i], rho[i], T, None if a is None else a[i], S[i])
+             for i in range(len(sol.t))])
     return Fluctuations(model, N, sol.t, Q, rho, a, risk, S, lay, grad, hess, c, c_risk,
                         expansion_tol, T, note)

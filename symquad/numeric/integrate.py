@@ -480,14 +480,16 @@ def left_of(fun, b):
     return f
 
 
-def solve_pieces(fun, t_max, y0, method, t_eval, rtol, atol, blow_up, breaks=()):
+def solve_pieces(fun, t_max, y0, method, t_eval, rtol, atol, blow_up, breaks=(), jump=None):
     """:func:`_solve` from 0 to `t_max`, restarted at each time of `breaks`.
 
     A learning-rate schedule's kinks and jumps (:meth:`symquad.schedule.Schedule.breakpoints`)
     are where the right-hand side is not smooth; a Runge-Kutta step across one loses the
     method's order and its error estimate, so each smooth piece is solved on its own and
-    the next starts from the state the previous one reached.  Without `breaks` this is
-    :func:`_solve`.  The output times are those of `t_eval`.
+    the next starts from the state the previous one reached (``jump(b, y)`` when given:
+    the state after a discontinuity of the solution at ``b``, e.g. the O(1/N) mean's shift
+    at a step of the learning rate).  Without `breaks` this is :func:`_solve`.  The
+    output times are those of `t_eval`.
     """
     if not breaks:
         return _solve(fun, t_max, y0, method, t_eval, rtol, atol, blow_up)
@@ -508,7 +510,7 @@ def solve_pieces(fun, t_max, y0, method, t_eval, rtol, atol, blow_up, breaks=())
         ys.append(y_seg.reshape(y0.size, -1)[:, keep])
         if not reached:
             break
-        y_start = y_seg[:, -1]
+        y_start = y_seg[:, -1] if jump is None else jump(b, y_seg[:, -1])
     return _Joined(t=np.concatenate(ts), y=np.concatenate(ys, axis=1), status=sol.status,
                    nfev=nfev, message=f"{len(messages)} pieces between the schedule's "
                                       f"breakpoints; last: {messages[-1]}",

@@ -41,6 +41,7 @@ regenerated, with a warning.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import math
@@ -62,12 +63,13 @@ from ..stages import declare, stage_fields
 from .checks import as_real_array, check_float_activation
 from .layout import state_layout
 from .._generated import ENTRY_MODULES
-from .special_derivatives import numeric_jacobian_function
+from .drift_derivatives import DriftDerivatives
 from ..stages import require_known_structure
 from .._generated import TENSOR_MODULES
 from ..runtime.special_engine import four_point_method
 from ..runtime.special_engine import SpecialEngine
 from ..runtime.tensor_engine import combine
+from ..runtime.sampled_diffusion import sampled_diffusion_cost
 
 __all__ = ["Kernels", "kernels", "KERNEL_FORMS", "clear_kernel_memo", "default_form",
            "single_thread_blas", "limited_blas", "blas_threads", "THREADS_ENV",
@@ -75,7 +77,7 @@ __all__ = ["Kernels", "kernels", "KERNEL_FORMS", "clear_kernel_memo", "default_f
            "require_diffusion", "diffusion_support", "erf_diffusion_seconds",
            "check_erf_diffusion_cost", "check_sampled_diffusion_cost",
            "sampled_diffusion_seconds",
-           "check_special_cost", "SPECIAL_COST_PER_QUADRUPLE", "SPECIAL_WARN_SECONDS",
+           "check_special_cost", "SPECIAL_COST_PER_QUADRUPLE", "drift_state_seconds", "diffusion_seconds", "SPECIAL_WARN_SECONDS",
            "SPECIAL_REFUSE_SECONDS"]
 
 KERNEL_FORMS = ("matrix", "tensor", "entries")
@@ -355,48 +357,128 @@ class Kernels:
         return D(Q, rho, T, a, params)
 
     def jacobian(self, Q, rho, T, a=None, t=None):
-        r"""Exact Jacobian ``J_IJ = ∂f_I/∂X_J`` of the drift in the state order of :attr:`layout`.
+        r"""Jacobian ``J_IJ = ∂f_I/∂X_J`` of the drift in the state order of :attr:`layout`.
 
-        Derived by differentiating the entry route's drift symbolically
-        (:mod:`symquad.symbolic.jacobian`), whatever this kernel's form: its cost
-        grows fast with ``p`` (checked first; ``σ = z²`` reaches ``p ≈ 10``).  For
-        erf and ReLU models: Richardson-extrapolated central differences of the closed
-        forms (:mod:`symquad.numeric.special_derivatives`, 1e-10 relative).
-        Shape ``(..., dim, dim)``.
+        Matrix and tensor forms (every activation pair, any width): exact polynomial
+        stencils of the drift kernels for polynomial activations, Richardson-extrapolated
+        central differences for erf and ReLU (:mod:`symquad.numeric.drift_derivatives`).
+        ``form='entries'``: the entry route's drift differentiated symbolically
+        (:mod:`symquad.symbolic.jacobian`; the independent reference, its cost grows fast
+        with ``p`` and is checked first).  Shape ``(..., dim, dim)``.
         """
         declare(self.model, "the exact Jacobian")
         params = self.params_at(t)
         Q, rho, T, a = self._arrays(Q, rho, T, a)
-        return _jacobian_function(_untimed(self.model, "the exact Jacobian"))(
+        return _jacobian_function(_untimed(self.model, "the exact Jacobian"), self.form)(
             Q, rho, T, a, params)[0]
 
     def risk_gradient(self, Q, rho, T, a=None):
-        """Exact gradient ``∂ε/∂X`` of the population risk in the state order; ``(..., dim)``."""
+        """Gradient ``∂ε/∂X`` of the population risk in the state order; ``(..., dim)``
+        (the route of :meth:`jacobian`)."""
         declare(self.model, "the exact Jacobian")
         Q, rho, T, a = self._arrays(Q, rho, T, a)
-        return _jacobian_function(_untimed(self.model, "the exact Jacobian"))(
+        return _jacobian_function(_untimed(self.model, "the exact Jacobian"), self.form)(
             Q, rho, T, a, self._params)[1]
 
     def risk_hessian(self, Q, rho, T, a=None):
-        """Exact Hessian ``∂²ε/∂X∂X`` of the population risk in the state order; ``(..., dim, dim)``."""
+        """Hessian ``∂²ε/∂X∂X`` of the population risk in the state order; ``(..., dim, dim)``
+        (the route of :meth:`jacobian`)."""
         declare(self.model, "the exact Jacobian")
         Q, rho, T, a = self._arrays(Q, rho, T, a)
-        return _jacobian_function(_untimed(self.model, "the exact Jacobian"))(
+        return _jacobian_function(_untimed(self.model, "the exact Jacobian"), self.form)(
             Q, rho, T, a, self._params)[2]
 
-    def second_order(self, Q, rho, T, a=None):
-        r"""``(f₁, ∂²f)``: the ``1/N`` term of the mean step and the drift's exact Hessian.
+    def second_order(self, Q, rho, T, a=None, t=None):
+        r"""``(f₁, ∂²f)``: the ``1/N`` term of the mean step and the drift's Hessian.
 
-        One step ``X' = X + Φ/N`` has ``E[Φ] = f + f₁/N + O(N⁻²)``
-        (:mod:`symquad.symbolic.second_order`: ``|x|²/N`` and its correlation with
-        the fields, the batch cross terms, the second order of weight decay and of
-        the sphere's renormalisation); ``∂²f_I/∂X_J∂X_K`` is the entry route's drift
-        differentiated twice, exactly.  Shapes ``(..., dim)``, ``(..., dim, dim, dim)``;
-        derived for polynomial activations (entry route, size checked first).
+        One step ``X' = X + Φ/N`` has ``E[Φ] = f + f₁/N + O(N⁻²)`` (``|x|²/N`` and its
+        correlation with the fields, the batch cross terms, the second order of weight
+        decay and of the sphere's renormalisation); ``∂²f_I/∂X_J∂X_K`` the drift's second
+        derivatives.  Matrix and tensor forms (every pair, any width): from the drift's
+        moment kinds by Gaussian identities and stencils
+        (:mod:`symquad.numeric.drift_derivatives`; the full Hessian by polarisation, its
+        size checked); ``form='entries'``: the entry route, symbolic and exact
+        (:mod:`symquad.symbolic.second_order`, polynomial activations, size checked).
+        Shapes ``(..., dim)``, ``(..., dim, dim, dim)``.
         """
         declare(self.model, SECOND_ORDER_STAGE)
+        params = self.params_at(t)
         Q, rho, T, a = self._arrays(Q, rho, T, a)
-        return _second_order_function(self.model)(Q, rho, T, a)
+        model = _untimed(self.model, SECOND_ORDER_STAGE)
+        if self.form == "entries":
+            return _second_order_function(model)(Q, rho, T, a, params)
+        declare(self.model, SECOND_ORDER_STAGE)
+        require_diffusion(model, "the O(1/N) correction of the mean")
+        der = _derivatives(model, self.form)
+        lay = self.layout
+        x = lay.pack(Q, rho, a if self.model.readout_trained else None)
+        Du = None
+        if model.constraint == "sphere":
+            Du = _diffusion_function(model, self.form, both=True)(Q, rho, T, a, params)[1]
+        f1 = der.f1_sources(x, T, params, Du)["total"]
+        return f1, der.hessian(x, T, params)
+
+    def _risk_curvature(self, Q, rho, T, a, S):
+        """``½ ∇²ε : Σ`` at one state: along ``Σ``'s eigenvectors (moment forms), or with the
+        entry route's exact Hessian."""
+        if self.form == "entries":
+            return 0.5 * float(np.einsum("ij,ij->", self.risk_hessian(Q, rho, T, a), S))
+        Q, rho, T, a = self._arrays(Q, rho, T, a)
+        model = _untimed(self.model, "the exact Jacobian")
+        x = self.layout.pack(Q, rho, a if self.model.readout_trained else None)
+        return float(_derivatives(model, self.form).risk_curvature(x, T, S))
+
+    def _rhs_with(self, Q, rho, T, a, params):
+        """The drift in the state order at explicit kernel `params` (``η`` replaced, e.g.)."""
+        args = self._arrays(Q, rho, T, a)
+        with (limited_blas(self.threads) if self._limit else contextlib.nullcontext()):
+            dQ, drho, da = self._rhs(*args, tuple(params))
+        return self.layout.pack(dQ, drho, da if self.model.readout_trained else None)
+
+    def _diffusion_pair(self, Q, rho, T, a=None, t=None, both=False):
+        """``D`` at time `t`, or ``(D, D^u)`` with the unconstrained ``D^u`` (`both`, the
+        sphere's ``f₁``), from one evaluation of the diffusion kinds."""
+        params = self.params_at(t)
+        Q, rho, T, a = self._arrays(Q, rho, T, a)
+        Dfun = _diffusion_function(_untimed(self.model, "the diffusion matrix (form="
+                                            f"{self.form!r})"), self.form, both=both)
+        with (limited_blas(self.threads) if self._limit else contextlib.nullcontext()):
+            return Dfun(Q, rho, T, a, params)
+
+    def _lna_terms(self, Q, rho, T, a, S, t=None, second_order=False, diffusion=None):
+        r"""``(f, J, D, f₁, ½ ∂²f : Σ)`` at one state for the LNA and the O(1/N) mean.
+
+        `diffusion`: ``(D, D^u)`` when known (interpolated along the trajectory by
+        :func:`symquad.fluctuations`; ``D^u`` the unconstrained one on the sphere, else
+        None); otherwise one evaluation of the diffusion kinds serves both.  The
+        curvature is contracted along the eigenvectors of ``Σ`` (moment forms) without
+        forming ``∂²f``.  The last two are None unless `second_order`.
+        """
+        params = self.params_at(t)
+        Q, rho, T, a = self._arrays(Q, rho, T, a)
+        model = _untimed(self.model, "the exact Jacobian")
+        lay = self.layout
+        trained = self.model.readout_trained
+        f = lay.pack(*self.rhs(Q, rho, T, a if trained else None, t=t))
+        sphere = second_order and model.constraint == "sphere" and self.form != "entries"
+        if diffusion is None:
+            D = self._diffusion_pair(Q, rho, T, a, t=t, both=sphere)
+            D, Du = D if sphere else (D, None)
+        else:
+            D, Du = diffusion
+        if self.form == "entries":
+            J = _jacobian_function(model, "entries")(Q, rho, T, a, params)[0]
+            if not second_order:
+                return f, J, D, None, None
+            f1, Hf = self.second_order(Q, rho, T, a if trained else None, t=t)
+            return f, J, D, f1, 0.5 * np.einsum("...ijk,...jk->...i", Hf, S)
+        der = _derivatives(model, self.form)
+        x = lay.pack(Q, rho, a if trained else None)
+        if not second_order:
+            return f, der.jacobian(x, T, params), D, None, None
+        _, J, curv = der.curvature(x, T, S, params)
+        f1 = der.f1_sources(x, T, params, Du)["total"]
+        return f, J, D, f1, curv
 
     def moments(self, Q, rho, T, a=None):
         """The moment kinds ``(G, Gt, B, R)`` of :mod:`symquad.symbolic.moments` (matrix and
@@ -566,7 +648,6 @@ SAMPLED_DIFFUSION_REFUSE_SECONDS = 120.0
 
 def sampled_diffusion_seconds(model: Model) -> float:
     """Estimated seconds of one ``D`` of a ReLU or mixed pair (the field-space cubature)."""
-    from ..runtime.sampled_diffusion import sampled_diffusion_cost
     return SAMPLED_DIFFUSION_COST_PER_MAC * sampled_diffusion_cost(
         model.p, model.p_star, model.readout_trained)
 
@@ -584,13 +665,46 @@ def check_sampled_diffusion_cost(model: Model) -> float:
     return est
 
 
+#: Typical seconds per multiply–add of the field-space cubature, for deciding what a study
+#: runs (not for refusing): measured 0.3–0.6 ns at p = 4–8 (one state, load ~4 on the
+#: shared 2-core machine; the refusal's bound above is 1e-8).
+SAMPLED_DIFFUSION_TYPICAL_PER_MAC = 1e-9
+
+
+def diffusion_seconds(model: Model, form: str | None = None) -> float:
+    """Typical seconds of one diffusion matrix (one state), by route (a cost law).
+
+    erf/erf: :func:`erf_diffusion_seconds`; ReLU and mixed pairs: the cubature's
+    multiply–adds at :data:`SAMPLED_DIFFUSION_TYPICAL_PER_MAC`; polynomial pairs:
+    matrix form ``1e-3 + 2e-7 p⁴`` (``O(p⁴)`` entries; 7.7 s at p = 64, load 5), tensor
+    form ``0.2 + 3e-11 p⁴ n⁴`` (Python per program step, then the contractions; 0.35 s
+    at p = 16 for z³ − 3z), entries ``1e-3`` once derived.
+    """
+    p, n = model.p, model.p + model.p_star
+    if not model.is_polynomial:
+        if (model.activation_kind, model.teacher_activation_kind) == ("erf", "erf"):
+            return erf_diffusion_seconds(model)
+        return SAMPLED_DIFFUSION_TYPICAL_PER_MAC * sampled_diffusion_cost(
+            model.p, model.p_star, model.readout_trained)
+    form = form or default_form(model)
+    if form == "matrix":
+        return 1e-3 + 2e-7 * p ** 4
+    if form == "tensor":
+        return 0.2 + 3e-11 * p ** 4 * n ** 4
+    return 1e-3
+
+
 def _special_nodes():
     from ..runtime.special_diffusion import PRICE_NODES
     return PRICE_NODES
 
 
-def _diffusion_function(model: Model, form: str):
-    """``D(Q, rho, T, a)`` of `model` in `form` (modules loaded once, see :func:`kernels`)."""
+def _diffusion_function(model: Model, form: str, both: bool = False):
+    """``D(Q, rho, T, a)`` of `model` in `form` (modules loaded once, see :func:`kernels`).
+
+    ``both=True`` (the sphere): ``(D, D^u)`` with ``D^u`` the diffusion matrix of the
+    unconstrained step from the same kinds (the O(1/N) mean's renormalisation term).
+    """
     declare(model, f"the diffusion matrix (form={form!r})")
     require_diffusion(model)
     params = _params(model)
@@ -607,6 +721,10 @@ def _diffusion_function(model: Model, form: str):
             return render_diffusion_entries_module(model)
         mod, _ = _cached("diffusion_entries", model.structure_key, render,
                          required=("diffusion",))
+        if both:
+            free = _diffusion_function(model.replace(constraint="none"), form)
+            return lambda Q, rho, T, a, params=params: (mod.diffusion(Q, rho, T, a, b, params),
+                                                        free(Q, rho, T, a, params))
         return lambda Q, rho, T, a, params=params: mod.diffusion(Q, rho, T, a, b, params)
     check_generated_for(model, f"the diffusion matrix (form={form!r})")
     assembly, _ = _committed("diffusion_assembly", required=("diffusion_none",
@@ -650,25 +768,45 @@ def _diffusion_function(model: Model, form: str):
 
     def D(Q, rho, T, a, params=params):
         batch = np.broadcast_shapes(Q.shape[:-2], rho.shape[:-2], T.shape[:-2], a.shape[:-1])
-        return assemble(Q, rho, a, source(Q, rho, T, c * a), params, trained, batch)
+        kinds = source(Q, rho, T, c * a)
+        out = assemble(Q, rho, a, kinds, params, trained, batch)
+        if both:
+            # the kinds do not depend on the constraint (assembly.KINDS): one evaluation
+            return out, assembly.DIFFUSION["none"](Q, rho, a, kinds, params, trained, batch)
+        return out
     return D
 
 
-def _jacobian_function(model: Model):
-    """``(J, grad ε)(Q, rho, T, a)`` of `model` from its generated entry-route Jacobian module."""
+def _jacobian_function(model: Model, form: str | None = None):
+    """``(J, ∇ε, ∇²ε)(Q, rho, T, a, params)`` of `model`, each computed when indexed.
+
+    ``form='entries'``: the generated entry-route Jacobian module (symbolic, exact,
+    polynomial activations).  Any other form: the stencils of
+    :mod:`symquad.numeric.drift_derivatives` on the moment kernels (every pair).
+    """
     declare(model, "the exact Jacobian")
     require_diffusion(model, "the Jacobian")
-    if not model.is_polynomial:
-        # erf: extrapolated central differences of the closed forms (special_derivatives)
-        numeric, base = numeric_jacobian_function(kernels(model)), _params(model)
+    if form != "entries":
+        der = _derivatives(model, form)
+        lay = state_layout(model)
+        trained = model.readout_trained
 
-        def jac(Q, rho, T, a, params=base):
-            if tuple(params) != tuple(base):
-                raise ValueError("the Jacobian of an erf/ReLU model is taken by differences "
-                                 "of its kernels at the constant step size; at a scheduled "
-                                 "eta(t) it is not implemented (use a polynomial activation)")
-            return numeric(Q, rho, T, a)
-        return jac
+        class _Lazy:
+            def __init__(self, Q, rho, T, a, params):
+                self.x = lay.pack(Q, rho, a if trained else None)
+                self.T, self.params = T, params
+
+            def __getitem__(self, i):
+                if i == 0:
+                    return der.jacobian(self.x, self.T, self.params)
+                if i == 1:
+                    return der.risk_gradient(self.x, self.T)
+                if i == 2:
+                    return der.risk_hessian(self.x, self.T)
+                raise IndexError(i)
+        return _Lazy
+    if not model.is_polynomial:
+        raise ValueError("form='entries' is for polynomial activations")
     params = _params(model)
     b = np.array([float(c) for c in model.teacher_readout])
 
@@ -678,6 +816,35 @@ def _jacobian_function(model: Model):
         return render_jacobian_entries_module(model)
     mod, _ = _cached("jacobian_entries", model.structure_key, render, required=("jacobian",))
     return lambda Q, rho, T, a, params=params: mod.jacobian(Q, rho, T, a, b, params)
+
+
+def _derivatives(model: Model, form: str | None):
+    """:class:`~symquad.numeric.drift_derivatives.DriftDerivatives` of `model` (memoised).
+
+    Built on kernels with moment kinds: `form` ('matrix' or 'tensor', default the
+    model's), the general matrix module for a classic model whose default kernel is
+    the block form (it has no moment kinds).
+    """
+    form = check_kernels(model, None if form == "entries" else form)
+    key = ("derivatives", form, model.structure_key, model)
+    with _LOCK:
+        cached = _MEMO.get(key)
+    if cached is not None:
+        return cached
+    if form == "matrix":
+        mod, source = _committed("quadratic_matrix", required=("moments", "risk"))
+        extra = tuple(float(c[j]) for c, j in ((model.activation, 2),
+                                               (model.teacher_activation, 2),
+                                               (model.activation, 0),
+                                               (model.teacher_activation, 0)))
+        kern = _moment_kernels(model, "matrix", mod, source, extra)
+    else:
+        kern = _kernels(model, form)
+    kern = dataclasses.replace(kern, _params=_params(model))
+    der = DriftDerivatives(kern)
+    with _LOCK:
+        _MEMO[key] = der
+    return der
 
 
 def _second_order_function(model: Model):
@@ -693,7 +860,7 @@ def _second_order_function(model: Model):
         return render_second_order_entries_module(model)
     mod, _ = _cached("second_order_entries", model.structure_key, render,
                      required=("second_order",))
-    return lambda Q, rho, T, a: mod.second_order(Q, rho, T, a, b, params)
+    return lambda Q, rho, T, a, params=params: mod.second_order(Q, rho, T, a, b, params)
 
 
 #: The stage of the O(1/N) mean correction in symquad.stages.STAGES (its fields: every
@@ -1027,6 +1194,28 @@ def special_rhs_seconds(model: Model) -> float:
     quads = p * (p + 1) / 2 * n * (n + 1) / 2
     return (quads * SPECIAL_COST_PER_QUADRUPLE[method]
             + p * n * n * model.n_blocks * SPECIAL_COST_PER_TRIPLE)
+
+
+#: Seconds per drift state of the polynomial moment kernels, batched (upper bounds of what
+#: benchmarks/bench_second_order.py measured on the shared 2-core machine at load ~2):
+#: the matrix form ``5.5e-9 n³`` (p = 32, p* = 2), the tensor form ``4.4e-9 p² n²``
+#: (z³ − 3z, p = 16), plus ~1e-5 s of fixed work per state at small widths.
+DRIFT_STATE_COST = {"matrix": 1e-8, "tensor": 1e-8, "fixed": 2e-5}
+
+
+def drift_state_seconds(model: Model, form: str | None = None) -> float:
+    """Estimated seconds of one drift evaluation inside a batch of states (cost law).
+
+    Matrix form ``1e-8 n³``, polynomial tensor form ``1e-8 p² n²`` (``n = p + p*``),
+    plus ``2e-5`` s; erf, ReLU and mixed pairs: :func:`special_rhs_seconds`.
+    """
+    p, n = model.p, model.p + model.p_star
+    if not model.is_polynomial:
+        return special_rhs_seconds(model)
+    form = form or default_form(model)
+    if form == "matrix":
+        return DRIFT_STATE_COST["matrix"] * n ** 3 + DRIFT_STATE_COST["fixed"]
+    return DRIFT_STATE_COST["tensor"] * p * p * n * n + DRIFT_STATE_COST["fixed"]
 
 
 def check_special_cost(model: Model) -> float:

@@ -87,6 +87,8 @@ import numpy as np
 from .errors import DivergenceError
 from .layout import state_layout
 from .kernels import check_kernels, kernels, require_diffusion
+from .kernels import _derivatives, _untimed
+from .drift_derivatives import finite_n_drift, step_shift
 from .sde_noise import SampledNoise, check_noise, default_noise
 from .simulation_run import SimulationRun, block_population_risk, population_risk
 from ..spectrum import block_axis, has_spectrum
@@ -209,20 +211,27 @@ def sde_noise(model, form=None, noise=None) -> tuple:
 
 
 def simulate_sde(model, N, t_max, replicas, seed, X0, T, rec_steps, on_divergence, blowup,
-                 dt=None, form=None, progress=False, noise=None):
+                 dt=None, form=None, progress=False, noise=None, finite_n=False):
     """Implementation of ``simulate(method="sde")`` (arguments checked by the caller).
 
     ``X0`` are the initial coordinates of :func:`symquad.numeric.simulate._initial_coordinates`
     (so the start has the same law, and for the same seed the same values, as for
-    the other methods); ``rec_steps`` the recorded times in SGD steps.
+    the other methods); ``rec_steps`` the recorded times in SGD steps.  `finite_n`: add
+    the O(1/N) part of SGD's mean drift (:func:`~symquad.numeric.drift_derivatives.finite_n_drift`)
+    and a step schedule's shift at each jump, so the SDE's mean is SGD's to O(1/N).
     """
     declare(model, "simulate(method='sde')")
+    if finite_n and model.constraint == "sphere":
+        raise ValueError("finite_n (the O(1/N) drift of the SDE) is derived for "
+                         "constraint='none': on the sphere f1 holds the renormalisation's "
+                         "second order, which the SDE's own projection of each step changes")
     dt = DEFAULT_DT if dt is None else float(dt)
     if not (math.isfinite(dt) and dt > 0):
         raise ValueError(f"dt must be a finite number > 0, got {dt!r}")
     lay = state_layout(model)
     form, noise = sde_noise(model, form, noise)
     k = kernels(model, form)
+    der = _derivatives(_untimed(model, "simulate(method='sde')"), form) if finite_n else None
     p, ps = model.p, model.p_star
     blocks = has_spectrum(model)           # X0 (R, B, n, n): per-block coordinates
     lead = block_axis(model)
@@ -300,7 +309,15 @@ def simulate_sde(model, N, t_max, replicas, seed, X0, T, rec_steps, on_divergenc
             Qp, rp, ap = lay.unpack(x[live] + f * h)
             f_pred = lay.pack(*k.rhs(Qp, rp, T, ap, t=t_end))
             drift_rate[live], state_rate[live] = _drift_change(f, f_pred, h)
-            x[live] = x[live] + 0.5 * (f + f_pred) * h + dW
+            # the O(1/N) drift at the step's start (Euler: it is itself O(1/N))
+            g = finite_n_drift(der, k, x[live], T, f, t, N) if finite_n else 0.0
+            x[live] = x[live] + (0.5 * (f + f_pred) + g) * h + dW
+            if finite_n:
+                # SGD's lag at a jump of η (its first step with the new rate: δ_N/N later)
+                if ahead and schedule.jumps(ahead[0] - 1e-12 * max(1.0, ahead[0]),
+                                            ahead[0] + 1e-12 * max(1.0, ahead[0])):
+                    Qj, rj, aj = lay.unpack(x[live])
+                    x[live] += step_shift(k, Qj, rj, T, aj, ahead[0], N) / N
             if sphere:
                 Qn, rn, an = lay.unpack(x[live])
                 s = np.sqrt(q_diag[live] / np.diagonal(Qn.sum(1) if blocks else Qn,

@@ -7,7 +7,8 @@ sensitivity equation
 
 .. math::  \dot s_θ = J(x)\, s_θ + ∂f/∂θ (x), \qquad s_θ(0) = 0,
 
-with ``J = ∂f/∂X`` the exact Jacobian (:meth:`~symquad.numeric.kernels.Kernels.jacobian`),
+with ``J = ∂f/∂X`` the Jacobian (:meth:`~symquad.numeric.kernels.Kernels.jacobian`: exact
+stencils of the drift kernels for polynomials, Richardson for erf/ReLU),
 integrated together with ``x``.  The risk then moves by
 
 .. math::  \frac{dε(t)}{dθ} = ∇ε(x)·s_θ + ∂ε/∂θ (x) .
@@ -43,7 +44,6 @@ from .checks import as_overlaps, as_real_array
 from .errors import DivergenceError
 from .kernels import kernels
 from .layout import state_layout
-from .kernels import require_polynomial_diffusion
 
 __all__ = ["Sensitivity", "risk_sensitivity", "sensitivity_parameters"]
 
@@ -64,7 +64,7 @@ def sensitivity_parameters(model) -> tuple:
     names = ["lr", "noise", "weight_decay", "batch_size"]
     if model.readout_trained:
         names.append("lr_readout")
-    if model.is_polynomial:
+    if model.activation_kind == "polynomial":      # whatever the teacher's
         names += [f"activation[{k}]" for k, c in enumerate(model.activation) if c != 0]
     return tuple(names)
 
@@ -132,7 +132,8 @@ def risk_sensitivity(model, Q0, rho0, T, t_eval, parameters=None, a0=None, form=
     Parameters
     ----------
     model : Model
-        Polynomial activations (the exact Jacobian is derived for those).
+        Any activation pair the kernels support (the Jacobian comes from the drift
+        kernels' stencils, :mod:`symquad.numeric.drift_derivatives`).
     Q0, rho0, T : array_like
         Start and teacher overlaps.
     t_eval : array_like
@@ -153,8 +154,8 @@ def risk_sensitivity(model, Q0, rho0, T, t_eval, parameters=None, a0=None, form=
     Raises
     ------
     ValueError
-        An unknown parameter name, a non-polynomial activation, a state too large for the
-        exact Jacobian (checked before the integration).
+        An unknown parameter name, an activation pair without kernels (checked before
+        the integration).
     DivergenceError
         The ODE or a sensitivity blows up.
     """
@@ -163,7 +164,6 @@ def risk_sensitivity(model, Q0, rho0, T, t_eval, parameters=None, a0=None, form=
     from .integrate import solve_pieces        # lazy: scipy (as solve_ivp above)
 
     declare(model, "the forward sensitivities")
-    require_polynomial_diffusion(model, "the forward sensitivities (their exact Jacobian)")
     allowed = sensitivity_parameters(model)
     parameters = allowed if parameters is None else tuple(parameters)
     unknown = [n for n in parameters if n not in allowed]

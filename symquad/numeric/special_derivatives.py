@@ -1,4 +1,8 @@
-r"""Jacobian of the drift, gradient and Hessian of the risk for erf models (no entry route).
+r"""Jacobian of the drift, gradient and Hessian of the risk by per-coordinate differences.
+
+The kernels now take these derivatives along state directions from the moment kernels
+(:mod:`symquad.numeric.drift_derivatives`, every pair, with the O(1/N) mean's terms);
+this per-coordinate helper stays as a second, independent route in the tests.
 
 The exact Jacobian of the polynomial models differentiates the entry route's
 polynomials (:mod:`symquad.symbolic.jacobian`); an erf model's drift is a sum of

@@ -25,20 +25,21 @@ import math
 import numpy as np
 
 from ..spectrum import has_spectrum
-from .whole_run import entry_route_cost
+from .whole_run import finite_n_cost
 
 __all__ = ["resolution_numbers", "format_resolution", "MAX_STARTS"]
 
 #: Starts whose sensitivities are averaged for a random start (replicas with their own ODE).
 MAX_STARTS = 4
+
+
 def _why_not(model) -> str:
     if has_spectrum(model):
         return ("the forward sensitivities are not derived for an input spectrum yet "
                 "(docs/model.md §1a)")
-    if not model.is_polynomial:
-        return "the exact Jacobian is derived for polynomial activations"
-    costly = entry_route_cost(model)
-    return f"the exact Jacobian is too costly here {costly}" if costly else ""
+    # the Jacobian comes from the drift kernels (every pair); no diffusion matrix is needed
+    costly = finite_n_cost(model, diffusion=False)
+    return f"the sensitivities are too costly here {costly}" if costly else ""
 
 
 def resolution_numbers(model, t, d_risk, Q0, rho0, T, a0, window, critical, *, shared):

@@ -178,7 +178,7 @@ from .validation_escape import (  # noqa: F401
     _SMALL_RHO, _escape_applies, _escape_setup, _escape_unsupported, _seeding_shift)
 from .validation_fss import _check_fss_args, finite_size_scaling  # noqa: F401
 from .validation_mean import (  # noqa: F401
-    FINITE_N_AUTO_SECONDS, _RHO_GROWTH, _check_finite_n, _finite_n_correction,
+    _RHO_GROWTH, _check_finite_n, _finite_n_correction,
     _finite_n_numbers, _mean_deviation_window)
 from .validation_band import _BAND_TOL, _exchangeable_coverage  # noqa: F401
 from .validation_report import (  # noqa: F401
@@ -509,8 +509,9 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start=None, seed=0, *,
     finite_n : bool or None
         Compare SGD with ``ODE + c/N``, the derived O(1/N) correction of the mean
         (:func:`symquad.fluctuations`), in the mean-deviation and band criteria.  None:
-        when its one-time derivation is estimated at most ``FINITE_N_AUTO_SECONDS``
-        (30 s); True: always (polynomial activations); False: never.
+        when one trajectory of the LNA with the correction is estimated at most
+        ``LNA_VERDICT_SECONDS`` (300 s; :func:`symquad.studies.whole_run.finite_n_cost`);
+        True: always (every activation pair with a diffusion matrix); False: never.
 
     Returns
     -------

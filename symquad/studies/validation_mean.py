@@ -29,11 +29,6 @@ def _mean_deviation_window(t, ode_rho, escape_defined):
     return mask, float(t[max(end - 1, 0)])
 
 
-#: finite_n=None (automatic) computes the O(1/N) correction when its one-time derivation
-#: (per model structure, then cached) is estimated at most this many seconds.
-FINITE_N_AUTO_SECONDS = 30.0
-
-
 def _finite_n_correction(model, t, Q0, rho0, T, a0, N, finite_n=None):
     """``(c_ε(t), valid(t), reason)``: the O(1/N) correction of the mean risk from one start.
 
@@ -41,29 +36,25 @@ def _finite_n_correction(model, t, Q0, rho0, T, a0, N, finite_n=None):
     Σ(0) = 0: the ODE starts at the replica's realised overlaps).  Replicas with their own
     starts share ``c_ε`` up to ``O(N^-1/2)`` relative (their starts differ by that much), so
     one start serves them all.  ``valid`` is the expansion's own validity flag; where it is
-    False the correction is not applied.  None and a reason where it is not available.
+    False the correction is not applied.  None and a reason where it is not available:
+    ``finite_n=None`` (automatic) computes it when one right-hand side of the LNA with the
+    correction is affordable (:func:`symquad.studies.whole_run.finite_n_cost`, every
+    activation pair: the Jacobian, ``f₁`` and the curvature come from the drift kernels).
     """
-    from .whole_run import entry_route_cost
+    from .whole_run import finite_n_cost
     if N is None:
         return None, None, ("the data's input dimension N is not given (compare(..., N=) or "
                             "--N): tested against the N -> infinity ODE")
     if has_spectrum(model):
         return None, None, ("not derived for an input spectrum yet (docs/model.md §1a): "
                             "tested against the ODE")
-    if not model.is_polynomial:
-        return None, None, "not derived for erf and relu: tested against the ODE"
-    costly = entry_route_cost(model)      # (its Jacobian and drift Hessian: entry route)
-    if costly:
-        return None, None, f"too costly here {costly}: tested against the ODE"
     if finite_n is False:
         return None, None, "finite_n=False: tested against the ODE"
     if finite_n is None:
-        from ..second_order_cost import second_order_estimate
-        estimate = second_order_estimate(model)
-        if estimate > FINITE_N_AUTO_SECONDS:
-            return None, None, (f"its one-time derivation for this structure is estimated at "
-                                f"{estimate:.0f} s > {FINITE_N_AUTO_SECONDS:.0f} s; "
-                                f"finite_n=True computes it: tested against the ODE")
+        costly = finite_n_cost(model)
+        if costly:
+            return None, None, (f"too costly here {costly}; finite_n=True computes it: tested "
+                                "against the ODE")
     from ..numeric.errors import DivergenceError
     from ..numeric.fluctuations import fluctuations
     try:

@@ -53,10 +53,16 @@ import numpy as np
 import time
 
 from ..numeric.kernels import check_kernels, kernels
+from ..numeric.kernels import _derivatives, _untimed
+from ..numeric.drift_derivatives import finite_n_drift
 from ..numeric.sde import DEFAULT_DT, _sqrt_psd, sde_noise
 from ..numeric.sde_noise import SampledNoise
 from ..spectrum import has_spectrum
+from ..stages import declare
 from .verdict import _check
+from ..numeric.fluctuations import mean_correction_seconds
+from ..numeric.kernels import diffusion_seconds
+from ..numeric.layout import state_layout
 
 __all__ = ["invariant_statistics", "statistic_names", "whole_run_numbers", "whole_run_checks",
            "decide_whole_run", "whole_run_not_run", "N_TEST", "MIN_REPLICAS", "STATISTICS",
@@ -161,9 +167,17 @@ def whole_run_numbers(model, t, sgd_Q, sgd_rho, sgd_risk, T, N, *, seed=0, n_tes
     T = np.asarray(T, float)
     t_span = float(t[-1] - t0) if t[-1] > t0 else 1.0 / N
     lna_costly = _lna_cost_reason(theory, form)
+    # the SDE with SGD's O(1/N) drift (docs/derivation.md §8.3a): without it the SDE's mean
+    # is the ODE's plus the curvature term only, and at a risk floor the replicas resolve
+    # the difference (the issue-22 variant: KS p = 4e-5 on tr Q²/p at N = 1000)
+    # (only where the O(1/N) stage implements every field of the model: default-deny)
+    finite_n = theory.constraint != "sphere" and _implements(theory, SECOND_ORDER_STAGE)
     too_costly = sde_cost_reason(theory, form, replicas=R, t_span=t_span,
-                                 start=(sgd_Q[:, 0], sgd_rho[:, 0]), T=T, dt=dt)
+                                 start=(sgd_Q[:, 0], sgd_rho[:, 0]), T=T, dt=dt,
+                                 finite_n=finite_n)
     if too_costly:
+        # the SDE (one D per replica and step) is too costly; the LNA (one trajectory)
+        # may not be
         out.update(skipped=too_costly, law={"pvalues": [], "tests": [], "times": []},
                    sde_diverged=0)
         if lna_costly or not lna:
@@ -174,7 +188,8 @@ def whole_run_numbers(model, t, sgd_Q, sgd_rho, sgd_risk, T, N, *, seed=0, n_tes
         return out
     run = simulate(theory, N=N, t_max=t_span, replicas=R, seed=seed, method="sde",
                    Q0=sgd_Q[:, 0], rho0=sgd_rho[:, 0], T=T, t_eval=t - t0,
-                   on_divergence="stop", dt=dt, form=form)
+                   on_divergence="stop", dt=dt, form=form, finite_n=finite_n)
+    out["sde_finite_n"] = finite_n
     ok = run.status == "ok"
     out["sde_diverged"] = int(np.sum(~ok))
     out["sde_steps"] = int(getattr(run, "sde_steps", 0))
@@ -220,24 +235,34 @@ def _lna_or_reason(model, t, sgd_Q, sgd_rho, sgd_risk, T, N, idx, form):
     return _lna_numbers(model, t, sgd_Q, sgd_rho, sgd_risk, T, N, idx, form)
 
 
-#: Largest state of the LNA spread criterion with the matrix kernels (σ = c z²), and of the
-#: LNA (its Jacobian comes from the entry route: σ = z² at p = 8, p* = 2 has 52 entries
-#: and takes 60 s to derive once).
+#: Largest state of the whole-run SDE with the matrix kernels (σ = c z²), and of the
+#: LNA and the O(1/N) mean in the verdict (the risk's Hessian by polarisation costs
+#: ``dim²`` risk evaluations per recorded time; p = 16, p* = 2 has 168 entries).
 MAX_SDE_STATE = 600
-MAX_LNA_STATE = 60
+MAX_LNA_STATE = 200
+#: Largest estimated seconds of one trajectory of the LNA with the O(1/N) mean (or of the
+#: forward sensitivities) for the verdict's criteria (:func:`finite_n_seconds`) ...
+LNA_VERDICT_SECONDS = 300.0
+#: ... counted as this many right-hand sides (the drift's stencils) and diffusion matrices
+#: (one per step of the ODE's pass, interpolated between): measured 160–650 and 19–77 for
+#: (4, 2) ReLU at t ≤ 10, (4, 2) z² and the issue-22 variant (6, 2) at t ≤ 100.
+LNA_RHS_PER_TRAJECTORY = 600
+LNA_D_PER_TRAJECTORY = 80
 #: Largest estimated seconds of the verdict's whole-run SDE (a lower bound, see
 #: :func:`whole_run_sde_seconds`); above it the law criterion is skipped with the estimate.
 MAX_WHOLE_RUN_SECONDS = 600.0
 
 
-def whole_run_sde_seconds(model, form, replicas, t_span, start, T, dt=None) -> float:
+def whole_run_sde_seconds(model, form, replicas, t_span, start, T, dt=None,
+                          finite_n=False) -> float:
     """A lower bound on the seconds of the whole-run SDE, from one measured step's parts.
 
     The SDE makes at least ``ceil(t_span/dt)`` steps, each two drift calls over the
-    replicas and one noise (:mod:`symquad.numeric.sde`); both are timed once on the
-    replicas' starts (a first call of each, which may generate or load the kernels and
-    ``D``'s module, is not counted).  Measured, so it holds for every activation, width
-    and noise.
+    replicas and one noise (:mod:`symquad.numeric.sde`), and with `finite_n` one O(1/N)
+    drift (:func:`~symquad.numeric.drift_derivatives.finite_n_drift`); each is timed once
+    on the replicas' starts (a first call of each, which may generate or load the kernels
+    and ``D``'s module, is not counted).  Measured, so it holds for every activation,
+    width and noise.
     """
     form, noise = sde_noise(model, form)
     k = kernels(model, form)
@@ -259,12 +284,33 @@ def whole_run_sde_seconds(model, form, replicas, t_span, start, T, dt=None) -> f
     t_begin = time.perf_counter()
     noise_call()
     t_noise = time.perf_counter() - t_begin
+    t_finite = 0.0
+    if finite_n:
+        der = _derivatives(_untimed(model, "simulate(method='sde')"), form)
+        x = k.layout.pack(Q0, rho0, a)
+        finite_n_drift(der, k, x, T, f, 0.0, 1000)
+        t_begin = time.perf_counter()
+        finite_n_drift(der, k, x, T, f, 0.0, 1000)
+        t_finite = time.perf_counter() - t_begin
     steps = math.ceil(t_span / (DEFAULT_DT if dt is None else dt))
-    return steps * (2.0 * t_rhs + t_noise)
+    return steps * (2.0 * t_rhs + t_noise + t_finite)
+
+
+#: The stage whose fields the SDE's O(1/N) drift needs (symquad.stages.STAGES).
+SECOND_ORDER_STAGE = "the O(1/N) correction of the mean"
+
+
+def _implements(model, stage) -> bool:
+    """Whether `stage` implements every field `model` changes (its refusal, as a bool)."""
+    try:
+        declare(model, stage)
+    except ValueError:
+        return False
+    return True
 
 
 def sde_cost_reason(model, form=None, *, replicas=None, t_span=None, start=None, T=None,
-                    dt=None) -> str:
+                    dt=None, finite_n=False) -> str:
     """Why the whole-run SDE is not run for `model` (empty when it is affordable).
 
     Every model whose drift kernels exist is run: the noise is chosen by cost
@@ -282,7 +328,7 @@ def sde_cost_reason(model, form=None, *, replicas=None, t_span=None, start=None,
         return f"the SDE's kernels refuse this model: {exc}"
     if replicas is None or t_span is None or start is None or T is None:
         return ""
-    seconds = whole_run_sde_seconds(model, form, replicas, t_span, start, T, dt)
+    seconds = whole_run_sde_seconds(model, form, replicas, t_span, start, T, dt, finite_n)
     if seconds > MAX_WHOLE_RUN_SECONDS:
         return (f"the whole-run SDE ({replicas} replicas, t in [0, {t_span:.4g}], "
                 f"{noise} noise) is estimated at >= {seconds:.3g} s (limit "
@@ -294,13 +340,11 @@ def sde_cost_reason(model, form=None, *, replicas=None, t_span=None, start=None,
 def _lna_cost_reason(model, form=None) -> str:
     """Why the LNA spread criterion is not computed for `model` (empty when it is).
 
-    The LNA integrates ``D`` along the ODE (one ``D`` per solver step): skipped where
-    ``D`` is not derived, for ReLU and mixed pairs (the field-space cubature, 2¹⁷ points
-    per state), and above p = 4 for the erf and tensor routes (``O(p⁴ (p+p*)⁴)`` per
-    state).
+    The LNA integrates ``Σ`` along the ODE with ``D`` at the ODE solver's steps and the
+    drift's stencils at every right-hand side: skipped where ``D`` is not derived, and
+    where one trajectory is too costly for the verdict (:func:`finite_n_cost`, the rule
+    of the O(1/N) mean too).
     """
-    from ..numeric.layout import state_layout
-    from ..numeric.sde import sde_form
     from ..numeric.kernels import diffusion_support
     if has_spectrum(model):
         return ("the diffusion matrix and the linear-noise prediction are not derived for an "
@@ -308,46 +352,50 @@ def _lna_cost_reason(model, form=None) -> str:
     reason = diffusion_support(model)
     if reason is not None:
         return f"the diffusion matrix of the linear-noise prediction is not derived: {reason}"
-    dim = state_layout(model).dim
-    if not model.is_polynomial and (model.activation_kind, model.teacher_activation_kind) \
-            != ("erf", "erf"):
-        return ("the diffusion matrix of this pair is the field-space cubature "
-                "(runtime/sampled_diffusion.py, 2^17 points per state): the linear-noise "
-                "prediction (one D per solver step) is too costly for the verdict")
-    if not model.is_polynomial:
-        return (f"the erf diffusion costs O(p^4 (p+p*)^4) per state: too costly for the "
-                f"linear-noise prediction at p = {model.p} (limit p = 4)") if model.p > 4 \
-            else ""
-    form = form or sde_form(model)
-    if form == "matrix" and dim > MAX_SDE_STATE:
-        return (f"the linear-noise prediction of a state of {dim} entries is too costly for "
-                f"the verdict (limit {MAX_SDE_STATE})")
-    if form == "tensor" and model.p > 4:
-        return (f"the tensor-route diffusion costs O(p^4 (p+p*)^4) per term: too costly for "
-                f"the linear-noise prediction at p = {model.p} (limit p = 4)")
-    return ""
+    costly = finite_n_cost(model, form or ("matrix" if model.is_quadratic else None))
+    return f"the linear-noise prediction is too costly here {costly}" if costly else ""
 
 
-def entry_route_cost(model) -> str:
-    """``"(… state entries, limit …)"`` when the entry route's exact Jacobian (and the
-    second-order terms beside it) is too costly for the verdict's criteria, else ``""``.
+def finite_n_seconds(model, form=None, diffusion=True) -> float:
+    """Estimated seconds of one trajectory of the verdict's finite-N theory (cost law).
 
-    One rule for the linear-noise spread, the O(1/N) correction of the mean and the
-    resolution, which all rest on it.
+    :data:`LNA_RHS_PER_TRAJECTORY` right-hand sides of the drift's stencils
+    (:func:`~symquad.numeric.fluctuations.mean_correction_seconds`: ``dim`` directions,
+    the Jacobian and the curvature) and, with `diffusion`, :data:`LNA_D_PER_TRAJECTORY`
+    diffusion matrices (:func:`~symquad.numeric.kernels.diffusion_seconds`).
     """
-    from ..numeric.layout import state_layout
+    est = LNA_RHS_PER_TRAJECTORY * mean_correction_seconds(model, form)
+    if diffusion:
+        est += LNA_D_PER_TRAJECTORY * diffusion_seconds(model, form)
+    return est
+
+
+def finite_n_cost(model, form=None, diffusion=True) -> str:
+    """``"(…)"`` when the verdict's finite-N theory is too costly for `model`, else ``""``.
+
+    One rule for the linear-noise spread, the O(1/N) correction of the mean and (with
+    ``diffusion=False``: no ``D``) the resolution: the state at most
+    :data:`MAX_LNA_STATE` entries and one trajectory (:func:`finite_n_seconds`) estimated
+    at most :data:`LNA_VERDICT_SECONDS`.  The Jacobian, ``f₁`` and the curvature come
+    from the drift kernels (symquad.numeric.drift_derivatives) for every activation pair.
+    """
     dim = state_layout(model).dim
-    if dim > MAX_LNA_STATE or (not model.is_quadratic and model.p + model.p_star > 6):
-        return f"({dim} state entries, limit {MAX_LNA_STATE}; non-quadratic: p + p* <= 6)"
+    if dim > MAX_LNA_STATE:
+        return f"({dim} state entries, limit {MAX_LNA_STATE})"
+    est = finite_n_seconds(model, form, diffusion)
+    if est > LNA_VERDICT_SECONDS:
+        return (f"(one trajectory estimated at {est:.3g} s"
+                + (" with its diffusion matrices" if diffusion else "")
+                + f", limit {LNA_VERDICT_SECONDS:g} s)")
     return ""
 
 
 def _lna_numbers(model, t, sgd_Q, sgd_rho, sgd_risk, T, N, idx, form):
     from ..numeric.fluctuations import fluctuations
-    costly = entry_route_cost(model)
+    costly = finite_n_cost(model, form or ("matrix" if model.is_quadratic else None))
     if costly:
-        return {"applies": False, "reason": f"the entry-route Jacobian of the linear-noise "
-                f"prediction is too costly here {costly}"}
+        return {"applies": False, "reason": f"the linear-noise prediction is too costly here "
+                f"{costly}"}
     try:
         # the spread criteria need Σ only (the O(1/N) mean, second_order=True, is not
         # used here: skipping it keeps this criterion's cost that of the LNA)
@@ -365,18 +413,20 @@ def _lna_numbers(model, t, sgd_Q, sgd_rho, sgd_risk, T, N, idx, form):
     # ... and the risk's spread first order in ζ: near a curved manifold of minima the
     # quadratic term takes over and the straight-line displacements of the linearisation
     # leave the manifold (measured: the replicas' variance falls to 0.4 of the prediction)
-    g, H, S = fl.risk_gradient, fl.risk_hessian, fl.covariance
+    # (at the tested times only: the risk's Hessian costs O(dim + pairs) risk evaluations
+    # per time)
+    g, H, S = fl.risk_gradient[idx], fl.risk_hessian_at(idx), fl.covariance[idx]
     first = np.einsum("ti,tij,tj->t", g, S, g) / N
     HS = H @ S
     second = 0.5 * np.einsum("tij,tji->t", HS, HS) / N**2
     with np.errstate(divide="ignore", invalid="ignore"):
         linear = second <= _LNA_SECOND_ORDER * (first + second)
-    idx = idx[small[idx] & linear[idx]]
+    keep = small[idx] & linear
+    idx, pred = idx[keep], (first + second)[keep]
     if len(idx) < 3:
         return {"applies": False, "reason": f"the linear-noise expansion is valid (state "
                 f"spread <= {_LNA_VALIDITY:.0%} of the state, second-order part of the risk's "
                 f"variance <= {_LNA_SECOND_ORDER:.0%}) at fewer than 3 tested times"}
-    pred = fl.risk_std[idx] ** 2
     x = sgd_risk[:, idx]
     R = x.shape[0]
     c = x - x.mean(0)
