@@ -2,6 +2,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 
 import pytest
 
@@ -125,6 +126,57 @@ def random_overlaps(p, p_star, rng, scale=1.0):
     G = rng.standard_normal((n, n + 3))
     C = scale * G @ G.T / (n + 3)
     return C[:p, :p].copy(), C[:p, p:].copy(), C[p:, p:].copy()
+
+
+class HangGuard:
+    """An upper bound on a wait that only a hang can exceed (never a busy machine).
+
+    Tests of deadlines (a point's ``timeout=``, a scheduler that never answers, a
+    signal that must stop a process) have to bound how long the wait took, or a
+    deadline that is ignored passes.  The bound is set far above any time the wait
+    can take on a loaded machine (the deadline under test plus interpreter starts at
+    load 10 on 2 cores are well under it), and below the time the hang would take:
+    the task that should be stopped runs for longer than the bound (e.g. sleeps
+    600 s), so a missed deadline fails here with a message, not by a shorter margin.
+    Uses ``time.monotonic`` (not changed by clock adjustments).
+    """
+
+    def __init__(self, limit: float, what: str):
+        self.limit, self.what = float(limit), what
+        self.start = time.monotonic()
+
+    def check(self):
+        elapsed = time.monotonic() - self.start
+        assert elapsed < self.limit, (
+            f"{self.what} took {elapsed:.0f} s, beyond the {self.limit:g} s that only a hang "
+            f"reaches (a busy machine needs far less): the deadline was not honoured")
+        return elapsed
+
+
+@pytest.fixture
+def forbid(monkeypatch):
+    """Make work that a refusal must come before fail the test if it starts.
+
+    ``forbid(module_or_class, "name", ...)`` replaces each named function by one that
+    records the call and raises ``AssertionError``; the returned list holds the calls
+    (so a test whose code under test swallows the error still sees them).  This is how
+    "refused at once, before any work" is checked without a clock: a refusal that a
+    busy machine delays is still a refusal, and work that started is caught however
+    fast the machine is.
+    """
+    calls = []
+
+    def _forbid(owner, *names):
+        for name in names:
+            getattr(owner, name)                     # a typo'd name fails here, not silently
+            label = f"{getattr(owner, '__name__', owner)}.{name}"
+
+            def refused(*args, _label=label, **kwargs):
+                calls.append(_label)
+                raise AssertionError(f"{_label} ran before the refusal (work started)")
+            monkeypatch.setattr(owner, name, refused)
+        return calls
+    return _forbid
 
 
 @pytest.fixture

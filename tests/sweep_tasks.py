@@ -14,6 +14,21 @@ def square(x, delay=0.0, log=""):
     return {"y": x * x}
 
 
+def gated(x, gate, open_below=3, wait=300.0):
+    """y = x²; a point with x >= `open_below` first waits for the file `gate` (at most `wait` s).
+
+    Holds a sweep at a known point (the first `open_below` points done, the others
+    in flight) for as long as a test needs, without racing a clock.
+    """
+    if x >= open_below:
+        end = time.monotonic() + wait
+        while not os.path.exists(gate):
+            if time.monotonic() > end:
+                raise TimeoutError(f"the gate {gate} was not opened within {wait} s")
+            time.sleep(0.02)
+    return {"y": x * x}
+
+
 def fails_on_odd(x):
     """Raises ValueError for odd x."""
     if x % 2:

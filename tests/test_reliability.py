@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 import warnings
 from fractions import Fraction
 
@@ -68,11 +67,13 @@ def test_sympy_expression_goes_through_the_same_parser():
 @pytest.mark.parametrize("text", ["z**1000000", f"z**{MAX_DEGREE + 1}", "(z+1)**5*(z-1)**5",
                                   "z" + "*z" * MAX_DEGREE, "(2*z)**(10**9)", "10**10**10*z",
                                   "(" * 300 + "z" + ")" * 300, "z" * 5000])
-def test_degree_cap_refuses_at_once(text):
-    start = time.perf_counter()
+def test_degree_cap_refuses_at_once(text, forbid):
+    # refused on the syntax tree, before any algebra (expanding z**1000000 took 11 s)
+    from symquad import spec
+    algebra = forbid(spec, "_evaluate", "_poly_mul", "_poly_pow")
     with pytest.raises(ValueError, match="activation"):
         sq.Model(p=2, p_star=1, lr=0.1, activation=text)
-    assert time.perf_counter() - start < 1.0  # refused before any algebra, not after 11 s
+    assert algebra == []
 
 
 @pytest.mark.parametrize("bad, error, match", [
@@ -169,30 +170,41 @@ def test_auto_method_switches_and_agrees_with_a_stiff_solver(monkeypatch):
     assert np.max(np.abs(auto.risk - ref.risk)) < 1e-7
 
 
-@pytest.mark.slow
+#: Right-hand-side evaluations allowed for t_max = 1e6 from generic_start() at M32.
+#: Measured (scipy 1.x): 6647 (RK45 for 1000 steps to t = 5347, then LSODA, 0.7 s CPU);
+#: RK45 alone, held to its stability limit, makes 1820 to t = 1e3 and 11426 to t = 1e4,
+#: about 1.1 per unit time, so ~1e6 to t = 1e6 (the minutes the audit saw).
+NFEV_LONG_HORIZON = 50_000
+
+
 def test_long_horizon_is_bounded():
     Q0, rho0, T = generic_start()
-    start = time.perf_counter()
     sol = sq.integrate(M32, Q0, rho0, T, t_max=1e6)
-    assert time.perf_counter() - start < 60 and sol.status == "ok" and sol.risk[-1] < 1e-10
+    # the work is counted, not timed: past the transient the stiff solver's steps grow
+    # with t, so the evaluations stay ~20x below an explicit solver's over 1e6 time units
+    assert sol.status == "ok" and sol.risk[-1] < 1e-10
+    assert "then LSODA" in sol.message and sol.nfev < NFEV_LONG_HORIZON, (sol.nfev, sol.message)
 
 
-def test_hessian_size_is_checked_before_any_work():
-    start = time.perf_counter()
+def test_hessian_size_is_checked_before_any_work(forbid):
+    from symquad.symbolic import hessian
+    started = forbid(hessian, "hessian_blocks")          # the symbolic blocks are the work
     with pytest.raises(ValueError, match=r"p and p_star in \[1, 10\]"):
         sq.hessian_spectrum(sq.Model(p=40, p_star=2, lr=0.1), "plateau", 100)
     with pytest.raises(ValueError, match="p\\*N"):
         sq.hessian_spectrum(M42, "plateau", 10 ** 9)
-    assert time.perf_counter() - start < 1.0
+    assert started == []
 
 
-def test_plateau_size_is_checked_before_any_work():
-    start = time.perf_counter()
+def test_plateau_size_is_checked_before_any_work(forbid):
+    from symquad.numeric import landscape
+    # the kernels (generated for p = 200), the plateau root, the Jacobian: the work
+    started = forbid(landscape, "kernels", "gradient_flow_plateau_q", "_jacobian")
     with pytest.raises(ValueError, match=r"n = p\(p\+1\)/2 \+ p\*p_star = 20500"):
         sq.plateau(sq.Model(p=200, p_star=2, lr=0.01))
     with pytest.raises(ValueError, match="limited to n"):
         sq.escape_time(sq.Model(p=200, p_star=2, lr=0.01), 10 ** 6)
-    assert time.perf_counter() - start < 1.0
+    assert started == []
 
 
 def test_exact_rank_agrees_with_sympy_rank():

@@ -100,3 +100,39 @@ def test_twice_the_resolution_fails_half_of_it_passes():
 def test_twice_the_resolution_fails_in_most_seeds_half_of_it_rarely():
     fails = _check_resolution(seeds=range(1, 13))
     assert fails[2.0] >= 11 and fails[0.5] <= 3, fails
+
+
+def test_a_parameter_the_risk_does_not_depend_on_is_not_detectable(tmp_path):
+    """On the sphere the projection cancels the weight decay: ``resolution`` says "not
+    detectable" (None, with the reason) instead of ``c / rounding`` (4.8e9 before).
+
+    Second route: the ODE integrated at two weight decays gives the same risk to rounding,
+    while it does move the risk without the constraint, where the resolution stays a number.
+    """
+    import json
+    from symquad.studies.resolution import ZERO_REASON
+    sphere = sq.Model(3, 2, 0.3, constraint="sphere", weight_decay=0.01)
+    Q0, rho0 = informed_start(sphere)
+    t = np.linspace(0, 10, 26)
+    risks = [_ode_risk(sphere.replace(weight_decay=wd), Q0, rho0, t) for wd in (0.01, 0.3)]
+    assert np.max(np.abs(risks[0] - risks[1])) < 1e-9
+    free = sphere.replace(constraint="none")
+    free_risks = [_ode_risk(free.replace(weight_decay=wd), Q0, rho0, t) for wd in (0.01, 0.3)]
+    assert np.max(np.abs(free_risks[0] - free_risks[1])) > 1e-3
+
+    reports = {}
+    for m in (sphere, free):
+        run = sq.simulate(m, N=1000, t_max=10.0, replicas=16, seed=3, Q0=Q0, rho0=rho0,
+                          t_eval=t)
+        reports[m.constraint] = sq.compare(m, run.t, run.Q, run.rho)
+    res = reports["sphere"].numbers["resolution"]
+    assert reports["sphere"].resolution["weight_decay"] is None, res
+    assert res["not_detectable"] == {"weight_decay": ZERO_REASON}
+    assert all(v is not None and v > 0 for n, v in res["values"].items() if n != "weight_decay")
+    assert "weight_decay not detectable" in reports["sphere"].summary()
+    reports["sphere"].save(tmp_path / "rep", figures=False)
+    saved = json.loads((tmp_path / "rep" / "report.json").read_text())["numbers"]["resolution"]
+    assert saved["values"]["weight_decay"] is None                  # JSON null, with its reason
+    assert saved["not_detectable"]["weight_decay"] == ZERO_REASON
+    free_res = reports["none"].numbers["resolution"]
+    assert free_res["not_detectable"] == {} and free_res["values"]["weight_decay"] > 0

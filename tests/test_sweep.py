@@ -22,6 +22,7 @@ from symquad.studies.store import point_key
 from symquad.studies.tasks import get_task
 
 import sweep_tasks
+from conftest import HangGuard
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -234,10 +235,11 @@ def test_serial_and_distributed_identical(tmp_path, client):
 def test_point_timeout_on_dask_workers(tmp_path, client):
     # the point runs in a child of the worker process, killed at the deadline; the
     # worker itself stays and runs the next points
-    grid = {"x": [1, 2], "duration": [0.05, 120.0]}
-    start = time.monotonic()
+    grid = {"x": [1, 2], "duration": [0.05, 600.0]}
+    # the slow points sleep 600 s: only the timeout ends them before the guard
+    guard = HangGuard(240, "a Dask sweep with points past timeout=1.5")
     df = sq.sweep(sweep_tasks.sleepy, grid, tmp_path / "s", client=client, timeout=1.5)
-    assert time.monotonic() - start < 60
+    guard.check()
     assert list(df["status"]) == ["ok", "error", "ok", "error"]
     assert list(df["y"].fillna(-1)) == [1, -1, 2, -1]
     assert df["error"].dropna().str.startswith(
@@ -270,30 +272,35 @@ def test_worker_killed_mid_sweep_loses_nothing(tmp_path, client):
 
 
 def test_client_killed_mid_sweep_then_rerun_completes(tmp_path, client):
-    store = tmp_path / "s"
+    # points x >= 3 wait for a gate file: the client is killed with three points stored and
+    # the others in flight, however slowly this machine runs (no race with the clock)
+    store, gate = tmp_path / "s", tmp_path / "gate"
     n = 16
+    grid = {"x": list(range(n)), "gate": [str(gate)]}
     script = textwrap.dedent(f"""
         import sys
         sys.path.insert(0, {TESTS_DIR!r})
         import symquad as sq, sweep_tasks
         from distributed import Client
         c = Client({client.scheduler.address!r})
-        sq.sweep(sweep_tasks.square, {{"x": list(range({n})), "delay": 0.25}}, {str(store)!r},
-                 client=c, progress=False)
+        sq.sweep(sweep_tasks.gated, {grid!r}, {str(store)!r}, client=c, progress=False)
     """)
     proc = subprocess.Popen([sys.executable, "-c", script])
     try:
-        deadline = time.time() + 120
-        while len(_point_files(store)) < 3 and time.time() < deadline and proc.poll() is None:
+        guard = HangGuard(240, "a client storing its first three points")
+        while len(_point_files(store)) < 3 and proc.poll() is None:
+            guard.check()
             time.sleep(0.05)
-        assert proc.poll() is None, "the client finished before it could be killed"
+        assert proc.poll() is None, "the client ended before it could be killed"
         os.kill(proc.pid, signal.SIGKILL)
-    finally:
         proc.wait()
-    before = len(_point_files(store))
-    assert 3 <= before < n
-    df = sq.sweep(sweep_tasks.square, {"x": list(range(n)), "delay": 0.25}, store,
-                  client=client)
+        before = len(_point_files(store))
+        assert before == 3
+    finally:
+        gate.touch()             # the killed client's points in flight end, whatever happened
+        proc.kill()
+        proc.wait()
+    df = sq.sweep(sweep_tasks.gated, grid, store, client=client)
     info = df.attrs["sweep"]
     assert info.skipped == len(_point_files(store)) - info.computed
     assert info.computed <= n - before

@@ -45,7 +45,7 @@ from .errors import DivergenceError
 from .kernels import kernels
 from .layout import state_layout
 
-__all__ = ["Sensitivity", "risk_sensitivity", "sensitivity_parameters"]
+__all__ = ["Sensitivity", "risk_sensitivity", "sensitivity_parameters", "parameter_scale"]
 
 #: One-sided five-point weights of ``g'(0)`` from ``g(0), g(h), …, g(4h)`` (times ``1/h``):
 #: exact for polynomials of degree <= 4.
@@ -85,6 +85,22 @@ def _value(model, name) -> float:
     return float(getattr(model, name))
 
 
+def parameter_scale(model, name) -> float:
+    r"""The scale ``Θ`` of parameter `name`: the size of a change that is large for it.
+
+    ``max(|θ|, 1)`` for an activation coefficient, ``max(|θ|, |η|, 10⁻²)`` for the rates,
+    the label noise and the weight decay (a parameter at zero, e.g. no weight decay, is
+    measured against the learning rate), ``b`` for the batch size.  The stencil's step
+    is ``_REL_STEP · Θ``; :mod:`symquad.studies.resolution` measures ``Θ · dε/dθ``
+    against the risk to tell a parameter the risk does not depend on.
+    """
+    theta = _value(model, name)
+    if name == "batch_size":
+        return abs(theta)
+    return max(abs(theta), 1.0 if name.startswith("activation[") else
+               max(abs(model.lr), 1e-2))
+
+
 def _stencil(model, name, form):
     """``[(weight, Kernels)]`` whose weighted sum of drifts (risks) is ``∂f/∂θ`` (``∂ε/∂θ``)."""
     theta = _value(model, name)
@@ -94,8 +110,7 @@ def _stencil(model, name, form):
         scale = -1.0 / (b * b) / (1.0 / b - 1.0 / (b + 1))
         return [(scale, kernels(model, form)),
                 (-scale, kernels(model.replace(batch_size=b + 1), form))]
-    h = _REL_STEP * max(abs(theta), 1.0 if name.startswith("activation[") else
-                        max(abs(model.lr), 1e-2))
+    h = _REL_STEP * parameter_scale(model, name)
     return [(w / h, kernels(_replaced(model, name, theta + k * h), form))
             for k, w in enumerate(_FORWARD_WEIGHTS)]
 

@@ -16,6 +16,15 @@ The standard errors ``se(t)`` are the run's own (the replicas' spread of
 ``ε_SGD − ε_ODE``), so the resolution is in the model's units for this run's ``N``,
 replicas and times.  Other criteria (band, whole-run law) may detect smaller changes;
 this is the resolution of the one with a closed-form power.
+
+A parameter the risk does not depend on (the weight decay on the sphere, where the
+projection cancels it) has ``dε/dθ = 0``; its derived sensitivity is rounding, and
+``c / max|dε/dθ|/se`` would state an enormous, meaningless change (4.8e9 for that weight
+decay).  It is reported as *not detectable* (``None``, with the reason in
+``numbers["resolution"]["not_detectable"]``) when ``Θ · max_t |dε/dθ(t)|``, the risk's
+change for a change of the parameter by its own scale ``Θ``
+(:func:`symquad.numeric.sensitivity.parameter_scale`), is below :data:`ZERO_SENSITIVITY`
+times the largest risk of the trajectory.
 """
 
 from __future__ import annotations
@@ -27,10 +36,19 @@ import numpy as np
 from ..spectrum import has_spectrum
 from .whole_run import finite_n_cost
 
-__all__ = ["resolution_numbers", "format_resolution", "MAX_STARTS"]
+__all__ = ["resolution_numbers", "format_resolution", "MAX_STARTS", "ZERO_SENSITIVITY"]
 
 #: Starts whose sensitivities are averaged for a random start (replicas with their own ODE).
 MAX_STARTS = 4
+#: ``Θ · max|dε/dθ|`` below this fraction of the largest risk: a sensitivity that is zero to
+#: rounding (module docstring).  The stencil's rounding is ~1e-12 of the drift and the
+#: sensitivity integration's atol 1e-11; measured (p = 3, p* = 2, lr = 0.3, informed start,
+#: t <= 10): 4e-13 and 7e-13 for the weight decay on the sphere, >= 2.5e-2 for every
+#: parameter that enters the drift (classic, sphere, weight decay, batch size, z**2 + z/2).
+ZERO_SENSITIVITY = 1e-8
+#: The reason stored for such a parameter.
+ZERO_REASON = ("the risk does not depend on it here: its derived sensitivity is zero to "
+               "rounding")
 
 
 def _why_not(model) -> str:
@@ -60,8 +78,10 @@ def resolution_numbers(model, t, d_risk, Q0, rho0, T, a0, window, critical, *, s
     shared : bool
         All replicas share one start (one sensitivity integration).
     """
-    from ..numeric.sensitivity import _value, risk_sensitivity, sensitivity_parameters
-    out = {"criterion": "mean_deviation", "values": {}, "relative": {}, "reason": ""}
+    from ..numeric.sensitivity import (_value, parameter_scale, risk_sensitivity,
+                                       sensitivity_parameters)
+    out = {"criterion": "mean_deviation", "values": {}, "relative": {}, "not_detectable": {},
+           "reason": ""}
     R = d_risk.shape[0]
     reason = _why_not(model)
     if not reason and (critical is None or not np.any(window) or R < 2):
@@ -75,10 +95,12 @@ def resolution_numbers(model, t, d_risk, Q0, rho0, T, a0, window, critical, *, s
     starts = [0] if shared else list(range(min(R, MAX_STARTS)))
     names = sensitivity_parameters(model)
     deriv = {n: np.zeros(last + 1) for n in names}
+    risk_scale = 0.0
     try:
         for r in starts:
             s = risk_sensitivity(model, Q0[r], rho0[r], T, times,
                                  a0=None if a0 is None else a0[r])
+            risk_scale = max(risk_scale, float(np.max(np.abs(s.risk))))
             for n in names:
                 deriv[n] += s.risk_derivative[n] / len(starts)
     except (ValueError, ArithmeticError) as exc:
@@ -86,9 +108,11 @@ def resolution_numbers(model, t, d_risk, Q0, rho0, T, a0, window, critical, *, s
         return out
     w = window[: last + 1] & (se > 0)
     for n in names:
-        power = np.max(np.abs(deriv[n][w]) / se[w]) if w.any() else 0.0
-        value = float(critical / power) if power > 0 else None
+        value, why = _detectable_change(deriv[n], se, w, critical,
+                                        parameter_scale(model, n), risk_scale)
         out["values"][n] = value
+        if why:
+            out["not_detectable"][n] = why
         theta = _value(model, n)
         out["relative"][n] = value / abs(theta) if value is not None and theta != 0 else None
     out.update(critical=float(critical), starts=len(starts),
@@ -98,12 +122,27 @@ def resolution_numbers(model, t, d_risk, Q0, rho0, T, a0, window, critical, *, s
     return out
 
 
+def _detectable_change(deriv, se, window, critical, scale, risk_scale):
+    r"""``(δθ*, "")`` or ``(None, why)`` for one parameter (module docstring).
+
+    ``δθ* = c / max_{t ∈ window} |dε/dθ(t)| / se(t)``; None when the sensitivity is zero
+    to rounding (``Θ · max_t |dε/dθ| <= ZERO_SENSITIVITY · max_t ε``, over every time up
+    to the window's end) or zero on the window.
+    """
+    if scale * float(np.max(np.abs(deriv))) <= ZERO_SENSITIVITY * risk_scale:
+        return None, ZERO_REASON
+    power = float(np.max(np.abs(deriv[window]) / se[window])) if window.any() else 0.0
+    if not power > 0:
+        return None, "its derived sensitivity is zero at the test's times"
+    return float(critical / power), ""
+
+
 def format_resolution(res) -> str:
-    """One line: ``lr 0.0041 (1.4%), noise 0.012, …`` (``-`` for an undetectable change)."""
+    """One line: ``lr 0.0041 (1.4%), noise 0.012, weight_decay not detectable, …``."""
     parts = []
     for n, v in res["values"].items():
         if v is None:
-            parts.append(f"{n} -")
+            parts.append(f"{n} not detectable")
             continue
         rel = res["relative"].get(n)
         parts.append(f"{n} {v:.2g}" + (f" ({100 * rel:.2g}%)" if rel is not None else ""))

@@ -100,8 +100,9 @@ class ValidationReport:
     @property
     def resolution(self) -> dict:
         """Parameter name → the smallest change this run's mean-deviation test detects
-        (about 50 % power; :mod:`symquad.studies.resolution`); None: not detectable.
-        Empty when not computed (``numbers["resolution"]["reason"]`` says why)."""
+        (about 50 % power; :mod:`symquad.studies.resolution`); None: not detectable, e.g. a
+        parameter the risk does not depend on (``numbers["resolution"]["not_detectable"]``
+        says why).  Empty when not computed (``numbers["resolution"]["reason"]`` says why)."""
         return dict(self.numbers.get("resolution", {}).get("values", {}))
 
     def __repr__(self) -> str:
