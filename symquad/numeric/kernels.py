@@ -63,7 +63,7 @@ from ..stages import declare, stage_fields
 from .checks import as_real_array, check_float_activation
 from .layout import state_layout
 from .._generated import ENTRY_MODULES
-from .drift_derivatives import DriftDerivatives
+from .drift_derivatives import BlockDriftDerivatives, DriftDerivatives
 from ..stages import require_known_structure
 from .._generated import TENSOR_MODULES
 from ..runtime.special_engine import four_point_method
@@ -866,6 +866,15 @@ def _derivatives(model: Model, form: str | None):
         cached = _MEMO.get(key)
     if cached is not None:
         return cached
+    if has_spectrum(model):
+        # the block drift's stencils; the risk ε(Ω) through the isotropic model's
+        # derivatives at the total covariance (drift_derivatives.BlockDriftDerivatives)
+        kern = dataclasses.replace(_block_kernels(model, form), _params=_params(model))
+        iso = _derivatives(model.replace(spectrum=ISOTROPIC, constraint="none"), form)
+        der = BlockDriftDerivatives(kern, iso)
+        with _LOCK:
+            _MEMO[key] = der
+        return der
     if form == "matrix":
         mod, source = _committed("quadratic_matrix", required=("moments", "risk"))
         extra = tuple(float(c[j]) for c, j in ((model.activation, 2),
