@@ -59,10 +59,10 @@ STAGES = {
     "kernels(form='matrix')": _LOSS + SCHEDULE + SPECTRUM,
     "kernels(form='tensor')": _LOSS + SCHEDULE + SPECTRUM,
     "kernels(form='entries')": _LOSS + SCHEDULE,
-    "the diffusion matrix (form='matrix')": _LOSS + SCHEDULE,
-    "the diffusion matrix (form='tensor')": _LOSS + SCHEDULE,
+    "the diffusion matrix (form='matrix')": _LOSS + SCHEDULE + SPECTRUM,
+    "the diffusion matrix (form='tensor')": _LOSS + SCHEDULE + SPECTRUM,
     "the diffusion matrix (form='entries')": _LOSS + SCHEDULE,
-    "the exact Jacobian": _LOSS + SCHEDULE,
+    "the exact Jacobian": _LOSS + SCHEDULE + SPECTRUM,
     "the state layout": _LOSS + SCHEDULE + SPECTRUM,
     # numeric/: the solvers, simulators, SDE and LNA
     "integrate": _LOSS + SCHEDULE + SPECTRUM,
@@ -70,7 +70,7 @@ STAGES = {
     "simulate(method='full')": _LOSS + SCHEDULE + SPECTRUM,
     "simulate(method='reduced')": _LOSS + SCHEDULE + SPECTRUM,
     "simulate(method='sde')": _LOSS + SCHEDULE + SPECTRUM,
-    "fluctuations": _LOSS + SCHEDULE,
+    "fluctuations": _LOSS + SCHEDULE + SPECTRUM,
     # the schedule: every term at η(t), −½ ∂f/∂t in dc/dt and a step's shift of c
     # (tests/test_second_order_sim.py, docs/derivation.md §8.3a)
     "the O(1/N) correction of the mean": _LOSS + SCHEDULE,

@@ -73,7 +73,7 @@ import numpy as np
 
 from .._generated.assembly import PARAMS, drift_none
 
-__all__ = ["DriftDerivatives", "stencil_weights", "drift_degree", "moment_degree",
+__all__ = ["DriftDerivatives", "BlockDriftDerivatives", "omega_map", "stencil_weights", "drift_degree", "moment_degree",
            "risk_degree", "SMOOTH_STEP", "POLY_STEP", "PINV_RCOND", "MAX_FULL_HESSIAN",
            "directions_per_rhs", "schedule_time_derivative", "step_phase", "step_shift",
            "finite_n_drift"]
@@ -579,3 +579,94 @@ def finite_n_drift(der, k, x, T, f, t, N) -> np.ndarray:
         out = out - 0.5 * schedule_time_derivative(k, Q, rho, T, a if k.model.readout_trained
                                                    else None, t)
     return out / N
+
+
+def omega_map(lay_blocks, lay_iso, spectrum) -> np.ndarray:
+    r"""``S`` (dim_iso × dim): the isotropic state of the total covariance from the block state.
+
+    ``Ω_λλ = Σ_c s_c Q^c``, ``Ω_λν = Σ_c s_c ρ^c`` (docs/model.md §1a) and the readout
+    unchanged: ``x_Ω = S X``.  The risk is ``ε(Ω)``, so ``∇_X ε = Sᵀ ∇ε(x_Ω)`` (per block
+    ``s_c ∇ε(Ω)``) and ``∇²_X ε = Sᵀ ∇²ε(x_Ω) S``.
+    """
+    s = [float(sb) for _, sb in spectrum]
+    col = {entry: j for j, entry in enumerate(lay_iso.entries)}
+    S = np.zeros((lay_iso.dim, lay_blocks.dim))
+    for J, entry in enumerate(lay_blocks.entries):
+        if entry[0] == "a":
+            S[col[entry], J] = 1.0
+        else:
+            name, c, i, j = entry
+            S[col[(name, i, j)], J] = s[c]
+    return S
+
+
+class BlockDriftDerivatives:
+    r"""The Jacobian and the risk's derivatives of a model with an input spectrum.
+
+    **Jacobian**: stencils of the block drift kernels (:meth:`Kernels.rhs`, the sphere's
+    projection included) along the unit vectors of the block state — exact polynomial
+    stencils off the sphere for polynomial activations (the block drift is a polynomial of
+    the state of the isotropic drift's degree: the legs replace columns of ``C``), the
+    Richardson-extrapolated central differences of :data:`SMOOTH_STEP` otherwise (erf,
+    ReLU, and the sphere's ``1/Q_kk``), as :class:`DriftDerivatives` does for erf and ReLU.
+    **Risk**: ``ε(Ω)`` is the isotropic risk at the total covariance, so its gradient and
+    Hessian are the isotropic ones (:class:`DriftDerivatives` of the model without the
+    spectrum) pulled back by the linear map :func:`omega_map`.
+
+    Parameters
+    ----------
+    kern : Kernels
+        The block kernels of the model.
+    iso : DriftDerivatives
+        The isotropic model's derivatives (the same activations, readouts and loss).
+    """
+
+    def __init__(self, kern, iso):
+        self.k = kern
+        self.model = kern.model
+        self.lay = kern.layout
+        self.iso = iso
+        self.trained = self.model.readout_trained
+        self.S = omega_map(self.lay, iso.lay, self.model.spectrum)
+        self.s = np.array([float(sb) for _, sb in self.model.spectrum])
+        exact = self.model.is_polynomial and self.model.constraint != "sphere"
+        self.poly = exact
+        self.drift_nodes = _nodes(drift_degree(self.model) if exact else None)
+
+    def drift(self, X, T, params):
+        """The block drift at states ``X`` (..., dim); ``T`` (B, p*, p*) or batched."""
+        Q, rho, a = self.lay.unpack(X)
+        T = np.asarray(T, dtype=float)
+        T = np.broadcast_to(T, X.shape[:-1] + T.shape[-3:])
+        if not self.trained:
+            a = self.k._readout
+        dQ, drho, da = self.k._rhs(Q, rho, T, a, params)
+        return self.lay.pack(dQ, drho, da if self.trained else None)
+
+    def jacobian(self, x, T, params):
+        """``J = ∂f/∂X`` (dim, dim) at one state `x` (stencils, class docstring)."""
+        x = np.asarray(x, dtype=float)
+        if x.ndim != 1:
+            return np.stack([self.jacobian(xi, T, params) for xi in x])
+        nodes = self.drift_nodes
+        w1, _ = stencil_weights(nodes)
+        step = (POLY_STEP if self.poly else SMOOTH_STEP) * max(1.0, float(np.max(np.abs(x))))
+        t = np.array([float(v) for v in nodes])
+        eye = np.eye(self.lay.dim)
+        pts = x + step * t[:, None, None] * eye[None]              # (n_nodes, dim, dim)
+        F = self.drift(pts, T, params)                             # (n_nodes, dim(dir), dim)
+        return np.einsum("j,jri->ir", w1, F) / step
+
+    def risk_gradient(self, x, T):
+        """``∂ε/∂X`` (..., dim) ``= Sᵀ ∇ε(Ω)``."""
+        x = np.asarray(x, dtype=float)
+        xo = x @ self.S.T
+        To = np.einsum("c,...cij->...ij", self.s, np.asarray(T, dtype=float))
+        return self.iso.risk_gradient(xo, To) @ self.S
+
+    def risk_hessian(self, x, T):
+        """``∂²ε/∂X∂X`` (..., dim, dim) ``= Sᵀ ∇²ε(Ω) S``."""
+        x = np.asarray(x, dtype=float)
+        xo = x @ self.S.T
+        To = np.einsum("c,...cij->...ij", self.s, np.asarray(T, dtype=float))
+        return self.S.T @ self.iso.risk_hessian(xo, To) @ self.S

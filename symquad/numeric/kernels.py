@@ -58,12 +58,12 @@ from ..kernel_files import (GENERATED_DIR, KernelFileError, UntrustedCacheError,
                             load_module_file, load_module_text, read_cache_file,
                             write_cache_file)
 from ..spec import Model, check_model, error_signal_weight
-from ..spectrum import has_spectrum
+from ..spectrum import ISOTROPIC, has_spectrum
 from ..stages import declare, stage_fields
 from .checks import as_real_array, check_float_activation
 from .layout import state_layout
 from .._generated import ENTRY_MODULES
-from .drift_derivatives import DriftDerivatives
+from .drift_derivatives import BlockDriftDerivatives, DriftDerivatives
 from ..stages import require_known_structure
 from .._generated import TENSOR_MODULES
 from ..runtime.special_engine import four_point_method
@@ -707,6 +707,8 @@ def _diffusion_function(model: Model, form: str, both: bool = False):
     """
     declare(model, f"the diffusion matrix (form={form!r})")
     require_diffusion(model)
+    if has_spectrum(model):
+        return _block_diffusion_function(model, form, both)
     params = _params(model)
     b = np.array([float(c) for c in model.teacher_readout])
     trained = model.readout_trained
@@ -777,6 +779,39 @@ def _diffusion_function(model: Model, form: str, both: bool = False):
     return D
 
 
+def _block_diffusion_function(model: Model, form: str, both: bool = False):
+    r"""``D(Q, rho, T, a)`` of a model with an input spectrum (block shapes in, block ``D`` out).
+
+    The isotropic ``D`` of the *virtual* model — the same students, a teacher of ``p* + B n``
+    fields with readout ``(b, 0, …, 0)``, no constraint — at the virtual covariance
+    (:func:`~symquad.numeric.block_diffusion.virtual_overlaps`), mapped by the constant
+    ``A`` and, on the sphere, the projection ``P`` (:mod:`symquad.numeric.block_diffusion`,
+    docs/derivation.md §8.8): ``D = P A D_v Aᵀ Pᵀ``.  Every route of the isotropic ``D``
+    serves (its own cost checks at the virtual width); ``both``: ``(D, A D_v Aᵀ)``.
+    """
+    from .block_diffusion import (sphere_projection, state_layout_for, virtual_map,
+                                  virtual_overlaps, virtual_teacher_size)
+    p, ps, B = model.p, model.p_star, model.n_blocks
+    extra = virtual_teacher_size(p, ps, B) - ps
+    virtual = model.replace(spectrum=ISOTROPIC, p_star=ps + extra, constraint="none",
+                            teacher_readout=tuple(model.teacher_readout) + (0,) * extra)
+    Dv = _diffusion_function(virtual, form)
+    A = virtual_map(model.spectrum, p, ps, model.readout_trained)
+    # the block layout even for B = 1 (the isotropic model through this path: a test)
+    lay = state_layout_for(p, ps, model.readout_trained, B)
+    sphere = model.constraint == "sphere"
+
+    def D(Q, rho, T, a, params):
+        Qv, rv, Tv = virtual_overlaps(model.spectrum, Q, rho, T)
+        free = np.einsum("IJ,...JK,LK->...IL", A, Dv(Qv, rv, Tv, a, params), A)
+        if not sphere:
+            return (free, free) if both else free
+        P = sphere_projection(lay, lay.pack(Q, rho, a if model.readout_trained else None))
+        out = P @ free @ np.swapaxes(P, -1, -2)
+        return (out, free) if both else out
+    return D
+
+
 def _jacobian_function(model: Model, form: str | None = None):
     """``(J, ∇ε, ∇²ε)(Q, rho, T, a, params)`` of `model`, each computed when indexed.
 
@@ -831,6 +866,15 @@ def _derivatives(model: Model, form: str | None):
         cached = _MEMO.get(key)
     if cached is not None:
         return cached
+    if has_spectrum(model):
+        # the block drift's stencils; the risk ε(Ω) through the isotropic model's
+        # derivatives at the total covariance (drift_derivatives.BlockDriftDerivatives)
+        kern = dataclasses.replace(_block_kernels(model, form), _params=_params(model))
+        iso = _derivatives(model.replace(spectrum=ISOTROPIC, constraint="none"), form)
+        der = BlockDriftDerivatives(kern, iso)
+        with _LOCK:
+            _MEMO[key] = der
+        return der
     if form == "matrix":
         mod, source = _committed("quadratic_matrix", required=("moments", "risk"))
         extra = tuple(float(c[j]) for c, j in ((model.activation, 2),
