@@ -578,8 +578,10 @@ def fluctuations(model, Q0, rho0, T, N, t_eval, start: str = "fixed", q0: float 
     ----------
     model : Model
     Q0, rho0 : array_like (p, p), (p, p*), or None
-        The start (``start="fixed"``); None with ``start="random"``.
-    T : array_like (p*, p*)
+        The start (``start="fixed"``); None with ``start="random"``.  With an input
+        spectrum of ``B`` blocks, per block: ``(B, p, p)``, ``(B, p, p*)``
+        (docs/derivation.md §8.8: the block ``D`` and Jacobian).
+    T : array_like (p*, p*), or (B, p*, p*) with an input spectrum
     N : int >= 1
         Input dimension: ``Cov[X] = Σ/N``.
     t_eval : array_like
