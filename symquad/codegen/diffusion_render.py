@@ -25,7 +25,7 @@ import sympy as sp
 from ..kernel_files import BANNER, checksum_line
 from ..spec import CONSTRAINTS, Model
 from ..symbolic.symbols import PARAMS
-from .assembly import cse_block_lines
+from .render import _emit_assignments
 from .printer import ScalarPrinter
 from ..symbolic.diffusion import KY, LY, MY, K, L, M
 from ..symbolic.diffusion import moment_diffusion
@@ -41,12 +41,12 @@ __all__ = ["render_diffusion_assembly", "render_diffusion_matrix_module",
            "render_second_order_entries_module"]
 
 
-def _atom_code(atom, index_names) -> str:
+def _atom_code(atom, units) -> str:
     """numpy code of one atom of a block expression, gathered at the unit index arrays."""
     from ..symbolic.diffusion import TEACHER_FIELD, Af, Qf, RHOf, parse_kind
 
     def unit(u):
-        return index_names[u]
+        return f"_u[{units[u]!r}]"
     f, args = atom.func, atom.args
     if f is Qf:
         return f"_g(Q, {unit(args[0])}, {unit(args[1])})"
@@ -58,26 +58,75 @@ def _atom_code(atom, index_names) -> str:
     nd, nx, ns = parse_kind(name)
     codes = []
     for pos, arg in enumerate(args):
-        if nd <= pos < nd + nx:                      # a field: λ_u or ν_m
-            codes.append(f"(p + {unit(arg.args[0])})" if arg.func is TEACHER_FIELD
-                         else unit(arg))
+        if nd <= pos < nd + nx and arg.func is TEACHER_FIELD:     # a teacher field ν_m
+            codes.append(f"_u[{'t' + units[arg.args[0]]!r}]")
         else:
             codes.append(unit(arg))
     return f"kinds({name!r}, {', '.join(codes)})"
 
 
+def _split_term(term, atoms, rows, cols):
+    """``(scalar, row part, column part, mixed part)`` of one product of a block's expression.
+
+    An atom whose units are all row units (``k, l, m``) is a column vector of the
+    block, all column units (``K, L, M``) a row vector; an atom holding both is a
+    full ``rows × columns`` array; parameters and numbers are scalars.
+    """
+    scalar, row, col, mixed = [], [], [], []
+    for factor in sp.Mul.make_args(term):
+        base = factor.base if factor.is_Pow else factor
+        if base not in atoms:
+            scalar.append(factor)
+            continue
+        units = base.free_symbols & (rows | cols)
+        (mixed if units & rows and units & cols else row if units <= rows else col).append(factor)
+    return sp.Mul(*scalar), sp.Mul(*row), sp.Mul(*col), sp.Mul(*mixed)
+
+
 def _block_lines(x, y, expr, printer) -> list:
-    index_names = {K: "i_k", L: "i_l", M: "i_m", KY: "i_K", LY: "i_L", MY: "i_M"}
-    row_units = {"Q": "i_k, i_l", "rho": "i_k, i_m", "a": "i_k"}[x]
-    col_units = {"Q": "i_K, i_L", "rho": "i_K, i_M", "a": "i_K"}[y]
+    """Lines computing block ``(x, y)`` of ``D`` as a sum of outer products.
+
+    Every term of the expanded expression is ``scalar · r · c · X``: ``r`` a product
+    of atoms read at the row units (a column ``(…, R, 1)``), ``c`` at the column
+    units (a row ``(…, 1, C)``), ``X`` the atoms holding both (a kind read at mixed
+    units, ``(…, R, C)``; at most one per term here).  The terms without ``X`` are
+    one matrix product ``(…, R, m) @ (…, m, C)`` (:func:`~symquad.runtime.
+    diffusion_engine.outer_sum`), each other term ``X · (r c)`` with ``r c`` an outer
+    product — instead of broadcasting multiplies on ``R × C`` arrays for every factor.
+    """
+    from ..symbolic.diffusion import TEACHER_FIELD
+    rows, cols = {K, L, M}, {KY, LY, MY}
+    units = {K: "k", L: "l", M: "m", KY: "K", LY: "L", MY: "M"}
     tag = f"{x}_{y}"
     lines = [f"    # block ({x}, {y})",
-             f"    ({row_units},), ({col_units},) = _engine.block_indices({x!r}, {y!r}, p, ps)"]
-    from ..symbolic.diffusion import TEACHER_FIELD
+             f"    _u = _engine.block_units({x!r}, {y!r}, p, ps)",
+             "    _shape = batch + _u['shape']"]
     atoms = sorted((a for a in expr.atoms(sp.Function) if a.func is not TEACHER_FIELD),
                    key=sp.default_sort_key)
-    return lines + cse_block_lines(expr, atoms, lambda a: _atom_code(a, index_names), tag,
-                                   printer, f"blocks[({x!r}, {y!r})]")
+    symbols = {a: sp.Symbol(f"_{tag}_{i}") for i, a in enumerate(atoms)}
+    lines += [f"    {symbols[a]} = {_atom_code(a, units)}" for a in atoms]
+    rank, mixed = [], []
+    for term in sp.Add.make_args(sp.expand(expr.xreplace(symbols))):
+        scalar, r, c, X = _split_term(term, set(symbols.values()), *(
+            {sym for a, sym in symbols.items() if a.free_symbols & side} for side in (rows, cols)))
+        (rank if X == 1 else mixed).append((scalar * r, c, X))
+    # an atom is a row (column) vector when its units are row (column) units only
+    exprs = [e for r, c, _ in rank + mixed for e in (r, c)]
+    reps, reduced = sp.cse(exprs, symbols=sp.numbered_symbols(f"_{tag}x"), order="canonical")
+    lines += _emit_assignments(reps, printer)
+    vectors = [printer.doprint(e) for e in reduced]
+    nr = len(rank)
+    if not rank:                                  # pragma: no cover - every block has some
+        raise AssertionError(f"block ({x}, {y}) has no rank-one term")
+    # the matrix product's result is a fresh (…, R, C) array: the mixed terms add in place
+    lines.append("    _acc = _engine.outer_sum(("
+                 + ", ".join(vectors[2 * i] for i in range(nr)) + ",), ("
+                 + ", ".join(vectors[2 * i + 1] for i in range(nr)) + ",), _shape)")
+    for i, (_, _, X) in enumerate(mixed):
+        r, c = vectors[2 * (nr + i)], vectors[2 * (nr + i) + 1]
+        lines.append(f"    _acc += {printer.doprint(X)} * _engine.outer({r}, {c}, _shape)")
+    lines.append(f"    blocks[({x!r}, {y!r})] = _acc")
+    return lines
 
 
 def _diffusion_function(constraint: str, printer) -> tuple:
