@@ -261,3 +261,36 @@ def test_sizes_are_checked_before_any_work():
     from symquad.symbolic.diffusion import check_entry_diffusion_size
     with pytest.raises(ValueError, match="entry-by-entry diffusion"):
         check_entry_diffusion_size(sq.Model(8, 4, 0.1))
+
+
+def test_matrix_route_symmetric_kinds_are_symmetric():
+    """The kinds that the matrix module reads once per set of index arrays (``_SYMMETRIC``,
+    found by the generator on the recipes) are symmetric in their vertices, evaluated
+    directly (no sharing) at a random state and permuted index arrays; they are the kinds
+    without a σ vertex (every leg linear for σ' = 2c z), and a kind left out (M111, whose
+    σ vertex is special) does change under a permutation (the check has power).  M001 and
+    M002 (only σ vertices) are symmetric too."""
+    from itertools import permutations
+    from symquad._generated import diffusion_matrix as dm
+    from symquad.symbolic.diffusion import parse_kind
+    assert set(dm._SYMMETRIC) == {k for k in dm._KINDS if parse_kind(k)[2] == 0} | {"M001",
+                                                                                      "M002"}
+    rng = np.random.default_rng(3)
+    Q, rho, T = random_overlaps(3, 2, rng)
+    a, b = rng.uniform(0.5, 1.5, 3), np.array([0.7, 1.1])
+    source = dm.kinds(Q, rho, T, a, b, 0.3, 1.3, 0.8, 0.2, -0.1)
+    # fresh index arrays at every read: the source's sharing (by identity) cannot apply
+    idx = [rng.integers(0, 5, (4, 1)), rng.integers(0, 5, (1, 6)), rng.integers(0, 3, (4, 6)),
+           rng.integers(0, 5, (1, 1))]
+
+    def fresh(name, order):
+        return source(name, *[idx[i].copy() for i in order])
+    for name in dm._KINDS:
+        size = sum(parse_kind(name))
+        base = fresh(name, range(size))
+        scale = np.max(np.abs(base))
+        diffs = [np.max(np.abs(fresh(name, perm) - base)) for perm in permutations(range(size))]
+        if name in dm._SYMMETRIC:
+            assert max(diffs) <= 1e-13 * scale, name
+        elif name == "M111":
+            assert max(diffs) > 1e-3 * scale

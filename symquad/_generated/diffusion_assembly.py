@@ -79,15 +79,7 @@ def diffusion_none(Q, rho, a, kinds, params, trained, batch):
     _Q_Qx14 = _Q_Q_17*_Q_Q_18*(eta*eta*eta*eta)/(batch_size*batch_size*batch_size)
     _Q_Qx15 = -_Q_Qx9
     _acc = _engine.outer_sum((_Q_Qx2, _Q_Qx5, _Q_Qx2, _Q_Qx5, _Q_Qx10, _Q_Qx10, _Q_Q_2*_Q_Qx8, _Q_Q_3*_Q_Qx13, -_Q_Q_5*_Q_Qx14,), (_Q_Qx3, _Q_Qx3, _Q_Qx6, _Q_Qx6, _Q_Qx3, _Q_Qx6, _Q_Qx12, _Q_Qx12, _Q_Qx12,), _shape)
-    _acc += _Q_Q_6 * _engine.outer(_Q_Qx1, _Q_Q_15, _shape)
-    _acc += _Q_Q_7 * _engine.outer(_Q_Qx4, _Q_Q_15, _shape)
-    _acc += _Q_Q_8 * _engine.outer(_Q_Qx1, _Q_Q_16, _shape)
-    _acc += _Q_Q_9 * _engine.outer(_Q_Qx4, _Q_Q_16, _shape)
-    _acc += _Q_Q_10 * _engine.outer(-_Q_Qx8, _Q_Qx11, _shape)
-    _acc += _Q_Q_11 * _engine.outer(-_Q_Qx13, _Q_Qx11, _shape)
-    _acc += _Q_Q_12 * _engine.outer(_Q_Qx15, _Q_Q_15, _shape)
-    _acc += _Q_Q_13 * _engine.outer(_Q_Qx15, _Q_Q_16, _shape)
-    _acc += _Q_Q_14 * _engine.outer(_Q_Qx14, _Q_Qx11, _shape)
+    _acc += _engine.mixed_sum(((_Q_Q_6, _Q_Qx1, _Q_Q_15), (_Q_Q_7, _Q_Qx4, _Q_Q_15), (_Q_Q_8, _Q_Qx1, _Q_Q_16), (_Q_Q_9, _Q_Qx4, _Q_Q_16), (_Q_Q_10, -_Q_Qx8, _Q_Qx11), (_Q_Q_11, -_Q_Qx13, _Q_Qx11), (_Q_Q_12, _Q_Qx15, _Q_Q_15), (_Q_Q_13, _Q_Qx15, _Q_Q_16), (_Q_Q_14, _Q_Qx14, _Q_Qx11),), _shape)
     blocks[('Q', 'Q')] = _acc
     # block (Q, rho)
     _u = _engine.block_units('Q', 'rho', p, ps)
@@ -108,9 +100,7 @@ def diffusion_none(Q, rho, a, kinds, params, trained, batch):
     _Q_rhox3 = _Q_rho_9*_Q_rhox0
     _Q_rhox4 = _Q_rho_8*_Q_rho_9*(eta*eta*eta)/(batch_size*batch_size)
     _acc = _engine.outer_sum((-_Q_rho_1*_Q_rhox1, -_Q_rho_2*_Q_rhox3, _Q_rho_3*_Q_rhox4,), (_Q_rhox2, _Q_rhox2, _Q_rhox2,), _shape)
-    _acc += _Q_rho_4 * _engine.outer(_Q_rhox1, _Q_rho_7, _shape)
-    _acc += _Q_rho_5 * _engine.outer(_Q_rhox3, _Q_rho_7, _shape)
-    _acc += _Q_rho_6 * _engine.outer(-_Q_rhox4, _Q_rho_7, _shape)
+    _acc += _engine.mixed_sum(((_Q_rho_4, _Q_rhox1, _Q_rho_7), (_Q_rho_5, _Q_rhox3, _Q_rho_7), (_Q_rho_6, -_Q_rhox4, _Q_rho_7),), _shape)
     blocks[('Q', 'rho')] = _acc
     # block (rho, rho)
     _u = _engine.block_units('rho', 'rho', p, ps)
@@ -122,7 +112,7 @@ def diffusion_none(Q, rho, a, kinds, params, trained, batch):
     _rho_rho_4 = _g(a, _u['k'])
     _rho_rhox0 = _rho_rho_4*(eta*eta)/batch_size
     _acc = _engine.outer_sum((-_rho_rho_1*_rho_rhox0,), (_rho_rho_0*_rho_rho_3,), _shape)
-    _acc += _rho_rho_2 * _engine.outer(_rho_rhox0, _rho_rho_3, _shape)
+    _acc += _engine.mixed_sum(((_rho_rho_2, _rho_rhox0, _rho_rho_3),), _shape)
     blocks[('rho', 'rho')] = _acc
     if trained:
         # block (Q, a)
@@ -143,9 +133,7 @@ def diffusion_none(Q, rho, a, kinds, params, trained, batch):
         _Q_ax3 = _Q_a_8*_Q_ax1*lr_readout
         _Q_ax4 = _Q_a_8*_Q_ax0*(eta*eta)/(batch_size*batch_size)
         _acc = _engine.outer_sum((-_Q_a_1*_Q_ax2, -_Q_a_2*_Q_ax3, _Q_a_5*_Q_ax4,), (_Q_a_0, _Q_a_0, _Q_a_0,), _shape)
-        _acc += _Q_a_3 * _engine.outer(_Q_ax2, 1, _shape)
-        _acc += _Q_a_4 * _engine.outer(_Q_ax3, 1, _shape)
-        _acc += _Q_a_6 * _engine.outer(-_Q_ax4, 1, _shape)
+        _acc += _engine.mixed_sum(((_Q_a_3, _Q_ax2, 1), (_Q_a_4, _Q_ax3, 1), (_Q_a_6, -_Q_ax4, 1),), _shape)
         blocks[('Q', 'a')] = _acc
         # block (rho, a)
         _u = _engine.block_units('rho', 'a', p, ps)
@@ -156,7 +144,7 @@ def diffusion_none(Q, rho, a, kinds, params, trained, batch):
         _rho_a_3 = _g(a, _u['k'])
         _rho_ax0 = _rho_a_3*eta*lr_readout/batch_size
         _acc = _engine.outer_sum((-_rho_a_1*_rho_ax0,), (_rho_a_0,), _shape)
-        _acc += _rho_a_2 * _engine.outer(_rho_ax0, 1, _shape)
+        _acc += _engine.mixed_sum(((_rho_a_2, _rho_ax0, 1),), _shape)
         blocks[('rho', 'a')] = _acc
         # block (a, a)
         _u = _engine.block_units('a', 'a', p, ps)
@@ -166,7 +154,7 @@ def diffusion_none(Q, rho, a, kinds, params, trained, batch):
         _a_a_2 = kinds('M002', _u['K'], _u['k'])
         _a_ax0 = (lr_readout*lr_readout)/batch_size
         _acc = _engine.outer_sum((-_a_a_1*_a_ax0,), (_a_a_0,), _shape)
-        _acc += _a_a_2 * _engine.outer(_a_ax0, 1, _shape)
+        _acc += _engine.mixed_sum(((_a_a_2, _a_ax0, 1),), _shape)
         blocks[('a', 'a')] = _acc
     return _engine.assemble(blocks, p, ps, trained, batch)
 
@@ -335,55 +323,7 @@ def diffusion_sphere(Q, rho, a, kinds, params, trained, batch):
     _Q_Qx76 = -_Q_Qx35
     _Q_Qx77 = -_Q_Qx39
     _acc = _engine.outer_sum((_Q_Qx3, _Q_Qx7, _Q_Qx3, _Q_Qx7, _Q_Qx12, _Q_Qx12, _Q_Qx13, _Q_Qx17, _Q_Qx2, _Q_Qx6, _Q_Qx23, _Q_Qx26, _Q_Qx23, _Q_Qx26, _Q_Qx2, _Q_Qx6, -_Q_Qx32, _Q_Qx37, _Q_Qx41, _Q_Qx42, _Q_Qx45, _Q_Qx37, _Q_Qx41, _Q_Qx42, _Q_Qx45, _Q_Qx48, _Q_Q_11*_Q_Qx50, _Q_Qx48, _Q_Q_13*_Q_Qx51, _Q_Qx52, _Q_Qx52, -_Q_Q_4*_Q_Qx53, -_Q_Q_7*_Q_Qx54, _Q_Qx36, _Q_Qx40, _Q_Qx57, _Q_Qx60, _Q_Qx36, _Q_Qx40, _Q_Qx57, _Q_Qx60, _Q_Qx61, _Q_Qx62, _Q_Qx61, _Q_Qx62, _Q_Qx65, _Q_Qx67, _Q_Qx65, _Q_Qx67,), (_Q_Qx4, _Q_Qx4, _Q_Qx8, _Q_Qx8, _Q_Qx4, _Q_Qx8, _Q_Qx15, _Q_Qx15, _Q_Qx20, _Q_Qx20, _Q_Qx4, _Q_Qx4, _Q_Qx8, _Q_Qx8, _Q_Qx29, _Q_Qx29, _Q_Qx15, _Q_Qx4, _Q_Qx4, _Q_Qx44, _Q_Qx44, _Q_Qx8, _Q_Qx8, _Q_Qx47, _Q_Qx47, _Q_Qx44, _Q_Qx15, _Q_Qx47, _Q_Qx15, _Q_Qx20, _Q_Qx29, _Q_Qx15, _Q_Qx15, _Q_Qx20, _Q_Qx20, _Q_Qx44, _Q_Qx44, _Q_Qx29, _Q_Qx29, _Q_Qx47, _Q_Qx47, _Q_Qx20, _Q_Qx20, _Q_Qx29, _Q_Qx29, _Q_Qx44, _Q_Qx44, _Q_Qx47, _Q_Qx47,), _shape)
-    _acc += _Q_Q_17 * _engine.outer(_Q_Qx1, _Q_Q_63, _shape)
-    _acc += _Q_Q_20 * _engine.outer(_Q_Qx5, _Q_Q_63, _shape)
-    _acc += _Q_Q_23 * _engine.outer(_Q_Qx1, _Q_Q_64, _shape)
-    _acc += _Q_Q_26 * _engine.outer(_Q_Qx5, _Q_Q_64, _shape)
-    _acc += _Q_Q_35 * _engine.outer(-_Q_Qx10, _Q_Qx14, _shape)
-    _acc += _Q_Q_36 * _engine.outer(-_Q_Qx16, _Q_Qx14, _shape)
-    _acc += _Q_Q_41 * _engine.outer(_Q_Qx68, _Q_Q_63, _shape)
-    _acc += _Q_Q_50 * _engine.outer(_Q_Qx68, _Q_Q_64, _shape)
-    _acc += _Q_Q_58 * _engine.outer(_Q_Qx31, _Q_Qx14, _shape)
-    _acc += _Q_Q_31 * _engine.outer(_Q_Qx55, _Q_Qx46, _shape)
-    _acc += _Q_Q_32 * _engine.outer(_Q_Qx58, _Q_Qx46, _shape)
-    _acc += _Q_Q_39 * _engine.outer(_Q_Qx35, _Q_Q_63, _shape)
-    _acc += _Q_Q_43 * _engine.outer(_Q_Qx39, _Q_Q_63, _shape)
-    _acc += _Q_Q_45 * _engine.outer(_Q_Qx55, _Q_Qx43, _shape)
-    _acc += _Q_Q_46 * _engine.outer(_Q_Qx58, _Q_Qx43, _shape)
-    _acc += _Q_Q_48 * _engine.outer(_Q_Qx35, _Q_Q_64, _shape)
-    _acc += _Q_Q_52 * _engine.outer(_Q_Qx39, _Q_Q_64, _shape)
-    _acc += _Q_Q_15 * _engine.outer(_Q_Qx69, _Q_Qx19, _shape)
-    _acc += _Q_Q_16 * _engine.outer(_Q_Qx70, _Q_Q_63, _shape)
-    _acc += _Q_Q_18 * _engine.outer(_Q_Qx71, _Q_Qx19, _shape)
-    _acc += _Q_Q_21 * _engine.outer(_Q_Qx72, _Q_Q_63, _shape)
-    _acc += _Q_Q_22 * _engine.outer(_Q_Qx70, _Q_Q_64, _shape)
-    _acc += _Q_Q_25 * _engine.outer(_Q_Qx69, _Q_Qx28, _shape)
-    _acc += _Q_Q_27 * _engine.outer(_Q_Qx72, _Q_Q_64, _shape)
-    _acc += _Q_Q_28 * _engine.outer(_Q_Qx71, _Q_Qx28, _shape)
-    _acc += _Q_Q_34 * _engine.outer(_Q_Qx53, _Q_Qx14, _shape)
-    _acc += _Q_Q_37 * _engine.outer(_Q_Qx54, _Q_Qx14, _shape)
-    _acc += _Q_Q_40 * _engine.outer(_Q_Qx11, _Q_Qx19, _shape)
-    _acc += _Q_Q_51 * _engine.outer(_Q_Qx11, _Q_Qx28, _shape)
-    _acc += _Q_Q_55 * _engine.outer(_Q_Qx73, _Q_Qx46, _shape)
-    _acc += _Q_Q_57 * _engine.outer(-_Q_Qx50, _Q_Qx14, _shape)
-    _acc += _Q_Q_59 * _engine.outer(-_Q_Qx51, _Q_Qx14, _shape)
-    _acc += _Q_Q_61 * _engine.outer(_Q_Qx73, _Q_Qx43, _shape)
-    _acc += _Q_Q_14 * _engine.outer(_Q_Qx22, _Q_Qx19, _shape)
-    _acc += _Q_Q_19 * _engine.outer(_Q_Qx25, _Q_Qx19, _shape)
-    _acc += _Q_Q_24 * _engine.outer(_Q_Qx22, _Q_Qx28, _shape)
-    _acc += _Q_Q_29 * _engine.outer(_Q_Qx25, _Q_Qx28, _shape)
-    _acc += _Q_Q_30 * _engine.outer(_Q_Qx74, _Q_Qx46, _shape)
-    _acc += _Q_Q_33 * _engine.outer(_Q_Qx75, _Q_Qx46, _shape)
-    _acc += _Q_Q_38 * _engine.outer(_Q_Qx76, _Q_Qx19, _shape)
-    _acc += _Q_Q_42 * _engine.outer(_Q_Qx77, _Q_Qx19, _shape)
-    _acc += _Q_Q_44 * _engine.outer(_Q_Qx74, _Q_Qx43, _shape)
-    _acc += _Q_Q_47 * _engine.outer(_Q_Qx75, _Q_Qx43, _shape)
-    _acc += _Q_Q_49 * _engine.outer(_Q_Qx76, _Q_Qx28, _shape)
-    _acc += _Q_Q_53 * _engine.outer(_Q_Qx77, _Q_Qx28, _shape)
-    _acc += _Q_Q_54 * _engine.outer(_Q_Qx64, _Q_Qx46, _shape)
-    _acc += _Q_Q_56 * _engine.outer(_Q_Qx66, _Q_Qx46, _shape)
-    _acc += _Q_Q_60 * _engine.outer(_Q_Qx64, _Q_Qx43, _shape)
-    _acc += _Q_Q_62 * _engine.outer(_Q_Qx66, _Q_Qx43, _shape)
+    _acc += _engine.mixed_sum(((_Q_Q_17, _Q_Qx1, _Q_Q_63), (_Q_Q_20, _Q_Qx5, _Q_Q_63), (_Q_Q_23, _Q_Qx1, _Q_Q_64), (_Q_Q_26, _Q_Qx5, _Q_Q_64), (_Q_Q_35, -_Q_Qx10, _Q_Qx14), (_Q_Q_36, -_Q_Qx16, _Q_Qx14), (_Q_Q_41, _Q_Qx68, _Q_Q_63), (_Q_Q_50, _Q_Qx68, _Q_Q_64), (_Q_Q_58, _Q_Qx31, _Q_Qx14), (_Q_Q_31, _Q_Qx55, _Q_Qx46), (_Q_Q_32, _Q_Qx58, _Q_Qx46), (_Q_Q_39, _Q_Qx35, _Q_Q_63), (_Q_Q_43, _Q_Qx39, _Q_Q_63), (_Q_Q_45, _Q_Qx55, _Q_Qx43), (_Q_Q_46, _Q_Qx58, _Q_Qx43), (_Q_Q_48, _Q_Qx35, _Q_Q_64), (_Q_Q_52, _Q_Qx39, _Q_Q_64), (_Q_Q_15, _Q_Qx69, _Q_Qx19), (_Q_Q_16, _Q_Qx70, _Q_Q_63), (_Q_Q_18, _Q_Qx71, _Q_Qx19), (_Q_Q_21, _Q_Qx72, _Q_Q_63), (_Q_Q_22, _Q_Qx70, _Q_Q_64), (_Q_Q_25, _Q_Qx69, _Q_Qx28), (_Q_Q_27, _Q_Qx72, _Q_Q_64), (_Q_Q_28, _Q_Qx71, _Q_Qx28), (_Q_Q_34, _Q_Qx53, _Q_Qx14), (_Q_Q_37, _Q_Qx54, _Q_Qx14), (_Q_Q_40, _Q_Qx11, _Q_Qx19), (_Q_Q_51, _Q_Qx11, _Q_Qx28), (_Q_Q_55, _Q_Qx73, _Q_Qx46), (_Q_Q_57, -_Q_Qx50, _Q_Qx14), (_Q_Q_59, -_Q_Qx51, _Q_Qx14), (_Q_Q_61, _Q_Qx73, _Q_Qx43), (_Q_Q_14, _Q_Qx22, _Q_Qx19), (_Q_Q_19, _Q_Qx25, _Q_Qx19), (_Q_Q_24, _Q_Qx22, _Q_Qx28), (_Q_Q_29, _Q_Qx25, _Q_Qx28), (_Q_Q_30, _Q_Qx74, _Q_Qx46), (_Q_Q_33, _Q_Qx75, _Q_Qx46), (_Q_Q_38, _Q_Qx76, _Q_Qx19), (_Q_Q_42, _Q_Qx77, _Q_Qx19), (_Q_Q_44, _Q_Qx74, _Q_Qx43), (_Q_Q_47, _Q_Qx75, _Q_Qx43), (_Q_Q_49, _Q_Qx76, _Q_Qx28), (_Q_Q_53, _Q_Qx77, _Q_Qx28), (_Q_Q_54, _Q_Qx64, _Q_Qx46), (_Q_Q_56, _Q_Qx66, _Q_Qx46), (_Q_Q_60, _Q_Qx64, _Q_Qx43), (_Q_Q_62, _Q_Qx66, _Q_Qx43),), _shape)
     blocks[('Q', 'Q')] = _acc
     # block (Q, rho)
     _u = _engine.block_units('Q', 'rho', p, ps)
@@ -465,27 +405,7 @@ def diffusion_sphere(Q, rho, a, kinds, params, trained, batch):
     _Q_rhox35 = _Q_rhox20*_Q_rhox34
     _Q_rhox36 = _Q_rhox23*_Q_rhox34
     _acc = _engine.outer_sum((-_Q_rhox2, -_Q_rhox5, _Q_rhox9, _Q_rhox2, _Q_rhox5, _Q_rhox15, _Q_rhox18, -_Q_rhox22, -_Q_rhox25, -_Q_rho_3*_Q_rhox26, -_Q_rho_4*_Q_rhox29, _Q_rho_8*_Q_rhox31, -_Q_rhox9, _Q_rhox22, _Q_rhox25, _Q_rho_2*_Q_rhox32, _Q_rho_5*_Q_rhox33, -_Q_rhox15, -_Q_rhox18, -_Q_rho_7*_Q_rhox35, -_Q_rho_9*_Q_rhox36,), (_Q_rhox3, _Q_rhox3, _Q_rhox3, _Q_rhox12, _Q_rhox12, _Q_rhox3, _Q_rhox3, _Q_rhox3, _Q_rhox3, _Q_rhox28, _Q_rhox28, _Q_rhox28, _Q_rhox12, _Q_rhox12, _Q_rhox12, _Q_rhox28, _Q_rhox28, _Q_rhox12, _Q_rhox12, _Q_rhox28, _Q_rhox28,), _shape)
-    _acc += _Q_rho_13 * _engine.outer(_Q_rhox1, _Q_rho_31, _shape)
-    _acc += _Q_rho_16 * _engine.outer(_Q_rhox4, _Q_rho_31, _shape)
-    _acc += _Q_rho_25 * _engine.outer(-_Q_rhox8, _Q_rho_31, _shape)
-    _acc += _Q_rho_19 * _engine.outer(_Q_rhox26, _Q_rhox27, _shape)
-    _acc += _Q_rho_20 * _engine.outer(_Q_rhox29, _Q_rhox27, _shape)
-    _acc += _Q_rho_23 * _engine.outer(_Q_rhox21, _Q_rho_31, _shape)
-    _acc += _Q_rho_27 * _engine.outer(_Q_rhox24, _Q_rho_31, _shape)
-    _acc += _Q_rho_11 * _engine.outer(-_Q_rhox1, _Q_rhox11, _shape)
-    _acc += _Q_rho_12 * _engine.outer(-_Q_rhox14, _Q_rho_31, _shape)
-    _acc += _Q_rho_14 * _engine.outer(-_Q_rhox4, _Q_rhox11, _shape)
-    _acc += _Q_rho_17 * _engine.outer(-_Q_rhox17, _Q_rho_31, _shape)
-    _acc += _Q_rho_24 * _engine.outer(_Q_rhox8, _Q_rhox11, _shape)
-    _acc += _Q_rho_29 * _engine.outer(-_Q_rhox31, _Q_rhox27, _shape)
-    _acc += _Q_rho_10 * _engine.outer(_Q_rhox14, _Q_rhox11, _shape)
-    _acc += _Q_rho_15 * _engine.outer(_Q_rhox17, _Q_rhox11, _shape)
-    _acc += _Q_rho_18 * _engine.outer(-_Q_rhox32, _Q_rhox27, _shape)
-    _acc += _Q_rho_21 * _engine.outer(-_Q_rhox33, _Q_rhox27, _shape)
-    _acc += _Q_rho_22 * _engine.outer(-_Q_rhox21, _Q_rhox11, _shape)
-    _acc += _Q_rho_26 * _engine.outer(-_Q_rhox24, _Q_rhox11, _shape)
-    _acc += _Q_rho_28 * _engine.outer(_Q_rhox35, _Q_rhox27, _shape)
-    _acc += _Q_rho_30 * _engine.outer(_Q_rhox36, _Q_rhox27, _shape)
+    _acc += _engine.mixed_sum(((_Q_rho_13, _Q_rhox1, _Q_rho_31), (_Q_rho_16, _Q_rhox4, _Q_rho_31), (_Q_rho_25, -_Q_rhox8, _Q_rho_31), (_Q_rho_19, _Q_rhox26, _Q_rhox27), (_Q_rho_20, _Q_rhox29, _Q_rhox27), (_Q_rho_23, _Q_rhox21, _Q_rho_31), (_Q_rho_27, _Q_rhox24, _Q_rho_31), (_Q_rho_11, -_Q_rhox1, _Q_rhox11), (_Q_rho_12, -_Q_rhox14, _Q_rho_31), (_Q_rho_14, -_Q_rhox4, _Q_rhox11), (_Q_rho_17, -_Q_rhox17, _Q_rho_31), (_Q_rho_24, _Q_rhox8, _Q_rhox11), (_Q_rho_29, -_Q_rhox31, _Q_rhox27), (_Q_rho_10, _Q_rhox14, _Q_rhox11), (_Q_rho_15, _Q_rhox17, _Q_rhox11), (_Q_rho_18, -_Q_rhox32, _Q_rhox27), (_Q_rho_21, -_Q_rhox33, _Q_rhox27), (_Q_rho_22, -_Q_rhox21, _Q_rhox11), (_Q_rho_26, -_Q_rhox24, _Q_rhox11), (_Q_rho_28, _Q_rhox35, _Q_rhox27), (_Q_rho_30, _Q_rhox36, _Q_rhox27),), _shape)
     blocks[('Q', 'rho')] = _acc
     # block (rho, rho)
     _u = _engine.block_units('rho', 'rho', p, ps)
@@ -530,15 +450,7 @@ def diffusion_sphere(Q, rho, a, kinds, params, trained, batch):
     _rho_rhox16 = _rho_rhox13*_rho_rhox6
     _rho_rhox17 = (1/4)*_rho_rhox10*(eta*eta*eta*eta)/(batch_size*batch_size*batch_size)
     _acc = _engine.outer_sum((-_rho_rhox1, _rho_rhox1, _rho_rhox8, -_rho_rhox12, -_rho_rho_3*_rho_rhox13, _rho_rhox12, _rho_rho_2*_rho_rhox16, -_rho_rhox8, -_rho_rho_5*_rho_rhox17,), (_rho_rhox2, _rho_rhox5, _rho_rhox2, _rho_rhox2, _rho_rhox15, _rho_rhox5, _rho_rhox15, _rho_rhox5, _rho_rhox15,), _shape)
-    _acc += _rho_rho_9 * _engine.outer(_rho_rhox0, _rho_rho_15, _shape)
-    _acc += _rho_rho_11 * _engine.outer(_rho_rhox13, _rho_rhox14, _shape)
-    _acc += _rho_rho_13 * _engine.outer(_rho_rhox11, _rho_rho_15, _shape)
-    _acc += _rho_rho_7 * _engine.outer(-_rho_rhox0, _rho_rhox4, _shape)
-    _acc += _rho_rho_8 * _engine.outer(-_rho_rhox7, _rho_rho_15, _shape)
-    _acc += _rho_rho_6 * _engine.outer(_rho_rhox7, _rho_rhox4, _shape)
-    _acc += _rho_rho_10 * _engine.outer(-_rho_rhox16, _rho_rhox14, _shape)
-    _acc += _rho_rho_12 * _engine.outer(-_rho_rhox11, _rho_rhox4, _shape)
-    _acc += _rho_rho_14 * _engine.outer(_rho_rhox17, _rho_rhox14, _shape)
+    _acc += _engine.mixed_sum(((_rho_rho_9, _rho_rhox0, _rho_rho_15), (_rho_rho_11, _rho_rhox13, _rho_rhox14), (_rho_rho_13, _rho_rhox11, _rho_rho_15), (_rho_rho_7, -_rho_rhox0, _rho_rhox4), (_rho_rho_8, -_rho_rhox7, _rho_rho_15), (_rho_rho_6, _rho_rhox7, _rho_rhox4), (_rho_rho_10, -_rho_rhox16, _rho_rhox14), (_rho_rho_12, -_rho_rhox11, _rho_rhox4), (_rho_rho_14, _rho_rhox17, _rho_rhox14),), _shape)
     blocks[('rho', 'rho')] = _acc
     if trained:
         # block (Q, a)
@@ -578,13 +490,7 @@ def diffusion_sphere(Q, rho, a, kinds, params, trained, batch):
         _Q_ax11 = (_Q_a_16*_Q_a_16)*_Q_ax10*_Q_ax8
         _Q_ax12 = (_Q_a_15*_Q_a_15)*_Q_ax10*_Q_ax6
         _acc = _engine.outer_sum((-_Q_a_2*_Q_ax2, -_Q_a_3*_Q_ax3, _Q_a_10*_Q_ax5, _Q_a_1*_Q_ax7, _Q_a_4*_Q_ax9, -_Q_a_11*_Q_ax11, -_Q_a_9*_Q_ax12,), (_Q_a_0, _Q_a_0, _Q_a_0, _Q_a_0, _Q_a_0, _Q_a_0, _Q_a_0,), _shape)
-        _acc += _Q_a_6 * _engine.outer(_Q_ax2, 1, _shape)
-        _acc += _Q_a_7 * _engine.outer(_Q_ax3, 1, _shape)
-        _acc += _Q_a_13 * _engine.outer(-_Q_ax5, 1, _shape)
-        _acc += _Q_a_12 * _engine.outer(_Q_ax12, 1, _shape)
-        _acc += _Q_a_14 * _engine.outer(_Q_ax11, 1, _shape)
-        _acc += _Q_a_5 * _engine.outer(-_Q_ax7, 1, _shape)
-        _acc += _Q_a_8 * _engine.outer(-_Q_ax9, 1, _shape)
+        _acc += _engine.mixed_sum(((_Q_a_6, _Q_ax2, 1), (_Q_a_7, _Q_ax3, 1), (_Q_a_13, -_Q_ax5, 1), (_Q_a_12, _Q_ax12, 1), (_Q_a_14, _Q_ax11, 1), (_Q_a_5, -_Q_ax7, 1), (_Q_a_8, -_Q_ax9, 1),), _shape)
         blocks[('Q', 'a')] = _acc
         # block (rho, a)
         _u = _engine.block_units('rho', 'a', p, ps)
@@ -604,9 +510,7 @@ def diffusion_sphere(Q, rho, a, kinds, params, trained, batch):
         _rho_ax2 = _rho_ax0*_rho_ax1
         _rho_ax3 = (1/2)*(_rho_a_7*_rho_a_7)*_rho_ax1*(eta*eta)*lr_readout/(batch_size*batch_size)
         _acc = _engine.outer_sum((-_rho_a_2*_rho_ax0, _rho_a_1*_rho_ax2, -_rho_a_5*_rho_ax3,), (_rho_a_0, _rho_a_0, _rho_a_0,), _shape)
-        _acc += _rho_a_4 * _engine.outer(_rho_ax0, 1, _shape)
-        _acc += _rho_a_6 * _engine.outer(_rho_ax3, 1, _shape)
-        _acc += _rho_a_3 * _engine.outer(-_rho_ax2, 1, _shape)
+        _acc += _engine.mixed_sum(((_rho_a_4, _rho_ax0, 1), (_rho_a_6, _rho_ax3, 1), (_rho_a_3, -_rho_ax2, 1),), _shape)
         blocks[('rho', 'a')] = _acc
         # block (a, a)
         _u = _engine.block_units('a', 'a', p, ps)
@@ -616,7 +520,7 @@ def diffusion_sphere(Q, rho, a, kinds, params, trained, batch):
         _a_a_2 = kinds('M002', _u['K'], _u['k'])
         _a_ax0 = (lr_readout*lr_readout)/batch_size
         _acc = _engine.outer_sum((-_a_a_1*_a_ax0,), (_a_a_0,), _shape)
-        _acc += _a_a_2 * _engine.outer(_a_ax0, 1, _shape)
+        _acc += _engine.mixed_sum(((_a_a_2, _a_ax0, 1),), _shape)
         blocks[('a', 'a')] = _acc
     return _engine.assemble(blocks, p, ps, trained, batch)
 
@@ -627,4 +531,4 @@ KINDS = {('none', False): ('M110', 'M200', 'M220', 'M310', 'M400'),
  ('sphere', False): ('M110', 'M200', 'M220', 'M310', 'M400'),
  ('sphere', True): ('M001', 'M002', 'M110', 'M111', 'M200', 'M201', 'M220', 'M310', 'M400')}
 DIFFUSION = {'none': diffusion_none, 'sphere': diffusion_sphere}
-# sha256: 52603884840f7f73e9574a6adcf2331d4c7d4f6be2f135ac1873a5cdc3d61602
+# sha256: 5f85eee6811d9a0bd856f6725c15d8d1f31d6ad3ad07c6d4962e5714b3ca33ba

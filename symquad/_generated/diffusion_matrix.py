@@ -58,9 +58,17 @@ def kinds(Q, rho, T, a, b, Delta, c, c_star, c0, c0_star):
     tr_4 = tr[4]
 
     words = _WordGather(W)
+    # a symmetric kind read at a permutation of the same index arrays: one value
+    seen = {}
 
     def source(name, *idx):
-        return _KINDS[name](words, idx, locals_)
+        if name not in _SYMMETRIC:
+            return _KINDS[name](words, idx, locals_)
+        key = (name,) + tuple(sorted(map(id, idx)))
+        hit = seen.get(key)
+        if hit is None:                   # (the arrays held: their ids stay unique)
+            hit = seen[key] = (_KINDS[name](words, idx, locals_), idx)
+        return hit[0]
 
     locals_ = dict(Delta=Delta, c=c, c_star=c_star, c0=c0, c0_star=c0_star,
                    kappa=kappa, tr_1=tr_1, tr_2=tr_2, tr_3=tr_3, tr_4=tr_4)
@@ -374,4 +382,6 @@ def _M400(W, idx, s):
 
 
 _KINDS = {'M001': _M001, 'M002': _M002, 'M110': _M110, 'M111': _M111, 'M200': _M200, 'M201': _M201, 'M220': _M220, 'M310': _M310, 'M400': _M400}
-# sha256: b483f5e4cf126a616ede7b7836970ff7d2b87de34348dd64528b063738711a86
+# symmetric under every permutation of their vertices (checked on the recipes)
+_SYMMETRIC = frozenset(('M001', 'M002', 'M110', 'M200', 'M220', 'M310', 'M400'))
+# sha256: 00dafd6d6e2235a55d754a03849a832b8a6df63a7ffb5aa9ad6b666f37646d45

@@ -92,7 +92,9 @@ def _block_lines(x, y, expr, printer) -> list:
     units, ``(…, R, C)``; at most one per term here).  The terms without ``X`` are
     one matrix product ``(…, R, m) @ (…, m, C)`` (:func:`~symquad.runtime.
     diffusion_engine.outer_sum`), each other term ``X · (r c)`` with ``r c`` an outer
-    product — instead of broadcasting multiplies on ``R × C`` arrays for every factor.
+    product — instead of broadcasting multiplies on ``R × C`` arrays for every factor;
+    the mixed terms whose ``X`` is one array at run time share one product
+    (:func:`~symquad.runtime.diffusion_engine.mixed_sum`).
     """
     from ..symbolic.diffusion import TEACHER_FIELD
     rows, cols = {K, L, M}, {KY, LY, MY}
@@ -122,9 +124,10 @@ def _block_lines(x, y, expr, printer) -> list:
     lines.append("    _acc = _engine.outer_sum(("
                  + ", ".join(vectors[2 * i] for i in range(nr)) + ",), ("
                  + ", ".join(vectors[2 * i + 1] for i in range(nr)) + ",), _shape)")
-    for i, (_, _, X) in enumerate(mixed):
-        r, c = vectors[2 * (nr + i)], vectors[2 * (nr + i) + 1]
-        lines.append(f"    _acc += {printer.doprint(X)} * _engine.outer({r}, {c}, _shape)")
+    if mixed:
+        lines.append("    _acc += _engine.mixed_sum((" + ", ".join(
+            f"({printer.doprint(X)}, {vectors[2 * (nr + i)]}, {vectors[2 * (nr + i) + 1]})"
+            for i, (_, _, X) in enumerate(mixed)) + ",), _shape)")
     lines.append(f"    blocks[({x!r}, {y!r})] = _acc")
     return lines
 
@@ -199,6 +202,49 @@ def render_diffusion_assembly() -> str:
 
 # ---- matrix route --------------------------------------------------------------------
 
+def _recipe_canonical(terms, perm=None):
+    """A matrix-route kind's recipe as ``{pairing: coefficient}``, its vertices relabelled by `perm`.
+
+    A pairing is the sorted tuple of its ``(u, v, J)`` with ``u <= v`` (the words
+    ``W_J = (CA)^J C`` are symmetric, so ``W_J[u, v] = W_J[v, u]``).
+    """
+    out: dict = {}
+    for coeff, pairing in terms:
+        key = tuple(sorted((min(perm[u], perm[v]), max(perm[u], perm[v]), J) if perm else
+                           (min(u, v), max(u, v), J) for u, v, J in pairing))
+        out[key] = out.get(key, 0) + coeff
+    return out
+
+
+def symmetric_kinds(recipes) -> tuple:
+    """The matrix-route kinds whose value is symmetric under every permutation of their vertices.
+
+    Checked on the recipes themselves: the kind ``Σ c_P Π_{(u,v,J)∈P} W_J[x_u, x_v]``
+    is unchanged by every transposition of neighbouring vertices (they generate all
+    permutations) when the relabelled pairings carry the same coefficients (compared
+    by ``sympy.expand`` of the difference).  With ``σ' = 2c z`` linear, the kinds
+    without a ``σ`` vertex (all legs ``z_x``) are; the generated source reads each of
+    those once per set of index arrays.
+    """
+    from ..symbolic.diffusion import parse_kind
+    out = []
+    for name, terms in sorted(recipes.items()):
+        size = sum(parse_kind(name))
+        base = _recipe_canonical(terms)
+        ok = True
+        for k in range(size - 1):
+            perm = list(range(size))
+            perm[k], perm[k + 1] = k + 1, k
+            moved = _recipe_canonical(terms, perm)
+            if set(moved) != set(base) or any(sp.expand(moved[key] - base[key]) != 0
+                                              for key in base):
+                ok = False
+                break
+        if ok:
+            out.append(name)
+    return tuple(out)
+
+
 def render_diffusion_matrix_module() -> str:
     """Moment kinds of the diffusion for ``σ = c z² + c0``, ``σ* = c* z² + c0*`` (any width)."""
     from ..symbolic.diffusion_matrix import MAX_WORD, kind_recipes
@@ -258,8 +304,17 @@ def render_diffusion_matrix_module() -> str:
             "        tr[j] = numpy.trace(P, axis1=-2, axis2=-1)",
             "        P = P @ AC"]
     out += [f"    tr_{j} = tr[{j}]" for j in sorted({t.name.count("A") for t in traces})]
-    out += ["", "    words = _WordGather(W)", "",
-            "    def source(name, *idx):", "        return _KINDS[name](words, idx, locals_)", "",
+    out += ["", "    words = _WordGather(W)",
+            "    # a symmetric kind read at a permutation of the same index arrays: one value",
+            "    seen = {}", "",
+            "    def source(name, *idx):",
+            "        if name not in _SYMMETRIC:",
+            "            return _KINDS[name](words, idx, locals_)",
+            "        key = (name,) + tuple(sorted(map(id, idx)))",
+            "        hit = seen.get(key)",
+            "        if hit is None:                   # (the arrays held: their ids stay unique)",
+            "            hit = seen[key] = (_KINDS[name](words, idx, locals_), idx)",
+            "        return hit[0]", "",
             "    locals_ = dict(Delta=Delta, c=c, c_star=c_star, c0=c0, c0_star=c0_star,",
             "                   kappa=kappa, " + ", ".join(f"tr_{j}=tr_{j}" for j in
                                                        sorted({t.name.count('A')
@@ -298,7 +353,9 @@ def render_diffusion_matrix_module() -> str:
                 out.append("    term = " + " * ".join(factors))
                 out.append("    total = total + term")
         out.append("    return total")
-    out += ["", "", "_KINDS = {" + ", ".join(f"{k!r}: _{k}" for k in sorted(recipes)) + "}"]
+    out += ["", "", "_KINDS = {" + ", ".join(f"{k!r}: _{k}" for k in sorted(recipes)) + "}",
+            "# symmetric under every permutation of their vertices (checked on the recipes)",
+            f"_SYMMETRIC = frozenset({symmetric_kinds(recipes)!r})"]
     body = "\n".join(out) + "\n"
     return body + checksum_line(body)
 

@@ -46,7 +46,7 @@ except ImportError:                                      # pragma: no cover - nu
     except ImportError:
         _c_einsum = None
 
-__all__ = ["block_indices", "block_units", "outer", "outer_sum", "assemble", "gather", "KindArrays", "WordGather", "tensor_kinds",
+__all__ = ["block_indices", "block_units", "outer", "outer_sum", "mixed_sum", "assemble", "gather", "KindArrays", "WordGather", "tensor_kinds",
            "tensor_kinds_reference", "plan_from_json",
            "BLOCK_PAIRS", "SparsePolynomials", "entry_generators", "fill_symmetric"]
 
@@ -72,8 +72,44 @@ def block_indices(x, y, p, ps):
 
 
 def gather(array, *idx):
-    """``array[..., idx_0, idx_1, …]`` over its last ``len(idx)`` axes (batch axes kept)."""
-    return array[(Ellipsis,) + tuple(idx)]
+    """``array[..., idx_0, idx_1, …]`` over its last ``len(idx)`` axes (batch axes kept).
+
+    With index arrays, a ``take`` at flat positions computed once per index arrays
+    and axis sizes (:func:`_flat_positions`): numpy's indexing with several index
+    arrays recomputes them at every call (at ``p = 16``, ``M400`` at the ``(Q, Q)``
+    block's 136 × 136 entries: 15 µs against 78 µs).  The same entries.
+    """
+    if not all(type(i) is numpy.ndarray for i in idx):
+        return array[(Ellipsis,) + tuple(idx)]
+    core = array.shape[array.ndim - len(idx):]
+    flat = _flat_positions(core, idx)
+    if array.ndim == len(idx):
+        return array.reshape(-1).take(flat)
+    return array.reshape(array.shape[:array.ndim - len(idx)] + (-1,)).take(flat, axis=-1)
+
+
+#: Most flat gather positions kept by :func:`gather` (the assembly reads ~60 per
+#: constraint and width, the matrix route's kinds ~20 more).
+GATHER_CACHE = 1024
+_FLAT: dict = {}
+
+
+def _flat_positions(core, idx):
+    """``ravel_multi_index`` of the broadcast index arrays `idx` in `core`, cached.
+
+    Keyed by the index arrays' identities (and `core`); an entry holds the arrays
+    themselves, so no identity is reused while it lives; at most :data:`GATHER_CACHE`
+    entries (the oldest dropped).  The callers pass the same index objects at every
+    call (:func:`block_units`).
+    """
+    key = (core,) + tuple(id(i) for i in idx)
+    hit = _FLAT.get(key)
+    if hit is None:
+        flat = numpy.ravel_multi_index(numpy.broadcast_arrays(*idx), core)
+        hit = _FLAT[key] = (flat, idx)
+        if len(_FLAT) > GATHER_CACHE:
+            _FLAT.pop(next(iter(_FLAT)), None)
+    return hit[0]
 
 
 _UNITS: dict = {}
@@ -137,6 +173,28 @@ def outer_sum(rows, cols, shape):
     return numpy.matmul(left, right)
 
 
+def mixed_sum(terms, shape):
+    """``Σ_i X_i ∘ (r_i c_i)`` of ``(X, column, row)`` terms, as ``Σ_X X ∘ (Σ_{i: X_i = X} r_i c_i)``.
+
+    Terms whose ``X`` is the same array object (a kind source may return one array for
+    reads that are equal, e.g. the matrix route's symmetric kinds read at permuted
+    index arrays) share one elementwise product, their rank-one parts summed first
+    in one matrix product (:func:`outer_sum`); otherwise each term is ``X · (r c)``.
+    The same sum, reassociated.  ``shape`` is ``batch + (R, C)``.
+    """
+    groups: dict = {}
+    for X, r, c in terms:
+        groups.setdefault(id(X), (X, [], []))
+        groups[id(X)][1].append(r)
+        groups[id(X)][2].append(c)
+    total = None
+    for X, rows, cols in groups.values():
+        part = X * (outer_sum(rows + [0.0], cols + [0.0], shape) if len(rows) == 1
+                    else outer_sum(rows, cols, shape))
+        total = part if total is None else total + part
+    return total
+
+
 def assemble(blocks, p, ps, trained, batch):
     """The symmetric ``D`` (batch + (dim, dim)) from its blocks in state order."""
     n = {"Q": p * (p + 1) // 2, "rho": p * ps, "a": p if trained else 0}
@@ -181,36 +239,14 @@ class KindArrays:
     """A kind source holding each kind as a whole array (``(..., p|n, …)``).
 
     ``source(name, *idx)`` reads kind `name` at broadcasting index arrays, one per
-    axis, as a ``take`` at flat positions computed once per index arrays and axis
-    sizes (5× faster than numpy's indexing with four index arrays: 15 against 78 µs
-    for ``M400`` at the ``(Q, Q)`` block's 136 × 136 entries, measured at ``p = 16``).
-    The flat positions are cached by the index arrays' identities; the cache holds
-    the arrays themselves (so no identity is reused while an entry lives) and at most
-    :data:`GATHER_CACHE` entries.
+    axis (:func:`gather`: a ``take`` at cached flat positions).
     """
 
     def __init__(self, arrays: dict):
         self.arrays = arrays
 
     def __call__(self, name, *idx):
-        array = self.arrays[name]
-        core = array.shape[array.ndim - len(idx):]
-        key = (core,) + tuple(id(i) for i in idx)
-        hit = _FLAT.get(key)
-        if hit is None:
-            flat = numpy.ravel_multi_index(numpy.broadcast_arrays(*idx), core)
-            hit = _FLAT[key] = (flat, idx)
-            if len(_FLAT) > GATHER_CACHE:
-                _FLAT.pop(next(iter(_FLAT)))
-        if array.ndim == len(idx):
-            return array.reshape(-1).take(hit[0])
-        return array.reshape(array.shape[:array.ndim - len(idx)] + (-1,)).take(hit[0], axis=-1)
-
-
-#: Most flat gather positions kept by :class:`KindArrays` (the assembly reads ~60 per
-#: constraint and width).
-GATHER_CACHE = 1024
-_FLAT: dict = {}
+        return gather(self.arrays[name], *idx)
 
 
 # ---- tensor route -----------------------------------------------------------------
