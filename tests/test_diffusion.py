@@ -294,3 +294,33 @@ def test_matrix_route_symmetric_kinds_are_symmetric():
             assert max(diffs) <= 1e-13 * scale, name
         elif name == "M111":
             assert max(diffs) > 1e-3 * scale
+
+
+@pytest.mark.parametrize("batch", [(), (3,)])
+def test_word_pairs_equal_the_double_sum(batch, monkeypatch):
+    """WordGather.pairs (rank-J product, four-index array, per word) against the double sum
+    Σ_{J,J'} H[J, J'] W_J[u, v] W_J'[w, x] by plain indexing, at the (Q, Q) block's units
+    (both structures) and at units that need the per-word path; also with the four-index
+    array refused by its size bound."""
+    from symquad.runtime import diffusion_engine as engine
+    rng = np.random.default_rng(5)
+    n, p = 6, 4
+    words = [rng.standard_normal(batch + (n, n)) for _ in range(4)]
+    words = [w + np.swapaxes(w, -1, -2) for w in words]
+    H = rng.standard_normal(batch + (4, 3))
+    u = engine.block_units("Q", "Q", p, 2)
+    odd = rng.integers(0, n, (5, 1)), rng.integers(0, n, (5, 7))
+
+    def direct(a, b, c, d):
+        return sum(H[..., J, K, None, None] * words[J][..., a, b] * words[K][..., c, d]
+                   for J in range(4) for K in range(3))
+    cases = [(u["K"], u["L"], u["k"], u["l"]), (u["k"], u["l"], u["K"], u["L"]),
+             (u["K"], u["k"], u["L"], u["l"]), (u["K"], u["l"], u["L"], u["k"]),
+             (odd[0], odd[1], u["k"][:5], odd[1])]
+    for limit in (engine.MAX_PAIR_TENSOR, 1):
+        monkeypatch.setattr(engine, "MAX_PAIR_TENSOR", limit)
+        for case in cases:
+            got = engine.WordGather(words).pairs(H, *case)
+            ref = direct(*case)
+            assert got.shape == ref.shape
+            assert np.max(np.abs(got - ref)) <= 1e-13 * np.max(np.abs(ref))

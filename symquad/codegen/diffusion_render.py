@@ -273,6 +273,17 @@ def render_diffusion_matrix_module() -> str:
            "def _m(x):",
            '    """A scalar per batch element as shape (..., 1, 1) (against the words)."""',
            "    return numpy.asarray(x, dtype=float)[..., None, None]", "", "",
+           "def _mat(rows):",
+           '    """A matrix of scalars (each per batch element) as shape (..., rows, columns)."""',
+           "    try:",
+           "        out = numpy.array(rows, dtype=float)",
+           "        if out.ndim == 2:                   # unbatched: every entry one number",
+           "            return out",
+           "    except ValueError:                      # (entries of different shapes)",
+           "        pass",
+           "    flat = numpy.broadcast_arrays(*[numpy.asarray(e, dtype=float) for r in rows for e in r])",
+           "    return numpy.stack(flat, -1).reshape(flat[0].shape + (len(rows), len(rows[0])))",
+           "", "",
            "def _s(x, idx):",
            '    """A scalar per batch element broadcast against arrays gathered at `idx`."""',
            "    x = numpy.asarray(x, dtype=float)",
@@ -339,12 +350,31 @@ def render_diffusion_matrix_module() -> str:
             groups.setdefault(pattern, {}).setdefault(Js[:-1], []).append(
                 (Js[-1] if Js else None, value))
         out.append("    total = 0.0")
+        matrices: dict = {}
         for pattern, heads in groups.items():
             if not pattern:
                 (_, value), = heads[()]
                 out.append(f"    total = total + _s({printer.doprint(value)}, idx)")
                 continue
             (ul, vl) = pattern[-1]
+            if len(pattern) == 2 and len(set(pattern)) == 2:
+                # Σ_{J,J'} H[J, J'] W_J[u, v] W_J'[w, x]: one call on the stacked words
+                # (WordGather.pairs) instead of one gather and product per J
+                nJ = 1 + max(head[0] for head in heads)
+                nJ2 = 1 + max(J for tail in heads.values() for J, _ in tail)
+                H = [["0"] * nJ2 for _ in range(nJ)]
+                for head, tail in heads.items():
+                    for J, value in tail:
+                        H[head[0]][J] = printer.doprint(value)
+                (u, v) = pattern[0]
+                text = "_mat((" + ", ".join("(" + ", ".join(row) + ",)" for row in H) + ",))"
+                if text not in matrices:            # (the pairings of one kind share it)
+                    matrices[text] = f"H{len(matrices)}"
+                    out.append(f"    {matrices[text]} = {text}")
+                out.append(f"    term = W.pairs({matrices[text]}, "
+                           f"idx[{u}], idx[{v}], idx[{ul}], idx[{vl}])")
+                out.append("    total = total + term")
+                continue
             for head, tail in heads.items():
                 combo = " + ".join(f"_m({printer.doprint(value)}) * W.words[{J}]"
                                    for J, value in tail)
