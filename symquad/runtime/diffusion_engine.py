@@ -840,6 +840,12 @@ class _Executable:
         self.groups = [(g["name"], g["subs"], g["copy_off"], g["copy_size"], g["acc_off"],
                         g["acc_size"], g["shape_copy"], g["shape_acc"], g["copy_is_x"])
                        for g in groups]
+        #: per group: None, or the plan of its product over ordered pairs only
+        #: (:func:`_pair_plan`)
+        self.pair_plans = [_pair_plan(g[1], self.roles[g[0]],
+                                      g[6] if g[8] else g[7], g[7] if g[8] else g[6])
+                           if _group_macs(g) * nbatch >= PAIR_MIN else None
+                           for g in self.groups]
         self.size = top_[0]
 
     def cost(self):
@@ -863,10 +869,15 @@ class _Executable:
                 dims.update(zip(yl, y[2]))
                 macs_numpy += math.prod(dims.values())
         macs_groups = 0
-        for name, subs, co, cs, ao, as_, shc, sha, copy_is_x in self.groups:
+        for (name, subs, co, cs, ao, as_, shc, sha, copy_is_x), plan in zip(self.groups,
+                                                                            self.pair_plans):
             xl, yl, _ = _letters(subs)
             dims = dict(zip(xl, shc if copy_is_x else sha))
             dims.update(zip(yl, sha if copy_is_x else shc))
+            if plan is not None:                # ordered pairs only: P·Q instead of p²·q²
+                px, py = plan[1].size, plan[4].size
+                dims = {c: d for c, d in dims.items() if c not in plan[0][:4]}
+                dims.update(i=px, j=py)
             macs_groups += math.prod(dims.values())
         return {"calls": len(self.segments) + len(self.groups), "vm_rows": len(code),
                 "macs_vm": macs_vm, "macs_numpy": macs_numpy, "macs_groups": macs_groups}
@@ -980,11 +991,78 @@ class _Executable:
             _dot_into(subs, xv, yv, W[:, z[0]:z[0] + math.prod(z[2])])
         out = {name: W[:, o:o + math.prod(shape)].reshape((B,) + shape)
                for name, (o, shape) in self.outputs.items()}
-        for name, subs, co, cs, ao, as_, shc, sha, copy_is_x in self.groups:
+        for (name, subs, co, cs, ao, as_, shc, sha, copy_is_x), plan in zip(self.groups,
+                                                                            self.pair_plans):
             S = W[:, co:co + cs].reshape((B,) + shc)
             A = W[:, ao:ao + as_].reshape((B,) + sha)
-            out[name] += _dot(subs, S, A) if copy_is_x else _dot(subs, A, S)
+            x, y = (S, A) if copy_is_x else (A, S)
+            if plan is None:
+                out[name] += _dot(subs, x, y)
+            else:
+                _pair_product(plan, x, y, out[name])
         return {name: _symmetrise(value, self.roles[name], 1) for name, value in out.items()}
+
+
+#: Group products of fewer multiply-adds (times the batch) than this are taken whole: the
+#: ordered-pair form's gathers and scatter cost more than the multiply-adds it saves
+#: (measured at p = 16: 1.8·10⁷ multiply-adds 0.60 → 0.52 ms, 7·10⁶ 0.22 → 0.26 ms).
+PAIR_MIN = 2 ** 24
+
+
+def _group_macs(group):
+    """Multiply-adds of one group's whole product (an entry of ``_Executable.groups``)."""
+    name, subs, co, cs, ao, as_, shc, sha, copy_is_x = group
+    xl, yl, _ = _letters(subs)
+    dims = dict(zip(xl, shc if copy_is_x else sha))
+    dims.update(zip(yl, sha if copy_is_x else shc))
+    return math.prod(dims.values())
+
+
+def _pair_plan(subs, roles, xshape, yshape):
+    r"""How a group's product ``Σ x_{t a b …} y_{t c d …}`` is taken over ordered pairs only, or None.
+
+    Applies when the kind has four external axes, ``x`` holds the first two and ``y``
+    the last two, and each pair has one role.  The kind is symmetrised over the
+    permutations of equal roles (:func:`_symmetrise`, a sum), which include the swaps
+    ``a ↔ b`` and ``c ↔ d``; so the product may be replaced by any array with the same
+    sums over the orbits of those swaps: with ``x̃_{ab} = x_{ab} + x_{ba}`` for
+    ``a < b`` and ``x_{aa}`` on the diagonal (the same for ``y``), the product
+    ``Σ_t x̃_{t,(ab)} ỹ_{t,(cd)}`` over ordered pairs ``a ≤ b``, ``c ≤ d`` put at
+    ``[a, b, c, d]`` (zero elsewhere) is one.  ``(P × K) @ (K × Q)`` with
+    ``P = p(p+1)/2`` instead of ``(p² × K) @ (K × q²)``: about 4× fewer multiply-adds.
+    Returns ``(letters, iu, ju, half, iu_y, ju_y, half_y, subscripts, flat_x, flat_y)``.
+    """
+    xs, ys, outs = _letters(subs)
+    if len(outs) != 4 or xs[1:3] != outs[:2] or ys[1:3] != outs[2:]:
+        return None
+    if any(c in outs for c in xs[3:] + ys[3:]) or roles[0] != roles[1] or roles[2] != roles[3]:
+        return None
+    pa, pc = xshape[1], yshape[1]
+    iu, ju = numpy.triu_indices(pa)
+    iv, jv = numpy.triu_indices(pc)
+    rest_x, rest_y = xs[3:], ys[3:]
+    free = [c for c in "ijklmnoz" if c not in xs + ys][:2]
+    sub2 = f"...t{free[0]}{rest_x},...t{free[1]}{rest_y}->...{free[0]}{free[1]}"
+    return (outs + "".join(free), iu, ju, numpy.where(iu == ju, 0.5, 1.0), iv, jv,
+            numpy.where(iv == jv, 0.5, 1.0), sub2, iu * pa + ju, iv * pc + jv)
+
+
+def _pair_product(plan, x, y, out):
+    """Add a group's product over ordered pairs (:func:`_pair_plan`) into `out` (batch first)."""
+    _, iu, ju, hx, iv, jv, hy, sub2, fx, fy = plan
+
+    def pairs(z, i, j, half):
+        # z (B, t, a, b, …): the pair axes 2, 3 → one axis of the ordered pairs
+        a = z.shape[2]
+        flat = z.reshape(z.shape[:2] + (a * a, -1))
+        out = flat.take(i * a + j, axis=2)
+        out += flat.take(j * a + i, axis=2)
+        out *= half[:, None]
+        return out.reshape(z.shape[:2] + (len(i),) + z.shape[4:])
+    xt, yt = pairs(x, iu, ju, hx), pairs(y, iv, jv, hy)
+    B, shape = out.shape[0], out.shape[1:]
+    view = out.reshape(B, shape[0] * shape[1], shape[2] * shape[3])
+    view[:, fx[:, None], fy[None, :]] += _dot(sub2, xt, yt)
 
 
 _PROGRAMS: dict = {}
