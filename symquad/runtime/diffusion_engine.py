@@ -264,7 +264,7 @@ class WordGather:
             G = numpy.matmul(H, S.reshape(S.shape[:-2] + (-1,)))
             hit = self.cache[key] = (G.reshape(G.shape[:-1] + S.shape[-2:]), H)
         G = hit[0]
-        su, sw = numpy.broadcast_shapes(u.shape, v.shape), numpy.broadcast_shapes(w.shape, x.shape)
+        su, sw = _bshape(u.shape, v.shape), _bshape(w.shape, x.shape)
         X = self.stack[..., :nJ, :, :]
         if su[-1] == 1 and sw[-2] == 1 or su[-2] == 1 and sw[-1] == 1:
             A, B = gather(X, u, v), gather(G, w, x)
@@ -272,9 +272,9 @@ class WordGather:
                 A, B = B, A
             # A (..., J, R, 1), B (..., J, 1, C)
             return numpy.matmul(numpy.swapaxes(A[..., 0], -1, -2), B[..., 0, :])
-        full = numpy.broadcast_shapes(su, sw)
+        full = _bshape(su, sw)
         if su == full and sw == full:
-            m = 1 + max(int(i.max()) for i in (u, v, w, x))
+            m = 1 + max(_largest(i) for i in (u, v, w, x))
             if 8 * math.prod(full) >= m ** 4 and \
                     math.prod(G.shape[:-3]) * m ** 4 <= MAX_PAIR_TENSOR:
                 key = ("T", id(H), m)
@@ -290,6 +290,26 @@ class WordGather:
         for J in range(nJ):
             total = total + self(J, u, v) * gather(G[..., J, :, :], w, x)
         return total
+
+
+def _bshape(a, b):
+    """``numpy.broadcast_shapes(a, b)`` (a fast path for shapes of one length)."""
+    if len(a) == len(b):
+        return tuple(x if y == 1 else y for x, y in zip(a, b))
+    return numpy.broadcast_shapes(a, b)
+
+
+_LARGEST: dict = {}
+
+
+def _largest(idx):
+    """``idx.max()`` of an index array, cached by identity (the array held with it)."""
+    hit = _LARGEST.get(id(idx))
+    if hit is None or hit[1] is not idx:
+        hit = _LARGEST[id(idx)] = (int(idx.max()), idx)
+        if len(_LARGEST) > GATHER_CACHE:
+            _LARGEST.pop(next(iter(_LARGEST)), None)
+    return hit[0]
 
 
 #: Largest four-index array of :meth:`WordGather.pairs` (elements, the batch included;
