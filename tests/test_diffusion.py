@@ -311,7 +311,7 @@ def test_word_pairs_equal_the_double_sum(batch, monkeypatch):
     u = engine.block_units("Q", "Q", p, 2)
     odd = rng.integers(0, n, (5, 1)), rng.integers(0, n, (5, 7))
 
-    def direct(a, b, c, d):
+    def direct(a, b, c, d, H=H):
         return sum(H[..., J, K, None, None] * words[J][..., a, b] * words[K][..., c, d]
                    for J in range(4) for K in range(3))
     cases = [(u["K"], u["L"], u["k"], u["l"]), (u["k"], u["l"], u["K"], u["L"]),
@@ -324,3 +324,12 @@ def test_word_pairs_equal_the_double_sum(batch, monkeypatch):
             ref = direct(*case)
             assert got.shape == ref.shape
             assert np.max(np.abs(got - ref)) <= 1e-13 * np.max(np.abs(ref))
+    # one source, two matrices read alternately: the four-index buffer (one at a time,
+    # kept between sources) is never read stale
+    monkeypatch.setattr(engine, "MAX_PAIR_TENSOR", 2 ** 22)
+    H2 = 2.0 * H + 1.0
+    words_source = engine.WordGather(words)
+    case = cases[2]
+    for h in (H, H2, H, H2):
+        got = words_source.pairs(h, *case)
+        assert np.max(np.abs(got - direct(*case, H=h))) <= 1e-13 * np.max(np.abs(got))

@@ -284,6 +284,13 @@ def render_diffusion_matrix_module() -> str:
            "    flat = numpy.broadcast_arrays(*[numpy.asarray(e, dtype=float) for r in rows for e in r])",
            "    return numpy.stack(flat, -1).reshape(flat[0].shape + (len(rows), len(rows[0])))",
            "", "",
+           "def _add(total, term):",
+           '    """total + term, in place when total is an array of this kind of the same shape."""',
+           "    if type(total) is numpy.ndarray and type(term) is numpy.ndarray and total.shape == term.shape:",
+           "        total += term",
+           "        return total",
+           "    return total + term",
+           "", "",
            "def _s(x, idx):",
            '    """A scalar per batch element broadcast against arrays gathered at `idx`."""',
            "    x = numpy.asarray(x, dtype=float)",
@@ -373,7 +380,7 @@ def render_diffusion_matrix_module() -> str:
                     out.append(f"    {matrices[text]} = {text}")
                 out.append(f"    term = W.pairs({matrices[text]}, "
                            f"idx[{u}], idx[{v}], idx[{ul}], idx[{vl}])")
-                out.append("    total = total + term")
+                out.append("    total = _add(total, term)")
                 continue
             for head, tail in heads.items():
                 combo = " + ".join(f"_m({printer.doprint(value)}) * W.words[{J}]"
@@ -381,7 +388,7 @@ def render_diffusion_matrix_module() -> str:
                 factors = [f"W({J}, idx[{u}], idx[{v}])" for (u, v), J in zip(pattern, head)]
                 factors.append(f"_g({combo}, idx[{ul}], idx[{vl}])")
                 out.append("    term = " + " * ".join(factors))
-                out.append("    total = total + term")
+                out.append("    total = _add(total, term)")
         out.append("    return total")
     out += ["", "", "_KINDS = {" + ", ".join(f"{k!r}: _{k}" for k in sorted(recipes)) + "}",
             "# symmetric under every permutation of their vertices (checked on the recipes)",

@@ -189,9 +189,14 @@ def mixed_sum(terms, shape):
         groups[id(X)][2].append(c)
     total = None
     for X, rows, cols in groups.values():
-        part = X * (outer_sum(rows + [0.0], cols + [0.0], shape) if len(rows) == 1
-                    else outer_sum(rows, cols, shape))
-        total = part if total is None else total + part
+        # the product is a fresh array of the block's shape: multiplied and added in place
+        part = outer_sum(rows + [0.0], cols + [0.0], shape) if len(rows) == 1 \
+            else outer_sum(rows, cols, shape)
+        part *= X
+        if total is None:
+            total = part
+        else:
+            total += part
     return total
 
 
@@ -226,6 +231,18 @@ class WordGather:
         self.words = words
         self.cache = {}
         self.stack = None
+        try:                                    # the four-index buffer of a former call
+            self.buffer = _PAIR_SPARE.pop()
+        except IndexError:
+            self.buffer = None
+
+    def __del__(self):
+        try:
+            if self.buffer is not None and self.buffer.size <= MAX_PAIR_TENSOR \
+                    and not _PAIR_SPARE:
+                _PAIR_SPARE.append(self.buffer)
+        except Exception:                       # pragma: no cover - interpreter shutdown
+            pass
 
     def __call__(self, J, x, y):
         key = (J,) + tuple(sorted((id(x), id(y))))
@@ -283,7 +300,16 @@ class WordGather:
                     lead = G.shape[:-3]
                     Xm = numpy.ascontiguousarray(X[..., :m, :m]).reshape(lead + (nJ, m * m))
                     Gm = numpy.ascontiguousarray(G[..., :m, :m]).reshape(lead + (nJ, m * m))
-                    T = numpy.matmul(numpy.swapaxes(Xm, -1, -2), Gm)
+                    # one four-index array at a time (the pairings of one kind are read
+                    # one after another), in a buffer kept between calls: a fresh one is
+                    # page-faulted in at every call
+                    for old in [k for k in self.cache if k[0] == "T"]:
+                        del self.cache[old]
+                    size = math.prod(lead) * m ** 4
+                    if self.buffer is None or self.buffer.size < size:
+                        self.buffer = numpy.empty(size)
+                    T = self.buffer[:size].reshape(lead + (m * m, m * m))
+                    numpy.matmul(numpy.swapaxes(Xm, -1, -2), Gm, out=T)
                     hit = self.cache[key] = (T.reshape(lead + (m, m, m, m)), H)
                 return gather(hit[0], u, v, w, x)
         total = 0.0
@@ -311,6 +337,10 @@ def _largest(idx):
             _LARGEST.pop(next(iter(_LARGEST)), None)
     return hit[0]
 
+
+#: The four-index buffer of :meth:`WordGather.pairs` kept between calls (one, at most
+#: :data:`MAX_PAIR_TENSOR` elements; taken out while in use).
+_PAIR_SPARE: list = []
 
 #: Largest four-index array of :meth:`WordGather.pairs` (elements, the batch included;
 #: 2**22 doubles are 32 MiB: ``m = 16`` for up to 64 states at once).
