@@ -40,7 +40,7 @@ def _mat(rows):
 
 
 def _add(total, term):
-    """total + term, in place when total is an array of this kind of the same shape."""
+    """total + term; in place when both are arrays of one shape (total: a fresh sum)."""
     if type(total) is numpy.ndarray and type(term) is numpy.ndarray and total.shape == term.shape:
         total += term
         return total
@@ -334,4 +334,4 @@ def _M400(W, idx, s):
 _KINDS = {'M001': _M001, 'M002': _M002, 'M110': _M110, 'M111': _M111, 'M200': _M200, 'M201': _M201, 'M220': _M220, 'M310': _M310, 'M400': _M400}
 # symmetric under every permutation of their vertices (checked on the recipes)
 _SYMMETRIC = frozenset(('M001', 'M002', 'M110', 'M200', 'M220', 'M310', 'M400'))
-# sha256: ba08d9daa47e59c0f937cd081872760c69249e5ab65f4f68609961a089a71d79
+# sha256: 6e97607fc348d3484fd9e4a29925b15c8eda2e99463e94956d7b34b6af604ec6

@@ -27,7 +27,7 @@ from ..spec import CONSTRAINTS, Model
 from ..symbolic.symbols import PARAMS
 from .render import _emit_assignments
 from .printer import ScalarPrinter
-from ..symbolic.diffusion import KY, LY, MY, K, L, M
+from ..symbolic.diffusion import KY, LY, MY, K, L, M, parse_kind
 from ..symbolic.diffusion import moment_diffusion
 from ..symbolic.symbols import NOISE
 from ..symbolic.tensor import derive_tensor_form
@@ -203,7 +203,7 @@ def render_diffusion_assembly() -> str:
 # ---- matrix route --------------------------------------------------------------------
 
 def _recipe_canonical(terms, perm=None):
-    """A matrix-route kind's recipe as ``{pairing: coefficient}``, its vertices relabelled by `perm`.
+    """A matrix-route kind's recipe as ``{pairing: coefficient}``, vertices relabelled by `perm`.
 
     A pairing is the sorted tuple of its ``(u, v, J)`` with ``u <= v`` (the words
     ``W_J = (CA)^J C`` are symmetric, so ``W_J[u, v] = W_J[v, u]``).
@@ -226,7 +226,6 @@ def symmetric_kinds(recipes) -> tuple:
     without a ``σ`` vertex (all legs ``z_x``) are; the generated source reads each of
     those once per set of index arrays.
     """
-    from ..symbolic.diffusion import parse_kind
     out = []
     for name, terms in sorted(recipes.items()):
         size = sum(parse_kind(name))
@@ -285,7 +284,7 @@ def render_diffusion_matrix_module() -> str:
            "    return numpy.stack(flat, -1).reshape(flat[0].shape + (len(rows), len(rows[0])))",
            "", "",
            "def _add(total, term):",
-           '    """total + term, in place when total is an array of this kind of the same shape."""',
+           '    """total + term; in place when both are arrays of one shape (total: a fresh sum)."""',
            "    if type(total) is numpy.ndarray and type(term) is numpy.ndarray and total.shape == term.shape:",
            "        total += term",
            "        return total",

@@ -46,8 +46,8 @@ except ImportError:                                      # pragma: no cover - nu
     except ImportError:
         _c_einsum = None
 
-__all__ = ["block_indices", "block_units", "outer", "outer_sum", "mixed_sum", "assemble", "gather", "KindArrays", "WordGather", "tensor_kinds",
-           "tensor_kinds_reference", "plan_from_json",
+__all__ = ["block_indices", "block_units", "outer_sum", "mixed_sum", "assemble", "gather",
+           "KindArrays", "WordGather", "tensor_kinds", "tensor_kinds_reference", "plan_from_json",
            "BLOCK_PAIRS", "SparsePolynomials", "entry_generators", "fill_symmetric"]
 
 #: Blocks of ``D`` in state order (the others are transposes).
@@ -122,7 +122,7 @@ def block_units(x, y, p, ps):
     (``(1, n)`` rows) ``K, L``, ``K, M``, ``K``; a teacher unit as a field, ``p + m``
     or ``p + M``, under ``tm`` / ``tM``; ``"shape"`` the block's ``(rows, columns)``.
     Cached per ``(x, y, p, ps)``: being the same objects, they key the flat gather
-    indices of :meth:`KindArrays.__call__`.
+    positions of :func:`gather` (and the matrix route's reads of symmetric kinds).
     """
     key = (x, y, p, ps)
     hit = _UNITS.get(key)
@@ -149,17 +149,6 @@ def _fit(x, shape):
     return numpy.broadcast_to(x, shape)
 
 
-def outer(r, c, shape):
-    """``r c`` of a column ``r (..., R, 1)`` and a row ``c (..., 1, C)``, as ``(..., R, C)``.
-
-    A matrix product, padded to inner dimension 2 with a zero column: numpy takes
-    inner dimension 1 past BLAS (measured at ``R = C = 136``: 30 µs, 3.2 µs padded,
-    12 µs for the broadcasting multiply).  ``shape`` is ``batch + (R, C)``; scalars and
-    missing batch axes are broadcast.
-    """
-    return outer_sum((r, 0.0), (c, 0.0), shape)
-
-
 def outer_sum(rows, cols, shape):
     """``Σ_i r_i c_i`` of columns ``r_i (..., R, 1)`` and rows ``c_i (..., 1, C)`` (one product).
 
@@ -174,7 +163,7 @@ def outer_sum(rows, cols, shape):
 
 
 def mixed_sum(terms, shape):
-    """``Σ_i X_i ∘ (r_i c_i)`` of ``(X, column, row)`` terms, as ``Σ_X X ∘ (Σ_{i: X_i = X} r_i c_i)``.
+    """``Σ_i X_i ∘ (r_i c_i)`` of ``(X, column, row)`` terms, as ``Σ_X X ∘ (Σ_{X_i = X} r_i c_i)``.
 
     Terms whose ``X`` is the same array object (a kind source may return one array for
     reads that are equal, e.g. the matrix route's symmetric kinds read at permuted
@@ -189,7 +178,10 @@ def mixed_sum(terms, shape):
         groups[id(X)][2].append(c)
     total = None
     for X, rows, cols in groups.values():
-        # the product is a fresh array of the block's shape: multiplied and added in place
+        # one rank-one term padded to inner dimension 2 with a zero column: numpy takes
+        # inner dimension 1 past BLAS (measured at R = C = 136: 30 µs, 3.2 µs padded,
+        # 12 µs for the broadcasting multiply).  The product is a fresh array of the
+        # block's shape: multiplied and added in place
         part = outer_sum(rows + [0.0], cols + [0.0], shape) if len(rows) == 1 \
             else outer_sum(rows, cols, shape)
         part *= X
@@ -1069,7 +1061,7 @@ def _group_macs(group):
 
 
 def _pair_plan(subs, roles, xshape, yshape):
-    r"""How a group's product ``Σ x_{t a b …} y_{t c d …}`` is taken over ordered pairs only, or None.
+    r"""How a group's product ``Σ x_{t a b …} y_{t c d …}`` is taken over ordered pairs, or None.
 
     Applies when the kind has four external axes, ``x`` holds the first two and ``y``
     the last two, and each pair has one role.  The kind is symmetrised over the
