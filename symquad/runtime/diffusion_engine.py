@@ -1288,10 +1288,14 @@ def _dot_into(subscripts, x, y, out):
     sh_k = x.shape[nb + ns + ni:]
     sh_j = y.shape[nb + ns + nk:]
     S, I, K, J = (math.prod(t) for t in (sh_s, sh_i, sh_k, sh_j))
-    Z = out.reshape(batch + (S, I, J))
     if K == 1:
-        numpy.multiply(x.reshape(batch + (S, I, 1)), y.reshape(batch + (S, 1, J)), out=Z)
+        # nothing contracted: the broadcast product straight from the transposed views
+        # (flattening them first would copy the transposed operand)
+        numpy.multiply(x.reshape(batch + sh_s + sh_i + (1,) * len(sh_j)),
+                       y.reshape(batch + sh_s + (1,) * len(sh_i) + sh_j),
+                       out=out.reshape(batch + sh_s + sh_i + sh_j))
     else:
+        Z = out.reshape(batch + (S, I, J))
         numpy.matmul(x.reshape(batch + (S, I, K)), y.reshape(batch + (S, K, J)), out=Z)
 
 
