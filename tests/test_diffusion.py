@@ -261,3 +261,75 @@ def test_sizes_are_checked_before_any_work():
     from symquad.symbolic.diffusion import check_entry_diffusion_size
     with pytest.raises(ValueError, match="entry-by-entry diffusion"):
         check_entry_diffusion_size(sq.Model(8, 4, 0.1))
+
+
+def test_matrix_route_symmetric_kinds_are_symmetric():
+    """The kinds that the matrix module reads once per set of index arrays (``_SYMMETRIC``,
+    found by the generator on the recipes) are symmetric in their vertices, evaluated
+    directly (no sharing) at a random state and permuted index arrays; they are the kinds
+    without a σ vertex (every leg linear for σ' = 2c z), and a kind left out (M111, whose
+    σ vertex is special) does change under a permutation (the check has power).  M001 and
+    M002 (only σ vertices) are symmetric too."""
+    from itertools import permutations
+    from symquad._generated import diffusion_matrix as dm
+    from symquad.symbolic.diffusion import parse_kind
+    assert set(dm._SYMMETRIC) == {k for k in dm._KINDS if parse_kind(k)[2] == 0} | {"M001",
+                                                                                      "M002"}
+    rng = np.random.default_rng(3)
+    Q, rho, T = random_overlaps(3, 2, rng)
+    a, b = rng.uniform(0.5, 1.5, 3), np.array([0.7, 1.1])
+    source = dm.kinds(Q, rho, T, a, b, 0.3, 1.3, 0.8, 0.2, -0.1)
+    # fresh index arrays at every read: the source's sharing (by identity) cannot apply
+    idx = [rng.integers(0, 5, (4, 1)), rng.integers(0, 5, (1, 6)), rng.integers(0, 3, (4, 6)),
+           rng.integers(0, 5, (1, 1))]
+
+    def fresh(name, order):
+        return source(name, *[idx[i].copy() for i in order])
+    for name in dm._KINDS:
+        size = sum(parse_kind(name))
+        base = fresh(name, range(size))
+        scale = np.max(np.abs(base))
+        diffs = [np.max(np.abs(fresh(name, perm) - base)) for perm in permutations(range(size))]
+        if name in dm._SYMMETRIC:
+            assert max(diffs) <= 1e-13 * scale, name
+        elif name == "M111":
+            assert max(diffs) > 1e-3 * scale
+
+
+@pytest.mark.parametrize("batch", [(), (3,)])
+def test_word_pairs_equal_the_double_sum(batch, monkeypatch):
+    """WordGather.pairs (rank-J product, four-index array, per word) against the double sum
+    Σ_{J,J'} H[J, J'] W_J[u, v] W_J'[w, x] by plain indexing, at the (Q, Q) block's units
+    (both structures) and at units that need the per-word path; also with the four-index
+    array refused by its size bound."""
+    from symquad.runtime import diffusion_engine as engine
+    rng = np.random.default_rng(5)
+    n, p = 6, 4
+    words = [rng.standard_normal(batch + (n, n)) for _ in range(4)]
+    words = [w + np.swapaxes(w, -1, -2) for w in words]
+    H = rng.standard_normal(batch + (4, 3))
+    u = engine.block_units("Q", "Q", p, 2)
+    odd = rng.integers(0, n, (5, 1)), rng.integers(0, n, (5, 7))
+
+    def direct(a, b, c, d, H=H):
+        return sum(H[..., J, K, None, None] * words[J][..., a, b] * words[K][..., c, d]
+                   for J in range(4) for K in range(3))
+    cases = [(u["K"], u["L"], u["k"], u["l"]), (u["k"], u["l"], u["K"], u["L"]),
+             (u["K"], u["k"], u["L"], u["l"]), (u["K"], u["l"], u["L"], u["k"]),
+             (odd[0], odd[1], u["k"][:5], odd[1])]
+    for limit in (engine.MAX_PAIR_TENSOR, 1):
+        monkeypatch.setattr(engine, "MAX_PAIR_TENSOR", limit)
+        for case in cases:
+            got = engine.WordGather(words).pairs(H, *case)
+            ref = direct(*case)
+            assert got.shape == ref.shape
+            assert np.max(np.abs(got - ref)) <= 1e-13 * np.max(np.abs(ref))
+    # one source, two matrices read alternately: the four-index buffer (one at a time,
+    # kept between sources) is never read stale
+    monkeypatch.setattr(engine, "MAX_PAIR_TENSOR", 2 ** 22)
+    H2 = 2.0 * H + 1.0
+    words_source = engine.WordGather(words)
+    case = cases[2]
+    for h in (H, H2, H, H2):
+        got = words_source.pairs(h, *case)
+        assert np.max(np.abs(got - direct(*case, H=h))) <= 1e-13 * np.max(np.abs(got))

@@ -141,6 +141,25 @@ def test_program_paths_equal_the_reference(monkeypatch, vm_step, one_state):
     assert bool(exe.groups) == (vm_step < 10 ** 9)
 
 
+def test_group_products_over_ordered_pairs_equal_the_reference(monkeypatch):
+    # every group whose two operands hold two externals of one role each, taken over the
+    # ordered pairs a <= b, c <= d only (PAIR_MIN = 0; _pair_plan), against the
+    # term-by-term reference, batched; the plans are used (M400, M220 have such groups)
+    model = sq.Model(3, 2, 0.3, activation="z**3 - 3*z", lr_readout=0.2)
+    monkeypatch.setattr(E, "_EXECUTABLES", {})
+    monkeypatch.setattr(E, "VM_STEP", 1)
+    monkeypatch.setattr(E, "PAIR_MIN", 0)
+    _check(model, replicas=2, seed=11)
+    exe = E._executable(_diffusion_tensor_module(model).PLAN, NAMES, 3, 5, 2)
+    used = {g[0] for g, plan in zip(exe.groups, exe.pair_plans) if plan is not None}
+    assert {"M400", "M220"} <= used
+    # and without them the same groups are whole products (the default at small sizes)
+    monkeypatch.setattr(E, "_EXECUTABLES", {})
+    monkeypatch.setattr(E, "PAIR_MIN", 2 ** 62)
+    assert not any(E._executable(_diffusion_tensor_module(model).PLAN, NAMES, 3, 5,
+                                 2).pair_plans)
+
+
 @pytest.mark.parametrize("subscripts,shapes", [
     ("...tab,...tbc->...tac", ((2, 3, 4, 5), (2, 3, 5, 6))),
     ("...tabc,...tcdb->...tabcd", ((3, 2, 3, 4), (3, 4, 5, 3))),      # nothing contracted

@@ -27,6 +27,26 @@ def _m(x):
     return numpy.asarray(x, dtype=float)[..., None, None]
 
 
+def _mat(rows):
+    """A matrix of scalars (each per batch element) as shape (..., rows, columns)."""
+    try:
+        out = numpy.array(rows, dtype=float)
+        if out.ndim == 2:                   # unbatched: every entry one number
+            return out
+    except ValueError:                      # (entries of different shapes)
+        pass
+    flat = numpy.broadcast_arrays(*[numpy.asarray(e, dtype=float) for r in rows for e in r])
+    return numpy.stack(flat, -1).reshape(flat[0].shape + (len(rows), len(rows[0])))
+
+
+def _add(total, term):
+    """total + term; in place when both are arrays of one shape (total: a fresh sum)."""
+    if type(total) is numpy.ndarray and type(term) is numpy.ndarray and total.shape == term.shape:
+        total += term
+        return total
+    return total + term
+
+
 def _s(x, idx):
     """A scalar per batch element broadcast against arrays gathered at `idx`."""
     x = numpy.asarray(x, dtype=float)
@@ -58,9 +78,17 @@ def kinds(Q, rho, T, a, b, Delta, c, c_star, c0, c0_star):
     tr_4 = tr[4]
 
     words = _WordGather(W)
+    # a symmetric kind read at a permutation of the same index arrays: one value
+    seen = {}
 
     def source(name, *idx):
-        return _KINDS[name](words, idx, locals_)
+        if name not in _SYMMETRIC:
+            return _KINDS[name](words, idx, locals_)
+        key = (name,) + tuple(sorted(map(id, idx)))
+        hit = seen.get(key)
+        if hit is None:                   # (the arrays held: their ids stay unique)
+            hit = seen[key] = (_KINDS[name](words, idx, locals_), idx)
+        return hit[0]
 
     locals_ = dict(Delta=Delta, c=c, c_star=c_star, c0=c0, c0_star=c0_star,
                    kappa=kappa, tr_1=tr_1, tr_2=tr_2, tr_3=tr_3, tr_4=tr_4)
@@ -73,7 +101,7 @@ def _M001(W, idx, s):
     total = 0.0
     total = total + _s(c0*kappa + c0*tr_1, idx)
     term = _g(_m(c*kappa + c*tr_1) * W.words[0] + _m(2*c) * W.words[1], idx[0], idx[0])
-    total = total + term
+    total = _add(total, term)
     return total
 
 def _M002(W, idx, s):
@@ -101,19 +129,16 @@ def _M002(W, idx, s):
     total = 0.0
     total = total + _s(Delta*x0 + x0*x1 + x0*x2 + x0*x3 + x0*x4, idx)
     term = _g(_m(x6) * W.words[0] + _m(x16) * W.words[1] + _m(x17) * W.words[2], idx[0], idx[0])
-    total = total + term
-    term = W(0, idx[0], idx[0]) * _g(_m(x1*x7 + x10 + x4*x7 + x8 + x9) * W.words[0] + _m(x13) * W.words[1] + _m(x14) * W.words[2], idx[1], idx[1])
-    total = total + term
-    term = W(1, idx[0], idx[0]) * _g(_m(x13) * W.words[0] + _m(x14) * W.words[1], idx[1], idx[1])
-    total = total + term
-    term = W(2, idx[0], idx[0]) * _g(_m(x14) * W.words[0], idx[1], idx[1])
-    total = total + term
+    total = _add(total, term)
+    H0 = _mat(((x1*x7 + x10 + x4*x7 + x8 + x9, x13, x14,), (x13, x14, 0,), (x14, 0, 0,),))
+    term = W.pairs(H0, idx[0], idx[0], idx[1], idx[1])
+    total = _add(total, term)
     term = W(0, idx[0], idx[1]) * _g(_m(kappa*x12 + tr_2*x11 + 2*x10 + 2*x8 + 2*x9) * W.words[0] + _m(kappa*x18 + tr_1*x18) * W.words[1] + _m(32*x7) * W.words[2], idx[0], idx[1])
-    total = total + term
+    total = _add(total, term)
     term = W(1, idx[0], idx[1]) * _g(_m(x18) * W.words[1], idx[0], idx[1])
-    total = total + term
+    total = _add(total, term)
     term = _g(_m(x6) * W.words[0] + _m(x16) * W.words[1] + _m(x17) * W.words[2], idx[1], idx[1])
-    total = total + term
+    total = _add(total, term)
     return total
 
 def _M110(W, idx, s):
@@ -122,7 +147,7 @@ def _M110(W, idx, s):
     x0 = 2*c
     total = 0.0
     term = _g(_m(kappa*x0 + tr_1*x0) * W.words[0] + _m(4*c) * W.words[1], idx[0], idx[1])
-    total = total + term
+    total = _add(total, term)
     return total
 
 def _M111(W, idx, s):
@@ -146,19 +171,13 @@ def _M111(W, idx, s):
     x15 = 32*x6
     total = 0.0
     term = _g(_m(Delta*x1 + tr_2*x2 + x1*x4 + x1*x5 + x2*x3) * W.words[0] + _m(kappa*x13 + tr_1*x13) * W.words[1] + _m(16*x0) * W.words[2], idx[0], idx[1])
-    total = total + term
-    term = W(0, idx[0], idx[1]) * _g(_m(Delta*x7 + tr_2*x8 + x3*x8 + x4*x7 + x5*x7) * W.words[0] + _m(x11) * W.words[1] + _m(x12) * W.words[2], idx[2], idx[2])
-    total = total + term
-    term = W(1, idx[0], idx[1]) * _g(_m(x11) * W.words[0] + _m(x12) * W.words[1], idx[2], idx[2])
-    total = total + term
-    term = W(2, idx[0], idx[1]) * _g(_m(x12) * W.words[0], idx[2], idx[2])
-    total = total + term
-    term = W(0, idx[0], idx[2]) * _g(_m(Delta*x8 + kappa*x10 + tr_2*x9 + x4*x8 + x5*x8) * W.words[0] + _m(x14) * W.words[1] + _m(x15) * W.words[2], idx[1], idx[2])
-    total = total + term
-    term = W(1, idx[0], idx[2]) * _g(_m(x14) * W.words[0] + _m(x15) * W.words[1], idx[1], idx[2])
-    total = total + term
-    term = W(2, idx[0], idx[2]) * _g(_m(x15) * W.words[0], idx[1], idx[2])
-    total = total + term
+    total = _add(total, term)
+    H0 = _mat(((Delta*x7 + tr_2*x8 + x3*x8 + x4*x7 + x5*x7, x11, x12,), (x11, x12, 0,), (x12, 0, 0,),))
+    term = W.pairs(H0, idx[0], idx[1], idx[2], idx[2])
+    total = _add(total, term)
+    H1 = _mat(((Delta*x8 + kappa*x10 + tr_2*x9 + x4*x8 + x5*x8, x14, x15,), (x14, x15, 0,), (x15, 0, 0,),))
+    term = W.pairs(H1, idx[0], idx[2], idx[1], idx[2])
+    total = _add(total, term)
     return total
 
 def _M200(W, idx, s):
@@ -170,7 +189,7 @@ def _M200(W, idx, s):
     x3 = 16*x0
     total = 0.0
     term = _g(_m(Delta*x1 + (kappa*kappa)*x1 + kappa*tr_1*x2 + (tr_1*tr_1)*x1 + tr_2*x2) * W.words[0] + _m(kappa*x3 + tr_1*x3) * W.words[1] + _m(32*x0) * W.words[2], idx[0], idx[1])
-    total = total + term
+    total = _add(total, term)
     return total
 
 def _M201(W, idx, s):
@@ -214,23 +233,13 @@ def _M201(W, idx, s):
     x35 = 384*x11
     total = 0.0
     term = _g(_m(Delta*x2 + Delta*x3 + kappa*x5 + tr_1*x5 + 32*tr_3*x0 + x10*x3 + x2*x9 + x6*x7 + x7*x8) * W.words[0] + _m(Delta*x4 + tr_2*x30 + x10*x4 + x22*x30 + x4*x9) * W.words[1] + _m(kappa*x31 + tr_1*x31) * W.words[2] + _m(192*x0) * W.words[3], idx[0], idx[1])
-    total = total + term
-    term = W(0, idx[0], idx[1]) * _g(_m(Delta*x14 + Delta*x15 + kappa*x17 + tr_1*x17 + x10*x15 + 32*x12 + x14*x9 + x18*x6 + x18*x8) * W.words[0] + _m(x25) * W.words[1] + _m(x28) * W.words[2] + _m(x29) * W.words[3], idx[2], idx[2])
-    total = total + term
-    term = W(1, idx[0], idx[1]) * _g(_m(x25) * W.words[0] + _m(x28) * W.words[1] + _m(x29) * W.words[2], idx[2], idx[2])
-    total = total + term
-    term = W(2, idx[0], idx[1]) * _g(_m(x28) * W.words[0] + _m(x29) * W.words[1], idx[2], idx[2])
-    total = total + term
-    term = W(3, idx[0], idx[1]) * _g(_m(x29) * W.words[0], idx[2], idx[2])
-    total = total + term
-    term = W(0, idx[0], idx[2]) * _g(_m(kappa*x19 + kappa*x21 + kappa*x24 + tr_1*x19 + tr_1*x21 + tr_1*x23 + 64*x12 + x32*x6 + x32*x8) * W.words[0] + _m(x33) * W.words[1] + _m(x34) * W.words[2] + _m(x35) * W.words[3], idx[1], idx[2])
-    total = total + term
-    term = W(1, idx[0], idx[2]) * _g(_m(x33) * W.words[0] + _m(x34) * W.words[1] + _m(x35) * W.words[2], idx[1], idx[2])
-    total = total + term
-    term = W(2, idx[0], idx[2]) * _g(_m(x34) * W.words[0] + _m(x35) * W.words[1], idx[1], idx[2])
-    total = total + term
-    term = W(3, idx[0], idx[2]) * _g(_m(x35) * W.words[0], idx[1], idx[2])
-    total = total + term
+    total = _add(total, term)
+    H0 = _mat(((Delta*x14 + Delta*x15 + kappa*x17 + tr_1*x17 + x10*x15 + 32*x12 + x14*x9 + x18*x6 + x18*x8, x25, x28, x29,), (x25, x28, x29, 0,), (x28, x29, 0, 0,), (x29, 0, 0, 0,),))
+    term = W.pairs(H0, idx[0], idx[1], idx[2], idx[2])
+    total = _add(total, term)
+    H1 = _mat(((kappa*x19 + kappa*x21 + kappa*x24 + tr_1*x19 + tr_1*x21 + tr_1*x23 + 64*x12 + x32*x6 + x32*x8, x33, x34, x35,), (x33, x34, x35, 0,), (x34, x35, 0, 0,), (x35, 0, 0, 0,),))
+    term = W.pairs(H1, idx[0], idx[2], idx[1], idx[2])
+    total = _add(total, term)
     return total
 
 def _M220(W, idx, s):
@@ -244,24 +253,13 @@ def _M220(W, idx, s):
     x5 = kappa*x4 + tr_1*x4
     x6 = 32*x0
     total = 0.0
-    term = W(0, idx[0], idx[1]) * _g(_m(x3) * W.words[0] + _m(x5) * W.words[1] + _m(x6) * W.words[2], idx[2], idx[3])
-    total = total + term
-    term = W(1, idx[0], idx[1]) * _g(_m(x5) * W.words[0] + _m(x6) * W.words[1], idx[2], idx[3])
-    total = total + term
-    term = W(2, idx[0], idx[1]) * _g(_m(x6) * W.words[0], idx[2], idx[3])
-    total = total + term
-    term = W(0, idx[0], idx[2]) * _g(_m(x3) * W.words[0] + _m(x5) * W.words[1] + _m(x6) * W.words[2], idx[1], idx[3])
-    total = total + term
-    term = W(1, idx[0], idx[2]) * _g(_m(x5) * W.words[0] + _m(x6) * W.words[1], idx[1], idx[3])
-    total = total + term
-    term = W(2, idx[0], idx[2]) * _g(_m(x6) * W.words[0], idx[1], idx[3])
-    total = total + term
-    term = W(0, idx[0], idx[3]) * _g(_m(x3) * W.words[0] + _m(x5) * W.words[1] + _m(x6) * W.words[2], idx[1], idx[2])
-    total = total + term
-    term = W(1, idx[0], idx[3]) * _g(_m(x5) * W.words[0] + _m(x6) * W.words[1], idx[1], idx[2])
-    total = total + term
-    term = W(2, idx[0], idx[3]) * _g(_m(x6) * W.words[0], idx[1], idx[2])
-    total = total + term
+    H0 = _mat(((x3, x5, x6,), (x5, x6, 0,), (x6, 0, 0,),))
+    term = W.pairs(H0, idx[0], idx[1], idx[2], idx[3])
+    total = _add(total, term)
+    term = W.pairs(H0, idx[0], idx[2], idx[1], idx[3])
+    total = _add(total, term)
+    term = W.pairs(H0, idx[0], idx[3], idx[1], idx[2])
+    total = _add(total, term)
     return total
 
 def _M310(W, idx, s):
@@ -283,30 +281,13 @@ def _M310(W, idx, s):
     x13 = kappa*x12 + tr_1*x12
     x14 = 384*x0
     total = 0.0
-    term = W(0, idx[0], idx[1]) * _g(_m(x9) * W.words[0] + _m(x11) * W.words[1] + _m(x13) * W.words[2] + _m(x14) * W.words[3], idx[2], idx[3])
-    total = total + term
-    term = W(1, idx[0], idx[1]) * _g(_m(x11) * W.words[0] + _m(x13) * W.words[1] + _m(x14) * W.words[2], idx[2], idx[3])
-    total = total + term
-    term = W(2, idx[0], idx[1]) * _g(_m(x13) * W.words[0] + _m(x14) * W.words[1], idx[2], idx[3])
-    total = total + term
-    term = W(3, idx[0], idx[1]) * _g(_m(x14) * W.words[0], idx[2], idx[3])
-    total = total + term
-    term = W(0, idx[0], idx[2]) * _g(_m(x9) * W.words[0] + _m(x11) * W.words[1] + _m(x13) * W.words[2] + _m(x14) * W.words[3], idx[1], idx[3])
-    total = total + term
-    term = W(1, idx[0], idx[2]) * _g(_m(x11) * W.words[0] + _m(x13) * W.words[1] + _m(x14) * W.words[2], idx[1], idx[3])
-    total = total + term
-    term = W(2, idx[0], idx[2]) * _g(_m(x13) * W.words[0] + _m(x14) * W.words[1], idx[1], idx[3])
-    total = total + term
-    term = W(3, idx[0], idx[2]) * _g(_m(x14) * W.words[0], idx[1], idx[3])
-    total = total + term
-    term = W(0, idx[0], idx[3]) * _g(_m(x9) * W.words[0] + _m(x11) * W.words[1] + _m(x13) * W.words[2] + _m(x14) * W.words[3], idx[1], idx[2])
-    total = total + term
-    term = W(1, idx[0], idx[3]) * _g(_m(x11) * W.words[0] + _m(x13) * W.words[1] + _m(x14) * W.words[2], idx[1], idx[2])
-    total = total + term
-    term = W(2, idx[0], idx[3]) * _g(_m(x13) * W.words[0] + _m(x14) * W.words[1], idx[1], idx[2])
-    total = total + term
-    term = W(3, idx[0], idx[3]) * _g(_m(x14) * W.words[0], idx[1], idx[2])
-    total = total + term
+    H0 = _mat(((x9, x11, x13, x14,), (x11, x13, x14, 0,), (x13, x14, 0, 0,), (x14, 0, 0, 0,),))
+    term = W.pairs(H0, idx[0], idx[1], idx[2], idx[3])
+    total = _add(total, term)
+    term = W.pairs(H0, idx[0], idx[2], idx[1], idx[3])
+    total = _add(total, term)
+    term = W.pairs(H0, idx[0], idx[3], idx[1], idx[2])
+    total = _add(total, term)
     return total
 
 def _M400(W, idx, s):
@@ -340,38 +321,17 @@ def _M400(W, idx, s):
     x25 = kappa*x24 + tr_1*x24
     x26 = 6144*x0
     total = 0.0
-    term = W(0, idx[0], idx[1]) * _g(_m(x17) * W.words[0] + _m(x21) * W.words[1] + _m(x23) * W.words[2] + _m(x25) * W.words[3] + _m(x26) * W.words[4], idx[2], idx[3])
-    total = total + term
-    term = W(1, idx[0], idx[1]) * _g(_m(x21) * W.words[0] + _m(x23) * W.words[1] + _m(x25) * W.words[2] + _m(x26) * W.words[3], idx[2], idx[3])
-    total = total + term
-    term = W(2, idx[0], idx[1]) * _g(_m(x23) * W.words[0] + _m(x25) * W.words[1] + _m(x26) * W.words[2], idx[2], idx[3])
-    total = total + term
-    term = W(3, idx[0], idx[1]) * _g(_m(x25) * W.words[0] + _m(x26) * W.words[1], idx[2], idx[3])
-    total = total + term
-    term = W(4, idx[0], idx[1]) * _g(_m(x26) * W.words[0], idx[2], idx[3])
-    total = total + term
-    term = W(0, idx[0], idx[2]) * _g(_m(x17) * W.words[0] + _m(x21) * W.words[1] + _m(x23) * W.words[2] + _m(x25) * W.words[3] + _m(x26) * W.words[4], idx[1], idx[3])
-    total = total + term
-    term = W(1, idx[0], idx[2]) * _g(_m(x21) * W.words[0] + _m(x23) * W.words[1] + _m(x25) * W.words[2] + _m(x26) * W.words[3], idx[1], idx[3])
-    total = total + term
-    term = W(2, idx[0], idx[2]) * _g(_m(x23) * W.words[0] + _m(x25) * W.words[1] + _m(x26) * W.words[2], idx[1], idx[3])
-    total = total + term
-    term = W(3, idx[0], idx[2]) * _g(_m(x25) * W.words[0] + _m(x26) * W.words[1], idx[1], idx[3])
-    total = total + term
-    term = W(4, idx[0], idx[2]) * _g(_m(x26) * W.words[0], idx[1], idx[3])
-    total = total + term
-    term = W(0, idx[0], idx[3]) * _g(_m(x17) * W.words[0] + _m(x21) * W.words[1] + _m(x23) * W.words[2] + _m(x25) * W.words[3] + _m(x26) * W.words[4], idx[1], idx[2])
-    total = total + term
-    term = W(1, idx[0], idx[3]) * _g(_m(x21) * W.words[0] + _m(x23) * W.words[1] + _m(x25) * W.words[2] + _m(x26) * W.words[3], idx[1], idx[2])
-    total = total + term
-    term = W(2, idx[0], idx[3]) * _g(_m(x23) * W.words[0] + _m(x25) * W.words[1] + _m(x26) * W.words[2], idx[1], idx[2])
-    total = total + term
-    term = W(3, idx[0], idx[3]) * _g(_m(x25) * W.words[0] + _m(x26) * W.words[1], idx[1], idx[2])
-    total = total + term
-    term = W(4, idx[0], idx[3]) * _g(_m(x26) * W.words[0], idx[1], idx[2])
-    total = total + term
+    H0 = _mat(((x17, x21, x23, x25, x26,), (x21, x23, x25, x26, 0,), (x23, x25, x26, 0, 0,), (x25, x26, 0, 0, 0,), (x26, 0, 0, 0, 0,),))
+    term = W.pairs(H0, idx[0], idx[1], idx[2], idx[3])
+    total = _add(total, term)
+    term = W.pairs(H0, idx[0], idx[2], idx[1], idx[3])
+    total = _add(total, term)
+    term = W.pairs(H0, idx[0], idx[3], idx[1], idx[2])
+    total = _add(total, term)
     return total
 
 
 _KINDS = {'M001': _M001, 'M002': _M002, 'M110': _M110, 'M111': _M111, 'M200': _M200, 'M201': _M201, 'M220': _M220, 'M310': _M310, 'M400': _M400}
-# sha256: b483f5e4cf126a616ede7b7836970ff7d2b87de34348dd64528b063738711a86
+# symmetric under every permutation of their vertices (checked on the recipes)
+_SYMMETRIC = frozenset(('M001', 'M002', 'M110', 'M200', 'M220', 'M310', 'M400'))
+# sha256: 6e97607fc348d3484fd9e4a29925b15c8eda2e99463e94956d7b34b6af604ec6

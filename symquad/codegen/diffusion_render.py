@@ -25,9 +25,9 @@ import sympy as sp
 from ..kernel_files import BANNER, checksum_line
 from ..spec import CONSTRAINTS, Model
 from ..symbolic.symbols import PARAMS
-from .assembly import cse_block_lines
+from .render import _emit_assignments
 from .printer import ScalarPrinter
-from ..symbolic.diffusion import KY, LY, MY, K, L, M
+from ..symbolic.diffusion import KY, LY, MY, K, L, M, parse_kind
 from ..symbolic.diffusion import moment_diffusion
 from ..symbolic.symbols import NOISE
 from ..symbolic.tensor import derive_tensor_form
@@ -41,12 +41,12 @@ __all__ = ["render_diffusion_assembly", "render_diffusion_matrix_module",
            "render_second_order_entries_module"]
 
 
-def _atom_code(atom, index_names) -> str:
+def _atom_code(atom, units) -> str:
     """numpy code of one atom of a block expression, gathered at the unit index arrays."""
     from ..symbolic.diffusion import TEACHER_FIELD, Af, Qf, RHOf, parse_kind
 
     def unit(u):
-        return index_names[u]
+        return f"_u[{units[u]!r}]"
     f, args = atom.func, atom.args
     if f is Qf:
         return f"_g(Q, {unit(args[0])}, {unit(args[1])})"
@@ -58,26 +58,78 @@ def _atom_code(atom, index_names) -> str:
     nd, nx, ns = parse_kind(name)
     codes = []
     for pos, arg in enumerate(args):
-        if nd <= pos < nd + nx:                      # a field: λ_u or ν_m
-            codes.append(f"(p + {unit(arg.args[0])})" if arg.func is TEACHER_FIELD
-                         else unit(arg))
+        if nd <= pos < nd + nx and arg.func is TEACHER_FIELD:     # a teacher field ν_m
+            codes.append(f"_u[{'t' + units[arg.args[0]]!r}]")
         else:
             codes.append(unit(arg))
     return f"kinds({name!r}, {', '.join(codes)})"
 
 
+def _split_term(term, atoms, rows, cols):
+    """``(scalar, row part, column part, mixed part)`` of one product of a block's expression.
+
+    An atom whose units are all row units (``k, l, m``) is a column vector of the
+    block, all column units (``K, L, M``) a row vector; an atom holding both is a
+    full ``rows × columns`` array; parameters and numbers are scalars.
+    """
+    scalar, row, col, mixed = [], [], [], []
+    for factor in sp.Mul.make_args(term):
+        base = factor.base if factor.is_Pow else factor
+        if base not in atoms:
+            scalar.append(factor)
+            continue
+        units = base.free_symbols & (rows | cols)
+        (mixed if units & rows and units & cols else row if units <= rows else col).append(factor)
+    return sp.Mul(*scalar), sp.Mul(*row), sp.Mul(*col), sp.Mul(*mixed)
+
+
 def _block_lines(x, y, expr, printer) -> list:
-    index_names = {K: "i_k", L: "i_l", M: "i_m", KY: "i_K", LY: "i_L", MY: "i_M"}
-    row_units = {"Q": "i_k, i_l", "rho": "i_k, i_m", "a": "i_k"}[x]
-    col_units = {"Q": "i_K, i_L", "rho": "i_K, i_M", "a": "i_K"}[y]
+    """Lines computing block ``(x, y)`` of ``D`` as a sum of outer products.
+
+    Every term of the expanded expression is ``scalar · r · c · X``: ``r`` a product
+    of atoms read at the row units (a column ``(…, R, 1)``), ``c`` at the column
+    units (a row ``(…, 1, C)``), ``X`` the atoms holding both (a kind read at mixed
+    units, ``(…, R, C)``; at most one per term here).  The terms without ``X`` are
+    one matrix product ``(…, R, m) @ (…, m, C)`` (:func:`~symquad.runtime.
+    diffusion_engine.outer_sum`), each other term ``X · (r c)`` with ``r c`` an outer
+    product — instead of broadcasting multiplies on ``R × C`` arrays for every factor;
+    the mixed terms whose ``X`` is one array at run time share one product
+    (:func:`~symquad.runtime.diffusion_engine.mixed_sum`).
+    """
+    from ..symbolic.diffusion import TEACHER_FIELD
+    rows, cols = {K, L, M}, {KY, LY, MY}
+    units = {K: "k", L: "l", M: "m", KY: "K", LY: "L", MY: "M"}
     tag = f"{x}_{y}"
     lines = [f"    # block ({x}, {y})",
-             f"    ({row_units},), ({col_units},) = _engine.block_indices({x!r}, {y!r}, p, ps)"]
-    from ..symbolic.diffusion import TEACHER_FIELD
+             f"    _u = _engine.block_units({x!r}, {y!r}, p, ps)",
+             "    _shape = batch + _u['shape']"]
     atoms = sorted((a for a in expr.atoms(sp.Function) if a.func is not TEACHER_FIELD),
                    key=sp.default_sort_key)
-    return lines + cse_block_lines(expr, atoms, lambda a: _atom_code(a, index_names), tag,
-                                   printer, f"blocks[({x!r}, {y!r})]")
+    symbols = {a: sp.Symbol(f"_{tag}_{i}") for i, a in enumerate(atoms)}
+    lines += [f"    {symbols[a]} = {_atom_code(a, units)}" for a in atoms]
+    rank, mixed = [], []
+    for term in sp.Add.make_args(sp.expand(expr.xreplace(symbols))):
+        scalar, r, c, X = _split_term(term, set(symbols.values()), *(
+            {sym for a, sym in symbols.items() if a.free_symbols & side} for side in (rows, cols)))
+        (rank if X == 1 else mixed).append((scalar * r, c, X))
+    # an atom is a row (column) vector when its units are row (column) units only
+    exprs = [e for r, c, _ in rank + mixed for e in (r, c)]
+    reps, reduced = sp.cse(exprs, symbols=sp.numbered_symbols(f"_{tag}x"), order="canonical")
+    lines += _emit_assignments(reps, printer)
+    vectors = [printer.doprint(e) for e in reduced]
+    nr = len(rank)
+    if not rank:                                  # pragma: no cover - every block has some
+        raise AssertionError(f"block ({x}, {y}) has no rank-one term")
+    # the matrix product's result is a fresh (…, R, C) array: the mixed terms add in place
+    lines.append("    _acc = _engine.outer_sum(("
+                 + ", ".join(vectors[2 * i] for i in range(nr)) + ",), ("
+                 + ", ".join(vectors[2 * i + 1] for i in range(nr)) + ",), _shape)")
+    if mixed:
+        lines.append("    _acc += _engine.mixed_sum((" + ", ".join(
+            f"({printer.doprint(X)}, {vectors[2 * (nr + i)]}, {vectors[2 * (nr + i) + 1]})"
+            for i, (_, _, X) in enumerate(mixed)) + ",), _shape)")
+    lines.append(f"    blocks[({x!r}, {y!r})] = _acc")
+    return lines
 
 
 def _diffusion_function(constraint: str, printer) -> tuple:
@@ -150,6 +202,48 @@ def render_diffusion_assembly() -> str:
 
 # ---- matrix route --------------------------------------------------------------------
 
+def _recipe_canonical(terms, perm=None):
+    """A matrix-route kind's recipe as ``{pairing: coefficient}``, vertices relabelled by `perm`.
+
+    A pairing is the sorted tuple of its ``(u, v, J)`` with ``u <= v`` (the words
+    ``W_J = (CA)^J C`` are symmetric, so ``W_J[u, v] = W_J[v, u]``).
+    """
+    out: dict = {}
+    for coeff, pairing in terms:
+        key = tuple(sorted((min(perm[u], perm[v]), max(perm[u], perm[v]), J) if perm else
+                           (min(u, v), max(u, v), J) for u, v, J in pairing))
+        out[key] = out.get(key, 0) + coeff
+    return out
+
+
+def symmetric_kinds(recipes) -> tuple:
+    """The matrix-route kinds whose value is symmetric under every permutation of their vertices.
+
+    Checked on the recipes themselves: the kind ``Σ c_P Π_{(u,v,J)∈P} W_J[x_u, x_v]``
+    is unchanged by every transposition of neighbouring vertices (they generate all
+    permutations) when the relabelled pairings carry the same coefficients (compared
+    by ``sympy.expand`` of the difference).  With ``σ' = 2c z`` linear, the kinds
+    without a ``σ`` vertex (all legs ``z_x``) are; the generated source reads each of
+    those once per set of index arrays.
+    """
+    out = []
+    for name, terms in sorted(recipes.items()):
+        size = sum(parse_kind(name))
+        base = _recipe_canonical(terms)
+        ok = True
+        for k in range(size - 1):
+            perm = list(range(size))
+            perm[k], perm[k + 1] = k + 1, k
+            moved = _recipe_canonical(terms, perm)
+            if set(moved) != set(base) or any(sp.expand(moved[key] - base[key]) != 0
+                                              for key in base):
+                ok = False
+                break
+        if ok:
+            out.append(name)
+    return tuple(out)
+
+
 def render_diffusion_matrix_module() -> str:
     """Moment kinds of the diffusion for ``σ = c z² + c0``, ``σ* = c* z² + c0*`` (any width)."""
     from ..symbolic.diffusion_matrix import MAX_WORD, kind_recipes
@@ -178,6 +272,24 @@ def render_diffusion_matrix_module() -> str:
            "def _m(x):",
            '    """A scalar per batch element as shape (..., 1, 1) (against the words)."""',
            "    return numpy.asarray(x, dtype=float)[..., None, None]", "", "",
+           "def _mat(rows):",
+           '    """A matrix of scalars (each per batch element) as shape (..., rows, columns)."""',
+           "    try:",
+           "        out = numpy.array(rows, dtype=float)",
+           "        if out.ndim == 2:                   # unbatched: every entry one number",
+           "            return out",
+           "    except ValueError:                      # (entries of different shapes)",
+           "        pass",
+           "    flat = numpy.broadcast_arrays(*[numpy.asarray(e, dtype=float) for r in rows for e in r])",
+           "    return numpy.stack(flat, -1).reshape(flat[0].shape + (len(rows), len(rows[0])))",
+           "", "",
+           "def _add(total, term):",
+           '    """total + term; in place when both are arrays of one shape (total: a fresh sum)."""',
+           "    if type(total) is numpy.ndarray and type(term) is numpy.ndarray and total.shape == term.shape:",
+           "        total += term",
+           "        return total",
+           "    return total + term",
+           "", "",
            "def _s(x, idx):",
            '    """A scalar per batch element broadcast against arrays gathered at `idx`."""',
            "    x = numpy.asarray(x, dtype=float)",
@@ -209,8 +321,17 @@ def render_diffusion_matrix_module() -> str:
             "        tr[j] = numpy.trace(P, axis1=-2, axis2=-1)",
             "        P = P @ AC"]
     out += [f"    tr_{j} = tr[{j}]" for j in sorted({t.name.count("A") for t in traces})]
-    out += ["", "    words = _WordGather(W)", "",
-            "    def source(name, *idx):", "        return _KINDS[name](words, idx, locals_)", "",
+    out += ["", "    words = _WordGather(W)",
+            "    # a symmetric kind read at a permutation of the same index arrays: one value",
+            "    seen = {}", "",
+            "    def source(name, *idx):",
+            "        if name not in _SYMMETRIC:",
+            "            return _KINDS[name](words, idx, locals_)",
+            "        key = (name,) + tuple(sorted(map(id, idx)))",
+            "        hit = seen.get(key)",
+            "        if hit is None:                   # (the arrays held: their ids stay unique)",
+            "            hit = seen[key] = (_KINDS[name](words, idx, locals_), idx)",
+            "        return hit[0]", "",
             "    locals_ = dict(Delta=Delta, c=c, c_star=c_star, c0=c0, c0_star=c0_star,",
             "                   kappa=kappa, " + ", ".join(f"tr_{j}=tr_{j}" for j in
                                                        sorted({t.name.count('A')
@@ -235,21 +356,42 @@ def render_diffusion_matrix_module() -> str:
             groups.setdefault(pattern, {}).setdefault(Js[:-1], []).append(
                 (Js[-1] if Js else None, value))
         out.append("    total = 0.0")
+        matrices: dict = {}
         for pattern, heads in groups.items():
             if not pattern:
                 (_, value), = heads[()]
                 out.append(f"    total = total + _s({printer.doprint(value)}, idx)")
                 continue
             (ul, vl) = pattern[-1]
+            if len(pattern) == 2 and len(set(pattern)) == 2:
+                # Σ_{J,J'} H[J, J'] W_J[u, v] W_J'[w, x]: one call on the stacked words
+                # (WordGather.pairs) instead of one gather and product per J
+                nJ = 1 + max(head[0] for head in heads)
+                nJ2 = 1 + max(J for tail in heads.values() for J, _ in tail)
+                H = [["0"] * nJ2 for _ in range(nJ)]
+                for head, tail in heads.items():
+                    for J, value in tail:
+                        H[head[0]][J] = printer.doprint(value)
+                (u, v) = pattern[0]
+                text = "_mat((" + ", ".join("(" + ", ".join(row) + ",)" for row in H) + ",))"
+                if text not in matrices:            # (the pairings of one kind share it)
+                    matrices[text] = f"H{len(matrices)}"
+                    out.append(f"    {matrices[text]} = {text}")
+                out.append(f"    term = W.pairs({matrices[text]}, "
+                           f"idx[{u}], idx[{v}], idx[{ul}], idx[{vl}])")
+                out.append("    total = _add(total, term)")
+                continue
             for head, tail in heads.items():
                 combo = " + ".join(f"_m({printer.doprint(value)}) * W.words[{J}]"
                                    for J, value in tail)
                 factors = [f"W({J}, idx[{u}], idx[{v}])" for (u, v), J in zip(pattern, head)]
                 factors.append(f"_g({combo}, idx[{ul}], idx[{vl}])")
                 out.append("    term = " + " * ".join(factors))
-                out.append("    total = total + term")
+                out.append("    total = _add(total, term)")
         out.append("    return total")
-    out += ["", "", "_KINDS = {" + ", ".join(f"{k!r}: _{k}" for k in sorted(recipes)) + "}"]
+    out += ["", "", "_KINDS = {" + ", ".join(f"{k!r}: _{k}" for k in sorted(recipes)) + "}",
+            "# symmetric under every permutation of their vertices (checked on the recipes)",
+            f"_SYMMETRIC = frozenset({symmetric_kinds(recipes)!r})"]
     body = "\n".join(out) + "\n"
     return body + checksum_line(body)
 

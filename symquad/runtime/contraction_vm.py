@@ -134,6 +134,23 @@ def _inner(V, d0, d1, xo, yo, zo, sx0, sy0, sz0, sx1, sy1, sz1):  # pragma: no c
             xo += sx1
             yo += sy1
             zo += sz1
+    elif sx0 == 0 and sy0 == 1 and sz0 == 1:
+        # unit strides written as such: the compiler vectorises the loop
+        for _ in range(d1):
+            a = V[np.uint64(xo)]
+            for k in range(d0):
+                V[np.uint64(zo + k)] += a * V[np.uint64(yo + k)]
+            xo += sx1
+            yo += sy1
+            zo += sz1
+    elif sy0 == 0 and sx0 == 1 and sz0 == 1:
+        for _ in range(d1):
+            a = V[np.uint64(yo)]
+            for k in range(d0):
+                V[np.uint64(zo + k)] += V[np.uint64(xo + k)] * a
+            xo += sx1
+            yo += sy1
+            zo += sz1
     elif sx0 == 0:
         for _ in range(d1):
             a = V[np.uint64(xo)]

@@ -46,8 +46,8 @@ except ImportError:                                      # pragma: no cover - nu
     except ImportError:
         _c_einsum = None
 
-__all__ = ["block_indices", "assemble", "gather", "KindArrays", "WordGather", "tensor_kinds",
-           "tensor_kinds_reference", "plan_from_json",
+__all__ = ["block_indices", "block_units", "outer_sum", "mixed_sum", "assemble", "gather",
+           "KindArrays", "WordGather", "tensor_kinds", "tensor_kinds_reference", "plan_from_json",
            "BLOCK_PAIRS", "SparsePolynomials", "entry_generators", "fill_symmetric"]
 
 #: Blocks of ``D`` in state order (the others are transposes).
@@ -72,8 +72,124 @@ def block_indices(x, y, p, ps):
 
 
 def gather(array, *idx):
-    """``array[..., idx_0, idx_1, …]`` over its last ``len(idx)`` axes (batch axes kept)."""
-    return array[(Ellipsis,) + tuple(idx)]
+    """``array[..., idx_0, idx_1, …]`` over its last ``len(idx)`` axes (batch axes kept).
+
+    With index arrays, a ``take`` at flat positions computed once per index arrays
+    and axis sizes (:func:`_flat_positions`): numpy's indexing with several index
+    arrays recomputes them at every call (at ``p = 16``, ``M400`` at the ``(Q, Q)``
+    block's 136 × 136 entries: 15 µs against 78 µs).  The same entries.
+    """
+    if not all(type(i) is numpy.ndarray for i in idx):
+        return array[(Ellipsis,) + tuple(idx)]
+    core = array.shape[array.ndim - len(idx):]
+    flat = _flat_positions(core, idx)
+    if array.ndim == len(idx):
+        return array.reshape(-1).take(flat)
+    return array.reshape(array.shape[:array.ndim - len(idx)] + (-1,)).take(flat, axis=-1)
+
+
+#: Most flat gather positions kept by :func:`gather` (the assembly reads ~60 per
+#: constraint and width, the matrix route's kinds ~20 more).
+GATHER_CACHE = 1024
+_FLAT: dict = {}
+
+
+def _flat_positions(core, idx):
+    """``ravel_multi_index`` of the broadcast index arrays `idx` in `core`, cached.
+
+    Keyed by the index arrays' identities (and `core`); an entry holds the arrays
+    themselves, so no identity is reused while it lives; at most :data:`GATHER_CACHE`
+    entries (the oldest dropped).  The callers pass the same index objects at every
+    call (:func:`block_units`).
+    """
+    key = (core,) + tuple(id(i) for i in idx)
+    hit = _FLAT.get(key)
+    if hit is None:
+        flat = numpy.ravel_multi_index(numpy.broadcast_arrays(*idx), core)
+        hit = _FLAT[key] = (flat, idx)
+        if len(_FLAT) > GATHER_CACHE:
+            _FLAT.pop(next(iter(_FLAT)), None)
+    return hit[0]
+
+
+_UNITS: dict = {}
+
+
+def block_units(x, y, p, ps):
+    """The unit index arrays of block ``(x, y)`` by name, the same objects at every call.
+
+    Rows (``(n, 1)`` columns) ``k, l`` (``Q``), ``k, m`` (``ρ``), ``k`` (``a``); columns
+    (``(1, n)`` rows) ``K, L``, ``K, M``, ``K``; a teacher unit as a field, ``p + m``
+    or ``p + M``, under ``tm`` / ``tM``; ``"shape"`` the block's ``(rows, columns)``.
+    Cached per ``(x, y, p, ps)``: being the same objects, they key the flat gather
+    positions of :func:`gather` (and the matrix route's reads of symmetric kinds).
+    """
+    key = (x, y, p, ps)
+    hit = _UNITS.get(key)
+    if hit is None:
+        rows, cols = block_indices(x, y, p, ps)
+        names = {"Q": ("k", "l"), "rho": ("k", "m"), "a": ("k",)}
+        hit = dict(zip(names[x], rows))
+        hit.update(zip((ch.upper() for ch in names[y]), cols))
+        for unit in ("m", "M"):
+            if unit in hit:
+                hit["t" + unit] = p + hit[unit]
+        hit["shape"] = (rows[0].shape[0], cols[0].shape[1])
+        for value in hit.values():
+            if isinstance(value, numpy.ndarray):
+                value.flags.writeable = False
+        _UNITS[key] = hit
+    return hit
+
+
+def _fit(x, shape):
+    """`x` as an array of `shape` (a view when it must be broadcast; no call when it fits)."""
+    if type(x) is numpy.ndarray and x.shape == shape:
+        return x
+    return numpy.broadcast_to(x, shape)
+
+
+def outer_sum(rows, cols, shape):
+    """``Σ_i r_i c_i`` of columns ``r_i (..., R, 1)`` and rows ``c_i (..., 1, C)`` (one product).
+
+    The rank-one terms of a block of ``D`` stacked into ``(..., R, m) @ (..., m, C)``:
+    the same sum, reassociated (the matrix product's order of additions).  Returns a
+    fresh array of `shape` (``batch + (R, C)``).
+    """
+    rshape, cshape = shape[:-1] + (1,), shape[:-2] + (1, shape[-1])
+    left = numpy.concatenate([_fit(r, rshape) for r in rows], axis=-1)
+    right = numpy.concatenate([_fit(c, cshape) for c in cols], axis=-2)
+    return numpy.matmul(left, right)
+
+
+def mixed_sum(terms, shape):
+    """``Σ_i X_i ∘ (r_i c_i)`` of ``(X, column, row)`` terms, as ``Σ_X X ∘ (Σ_{X_i = X} r_i c_i)``.
+
+    Terms whose ``X`` is the same array object (a kind source may return one array for
+    reads that are equal, e.g. the matrix route's symmetric kinds read at permuted
+    index arrays) share one elementwise product, their rank-one parts summed first
+    in one matrix product (:func:`outer_sum`); otherwise each term is ``X · (r c)``.
+    The same sum, reassociated.  ``shape`` is ``batch + (R, C)``.
+    """
+    groups: dict = {}
+    for X, r, c in terms:
+        groups.setdefault(id(X), (X, [], []))
+        groups[id(X)][1].append(r)
+        groups[id(X)][2].append(c)
+    total = None
+    for X, rows, cols in groups.values():
+        # one rank-one term padded to inner dimension 2 with a zero column: numpy takes
+        # inner dimension 1 past BLAS (measured at R = C = 136: 30 µs, 3.2 µs padded,
+        # 12 µs for the broadcasting multiply).  The product is a fresh array of the
+        # block's shape: multiplied and added in place
+        part = outer_sum(rows + [0.0], cols + [0.0], shape) if len(rows) == 1 \
+            else outer_sum(rows, cols, shape)
+        part *= X
+        if total is None:
+            total = part
+        else:
+            total += part
+    return total
 
 
 def assemble(blocks, p, ps, trained, batch):
@@ -106,6 +222,19 @@ class WordGather:
     def __init__(self, words):
         self.words = words
         self.cache = {}
+        self.stack = None
+        try:                                    # the four-index buffer of a former call
+            self.buffer = _PAIR_SPARE.pop()
+        except IndexError:
+            self.buffer = None
+
+    def __del__(self):
+        try:
+            if self.buffer is not None and self.buffer.size <= MAX_PAIR_TENSOR \
+                    and not _PAIR_SPARE:
+                _PAIR_SPARE.append(self.buffer)
+        except Exception:                       # pragma: no cover - interpreter shutdown
+            pass
 
     def __call__(self, J, x, y):
         key = (J,) + tuple(sorted((id(x), id(y))))
@@ -115,9 +244,107 @@ class WordGather:
             self.cache[key] = hit
         return hit[0]
 
+    def pairs(self, H, u, v, w, x):
+        r"""``Σ_{J,J'} H[..., J, J'] W_J[u, v] W_{J'}[w, x]`` at index arrays ``u, v, w, x``.
+
+        With ``G_J = Σ_J' H[J, J'] W_J'`` (one matrix product per ``H``; the pairings
+        of one kind share it), the sum ``Σ_J W_J[u, v] G_J[w, x]`` is taken
+
+        * when one pair depends on the rows only and the other on the columns only
+          (e.g. ``(k, l)`` and ``(K, L)`` in the ``(Q, Q)`` block): as one rank-``J``
+          matrix product of the gathered ``(R, J) @ (J, C)``;
+        * when both pairs span the whole result (``(k, K)`` and ``(l, L)``): as the
+          four-index array ``T[a, b, c, d] = Σ_J W_J[a, b] G_J[c, d]`` over
+          ``[0, m)`` (``m`` = the largest index + 1), one matrix product
+          ``(m², J) @ (J, m²)`` (``J m⁴`` multiply-adds) per ``H``, read by one ``take``
+          — instead of a gather and two elementwise passes per ``J`` on every entry —
+          where the batch's ``T`` holds at most :data:`MAX_PAIR_TENSOR` elements;
+        * otherwise per ``J``.
+
+        The same sum, reassociated.
+        """
+        nJ, nJ2 = H.shape[-2:]
+        key = ("G", id(H))
+        hit = self.cache.get(key)
+        if hit is None:
+            if self.stack is None:
+                self.stack = numpy.stack(self.words, axis=-3)
+            S = self.stack[..., :nJ2, :, :]
+            G = numpy.matmul(H, S.reshape(S.shape[:-2] + (-1,)))
+            hit = self.cache[key] = (G.reshape(G.shape[:-1] + S.shape[-2:]), H)
+        G = hit[0]
+        su, sw = _bshape(u.shape, v.shape), _bshape(w.shape, x.shape)
+        X = self.stack[..., :nJ, :, :]
+        if su[-1] == 1 and sw[-2] == 1 or su[-2] == 1 and sw[-1] == 1:
+            A, B = gather(X, u, v), gather(G, w, x)
+            if su[-2] == 1:
+                A, B = B, A
+            # A (..., J, R, 1), B (..., J, 1, C)
+            return numpy.matmul(numpy.swapaxes(A[..., 0], -1, -2), B[..., 0, :])
+        full = _bshape(su, sw)
+        if su == full and sw == full:
+            m = 1 + max(_largest(i) for i in (u, v, w, x))
+            if 8 * math.prod(full) >= m ** 4 and \
+                    math.prod(G.shape[:-3]) * m ** 4 <= MAX_PAIR_TENSOR:
+                key = ("T", id(H), m)
+                hit = self.cache.get(key)
+                if hit is None:
+                    lead = G.shape[:-3]
+                    Xm = numpy.ascontiguousarray(X[..., :m, :m]).reshape(lead + (nJ, m * m))
+                    Gm = numpy.ascontiguousarray(G[..., :m, :m]).reshape(lead + (nJ, m * m))
+                    # one four-index array at a time (the pairings of one kind are read
+                    # one after another), in a buffer kept between calls: a fresh one is
+                    # page-faulted in at every call
+                    for old in [k for k in self.cache if k[0] == "T"]:
+                        del self.cache[old]
+                    size = math.prod(lead) * m ** 4
+                    if self.buffer is None or self.buffer.size < size:
+                        self.buffer = numpy.empty(size)
+                    T = self.buffer[:size].reshape(lead + (m * m, m * m))
+                    numpy.matmul(numpy.swapaxes(Xm, -1, -2), Gm, out=T)
+                    hit = self.cache[key] = (T.reshape(lead + (m, m, m, m)), H)
+                return gather(hit[0], u, v, w, x)
+        total = 0.0
+        for J in range(nJ):
+            total = total + self(J, u, v) * gather(G[..., J, :, :], w, x)
+        return total
+
+
+def _bshape(a, b):
+    """``numpy.broadcast_shapes(a, b)`` (a fast path for shapes of one length)."""
+    if len(a) == len(b):
+        return tuple(x if y == 1 else y for x, y in zip(a, b))
+    return numpy.broadcast_shapes(a, b)
+
+
+_LARGEST: dict = {}
+
+
+def _largest(idx):
+    """``idx.max()`` of an index array, cached by identity (the array held with it)."""
+    hit = _LARGEST.get(id(idx))
+    if hit is None or hit[1] is not idx:
+        hit = _LARGEST[id(idx)] = (int(idx.max()), idx)
+        if len(_LARGEST) > GATHER_CACHE:
+            _LARGEST.pop(next(iter(_LARGEST)), None)
+    return hit[0]
+
+
+#: The four-index buffer of :meth:`WordGather.pairs` kept between calls (one, at most
+#: :data:`MAX_PAIR_TENSOR` elements; taken out while in use).
+_PAIR_SPARE: list = []
+
+#: Largest four-index array of :meth:`WordGather.pairs` (elements, the batch included;
+#: 2**22 doubles are 32 MiB: ``m = 16`` for up to 64 states at once).
+MAX_PAIR_TENSOR = 2 ** 22
+
 
 class KindArrays:
-    """A kind source holding each kind as a whole array (``(..., p|n, …)``)."""
+    """A kind source holding each kind as a whole array (``(..., p|n, …)``).
+
+    ``source(name, *idx)`` reads kind `name` at broadcasting index arrays, one per
+    axis (:func:`gather`: a ``take`` at cached flat positions).
+    """
 
     def __init__(self, arrays: dict):
         self.arrays = arrays
@@ -655,6 +882,12 @@ class _Executable:
         self.groups = [(g["name"], g["subs"], g["copy_off"], g["copy_size"], g["acc_off"],
                         g["acc_size"], g["shape_copy"], g["shape_acc"], g["copy_is_x"])
                        for g in groups]
+        #: per group: None, or the plan of its product over ordered pairs only
+        #: (:func:`_pair_plan`)
+        self.pair_plans = [_pair_plan(g[1], self.roles[g[0]],
+                                      g[6] if g[8] else g[7], g[7] if g[8] else g[6])
+                           if _group_macs(g) * nbatch >= PAIR_MIN else None
+                           for g in self.groups]
         self.size = top_[0]
 
     def cost(self):
@@ -678,10 +911,15 @@ class _Executable:
                 dims.update(zip(yl, y[2]))
                 macs_numpy += math.prod(dims.values())
         macs_groups = 0
-        for name, subs, co, cs, ao, as_, shc, sha, copy_is_x in self.groups:
+        for (name, subs, co, cs, ao, as_, shc, sha, copy_is_x), plan in zip(self.groups,
+                                                                            self.pair_plans):
             xl, yl, _ = _letters(subs)
             dims = dict(zip(xl, shc if copy_is_x else sha))
             dims.update(zip(yl, sha if copy_is_x else shc))
+            if plan is not None:                # ordered pairs only: P·Q instead of p²·q²
+                px, py = plan[1].size, plan[4].size
+                dims = {c: d for c, d in dims.items() if c not in plan[0][:4]}
+                dims.update(i=px, j=py)
             macs_groups += math.prod(dims.values())
         return {"calls": len(self.segments) + len(self.groups), "vm_rows": len(code),
                 "macs_vm": macs_vm, "macs_numpy": macs_numpy, "macs_groups": macs_groups}
@@ -795,11 +1033,78 @@ class _Executable:
             _dot_into(subs, xv, yv, W[:, z[0]:z[0] + math.prod(z[2])])
         out = {name: W[:, o:o + math.prod(shape)].reshape((B,) + shape)
                for name, (o, shape) in self.outputs.items()}
-        for name, subs, co, cs, ao, as_, shc, sha, copy_is_x in self.groups:
+        for (name, subs, co, cs, ao, as_, shc, sha, copy_is_x), plan in zip(self.groups,
+                                                                            self.pair_plans):
             S = W[:, co:co + cs].reshape((B,) + shc)
             A = W[:, ao:ao + as_].reshape((B,) + sha)
-            out[name] += _dot(subs, S, A) if copy_is_x else _dot(subs, A, S)
+            x, y = (S, A) if copy_is_x else (A, S)
+            if plan is None:
+                out[name] += _dot(subs, x, y)
+            else:
+                _pair_product(plan, x, y, out[name])
         return {name: _symmetrise(value, self.roles[name], 1) for name, value in out.items()}
+
+
+#: Group products of fewer multiply-adds (times the batch) than this are taken whole: the
+#: ordered-pair form's gathers and scatter cost more than the multiply-adds it saves
+#: (measured at p = 16: 1.8·10⁷ multiply-adds 0.60 → 0.52 ms, 7·10⁶ 0.22 → 0.26 ms).
+PAIR_MIN = 2 ** 24
+
+
+def _group_macs(group):
+    """Multiply-adds of one group's whole product (an entry of ``_Executable.groups``)."""
+    name, subs, co, cs, ao, as_, shc, sha, copy_is_x = group
+    xl, yl, _ = _letters(subs)
+    dims = dict(zip(xl, shc if copy_is_x else sha))
+    dims.update(zip(yl, sha if copy_is_x else shc))
+    return math.prod(dims.values())
+
+
+def _pair_plan(subs, roles, xshape, yshape):
+    r"""How a group's product ``Σ x_{t a b …} y_{t c d …}`` is taken over ordered pairs, or None.
+
+    Applies when the kind has four external axes, ``x`` holds the first two and ``y``
+    the last two, and each pair has one role.  The kind is symmetrised over the
+    permutations of equal roles (:func:`_symmetrise`, a sum), which include the swaps
+    ``a ↔ b`` and ``c ↔ d``; so the product may be replaced by any array with the same
+    sums over the orbits of those swaps: with ``x̃_{ab} = x_{ab} + x_{ba}`` for
+    ``a < b`` and ``x_{aa}`` on the diagonal (the same for ``y``), the product
+    ``Σ_t x̃_{t,(ab)} ỹ_{t,(cd)}`` over ordered pairs ``a ≤ b``, ``c ≤ d`` put at
+    ``[a, b, c, d]`` (zero elsewhere) is one.  ``(P × K) @ (K × Q)`` with
+    ``P = p(p+1)/2`` instead of ``(p² × K) @ (K × q²)``: about 4× fewer multiply-adds.
+    Returns ``(letters, iu, ju, half, iu_y, ju_y, half_y, subscripts, flat_x, flat_y)``.
+    """
+    xs, ys, outs = _letters(subs)
+    if len(outs) != 4 or xs[1:3] != outs[:2] or ys[1:3] != outs[2:]:
+        return None
+    if any(c in outs for c in xs[3:] + ys[3:]) or roles[0] != roles[1] or roles[2] != roles[3]:
+        return None
+    pa, pc = xshape[1], yshape[1]
+    iu, ju = numpy.triu_indices(pa)
+    iv, jv = numpy.triu_indices(pc)
+    rest_x, rest_y = xs[3:], ys[3:]
+    free = [c for c in "ijklmnoz" if c not in xs + ys][:2]
+    sub2 = f"...t{free[0]}{rest_x},...t{free[1]}{rest_y}->...{free[0]}{free[1]}"
+    return (outs + "".join(free), iu, ju, numpy.where(iu == ju, 0.5, 1.0), iv, jv,
+            numpy.where(iv == jv, 0.5, 1.0), sub2, iu * pa + ju, iv * pc + jv)
+
+
+def _pair_product(plan, x, y, out):
+    """Add a group's product over ordered pairs (:func:`_pair_plan`) into `out` (batch first)."""
+    _, iu, ju, hx, iv, jv, hy, sub2, fx, fy = plan
+
+    def pairs(z, i, j, half):
+        # z (B, t, a, b, …): the pair axes 2, 3 → one axis of the ordered pairs
+        a = z.shape[2]
+        flat = z.reshape(z.shape[:2] + (a * a, -1))
+        out = flat.take(i * a + j, axis=2)
+        out += flat.take(j * a + i, axis=2)
+        out *= half[:, None]
+        return out.reshape(z.shape[:2] + (len(i),) + z.shape[4:])
+    xt, yt = pairs(x, iu, ju, hx), pairs(y, iv, jv, hy)
+    B, shape = out.shape[0], out.shape[1:]
+    view = out.reshape(B, shape[0] * shape[1], shape[2] * shape[3])
+    view[:, fx[:, None], fy[None, :]] += _dot(sub2, xt, yt)
 
 
 _PROGRAMS: dict = {}
@@ -983,10 +1288,14 @@ def _dot_into(subscripts, x, y, out):
     sh_k = x.shape[nb + ns + ni:]
     sh_j = y.shape[nb + ns + nk:]
     S, I, K, J = (math.prod(t) for t in (sh_s, sh_i, sh_k, sh_j))
-    Z = out.reshape(batch + (S, I, J))
     if K == 1:
-        numpy.multiply(x.reshape(batch + (S, I, 1)), y.reshape(batch + (S, 1, J)), out=Z)
+        # nothing contracted: the broadcast product straight from the transposed views
+        # (flattening them first would copy the transposed operand)
+        numpy.multiply(x.reshape(batch + sh_s + sh_i + (1,) * len(sh_j)),
+                       y.reshape(batch + sh_s + (1,) * len(sh_i) + sh_j),
+                       out=out.reshape(batch + sh_s + sh_i + sh_j))
     else:
+        Z = out.reshape(batch + (S, I, J))
         numpy.matmul(x.reshape(batch + (S, I, K)), y.reshape(batch + (S, K, J)), out=Z)
 
 
