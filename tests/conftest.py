@@ -1,5 +1,7 @@
+import importlib.util
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -29,8 +31,46 @@ def pytest_configure(config):
     os.environ["SYMQUAD_CACHE_DIR"] = path
 
 
+def pytest_sessionstart(session):
+    """The controller of a pytest-xdist run: compile numba's kernels once, before the workers.
+
+    numba's cache lives next to symquad's sources (``cache=True``), so in a fresh checkout
+    it is empty and every worker compiled the same kernels when its first test needed
+    them (about 30 s of CPU per worker on the 2-core machine).  Two processes, one per
+    group of kernels (tests/numba_warm.py), fill the cache at once; the workers, started
+    after this hook (xdist's own ``pytest_sessionstart`` is ``trylast``), only load it.
+    With a warm cache the two processes load it and end (about 1.3 s each).  A failure
+    here only costs the compilation it would have saved; it is reported, not raised.
+    """
+    config = session.config
+    if hasattr(config, "workerinput") or config.pluginmanager.getplugin("dsession") is None \
+            or int(getattr(config.option, "numprocesses", 0) or 0) < 2:
+        return
+    spec = importlib.util.find_spec("symquad")
+    if spec is None or not spec.origin:
+        return
+    # the workers' symquad, whatever the subprocess's sys.path would find first
+    root = os.path.dirname(os.path.dirname(spec.origin))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [root] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+    script = os.path.join(os.path.dirname(__file__), "numba_warm.py")
+    procs = [subprocess.Popen([sys.executable, script, group], env=env, cwd=root,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+             for group in ("simulators", "quadrature")]
+    for group, proc in zip(("simulators", "quadrature"), procs):
+        try:
+            _, err = proc.communicate(timeout=900)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, err = proc.communicate()
+        if proc.returncode != 0:
+            tail = (err or "").strip().splitlines()[-1:] or ["no output"]
+            print(f"\nnumba warm-up ({group}) failed (exit {proc.returncode}: {tail[0]}); "
+                  f"the workers compile for themselves", file=sys.stderr)
+
+
 def pytest_collection_finish(session):
-    """In a pytest-xdist worker (one per core already): BLAS on one thread.
+    """In a pytest-xdist worker (one per core already): BLAS and numba on one thread.
 
     With the library's default (a thread per core) in every worker, the workers'
     threads outnumber the cores and OpenBLAS's waiting threads spin: measured on the
@@ -42,8 +82,15 @@ def pytest_collection_finish(session):
     library's own count.  A run without xdist keeps the user's setting.
     """
     workerinput = getattr(session.config, "workerinput", None)
-    if not workerinput or int(workerinput.get("workercount", 1)) < 2 \
-            or "numpy" not in sys.modules:
+    if not workerinput or int(workerinput.get("workercount", 1)) < 2:
+        return
+    if importlib.util.find_spec("numba") is not None:
+        # the ReLU quadrature's threaded loops (numba's OpenMP layer) would start one
+        # thread per core in every worker, as BLAS would; its results do not depend on
+        # the thread count, and a test may raise it (numba.set_num_threads)
+        import numba
+        numba.set_num_threads(1)
+    if "numpy" not in sys.modules:
         return
     try:
         import threadpoolctl

@@ -191,7 +191,7 @@ def test_default_statistics_pass_and_a_five_percent_wrong_learning_rate_fails():
     assert rep.passed, rep.reasons
     for lr in (0.105, 0.095):
         wrong = sq.Model(p=4, p_star=2, lr=lr)
-        bad = sq.compare(wrong, rep.t, rep.sgd_Q, rep.sgd_rho)
+        bad = sq.compare(wrong, rep.t, rep.sgd_Q, rep.sgd_rho, resolution=False)
         assert _status(bad)["mean_deviation"] == "fail", bad.reasons
         assert bad.verdict == "FAIL"
 
@@ -202,7 +202,8 @@ def test_non_quadratic_activation_z3_minus_3z_at_p16():
     skipped with a stated reason; the verdict still discriminates: the true model passes,
     a learning rate 10 % off fails."""
     m = sq.Model(p=16, p_star=4, lr=0.01, activation="z**3 - 3*z")
-    rep = sq.validate(m, N=2000, replicas=16, t_max=20.0, seed=1, fss=False, n_times=41)
+    rep = sq.validate(m, N=2000, replicas=16, t_max=20.0, seed=1, fss=False, n_times=41,
+                      resolution=False)     # not read here (tests/test_resolution.py)
     assert rep.config["start"] == "informed"
     assert not rep.numbers["escape"]["defined"]
     assert "σ = c z²" in rep.numbers["escape"]["reason"]

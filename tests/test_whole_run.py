@@ -23,7 +23,7 @@ def random_run():
 
 def test_true_model_passes_the_whole_run_law(random_run):
     model, run = random_run
-    rep = sq.compare(model, run.t, run.Q, run.rho, N=1000, seed=1)
+    rep = sq.compare(model, run.t, run.Q, run.rho, N=1000, seed=1, resolution=False)
     assert _status(rep, "whole_run_law") == "pass"
     assert _status(rep, "lna_spread") == "not tested"       # listed, with the reason
     assert "random start" in rep.numbers["whole_run"]["lna"]["reason"]
@@ -32,7 +32,8 @@ def test_true_model_passes_the_whole_run_law(random_run):
 
 def test_wrong_learning_rate_fails_the_whole_run_law(random_run):
     model, run = random_run
-    rep = sq.compare(model.replace(lr=0.26), run.t, run.Q, run.rho, N=1000, seed=1)
+    rep = sq.compare(model.replace(lr=0.26), run.t, run.Q, run.rho, N=1000, seed=1,
+                     resolution=False)
     assert _status(rep, "whole_run_law") == "fail" and rep.verdict == "FAIL"
 
 
@@ -41,9 +42,9 @@ def test_lna_spread_criterion_from_an_informed_start():
     Q0, rho0 = informed_start(model)
     run = sq.simulate(model, N=1000, t_max=6.0, replicas=200, seed=5, Q0=Q0, rho0=rho0,
                       t_eval=np.linspace(0, 6, 61))
-    good = sq.compare(model, run.t, run.Q, run.rho, N=1000, seed=2)
+    good = sq.compare(model, run.t, run.Q, run.rho, N=1000, seed=2, resolution=False)
     assert _status(good, "lna_spread") == "pass"
-    wrong_N = sq.compare(model, run.t, run.Q, run.rho, N=2000, seed=2)
+    wrong_N = sq.compare(model, run.t, run.Q, run.rho, N=2000, seed=2, resolution=False)
     assert _status(wrong_N, "lna_spread") == "fail"
 
 
@@ -198,9 +199,11 @@ def test_hermite_random_start_is_decided_by_the_whole_run_law():
     criterion decides it now (PASS in 51 s on a shared 2-core machine), and a 10 % wrong
     learning rate of the theory fails it."""
     model = sq.Model(2, 1, 0.01, activation="z**3 - 3*z")
-    rep = sq.validate(model, N=500, start="random", fss=False, invariant=False, seed=0)
+    rep = sq.validate(model, N=500, start="random", fss=False, invariant=False, seed=0,
+                      resolution=False)
     assert _status(rep, "whole_run_law") == "pass" and rep.verdict == "PASS", rep.reasons
-    wrong = sq.compare(model.replace(lr=0.011), rep.t, rep.sgd_Q, rep.sgd_rho, N=500, seed=1)
+    wrong = sq.compare(model.replace(lr=0.011), rep.t, rep.sgd_Q, rep.sgd_rho, N=500, seed=1,
+                       resolution=False)
     assert wrong.verdict == "FAIL", wrong.reasons
 
 
