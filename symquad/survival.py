@@ -42,7 +42,7 @@ from .spec import Model, check_model
 from .applicability import zero_risk_reason
 from .numeric.kernels import kernels
 from .numeric.invariants import (manifold_dimension, manifold_rank_deficiency,
-                                 random_manifold_points, closest_solution)
+    random_manifold_points, closest_solution)
 
 __all__ = ["RESULTS", "Cell", "SurvivalTable", "survival_models", "survival_row",
            "survival_table"]

@@ -218,7 +218,7 @@ LEGACY = {
     'symquad.cli.sweep': 1,
     'symquad.codegen.diffusion_render': 6,
     'symquad.codegen.render': 1,
-    'symquad.numeric.kernels': 2,
+    'symquad.numeric.kernels': 8,
     'symquad.numeric.simulate': 3,
     'symquad.studies.resolution': 1,
     'symquad.studies.tasks': 3,

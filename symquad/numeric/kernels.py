@@ -70,11 +70,6 @@ from ..runtime.special_engine import four_point_method
 from ..runtime.special_engine import SpecialEngine
 from ..runtime.tensor_engine import combine
 from ..runtime.sampled_diffusion import sampled_diffusion_cost
-from ..runtime.special_diffusion import erf_diffusion_cost, PRICE_NODES
-from .block_diffusion import (sphere_projection, state_layout_for, virtual_map,
-                              virtual_overlaps, virtual_teacher_size)
-from ..kernel_files import generator_version
-from .._generated.assembly import PARAMS
 
 __all__ = ["Kernels", "kernels", "KERNEL_FORMS", "clear_kernel_memo", "default_form",
            "single_thread_blas", "limited_blas", "blas_threads", "THREADS_ENV",
@@ -627,6 +622,7 @@ ERF_DIFFUSION_COST_PER_ASIN = 4e-8
 
 def erf_diffusion_seconds(model: Model) -> float:
     """Estimated seconds of one erf ``D`` (cost law :func:`~symquad.runtime.special_diffusion.erf_diffusion_cost`)."""
+    from ..runtime.special_diffusion import erf_diffusion_cost
     return ERF_DIFFUSION_COST_PER_ASIN * erf_diffusion_cost(model.p, model.p_star,
                                                             model.readout_trained)
 
@@ -699,6 +695,7 @@ def diffusion_seconds(model: Model, form: str | None = None) -> float:
 
 
 def _special_nodes():
+    from ..runtime.special_diffusion import PRICE_NODES
     return PRICE_NODES
 
 
@@ -792,6 +789,8 @@ def _block_diffusion_function(model: Model, form: str, both: bool = False):
     docs/derivation.md §8.8): ``D = P A D_v Aᵀ Pᵀ``.  Every route of the isotropic ``D``
     serves (its own cost checks at the virtual width); ``both``: ``(D, A D_v Aᵀ)``.
     """
+    from .block_diffusion import (sphere_projection, state_layout_for, virtual_map,
+                                  virtual_overlaps, virtual_teacher_size)
     p, ps, B = model.p, model.p_star, model.n_blocks
     extra = virtual_teacher_size(p, ps, B) - ps
     virtual = model.replace(spectrum=ISOTROPIC, p_star=ps + extra, constraint="none",
@@ -951,6 +950,7 @@ def _diffusion_tensor_module(model: Model):
     def render():
         # lazy: sympy
         from ..codegen.diffusion_render import render_diffusion_tensor_module
+        from ..kernel_files import generator_version
         return render_diffusion_tensor_module(model.activation, model.teacher_activation,
                                               generator=generator_version())
     mod, _ = _cached("diffusion_tensor", activation_key(model), render, required=("kinds",))
@@ -993,6 +993,7 @@ def check_generated_for(model: Model, what: str) -> None:
 
 
 def _params(model: Model) -> tuple:
+    from .._generated.assembly import PARAMS
     values = model.kernel_params()
     # a kernel parameter the generated code does not take would be dropped silently
     stale = [name for name in values if name not in PARAMS]
@@ -1166,6 +1167,7 @@ def _tensor_module(model: Model):
     def render():
         # lazy: sympy
         from ..codegen.tensor_render import render_tensor_module
+        from ..kernel_files import generator_version
         return render_tensor_module(model.activation, model.teacher_activation,
                                     generator=generator_version())
     return _cached("tensor", activation_key(model), render, required=("moments", "risk"))
@@ -1388,6 +1390,7 @@ def kernels(model: Model, form: str | None = None, *, threads: int | None = None
 
 def _eta_index() -> int:
     """Where ``eta`` sits in the kernels' ``PARAMS``."""
+    from .._generated.assembly import PARAMS
     return PARAMS.index("eta")
 
 

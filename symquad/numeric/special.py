@@ -74,7 +74,7 @@ from numba import njit, prange
 
 from ..spec import NAMED_ACTIVATIONS, activation_key, activation_tag, special_module_name
 from ..kernel_files import (GENERATED_DIR, KernelFileError, atomic_write, cache_dir,
-                            load_module_file)
+    load_module_file)
 
 __all__ = ["relu_four_point", "relu_four_point_sums", "relu_four_point_grid", "inner_relu_relu",
            "inner_relu_erf", "inner_erf_erf", "inner_coincident_relu", "inner_coincident_erf",
