@@ -40,9 +40,6 @@ import numpy as np
 
 from .spec import Model, check_model
 from .applicability import zero_risk_reason
-from .numeric.kernels import kernels
-from .numeric.invariants import (manifold_dimension, manifold_rank_deficiency,
-    random_manifold_points, closest_solution)
 
 __all__ = ["RESULTS", "Cell", "SurvivalTable", "survival_models", "survival_row",
            "survival_table"]
@@ -135,6 +132,7 @@ def _trained_plateau_drift(m: Model) -> tuple:
     """At ``ρ = 0``, ``Q = qI``, ``a = a(0)``: the ``q`` where ``da = 0`` and ``dQ_11`` there."""
     from scipy.optimize import brentq
 
+    from .numeric.kernels import kernels
     k = kernels(m)
     zero, T, a = np.zeros((m.p, m.p_star)), np.eye(m.p_star), np.array(
         [float(x) for x in m.readout])
@@ -189,6 +187,9 @@ def _escape_cell(m: Model, N: int, n_samples: int) -> Cell:
 
 
 def _manifold_cell(m: Model) -> Cell:
+    from .numeric.invariants import (manifold_dimension, manifold_rank_deficiency,
+                                     random_manifold_points)
+    from .numeric.kernels import kernels
     try:
         dim = manifold_dimension(model=m)
     except ValueError as exc:
@@ -214,6 +215,7 @@ def _manifold_cell(m: Model) -> Cell:
 
 
 def _conservation_cell(m: Model) -> Cell:
+    from .numeric.invariants import closest_solution
     # lazy: sympy
     from .symbolic.invariants import conservation_verdict, typical_start
     try:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import sys
 from ._model_args import add_model_arguments
 from ..studies.applicability import require_analysis
-from ._model_args import model_from_args
 
 
 def register(sub):
@@ -53,6 +52,7 @@ def run(args) -> int:
     from ..symbolic import hessian as H
     # lazy: sympy
     from ..symbolic.fixed_points import plateau_solution
+    from ._model_args import model_from_args
     try:
         m = model_from_args(args)
         for analysis in ("hessian", "plateau", "escape"):

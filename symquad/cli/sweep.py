@@ -39,10 +39,6 @@ import re
 import sys
 from ._model_args import field_value
 from ._model_args import fields_help
-from ..studies.store import INT64_RANGE
-from ..spec import model_fields
-from ..studies.tasks import list_tasks
-from ..studies.sweep import connect_scheduler, sweep
 
 _INT = re.compile(r"^[+-]?\d+$")
 _FLOAT = re.compile(r"^[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?$")
@@ -58,6 +54,7 @@ def parse_value(text: str, name: str = "value"):
     Raises ValueError for a number out of range: an integer beyond int64 or a
     float that overflows to infinity.
     """
+    from ..studies.store import INT64_RANGE
 
     s = text.strip()
     low = s.lower()
@@ -109,6 +106,7 @@ def parse_grid(items) -> dict:
 
 
 def _model_field_names():
+    from ..spec import model_fields
     return {f.name for f in model_fields()}
 
 
@@ -176,6 +174,7 @@ def register(sub):
 
 
 def _list() -> int:
+    from ..studies.tasks import list_tasks
     for t in list_tasks():
         print(f"{t.signature()}  [v{t.version}]")
         if t.summary:
@@ -194,6 +193,7 @@ def run(args) -> int:
     if args.workers is not None and args.workers < 1:
         print(f"{err} --workers must be an integer >= 1, got {args.workers}", file=sys.stderr)
         return 2
+    from ..studies.sweep import connect_scheduler, sweep
     client = None
     try:
         grid = parse_grid(args.grid)

@@ -47,10 +47,6 @@ from .checks import (as_real_array, check_float_activation, check_int as _check_
                      check_positive, check_real, check_seed)
 from .sde import DEFAULT_DT, sde_noise
 from .simulate import _check_sde_time
-from .ode_batch import integrate_batch
-from .._safe_io import available_memory
-from .simulate import simulate
-from .integrate import integrate
 
 __all__ = [
     "POINTS", "PlateauFixedPoint", "EscapePrediction",
@@ -797,6 +793,7 @@ def _integrate_batch(m: Model, Q0, rho0, t_max, n_eval, rtol=1e-9, atol=1e-13):
     Returns the :class:`~symquad.numeric.ode_batch.BatchODESolution`; diverged
     starts (``max|Q| >= 1e6`` or non-finite) are marked, not raised.
     """
+    from .ode_batch import integrate_batch
     return integrate_batch(m, Q0, rho0, _identity_teacher(m), t_max,
                            np.linspace(0.0, t_max, n_eval), method="DOP853", rtol=rtol,
                            atol=atol, max_norm=1e6)
@@ -818,6 +815,7 @@ def _chunked_batches(m: Model, Q0, rho0, t_max, n_eval):
     The memory is checked before anything is allocated: a chunk larger than
     the free memory is refused with the number of bytes it needs.
     """
+    from .._safe_io import available_memory
 
     B = Q0.shape[0]
     per = _batch_bytes_per_start(m, n_eval)
@@ -1190,6 +1188,7 @@ def sde_escape_prediction(m: Model, N: int, q0: float = 1.0, sgd_noise: bool = T
                           n_eval: int = 6000, Z=None, t_max=None, threshold=None, dt=None,
                           form=None, noise=None) -> EscapePrediction:
     """Implementation of ``escape_time(method="sde")`` (same arguments and result)."""
+    from .simulate import simulate
     N = _check_int(N, "N", m.p + m.p_star)
     if not isinstance(sgd_noise, (bool, np.bool_)) or not sgd_noise:
         raise ValueError("method='sde' is the law of SGD (sgd_noise=True); the ODE from a "
@@ -1255,6 +1254,7 @@ def noisy_floor(m: Model, t_max: float = 400.0, n_eval: int = 401):
     :class:`~symquad.numeric.integrate.ODESolution`; its final risk is the noise
     floor (``O(ηΔ)``).
     """
+    from .integrate import integrate
     _check_model(m)
     _check_analysis(m, "noisy_floor")
     _check_quadratic(m, "noisy_floor")

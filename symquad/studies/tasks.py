@@ -68,8 +68,6 @@ from .applicability import require_analysis
 from .escape_grid import median_se
 from .applicability import refusal
 from ..numeric.checks import MAX_TIMES, check_int, check_positive
-from ..spec import Model, model_fields
-from .validation import validate, informed_start
 
 __all__ = ["Task", "register_task", "register_model_task", "get_task", "list_tasks", "TASKS",
            "parse_activation", "parse_readout", "task_model", "model_parameters"]
@@ -335,6 +333,7 @@ def model_parameters(**overrides) -> dict:
     activations default to their text (``"z**2"``), the teacher activation
     and the readouts to None (the model's default).
     """
+    from ..spec import Model, model_fields
 
     unknown = set(overrides) - {f.name for f in model_fields()}
     if unknown:
@@ -364,6 +363,7 @@ def task_model(**values):
     :func:`parse_readout`; everything is validated by the Model itself, so an
     error names the field and its allowed range.
     """
+    from ..spec import Model, model_fields
 
     kwargs = {}
     for f in model_fields():
@@ -624,6 +624,7 @@ def validate_task(model, N=2000, t_max=0.0, replicas=64, start=None, seed=0, met
     escape-time statistics, the fitted finite-size exponent when run,
     ``verdict`` (``"PASS"``, ``"FAIL"`` or ``"INCONCLUSIVE"``) and ``passed``.
     """
+    from .validation import validate
 
     rep = validate(model, N=N, t_max=None if not t_max else t_max, replicas=replicas,
                    start=start, seed=seed, method=method, fss=fss, invariant=invariant)
@@ -690,6 +691,7 @@ def ode_task(model, start="random", N=1000, q0=1.0, overlap=0.5, t_max=100.0, se
     # lazy: scipy
     from ..numeric import landscape as L
 
+    from .validation import informed_start
     m = model
     T = np.eye(m.p_star)
     if has_spectrum(m):

@@ -11,7 +11,6 @@ import warnings
 
 from ..numeric.checks import check_int as _check_int
 from ..progress import note
-from ..numeric import simulate as S
 
 
 
@@ -30,6 +29,7 @@ def _plan_runs(model, method, runs):
     ``VALIDATE_WARN_SECONDS`` a RuntimeWarning gives the total and the longest runs,
     above ``MAX_ESTIMATED_SECONDS`` the validation is refused.
     """
+    from ..numeric import simulate as S
 
     estimates = []
     for label, n, t_max, replicas, n_times in runs:

@@ -56,7 +56,6 @@ from .network import network
 from ..numeric.layout import state_layout
 from .moments import DSIG, SIG, _generic_gradients
 from .network import ERROR
-from .symbols import NOISE, PARAMS, XI, overlap_symbols, readout_symbols
 
 __all__ = ["UNITS_Y", "BLOCK_PAIRS", "per_sample", "covariance_expressions",
            "diffusion_entries", "moment_diffusion", "MomentDiffusion", "kind_name",
@@ -198,6 +197,7 @@ class _RingEntries:
 
     def __init__(self, model: Model):
         from sympy.polys.rings import ring
+        from .symbols import NOISE, PARAMS, XI, overlap_symbols, readout_symbols
         p, k = model.p, model.p_star
         Q, rho, T = overlap_symbols(p, k)
         a, b = readout_symbols(p, k)

@@ -11,7 +11,6 @@ from __future__ import annotations
 from functools import lru_cache
 
 import sympy as sp
-from ..spec import KERNEL_PARAMS, model_fields
 
 __all__ = [
     "ETA", "NOISE", "WEIGHT_DECAY", "BATCH", "ETA_READOUT", "PARAMS", "P", "P_STAR", "XI",
@@ -30,6 +29,7 @@ MAX_ENTRY_SYMBOLS = 20_000
 #: SGD step size η, label-noise variance Δ, widths p and p* (matrix form).
 def _parameter_symbols():
     """One Symbol per kernel parameter, built from the Model fields' metadata."""
+    from ..spec import KERNEL_PARAMS, model_fields
     by_param = {f.metadata["param"]: f for f in model_fields() if "param" in f.metadata}
     out = []
     for name in KERNEL_PARAMS:

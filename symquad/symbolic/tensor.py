@@ -90,7 +90,6 @@ from . import special as S
 from .moments import MB, MG, MGT, MR, moment_drift
 from .symbols import NOISE, P
 from .update import Af, Qf, RHOf
-from .symbols import PARAMS
 
 __all__ = ["TensorForm", "derive_tensor_form", "vertex_function", "multigraphs",
            "NPoint", "VARIANCE", "tensor_equations", "npoint_definition"]
@@ -624,6 +623,7 @@ def reference_entries(model: Model, Q, rho, T, dq_entries=(), drho_entries=(),
     """
     import mpmath
     import numpy as np
+    from .symbols import PARAMS
     tf = derive_tensor_form(model.activation, model.teacher_activation)
     p, pk = model.p, model.p_star
     n = p + pk

@@ -68,8 +68,6 @@ import sympy as sp
 
 from ..spec import Model
 from .symbols import BATCH, ETA, ETA_READOUT, WEIGHT_DECAY
-from ..spec import model_fields
-from .symbols import PARAMS
 
 __all__ = ["switched_off", "Qf", "RHOf", "Af", "G", "H", "LAM", "NU", "MEAN", "PAIR", "E", "R_NORM",
            "R_CROSS", "EPS", "Drift", "drift", "increments", "step_map", "UNITS"]
@@ -263,6 +261,8 @@ def switched_off(model: Model) -> dict:
     does not use leaves no term behind; those switched on stay symbols, like
     ``η`` and ``Δ``.
     """
+    from ..spec import model_fields
+    from .symbols import PARAMS
     by_name = {sym.name: sym for sym in PARAMS}
     # only kernel parameters become symbols: an "off" value of another field (a structural
     # switch) has nothing to substitute
