@@ -28,6 +28,7 @@ import math
 import numpy as np
 
 from ._safe_io import open_regular, read_npy, read_npz
+from .numeric.persist import FORMAT_VERSION, model_from_dict
 
 __all__ = ["read_array", "read_saved_run", "MAX_META_BYTES", "MAX_ARRAY_BYTES"]
 
@@ -127,7 +128,6 @@ def read_array(path, option: str, allowed_shapes) -> np.ndarray:
 
 def _saved_model(extras, where):
     """The model a saved run's ``meta.json`` names (kind and format version checked)."""
-    from .numeric.persist import FORMAT_VERSION, model_from_dict
 
     if "meta.json" not in extras:
         raise ValueError(f"{where} is not a saved symquad run (no meta.json)")

@@ -45,6 +45,7 @@ from ._atomic import atomic_file
 from ._describe_report import describe_config
 from ._describe import describe_model
 from .studies.escape_grid import records_from_sweep, sgd_fits
+from .studies.tasks import get_task
 
 __all__ = [
     "PUBLICATION_STYLE", "FORMATS", "style", "new_figure", "save_figure", "layout_problems",
@@ -1228,7 +1229,6 @@ def _parameter_columns(df) -> list:
     """The task's parameter columns of a sweep table (empty when the task is unknown)."""
     if "task" not in df.columns or df["task"].nunique() != 1:
         return []
-    from .studies.tasks import get_task
     try:
         task = get_task(str(df["task"].iloc[0]))
     except (KeyError, ValueError, TypeError):

@@ -40,6 +40,8 @@ import numpy as np
 
 from .spec import Model, check_model
 from .applicability import zero_risk_reason
+from .numeric.invariants import (manifold_dimension, manifold_rank_deficiency,
+                                 random_manifold_points, closest_solution)
 
 __all__ = ["RESULTS", "Cell", "SurvivalTable", "survival_models", "survival_row",
            "survival_table"]
@@ -187,8 +189,6 @@ def _escape_cell(m: Model, N: int, n_samples: int) -> Cell:
 
 
 def _manifold_cell(m: Model) -> Cell:
-    from .numeric.invariants import (manifold_dimension, manifold_rank_deficiency,
-                                     random_manifold_points)
     from .numeric.kernels import kernels
     try:
         dim = manifold_dimension(model=m)
@@ -215,7 +215,6 @@ def _manifold_cell(m: Model) -> Cell:
 
 
 def _conservation_cell(m: Model) -> Cell:
-    from .numeric.invariants import closest_solution
     # lazy: sympy
     from .symbolic.invariants import conservation_verdict, typical_start
     try:

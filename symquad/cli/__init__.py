@@ -12,6 +12,7 @@ import argparse
 import importlib
 import sys
 from .. import __version__
+from ..entry import ArgumentParser, run_main
 
 # sub-command modules, in the order they are listed by --help
 COMMAND_MODULES = (
@@ -26,7 +27,6 @@ COMMAND_MODULES = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from ..entry import ArgumentParser
     parser = ArgumentParser(
         prog="symquad",
         description="Derive, generate and validate the ODE theory of one-pass SGD "
@@ -57,7 +57,6 @@ def main(argv=None) -> int:
     SIGTERM 143 (after the clean-up: worker processes stopped, temporary files
     removed).
     """
-    from ..entry import run_main
     return run_main(_dispatch, argv, prog="symquad")
 
 
@@ -67,7 +66,6 @@ def _dispatch(argv) -> int:
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return 2
-    from ..entry import run_main
     return run_main(args.func, args, prog=f"symquad {args.command}")
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import sys
 
 from ._model_args import add_model_arguments, model_from_args
+from ..survival import survival_table
 
 
 def register(sub):
@@ -37,7 +38,6 @@ def register(sub):
 
 
 def run(args) -> int:
-    from ..survival import survival_table
     # lazy: sympy
     from ..symbolic.hessian import MAX_HESSIAN_WIDTH
     try:

@@ -39,6 +39,9 @@ import re
 import sys
 from ._model_args import field_value
 from ._model_args import fields_help
+from ..studies.store import INT64_RANGE
+from ..studies.tasks import list_tasks
+from ..studies.sweep import connect_scheduler, sweep
 
 _INT = re.compile(r"^[+-]?\d+$")
 _FLOAT = re.compile(r"^[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?$")
@@ -54,7 +57,6 @@ def parse_value(text: str, name: str = "value"):
     Raises ValueError for a number out of range: an integer beyond int64 or a
     float that overflows to infinity.
     """
-    from ..studies.store import INT64_RANGE
 
     s = text.strip()
     low = s.lower()
@@ -174,7 +176,6 @@ def register(sub):
 
 
 def _list() -> int:
-    from ..studies.tasks import list_tasks
     for t in list_tasks():
         print(f"{t.signature()}  [v{t.version}]")
         if t.summary:
@@ -193,7 +194,6 @@ def run(args) -> int:
     if args.workers is not None and args.workers < 1:
         print(f"{err} --workers must be an integer >= 1, got {args.workers}", file=sys.stderr)
         return 2
-    from ..studies.sweep import connect_scheduler, sweep
     client = None
     try:
         grid = parse_grid(args.grid)

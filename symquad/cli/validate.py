@@ -48,6 +48,9 @@ from ._model_args import add_model_arguments
 from ..spec import DEFAULT_MODEL
 from ..numeric.errors import DivergenceError
 from ..spectrum import block_axis, block_dimension
+from .._safe_io import read_npz
+from ..array_files import read_saved_run, read_array
+from ..studies.report_io import check_destination
 
 # --quick: small enough for a test, still every stage (SGD, ODE, escape, FSS, drift)
 _QUICK = dict(N=400, replicas=32, fss_N=[50, 200, 800, 3200], fss_replicas=16, fss_t_max=4.0,
@@ -192,7 +195,6 @@ def load_data(path, blocks=0) -> dict:
     refused, never unpickled).  ``blocks=1``: the overlaps of a model with an input
     spectrum, ``Q`` (replicas, n, B, p, p) or (n, B, p, p) and so on.
     """
-    from .._safe_io import read_npz
 
     if not os.path.lexists(path):
         raise ValueError(f"--data {path!r}: no such file")
@@ -228,7 +230,6 @@ def _is_saved_run(path) -> bool:
 
 def _read_data_file(args):
     """``(model, arrays)`` for ``--data``: a saved run (its model) or a plain .npz (the flags')."""
-    from ..array_files import read_saved_run
 
     if _is_saved_run(args.data):
         if args.T is not None:
@@ -252,7 +253,6 @@ def _read_data_file(args):
 
 def _overlap_files(args, model, replicas) -> dict:
     """``T``, ``Q0``, ``rho0`` read from the files given (shapes checked before reading)."""
-    from ..array_files import read_array
 
     p, k = model.p, model.p_star
     lead = block_axis(model)      # (B,) with an input spectrum: one matrix per block
@@ -286,7 +286,6 @@ def _simulation_kwargs(args, model=DEFAULT_MODEL) -> dict:
 
 def run(args) -> int:
     """Execute ``symquad validate``; returns the exit status."""
-    from ..studies.report_io import check_destination
     from ..studies.validation import compare, validate
     try:
         # everything that can be refused is refused before the computation

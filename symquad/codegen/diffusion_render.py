@@ -35,6 +35,11 @@ from ..numeric.layout import state_layout
 from ..symbolic.diffusion import diffusion_polynomials
 from ..symbolic.jacobian import jacobian_polynomials
 from ..symbolic.second_order import second_order_polynomials
+from ..symbolic.diffusion import TEACHER_FIELD
+from ..symbolic.diffusion_matrix import MAX_WORD, kind_recipes
+from ..symbolic.matrix_form import ACT_SYMBOLS, KAPPA
+from ..symbolic.diffusion_tensor import kind_plans
+from .tensor_render import _phi_source
 
 __all__ = ["render_diffusion_assembly", "render_diffusion_matrix_module",
            "render_diffusion_tensor_module", "render_diffusion_entries_module",
@@ -96,7 +101,6 @@ def _block_lines(x, y, expr, printer) -> list:
     the mixed terms whose ``X`` is one array at run time share one product
     (:func:`~symquad.runtime.diffusion_engine.mixed_sum`).
     """
-    from ..symbolic.diffusion import TEACHER_FIELD
     rows, cols = {K, L, M}, {KY, LY, MY}
     units = {K: "k", L: "l", M: "m", KY: "K", LY: "L", MY: "M"}
     tag = f"{x}_{y}"
@@ -246,8 +250,6 @@ def symmetric_kinds(recipes) -> tuple:
 
 def render_diffusion_matrix_module() -> str:
     """Moment kinds of the diffusion for ``σ = c z² + c0``, ``σ* = c* z² + c0*`` (any width)."""
-    from ..symbolic.diffusion_matrix import MAX_WORD, kind_recipes
-    from ..symbolic.matrix_form import ACT_SYMBOLS, KAPPA
     printer = ScalarPrinter()
     recipes = kind_recipes()
     doc = textwrap.dedent(f'''\
@@ -434,8 +436,6 @@ def _plan_json(plans) -> str:
 def render_diffusion_tensor_module(activation, teacher_activation=None,
                                    generator: str | None = None) -> str:
     """Tensor-route moment kinds of the diffusion for ``(σ, σ*)`` (a multigraph plan)."""
-    from ..symbolic.diffusion_tensor import kind_plans
-    from .tensor_render import _phi_source
     activation = tuple(activation)
     teacher_activation = activation if teacher_activation is None else tuple(teacher_activation)
     tf = derive_tensor_form(activation, teacher_activation)

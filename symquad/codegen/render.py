@@ -18,6 +18,7 @@ from ..spec import Model
 from ..symbolic.entries import derive_entries
 from ..symbolic.symbols import PARAMS, overlap_symbols, readout_symbols
 from .printer import BatchedMatrixPrinter, ScalarPrinter
+from ..symbolic.matrix_form import ACT_SYMBOLS, KAPPA, matrix_moments, word_level
 
 __all__ = ["BANNER", "CANONICAL_ENTRY_MODELS", "render_matrix_module", "render_entries_module",
            "entries_module_name"]
@@ -85,7 +86,6 @@ def _trace_code(word: tuple) -> str:
 
 def _matrix_moment_lines(printer) -> list:
     """Body of the matrix module's ``moments``: traces, words, then G, Gt, B, R."""
-    from ..symbolic.matrix_form import ACT_SYMBOLS, KAPPA, matrix_moments, word_level
     words = word_level()
     recipes = matrix_moments()
     lines = ["    C, p = _engine.combine(Q, rho, T)",

@@ -42,6 +42,7 @@ from __future__ import annotations
 import numpy as np
 
 from .layout import StateLayout
+from ..runtime.tensor_engine import combine
 
 __all__ = ["virtual_teacher_size", "virtual_overlaps", "virtual_map", "sphere_projection"]
 
@@ -65,7 +66,6 @@ def virtual_overlaps(spectrum, Q, rho, T):
     mapped by the rows ``M`` of the virtual fields, ``M K Mᵀ``.  Returns ``Q_v = Ω_λλ``
     (..., p, p), ``ρ_v`` (..., p, p*_v), ``T_v`` (..., p*_v, p*_v).
     """
-    from ..runtime.tensor_engine import combine
     f, s = _fractions(spectrum)
     kappa = f * s
     C, p = combine(Q, rho, T)                                   # (..., B, n, n)

@@ -17,6 +17,7 @@ from .checks import as_overlaps, as_real_array, check_choice, check_positive, ch
 from .errors import DivergenceError, describe_state
 from .kernels import kernels
 from .persist import load_npz, model_from_dict, model_to_dict, save_npz
+from ..progress import progress as _progress
 
 __all__ = ["ODESolution", "integrate", "symmetric_start", "METHODS", "initial_readout",
            "check_sphere"]
@@ -341,7 +342,6 @@ def integrate(model: Model, Q0, rho0, T, t_max, t_eval=None, *, method: str = "a
     kern = kernels(model, form, threads=threads)
     p, k = model.p, model.p_star
     last = {"t": 0.0, "Q": Q0.copy(), "rho": rho0.copy()}
-    from ..progress import progress as _progress
     bar = _progress(progress, t_max, f"ODE (p={p}, p*={k}, {kern.form} kernels)", "time",
                     integer=False)
 

@@ -70,6 +70,9 @@ from ..runtime.special_engine import four_point_method
 from ..runtime.special_engine import SpecialEngine
 from ..runtime.tensor_engine import combine
 from ..runtime.sampled_diffusion import sampled_diffusion_cost
+from ..runtime.special_diffusion import erf_diffusion_cost, PRICE_NODES
+from .block_diffusion import (sphere_projection, state_layout_for, virtual_map,
+                              virtual_overlaps, virtual_teacher_size)
 
 __all__ = ["Kernels", "kernels", "KERNEL_FORMS", "clear_kernel_memo", "default_form",
            "single_thread_blas", "limited_blas", "blas_threads", "THREADS_ENV",
@@ -622,7 +625,6 @@ ERF_DIFFUSION_COST_PER_ASIN = 4e-8
 
 def erf_diffusion_seconds(model: Model) -> float:
     """Estimated seconds of one erf ``D`` (cost law :func:`~symquad.runtime.special_diffusion.erf_diffusion_cost`)."""
-    from ..runtime.special_diffusion import erf_diffusion_cost
     return ERF_DIFFUSION_COST_PER_ASIN * erf_diffusion_cost(model.p, model.p_star,
                                                             model.readout_trained)
 
@@ -695,7 +697,6 @@ def diffusion_seconds(model: Model, form: str | None = None) -> float:
 
 
 def _special_nodes():
-    from ..runtime.special_diffusion import PRICE_NODES
     return PRICE_NODES
 
 
@@ -789,8 +790,6 @@ def _block_diffusion_function(model: Model, form: str, both: bool = False):
     docs/derivation.md §8.8): ``D = P A D_v Aᵀ Pᵀ``.  Every route of the isotropic ``D``
     serves (its own cost checks at the virtual width); ``both``: ``(D, A D_v Aᵀ)``.
     """
-    from .block_diffusion import (sphere_projection, state_layout_for, virtual_map,
-                                  virtual_overlaps, virtual_teacher_size)
     p, ps, B = model.p, model.p_star, model.n_blocks
     extra = virtual_teacher_size(p, ps, B) - ps
     virtual = model.replace(spectrum=ISOTROPIC, p_star=ps + extra, constraint="none",

@@ -47,6 +47,7 @@ from .checks import (as_real_array, check_float_activation, check_int as _check_
                      check_positive, check_real, check_seed)
 from .sde import DEFAULT_DT, sde_noise
 from .simulate import _check_sde_time
+from .integrate import integrate
 
 __all__ = [
     "POINTS", "PlateauFixedPoint", "EscapePrediction",
@@ -1254,7 +1255,6 @@ def noisy_floor(m: Model, t_max: float = 400.0, n_eval: int = 401):
     :class:`~symquad.numeric.integrate.ODESolution`; its final risk is the noise
     floor (``O(ηΔ)``).
     """
-    from .integrate import integrate
     _check_model(m)
     _check_analysis(m, "noisy_floor")
     _check_quadratic(m, "noisy_floor")

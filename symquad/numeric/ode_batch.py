@@ -39,6 +39,7 @@ from .integrate import check_sphere, initial_readout
 from .kernels import kernels
 from .status import MemberStatus
 from .integrate import left_of
+from ..progress import progress as _progress
 
 __all__ = ["BatchODESolution", "integrate_batch", "estimate_solve"]
 
@@ -234,7 +235,6 @@ def integrate_batch(model, Q0, rho0, T, t_max, t_eval=None, *, method: str = "RK
     width = nr + (p if trained else 0)
     t_div = np.full(B, np.nan)
     live = np.ones(B, dtype=bool)
-    from ..progress import progress as _progress
     bar = _progress(progress, t_max, f"ODE from {B} start{'s' if B > 1 else ''} "
                                      f"(p={p}, p*={k})", "time", integer=False)
 

@@ -25,6 +25,7 @@ from .._atomic import atomic_file
 from ..spec import NAMED_ACTIVATIONS, Model, _to_fraction, check_model, model_fields
 from ..spectrum import spectrum_text
 from ..stages import declare
+from .._safe_io import read_npz
 
 __all__ = ["FORMAT_VERSION", "model_to_dict", "model_from_dict", "save_npz", "load_npz",
            "json_default"]
@@ -151,7 +152,6 @@ def load_npz(path, kind: str, meta_keys=(), array_keys=()) -> tuple[dict, dict]:
         If the file is not a symquad result of ``kind`` or has an unknown
         format version.
     """
-    from .._safe_io import read_npz
 
     path = Path(path)
     if not path.exists():

@@ -104,6 +104,7 @@ from .sde import sde_noise
 from ..spec import check_model
 from ..spec import Model
 from ..spectrum import block_axis, block_sizes, check_block_room, has_spectrum
+from ..progress import progress as _progress
 
 __all__ = ["simulate", "SimulationRun", "population_risk", "DEFAULT_Q0", "METHODS",
            "SIMULATED_FIELDS"]
@@ -1344,7 +1345,6 @@ def simulate(model, N=2000, t_max=20.0, replicas=64, seed=0, method="reduced",
         # the reduced stepper checks every check_every steps inside its kernel
         checkpoints = np.union1d(checkpoints, np.arange(0, n_steps + 1, check_every))
     rec_index = {int(s): i for i, s in enumerate(rec_steps)}
-    from ..progress import progress as _progress
     bar = _progress(progress, n_steps, f"SGD ({method}, N={N}, {replicas} replicas)", "steps")
     step = 0
     with np.errstate(over="ignore", invalid="ignore"):

@@ -16,6 +16,7 @@ import numpy as np
 
 from .checks import as_real_array, check_float_activation
 from .status import MemberStatus
+from .persist import model_to_dict, save_npz, load_npz, model_from_dict
 
 __all__ = ["SimulationRun", "population_risk", "block_population_risk"]
 
@@ -109,7 +110,6 @@ class SimulationRun(MemberStatus):
         method, the seed and ``check_every`` go into the JSON metadata.
         :meth:`load` reads it back.
         """
-        from .persist import model_to_dict, save_npz
         meta = {"model": model_to_dict(self.model), "N": int(self.N), "method": self.method,
                 "seed": None if self.seed is None else int(self.seed),
                 "check_every": int(self.check_every)}
@@ -124,7 +124,6 @@ class SimulationRun(MemberStatus):
     @classmethod
     def load(cls, path) -> "SimulationRun":
         """Read a run written by :meth:`save` (same arrays, same model)."""
-        from .persist import load_npz, model_from_dict
         meta, arr = load_npz(path, "SimulationRun", ("model", "N", "method", "seed",
                                                      "check_every"),
                              ("t", "Q", "rho", "risk", "T", "status", "t_diverged"))

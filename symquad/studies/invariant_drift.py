@@ -18,6 +18,7 @@ import numpy as np
 from ..numeric.invariants import S_or_nan, _teacher, invariant_S, random_stiefel
 from .applicability import require_analysis
 from ..numeric.checks import MAX_TIMES, check_int
+from ..progress import note
 
 __all__ = ["invariant_drift_study", "summarize_drift_study"]
 
@@ -118,7 +119,6 @@ def invariant_drift_study(model, Ns, t_max, replicas, seed, sigma_ref=0.2,
         model=repr(model), t_max=t_max, replicas=replicas, seed=seed, sigma_ref=sigma_ref,
         informed_scale=informed_scale, q0=q0, method=method, protocols=protocols)}
     acc = {name: [] for name in protocols}
-    from ..progress import note
     for idx, N in enumerate(Ns):
         note(progress, f"drift study of S: N = {N} ({idx + 1} of {len(Ns)}), {replicas} "
                        f"replicas, protocols {', '.join(protocols)}")

@@ -68,6 +68,7 @@ from .applicability import require_analysis
 from .escape_grid import median_se
 from .applicability import refusal
 from ..numeric.checks import MAX_TIMES, check_int, check_positive
+from .validation import informed_start
 
 __all__ = ["Task", "register_task", "register_model_task", "get_task", "list_tasks", "TASKS",
            "parse_activation", "parse_readout", "task_model", "model_parameters"]
@@ -691,7 +692,6 @@ def ode_task(model, start="random", N=1000, q0=1.0, overlap=0.5, t_max=100.0, se
     # lazy: scipy
     from ..numeric import landscape as L
 
-    from .validation import informed_start
     m = model
     T = np.eye(m.p_star)
     if has_spectrum(m):

@@ -193,6 +193,12 @@ from .validation_inputs import (  # noqa: F401
     _check_teacher, _check_times, _check_whole_run)
 from .validation_common import (  # noqa: F401
     STARTS, _check_common, _describe, _finite_float, _model_config)
+from .resolution import resolution_numbers
+from .._signals import terminate_cleanly
+from ..spec import DEFAULT_MODEL
+from ..stages import declare
+from ..numeric.kernels import check_kernels
+from ..numeric.simulate import block_population_risk, population_risk
 
 __all__ = ["validate", "compare", "ValidationReport", "finite_size_scaling", "informed_start",
            "STARTS"]
@@ -395,7 +401,6 @@ def _add_resolution(numbers, model, t, sgd_risk, ode, sgd_Q, sgd_rho, T, sgd_rea
     """``numbers["resolution"]``: the smallest parameter changes the run detects
     (:mod:`symquad.studies.resolution`), from the mean-deviation test's window and critical
     value and the replicas' standard errors."""
-    from .resolution import resolution_numbers
     orisk = ode["ode_risk"]
     good = np.all(np.isfinite(sgd_risk), axis=1) & np.all(np.isfinite(orisk), axis=1)
     md = next(c for c in numbers["verdict"]["checks"] if c["name"] == "mean_deviation")
@@ -517,10 +522,7 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start=None, seed=0, *,
     -------
     ValidationReport
     """
-    from .._signals import terminate_cleanly
     from ..numeric.simulate import simulate
-    from ..spec import DEFAULT_MODEL
-    from ..stages import declare
 
     t_start = time.perf_counter()
     model = DEFAULT_MODEL if model is None else model
@@ -607,7 +609,6 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start=None, seed=0, *,
         jobs["invariant_drift"] = (invariant_drift_study, dict(
             model=model, Ns=list(invariant_N), t_max=t_max, replicas=invariant_replicas,
             seed=seed, method=method, T=T))
-    from ..numeric.kernels import check_kernels
     check_kernels(model)        # the ODE's kernels exist for this pair: checked before SGD runs
     _plan_runs(model, method, [("main run", N, t_max, replicas, n_times)]
                + [(f"finite-size scaling at N={n}", n, fss_t, fss_replicas or replicas, 51)
@@ -770,8 +771,6 @@ def compare(model, t, Q, rho, T=None, readout=None, *, band=(2.5, 97.5), escape_
     >>> rep.verdict in ("PASS", "FAIL", "INCONCLUSIVE")
     True
     """
-    from ..numeric.simulate import block_population_risk, population_risk
-    from ..stages import declare
 
     t_start = time.perf_counter()
     declare(model, "compare")

@@ -9,6 +9,8 @@ import math
 from numbers import Real
 
 import numpy as np
+from .._describe import describe_model
+from ..numeric.persist import model_to_dict
 
 
 
@@ -53,8 +55,6 @@ def _model_config(model):
     writes it (``ValidationReport.model`` reads it back); ``changed_fields``
     names the specification fields that differ from their defaults.
     """
-    from .._describe import describe_model
-    from ..numeric.persist import model_to_dict
 
     return {"model": repr(model), "description": describe_model(model), "p": model.p,
             "p_star": model.p_star, "lr": model.lr,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from .applicability import refusal
 
 
 
@@ -24,7 +25,6 @@ def _escape_unsupported(model):
     not handle is named (:mod:`symquad.studies.applicability`), and so is a
     refusal of :func:`symquad.plateau` itself.
     """
-    from .applicability import refusal
 
     reason = refusal(model, "escape")
     if reason:

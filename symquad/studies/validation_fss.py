@@ -16,6 +16,7 @@ from ..progress import note
 from ..spectrum import has_spectrum
 from .validation_common import STARTS
 from .validation_starts import _ode_per_replica, _overlap_deviation, _rms_over, informed_start
+from .applicability import require_analysis
 
 
 
@@ -46,7 +47,6 @@ def finite_size_scaling(model, Ns=(100, 300, 1000, 3000, 10000), t_max=10.0, rep
     from scipy.optimize import curve_fit
 
     from ..numeric.simulate import simulate
-    from .applicability import require_analysis
 
     require_analysis(model, "finite_size_scaling")
     Ns = [_check_int(n, "fss N", 1) for n in Ns]

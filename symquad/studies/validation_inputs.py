@@ -14,11 +14,11 @@ import numpy as np
 from ..numeric.checks import check_int as _check_int
 from ..numeric.layout import block_teacher
 from ..spectrum import block_axis, has_spectrum
+from ..numeric.checks import as_overlaps, as_real_array
 
 
 def _check_teacher(model, T):
     """``T`` checked as teacher overlaps (shape, finite, symmetric PSD)."""
-    from ..numeric.checks import as_overlaps
 
     # with Q = I and rho = 0 the Gram matrix is PSD exactly when T is (per block with an
     # input spectrum: T of shape (B, p*, p*))
@@ -36,7 +36,6 @@ def default_teacher(model):
 
 def _check_start(model, Q0, rho0, T):
     """Check initial overlaps (one start or one per replica) before any simulation."""
-    from ..numeric.checks import as_overlaps
 
     # lazy: scipy
     from ..numeric.integrate import check_sphere
@@ -142,7 +141,6 @@ def _as_readout(model, readout, t, replicas):
     Required (and only accepted) when the model trains its readout; errors
     name ``readout`` and the shape expected.
     """
-    from ..numeric.checks import as_real_array
 
     if not model.readout_trained:
         if readout is not None:

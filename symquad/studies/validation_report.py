@@ -14,6 +14,12 @@ import numpy as np
 
 from ..numeric.persist import json_default
 from .verdict import verdict_headline
+from ..numeric.persist import model_from_dict
+from .report_io import (decode_nonfinite, encode_nonfinite, write_folder_atomically,
+                        split_arrays, _as_path, join_arrays, REPORT_FORMAT)
+from .._describe_report import describe_config
+from .._safe_io import read_npz, read_regular
+from ..spec import Model
 
 
 
@@ -71,7 +77,6 @@ class ValidationReport:
     @property
     def model(self):
         """The :class:`~symquad.Model` of the report, every field included (from `config`)."""
-        from ..numeric.persist import model_from_dict
 
         c = self.config
         spec = c.get("model_spec")
@@ -117,13 +122,11 @@ class ValidationReport:
     # -- numbers --------------------------------------------------------------
     def to_dict(self) -> dict:
         """Configuration and numbers (a copy; no trajectories)."""
-        from .report_io import decode_nonfinite
         return decode_nonfinite(json.loads(self.to_json()))
 
     def to_json(self, indent=2) -> str:
         """The configuration and all numbers as a JSON string (strict JSON: a non-finite
         number is written ``{"__float__": "inf"}``, see :func:`report_io.encode_nonfinite`)."""
-        from .report_io import encode_nonfinite
         return json.dumps({"format": _report_format(), "format_version": _FORMAT_VERSION,
                            "config": encode_nonfinite(self.config),
                            "numbers": encode_nonfinite(self.numbers)}, indent=indent,
@@ -260,7 +263,6 @@ class ValidationReport:
         location raise ValueError.
         """
         from ..plotting import FORMATS
-        from .report_io import write_folder_atomically
 
         if not isinstance(format, str) or format not in FORMATS:
             raise ValueError(f"format must be one of {FORMATS}, got {format!r}")
@@ -273,9 +275,7 @@ class ValidationReport:
         return {key: os.path.join(dest, name) for key, name in names.items()}
 
     def _write_files(self, folder, figures, format="png") -> dict:
-        from .._describe_report import describe_config
         from ..plotting import plot_invariant_drift, save_figure
-        from .report_io import split_arrays
 
         names = {"json": "report.json", "summary": "summary.txt",
                  "trajectories": "trajectories.npz"}
@@ -307,9 +307,7 @@ class ValidationReport:
     @classmethod
     def load(cls, folder) -> "ValidationReport":
         """Read a report folder written by :meth:`save` (arrays loaded without pickle)."""
-        from .report_io import _as_path, join_arrays
 
-        from .._safe_io import read_npz, read_regular
 
         path = _as_path(folder)
         try:
@@ -334,7 +332,6 @@ class ValidationReport:
             data, _ = read_npz(os.path.join(path, "invariant_study.npz"),
                                f"{folder!r}: invariant_study.npz")
             study = join_arrays(head["invariant_study"], data)
-        from .report_io import decode_nonfinite
         try:
             config, numbers = decode_nonfinite(head["config"]), decode_nonfinite(head["numbers"])
         except (KeyError, TypeError, ValueError) as exc:
@@ -350,14 +347,12 @@ class ValidationReport:
 def _activation_list(text):
     """Coefficients of an activation string as the rational strings of a saved model
     (a named activation, ``"erf"`` or ``"relu"``, stays its name)."""
-    from ..spec import Model
 
     act = Model(1, 1, 1.0, activation=text).activation
     return act if isinstance(act, str) else [str(c) for c in act]
 
 
 def _report_format():
-    from .report_io import REPORT_FORMAT
 
     return REPORT_FORMAT
 

@@ -11,6 +11,7 @@ from numbers import Real
 import numpy as np
 
 from ..spectrum import ISOTROPIC, has_spectrum
+from ..numeric.simulate import population_risk
 
 
 # ---------------------------------------------------------------------------
@@ -55,7 +56,6 @@ def _aligned_signs(model, P, overlap):
     ``p = 2, p* = 1``) and puts the ODE on a saddle; flipping such rows (greedy,
     one row at a time, only on a strict decrease, ``T = I``) aligns the start.
     """
-    from ..numeric.simulate import population_risk
     act = model.activation
     if isinstance(act, tuple) and not any(c for c in act[1::2]):
         return P            # even σ: the risk does not depend on the signs (and p risks at

@@ -58,6 +58,7 @@ from .symbols import ETA as eta
 from .network import network, readout_values
 from .symbols import XI
 from .wick import GaussianFields
+from .derive import derive
 
 __all__ = [
     "Q_SYM", "isotropic_reduction", "PlateauSolution", "plateau_solution",
@@ -126,7 +127,6 @@ def _reduction(activation, teacher_activation, readout, teacher_readout, decay, 
     default ``1/p``, ``1/p*`` (kept symbolic in the widths); `decay`, `batch`:
     whether weight decay and the mini-batch are switched on (their symbols stay).
     """
-    from .derive import derive
 
     def width(value):      # a probe width whose default 1/width is not the given weight
         return 2 if value is None or value != Fraction(1, 2) else 3
@@ -355,7 +355,6 @@ def check_symmetric_ansatz(m: Model) -> dict:
     :data:`symquad.applicability.RULES` ``["plateau"]`` (a non-uniform student
     readout, where the ansatz fails, is refused).
     """
-    from .derive import derive
     check(m, "check_symmetric_ansatz", "plateau")
     eq = derive(m)
     _, dQ, drho = eq.explicit()[:3]
@@ -400,7 +399,6 @@ def solution_jacobian(m: Model, eta=None, noise=0):
     (J, eigenvalues dict, rhs at the point)
         ``rhs`` is ``(dQ, dρ)`` there: zero for ``Δ = 0``, ``(4c²α²η²Δ/b) Q`` otherwise.
     """
-    from .derive import derive
     check(m, "solution_jacobian", "zero_risk_fixed_points")
     if m.p < m.p_star:
         raise ValueError(f"zero-risk points need p >= p_star, got p={m.p}, p_star={m.p_star}")

@@ -57,6 +57,7 @@ from ..applicability import check, zero_risk_reason
 from ..spec import Model, check_model
 from ..stages import require_known_structure
 from ..spec import require
+from .derive import derive
 
 __all__ = [
     "POINTS", "HessianBlocks", "HessianSpectrum", "effective_point", "hessian_blocks",
@@ -108,7 +109,6 @@ def _risk_key(m: Model) -> tuple:
 
 @lru_cache(maxsize=None)
 def _derived_risk(p, p_star, activation, teacher_activation, readout, teacher_readout):
-    from .derive import derive
     eq = derive(Model(p=p, p_star=p_star, lr=1, activation=activation,
                       teacher_activation=teacher_activation, readout=readout,
                       teacher_readout=teacher_readout))

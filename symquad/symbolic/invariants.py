@@ -50,6 +50,7 @@ from .._describe import describe_model
 from .latex import align_rows, display_rhs
 from .latex import document
 from .symbols import readout_symbols
+from .derive import derive
 
 #: ``1/b`` of a mini-batch as one symbol (the proof's polynomial arithmetic needs it).
 INVERSE_BATCH = sp.Symbol("inverse_batch_size", positive=True)
@@ -87,7 +88,6 @@ def ode_explicit(m: Model):
         raise ValueError(
             f"S = rho (rho^T rho)^(-1/2) needs p >= p_star (rank rho = p_star); got p={m.p}, "
             f"p_star={m.p_star}")
-    from .derive import derive
     eq = derive(m)
     _, dQ, drho = eq.explicit()[:3]
     # the batch size enters as 1/b: a symbol for 1/b keeps the drift polynomial
@@ -608,7 +608,6 @@ def _state_ode(m: Model):
     (``T`` is a constant).  All learning parameters take the model's values as
     exact rationals (:attr:`symquad.symbolic.derive.Equations.params`).
     """
-    from .derive import derive
     check_model(m, "m")
     eq = derive(m)
     out = eq.explicit()

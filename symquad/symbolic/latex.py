@@ -36,6 +36,7 @@ from .update import UNITS, Af
 from .._describe import describe_model
 from .symbols import readout_symbols
 from ..spec import activation_label, error_signal_weight
+from .matrix_form import display_form
 
 __all__ = ["equations_latex", "document", "tex_width", "display_rhs", "align_rows",
            "LINE_WIDTH_PT", "TEXT_WIDTH_PT", "to_latex"]
@@ -765,7 +766,6 @@ def _tensor_rows(eq):
 
 
 def _matrix_rows(eq):
-    from .matrix_form import display_form
 
     definitions, risk, dQ, drho = display_form(eq.model)
     names = _names(risk, dQ, drho, eq.da, *definitions.values())

@@ -31,6 +31,7 @@ import sympy as sp
 from ..applicability import check, quadratic_coefficients, zero_risk_reason, zero_risk_scale
 from ..spec import Model
 from .network import readout_values
+from .derive import derive
 
 __all__ = [
     "risk_trace_form", "zero_risk_points_check", "constraint_jacobian", "orbit_jacobian",
@@ -51,7 +52,6 @@ def _rat(x) -> sp.Rational:
 def _risk(m: Model):
     # cached: risk_trace_form and zero_risk_points_check both need it, and the
     # explicit expansion dominates `symquad invariants --only manifold`
-    from .derive import derive
     if not m.is_quadratic:
         raise ValueError(f"the zero-risk manifold is derived for sigma(z) = c z**2 (+ c0); "
                          f"got {m.activation_str!r}"
