@@ -60,7 +60,8 @@ def _why_not(model) -> str:
     return f"the sensitivities are too costly here {costly}" if costly else ""
 
 
-def resolution_numbers(model, t, d_risk, Q0, rho0, T, a0, window, critical, *, shared):
+def resolution_numbers(model, t, d_risk, Q0, rho0, T, a0, window, critical, *, shared,
+                       se=None):
     """``numbers["resolution"]`` (JSON-serialisable; module docstring).
 
     Parameters
@@ -77,6 +78,11 @@ def resolution_numbers(model, t, d_risk, Q0, rho0, T, a0, window, critical, *, s
         Its critical value; None when it was not tested.
     shared : bool
         All replicas share one start (one sensitivity integration).
+    se : ndarray (n,), optional
+        The standard errors the mean-deviation test applies at each time (the larger of
+        the replicas' and the predicted law's, with the O(N⁻²) remainder of ODE + c/N;
+        :func:`symquad.studies.validation._with_predicted_law`).  None: the replicas' s.e.
+        of `d_risk`.
     """
     from ..numeric.sensitivity import (_value, parameter_scale, risk_sensitivity,
                                        sensitivity_parameters)
@@ -91,7 +97,11 @@ def resolution_numbers(model, t, d_risk, Q0, rho0, T, a0, window, critical, *, s
         return out
     last = int(np.nonzero(window)[0][-1])
     times = t[: last + 1] - t[0]
-    se = d_risk[:, : last + 1].std(0, ddof=1) / math.sqrt(R)
+    # the s.e. the criterion applies (not the replicas' alone: at a skewed floor a sample
+    # that misses the right tail has a low s.e., which would state a resolution the test
+    # does not have)
+    se = d_risk[:, : last + 1].std(0, ddof=1) / math.sqrt(R) if se is None else \
+        np.asarray(se, float)[: last + 1]
     starts = [0] if shared else list(range(min(R, MAX_STARTS)))
     names = sensitivity_parameters(model)
     deriv = {n: np.zeros(last + 1) for n in names}
