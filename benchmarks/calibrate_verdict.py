@@ -54,7 +54,8 @@ T_OTHER = np.array([[1.0, 0.3], [0.3, 0.7]])
 
 #: The wrong theories of every row (columns of the table).
 WRONG_LABELS = ("lr +2%", "lr -2%", "lr +3%", "lr -3%", "lr +5%", "lr -5%", "noise +0.05",
-                "batch 2", "activation x1.05")
+                "batch 2", "activation x1.05", "lr_readout +3%", "lr_readout -3%",
+                "weight decay x1.5")
 
 
 def wrong_models(model):
@@ -67,7 +68,13 @@ def wrong_models(model):
                 "batch 2": model.replace(batch_size=2 * model.batch_size),
                 "activation x1.05": model.replace(activation=tuple(coeffs),
                                                   teacher_activation=model.teacher_activation)})
-    return {label: out[label] for label in WRONG_LABELS}
+    if model.lr_readout:
+        out.update({f"lr_readout {s}3%": model.replace(lr_readout=model.lr_readout
+                                                        * (1 + int(f"{s}3") / 100))
+                    for s in "+-"})
+    if model.weight_decay:
+        out["weight decay x1.5"] = model.replace(weight_decay=1.5 * model.weight_decay)
+    return {label: out[label] for label in WRONG_LABELS if label in out}
 
 
 #: Models with a non-zero risk floor, where the mean SGD risk sits O(1/N) above the ODE's
@@ -88,12 +95,24 @@ def configurations():
                                          None),
             "floor: z^3-3z teacher, trained readout": (
                 sq.Model(**_FLOOR, teacher_activation="z**3 - 3*z", lr_readout=0.2),
-                "informed", None)}
+                "informed", None),
+            # issue 22's variant (z² student, erf teacher, trained readout, weight decay,
+            # label noise; validate's default lr 0.1)
+            "variant: erf teacher, p = 6": (
+                sq.Model(6, 2, 0.1, teacher_activation="erf", lr_readout=0.1,
+                         weight_decay=1e-3, noise=0.1), "informed", None)}
 
 
 def _summary(report):
+    md, fb = report.numbers["mean_deviation"], report.numbers["finite_n_bias"]
     return {"verdict": report.verdict,
-            "checks": {c["name"]: c["status"] for c in report.numbers["verdict"]["checks"]}}
+            "checks": {c["name"]: c["status"] for c in report.numbers["verdict"]["checks"]},
+            # what validate did automatically: ODE + c/N or the ODE (and why), and at how
+            # many of the window's times the predicted law entered the mean-deviation test
+            "finite_n": fb["applies"], "finite_n_reason": fb.get("reason", ""),
+            "law_times": md.get("law_times"), "times": md["times"],
+            "max_z": md["max_z"], "max_z_student": md.get("max_z_student"),
+            "t_at_max_z": md.get("t_at_max_z")}
 
 
 def run_one(out: Path, config_name, seed, args):
@@ -110,6 +129,8 @@ def run_one(out: Path, config_name, seed, args):
     T = rep.T
     for label, wrong in wrong_models(model).items():
         if args.wrong and label not in args.wrong:
+            continue
+        if args.power_seeds is not None and seed >= args.first_seed + args.power_seeds:
             continue
         cmp = sq.compare(wrong, rep.t, rep.sgd_Q, rep.sgd_rho, T, rep.sgd_readout, N=args.N,
                          seed=seed, whole_run=not args.no_whole_run, resolution=False,
@@ -148,7 +169,8 @@ def table(out: Path) -> str:
         inc = sum(r["true"]["verdict"] == "INCONCLUSIVE" for r in rs)
         lo, hi = _interval(k, n)
         power = [f"{sum(r['wrong'][x]['verdict'] == 'FAIL' for r in rs if x in r['wrong'])}/"
-                 f"{sum(x in r['wrong'] for r in rs)}" for x in labels]
+                 f"{sum(x in r['wrong'] for r in rs)}" if any(x in r['wrong'] for r in rs)
+                 else "–" for x in labels]
         lines.append(f"| {name} | {n} | {k}/{n} ({100 * lo:.0f}-{100 * hi:.0f} %) | {inc}/{n} | "
                      + " | ".join(power) + " |")
     # which criteria produced the false FAILs
@@ -178,6 +200,9 @@ def main(argv=None) -> int:
     parser.add_argument("--full", action="store_true", help="include the finite-size scaling")
     parser.add_argument("--wrong", nargs="*", default=None,
                         help=f"a subset of the wrong theories {list(WRONG_LABELS)}".replace("%", "%%"))
+    parser.add_argument("--power-seeds", type=int, default=None,
+                        help="compare with the wrong theories only in the first this many "
+                             "seeds (default: every seed)")
     parser.add_argument("--no-whole-run", action="store_true",
                         help="without the whole-run criteria (SDE law, LNA spread)")
     parser.add_argument("--finite-n", action="store_const", const=True, default=None,
