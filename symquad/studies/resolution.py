@@ -12,9 +12,16 @@ over the starts), so the test reaches its critical value where
 
 which is the *resolution* reported: a change of ``δθ*`` is detected about half the
 time, ``2δθ*`` almost always (the largest ``z`` is then about ``2c``), ``δθ*/2`` rarely.
-The standard errors ``se(t)`` are the run's own (the replicas' spread of
-``ε_SGD − ε_ODE``), so the resolution is in the model's units for this run's ``N``,
-replicas and times.  Other criteria (band, whole-run law) may detect smaller changes;
+The standard errors ``se(t)`` are the ones the criterion applies at each time: the
+replicas' spread of ``ε_SGD − ε_ODE`` and, where the O(1/N) expansion holds (``N``
+given), the larger of that and the predicted spread, with the ``O(N⁻²)`` remainder of
+``ODE + c/N`` (:func:`symquad.studies.validation._with_predicted_law`).  The replicas'
+s.e. alone would state a resolution the test does not have: at a skewed risk floor a
+sample that misses the right tail has a low s.e. at some time, and the maximum over
+times picks exactly that time.  So the resolution is in the model's units for this
+run's ``N``, replicas and times.  (At a skewed floor the predicted law's critical value
+differs from Student's by side; the resolution uses Student's, which is the larger on
+the side of the longer tail.)  Other criteria (band, whole-run law) may detect smaller changes;
 this is the resolution of the one with a closed-form power.
 
 A parameter the risk does not depend on (the weight decay on the sphere, where the

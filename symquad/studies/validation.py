@@ -113,7 +113,13 @@ tested (``report.verdict`` is ``"PASS"``, ``"FAIL"`` or ``"INCONCLUSIVE"``;
    window).  ``W`` is the whole run when there is no escape analysis, and
    otherwise the times before the median ODE ``‖ρ‖²_F`` has grown to twice its
    start (``_RHO_GROWTH``): the relaxation onto the plateau, before the
-   ``N^{-1}e^{2κt}`` seeding effect above.  Precision first: the test is
+   ``N^{-1}e^{2κt}`` seeding effect above.  With ``N`` given the reference is
+   ``ε_ODE + c_ε/N`` (the O(1/N) mean), and where that expansion holds the test rejects
+   at a time only when the predicted second-order law of the replica mean (a generalised
+   χ², saddlepoint; docs/derivation.md §8.3a) rejects too: at a risk floor each replica's
+   deviation is χ²-like and Student's t alone rejects a correct theory far above its
+   level (``z`` is then the Student-equivalent of the larger p-value, and the s.e. the
+   larger of the replicas' and the predicted one).  Precision first: the test is
    *not tested* when its resolution ``t_crit · max s.e.`` exceeds 10 %
    (``verdict._RESOLUTION``) of the range of the mean ODE risk over ``W`` (too few
    replicas to see a wrong theory; the default run resolves about 1 %).
