@@ -103,7 +103,7 @@ class QuadraticLaw:
     # the mean of R replicas ----------------------------------------------------------
     def _saddle(self, y):
         """``τ`` with ``K'(τ) = y`` (K' increases on the domain); None beyond the support."""
-        from scipy.optimize import brentq
+        from scipy.optimize import brentq      # lazy: scipy
         if y == 0.0:
             return 0.0
         edge = self._hi if y > 0 else self._lo
@@ -123,7 +123,7 @@ class QuadraticLaw:
 
     def mean_tail(self, y: float, R: int, upper: bool = True) -> float:
         """``P(Ȳ ≥ y)`` (``upper``) or ``P(Ȳ ≤ y)`` for the mean of ``R`` replicas."""
-        from scipy.stats import norm
+        from scipy.stats import norm           # lazy: scipy
         if R < 1:
             raise ValueError(f"R must be >= 1, got {R!r}")
         k2 = self.cumulant(2)

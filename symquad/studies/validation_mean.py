@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 
+from ..numeric.quadratic_law import quadratic_law
 from ..spectrum import has_spectrum
 from .validation_common import _finite_float
 
@@ -101,7 +102,6 @@ def _predicted_law_test(fl, use, N, R, mean_dev, remainder):
     mean_dev, remainder : ndarray (n,)
         ``mean_r(ε_SGD − ε_ODE) − c_ε/N`` and ``|c_ε|/N^{3/2}``.
     """
-    from ..numeric.quadratic_law import quadratic_law
     n = len(use)
     p, se = np.full(n, np.nan), np.full(n, np.nan)
     idx = np.nonzero(use)[0]
