@@ -24,10 +24,14 @@ Usage::
 Rows ``floor: …`` are models with a non-zero risk floor (label noise, a trained readout,
 weight decay, a teacher the student cannot represent), from an informed start: there
 the mean SGD risk sits O(1/N) above the ODE's, and the verdict compares with the ODE
-plus the derived correction ``c/N`` (``--configs 'floor: label noise 0.1' …``).  For the
-row ``floor: z^3-3z teacher, trained readout`` validate's automatic rule estimates the
-correction's one-time derivation above its 30 s limit and tests against the bare ODE;
-``--finite-n`` derives it (validate's ``finite_n=True``).
+plus the derived correction ``c/N`` (``--configs 'floor: label noise 0.1' …``), and where
+that expansion holds its mean-deviation test also asks the predicted second-order law of
+the replica mean (docs/derivation.md §8.3a).  Validate's automatic rule
+(``studies.whole_run.finite_n_cost``) computes the correction for every floor row and for
+``variant: erf teacher, p = 6`` (issue 22's variant); each run file records what it did
+(``finite_n``, ``law_times``, the combined and Student-only ``max_z``).  ``--finite-n``
+forces it whatever its estimated cost (validate's ``finite_n=True``).  ``--power-seeds K``
+compares with the wrong theories in the first ``K`` seeds only.
 
 Defaults: the default model (p = 4, p* = 2, lr = 0.1), N = 1000, 32 replicas,
 ``validate``'s default t_max, no finite-size scaling and no drift study of S (those
