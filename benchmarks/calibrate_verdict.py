@@ -183,8 +183,9 @@ def table(out: Path) -> str:
         rs = [r["true"] for r in results if r["config"] == name and "finite_n" in r["true"]]
         if rs:
             law = [r["law_times"] / r["times"] for r in rs if r.get("times")]
-            untested = sorted({c for r in rs for c, st in r["checks"].items()
-                               if st == "not tested"})
+            untested = [f"{c} {sum(r['checks'][c] == 'not tested' for r in rs)}/{len(rs)}"
+                        for c in sorted({c for r in rs for c, st in r["checks"].items()
+                                         if st == "not tested"})]
             auto.append(f"{name}: ODE + c/N in {sum(r['finite_n'] for r in rs)}/{len(rs)} runs, "
                         f"the predicted law at {100 * min(law):.0f}-{100 * max(law):.0f} % of the "
                         f"window's times; largest z {max(r['max_z'] for r in rs):.2f} (Student "
