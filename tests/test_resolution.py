@@ -141,33 +141,38 @@ def test_a_parameter_the_risk_does_not_depend_on_is_not_detectable(tmp_path):
 # the resolution with the O(1/N) correction on (N given): a model with a floor, a schedule ---
 FLOOR = sq.Model(3, 2, 0.3, noise=0.1)
 SCHEDULED = sq.Model(3, 2, 0.3, lr_schedule="inverse:10")
+#: the skewed floor (each replica's deviation χ²-like): the readout's rate drives it
+SKEWED = sq.Model(3, 2, 0.3, teacher_activation="z**3 - 3*z", lr_readout=0.2)
 
 
-def _check_resolution_corrected(model, seeds, N=1000, replicas=32):
-    """Data from ``lr + f·δ*`` (f = 2, ½) against the theory ``lr``, every comparison with
-    ``N`` given (ODE + c/N, the predicted law where the expansion holds); δ* the resolution
-    stated by a run of the true model."""
+def _check_resolution_corrected(model, seeds, N=1000, replicas=32, name="lr", t_max=10.0,
+                                n_times=51):
+    """Data from ``θ + f·δ*`` (f = 2, ½) against the theory ``θ`` (parameter `name`),
+    every comparison with ``N`` given (ODE + c/N, the predicted law where the expansion
+    holds); δ* the resolution stated by a run of the true model (seed 100)."""
     Q0, rho0 = informed_start(model)
-    t_eval = np.linspace(0, 10, 51)
+    t_eval = np.linspace(0, t_max, n_times)
 
     def run(m, seed):
-        return sq.simulate(m, N=N, t_max=10.0, replicas=replicas, seed=seed, Q0=Q0,
+        return sq.simulate(m, N=N, t_max=t_max, replicas=replicas, seed=seed, Q0=Q0,
                            rho0=rho0, t_eval=t_eval)
 
     base = run(model, 100)
-    rep = sq.compare(model, base.t, base.Q, base.rho, N=N, whole_run=False)
+    rep = sq.compare(model, base.t, base.Q, base.rho, readout=base.readout, N=N,
+                     whole_run=False)
     assert rep.numbers["mean_deviation"]["reference"] == "ODE + c/N"
     assert rep.numbers["mean_deviation"]["law_times"] > 0
-    d = rep.resolution["lr"]
-    assert d is not None and 0 < d < 0.1 * model.lr, rep.numbers["resolution"]
-    fails = {}
+    d = rep.resolution[name]
+    theta = getattr(model, name)
+    assert d is not None and 0 < d < 0.2 * theta, rep.numbers["resolution"]
+    fails = {"delta": d}
     for factor in (2.0, 0.5):
-        wrong = model.replace(lr=model.lr + factor * d)
+        wrong = model.replace(**{name: theta + factor * d})
         fails[factor] = 0
         for s in seeds:
             data = run(wrong, s)
-            cmp = sq.compare(model, data.t, data.Q, data.rho, N=N, whole_run=False,
-                             resolution=False)
+            cmp = sq.compare(model, data.t, data.Q, data.rho, readout=data.readout, N=N,
+                             whole_run=False, resolution=False)
             fails[factor] += {c["name"]: c["status"] for c in
                               cmp.numbers["verdict"]["checks"]}["mean_deviation"] == "fail"
     return fails
@@ -180,7 +185,12 @@ def test_twice_the_corrected_resolution_fails_half_of_it_passes(model):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model", [FLOOR, SCHEDULED], ids=["floor", "schedule"])
-def test_twice_the_corrected_resolution_fails_in_most_seeds_half_of_it_rarely(model):
-    fails = _check_resolution_corrected(model, seeds=range(1, 13))
+@pytest.mark.parametrize("model, kw", [(FLOOR, {}), (SCHEDULED, {}),
+                                       (SKEWED, dict(name="lr_readout", t_max=10 / 0.3,
+                                                     n_times=201))],
+                         ids=["floor", "schedule", "skewed-floor"])
+def test_twice_the_corrected_resolution_fails_in_most_seeds_half_of_it_rarely(model, kw):
+    """Measured (docs/benchmarks.md): 12/12 and 1/12 on the floor and the schedule."""
+    fails = _check_resolution_corrected(model, seeds=range(1, 13), **kw)
+    print(fails)
     assert fails[2.0] >= 11 and fails[0.5] <= 3, fails
