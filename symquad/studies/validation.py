@@ -415,13 +415,13 @@ def _with_predicted_law(z, se, fl, use, upto, N, R, mean_dev, remainder):
     (:func:`validation_mean._predicted_law_test`) reject: its p-value is the larger of the
     two, returned as the Student-t-equivalent ``z`` (so the critical value is unchanged),
     and its s.e. is the larger of the two s.e. (what decides its resolution).  Why: a
-    replica's ``N(ε − ε_ODE)`` is χ²-like at a risk floor (skewness up to 2 measured), and a
+    replica's ``N(ε − ε_ODE)`` is χ²-like at a risk floor (skewness 0.7–2.3 measured), and a
     sample of ``R`` that misses the right tail has a low mean *and* a low s.e. together,
     so Student's t alone rejects a correct theory far above its level; the predicted law
     knows the spread and the skew.  Requiring Student's t too keeps the level wherever
     either law is right (the predicted one misses O(N^-1/2) skew where ∇ε ≠ 0).
     """
-    from scipy.stats import t as student
+    from scipy.stats import t as student            # lazy: scipy
     use = np.zeros(len(z), bool) if fl is None or R < 2 else \
         np.concatenate([np.asarray(use[:upto], bool), np.zeros(len(z) - upto, bool)])
     if not use.any():
