@@ -60,8 +60,8 @@ def test_without_N_the_comparison_is_with_the_ode_and_says_so(floor_report):
 def test_unrepresentable_teacher_with_trained_readout_passes(N):
     """The issue's second case (z² student, z³ − 3z teacher, trained readout 0.2, p = 3,
     p* = 2, lr 0.3, informed start): 11.8 s.e. against the ODE alone at N = 1000, 4.15
-    against ODE + c/N (PASS, critical 4.35); at N = 4000 2.7 (measured on the verdict
-    branch, 64 replicas, seeds 0 and 1)."""
+    against ODE + c/N with Student's t alone (PASS, critical 4.35), 2.87 with the
+    predicted law; at N = 4000 2.69 and 2.16 (64 replicas, seeds 0 and 1)."""
     m = sq.Model(3, 2, 0.3, teacher_activation="z**3 - 3*z", lr_readout=0.2)
     rep = sq.validate(m, N=N, replicas=64, start="informed", fss=False, invariant=False,
                       whole_run=False, resolution=False, finite_n=True,
@@ -82,3 +82,21 @@ def test_finite_n_switch(floor_report):
     c, valid, reason = _finite_n_correction(big, np.linspace(0, 1, 3), np.eye(12),
                                             np.zeros((12, 3)), np.eye(3), None, 1000)
     assert c is None and "estimated" in reason and "finite_n=True" in reason
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [7, 12, 15])
+def test_skewed_floor_false_fails_of_students_t_pass_with_the_predicted_law(seed):
+    """The calibration's three false FAILs at the z³ − 3z floor (trained readout 0.2,
+    N = 1000, 32 replicas, seeds 7, 12, 15; docs/benchmarks.md): Student's t alone
+    exceeds the critical value there (measured 5.11, 5.95, 4.79 against 4.70: a sample
+    that misses the χ²-like right tail), the test with the predicted second-order law of
+    the replica mean does not (3.19, 3.17, 3.31; tests/test_quadratic_law.py for its
+    level and power on a synthetic skewed law)."""
+    m = sq.Model(3, 2, 0.3, teacher_activation="z**3 - 3*z", lr_readout=0.2)
+    rep = sq.validate(m, N=1000, replicas=32, start="informed", fss=False, invariant=False,
+                      whole_run=False, resolution=False, seed=seed)
+    md, check = rep.numbers["mean_deviation"], _mean_check(rep)
+    assert md["reference"] == "ODE + c/N" and md["law_times"] == md["times"]
+    assert md["max_z_student"] > check["critical"], md          # the false FAIL is there
+    assert check["status"] == "pass" and rep.verdict == "PASS", rep.reasons

@@ -113,7 +113,13 @@ tested (``report.verdict`` is ``"PASS"``, ``"FAIL"`` or ``"INCONCLUSIVE"``;
    window).  ``W`` is the whole run when there is no escape analysis, and
    otherwise the times before the median ODE ``‖ρ‖²_F`` has grown to twice its
    start (``_RHO_GROWTH``): the relaxation onto the plateau, before the
-   ``N^{-1}e^{2κt}`` seeding effect above.  Precision first: the test is
+   ``N^{-1}e^{2κt}`` seeding effect above.  With ``N`` given the reference is
+   ``ε_ODE + c_ε/N`` (the O(1/N) mean), and where that expansion holds the test rejects
+   at a time only when the predicted second-order law of the replica mean (a generalised
+   χ², saddlepoint; docs/derivation.md §8.3a) rejects too: at a risk floor each replica's
+   deviation is χ²-like and Student's t alone rejects a correct theory far above its
+   level (``z`` is then the Student-equivalent of the larger p-value, and the s.e. the
+   larger of the replicas' and the predicted one).  Precision first: the test is
    *not tested* when its resolution ``t_crit · max s.e.`` exceeds 10 %
    (``verdict._RESOLUTION``) of the range of the mean ODE risk over ``W`` (too few
    replicas to see a wrong theory; the default run resolves about 1 %).
@@ -178,8 +184,8 @@ from .validation_escape import (  # noqa: F401
     _SMALL_RHO, _escape_applies, _escape_setup, _escape_unsupported, _seeding_shift)
 from .validation_fss import _check_fss_args, finite_size_scaling  # noqa: F401
 from .validation_mean import (  # noqa: F401
-    _RHO_GROWTH, _check_finite_n, _finite_n_correction,
-    _finite_n_numbers, _mean_deviation_window)
+    _RHO_GROWTH, _check_finite_n, _finite_n_correction, _finite_n_fluctuations,
+    _finite_n_numbers, _mean_deviation_window, _predicted_law_test)
 from .validation_band import _BAND_TOL, _exchangeable_coverage  # noqa: F401
 from .validation_report import (  # noqa: F401
     ValidationReport, _ARRAYS, _FORMAT_VERSION, _READOUT_ARRAYS, _activation_list,
@@ -294,7 +300,7 @@ def _analyse(model, t, sgd_Q, sgd_rho, sgd_risk, sgd_ok, T, *, band, escape_frac
     first = int(np.nonzero(good)[0][0])
     window, t_end = _mean_deviation_window(t, orho[good], threshold is not None)
     upto = int(np.nonzero(window)[0][-1]) + 1 if window.any() else 1
-    c, c_valid, c_reason = _finite_n_correction(
+    c, c_valid, c_reason, fl = _finite_n_fluctuations(
         model, t[:upto], sgd_Q[first, 0], sgd_rho[first, 0], T,
         None if sgd_readout is None else sgd_readout[first, 0], N, finite_n)
     if c is not None:
@@ -320,6 +326,10 @@ def _analyse(model, t, sgd_Q, sgd_rho, sgd_risk, sgd_ok, T, *, band, escape_frac
                      np.where(np.abs(mean_dev) <= _BAND_TOL * scale, 0.0, np.inf))
         z_plain = np.where(se_sgd > 0, np.abs(plain_dev) / se_sgd,
                            np.where(np.abs(plain_dev) <= _BAND_TOL * scale, 0.0, np.inf))
+    z_student = z.copy()
+    z, se, law_use = _with_predicted_law(z, se, fl, window & (c_valid if c is not None
+                                                                 else False),
+                                         upto, N, n_good, mean_dev, remainder)
     statistics, z_all, which = 1, z, np.zeros(len(t), int)
     if blocks:
         # the per-block statistics tr Q^c, |rho^c|_F^2 join the risk in the mean-deviation
@@ -366,6 +376,12 @@ def _analyse(model, t, sgd_Q, sgd_rho, sgd_risk, sgd_ok, T, *, band, escape_frac
         "window": ("relaxation onto the plateau: times before the median ODE |rho|^2 has "
                    f"grown {_RHO_GROWTH:g}-fold" if threshold is not None else "whole run"),
         "reference": "ODE + c/N" if c is not None else "ODE",
+        "law_times": int(np.sum(law_use & window)),
+        "max_z_student": _finite_float(np.max(z_student[window])) if window.any() else None,
+        "test": ("at each time the larger p-value of Student's t on the replicas' s.e. and "
+                 "of the predicted second-order law of the replica mean (generalised chi^2, "
+                 "saddlepoint) where the O(1/N) expansion holds, as a t-equivalent z; "
+                 "Student's t alone elsewhere"),
     }
     if blocks:
         names = ["risk"] + block_statistic_names(model.n_blocks)
@@ -393,14 +409,45 @@ def _analyse(model, t, sgd_Q, sgd_rho, sgd_risk, sgd_ok, T, *, band, escape_frac
     numbers["finite_n_bias"] = _finite_n_numbers(t, N, window, plain_dev, se_sgd, c, c_valid,
                                                  c_reason, z_plain)
     numbers["final_risk"] = {"sgd": _describe(sr[:, -1]), "ode": _describe(oc[:, -1])}
-    arrays = dict(ode_Q=oQ, ode_rho=orho, ode_risk=orisk, ode_readout=oa)
+    arrays = dict(ode_Q=oQ, ode_rho=orho, ode_risk=orisk, ode_readout=oa, criterion_se=se)
     return numbers, arrays, shared, t_ode
 
 
-def _add_resolution(numbers, model, t, sgd_risk, ode, sgd_Q, sgd_rho, T, sgd_readout, shared):
+def _with_predicted_law(z, se, fl, use, upto, N, R, mean_dev, remainder):
+    """``(z, se, use)`` of the mean-deviation test with the predicted second-order law.
+
+    Where `use` (the window, the expansion valid) the test rejects only when both Student's
+    t on the replicas' s.e. and the predicted law of the replica mean
+    (:func:`validation_mean._predicted_law_test`) reject: its p-value is the larger of the
+    two, returned as the Student-t-equivalent ``z`` (so the critical value is unchanged),
+    and its s.e. is the larger of the two s.e. (what decides its resolution).  Why: a
+    replica's ``N(ε − ε_ODE)`` is χ²-like at a risk floor (skewness 0.7–2.3 measured), and a
+    sample of ``R`` that misses the right tail has a low mean *and* a low s.e. together,
+    so Student's t alone rejects a correct theory far above its level; the predicted law
+    knows the spread and the skew.  Requiring Student's t too keeps the level wherever
+    either law is right (the predicted one misses O(N^-1/2) skew where ∇ε ≠ 0).
+    """
+    from scipy.stats import t as student            # lazy: scipy
+    use = np.zeros(len(z), bool) if fl is None or R < 2 else \
+        np.concatenate([np.asarray(use[:upto], bool), np.zeros(len(z) - upto, bool)])
+    if not use.any():
+        return z, se, use
+    p_law, se_law = _predicted_law_test(fl, use[:upto], N, R, mean_dev[:upto],
+                                        remainder[:upto])
+    p_law = np.concatenate([p_law, np.full(len(z) - upto, np.nan)])
+    se_law = np.concatenate([se_law, np.full(len(z) - upto, np.nan)])
+    p = np.fmax(2.0 * student.sf(z, R - 1), p_law)
+    z = np.where(use, student.isf(np.minimum(p, 1.0) / 2.0, R - 1), z)
+    se = np.where(use, np.fmax(se, se_law), se)
+    return z, se, use
+
+
+def _add_resolution(numbers, model, t, sgd_risk, ode, sgd_Q, sgd_rho, T, sgd_readout, shared,
+                    criterion_se=None):
     """``numbers["resolution"]``: the smallest parameter changes the run detects
-    (:mod:`symquad.studies.resolution`), from the mean-deviation test's window and critical
-    value and the replicas' standard errors."""
+    (:mod:`symquad.studies.resolution`), from the mean-deviation test's window, critical
+    value and the standard errors it applies (`criterion_se`, (n,): the larger of the
+    replicas' and the predicted one, with the O(N⁻²) remainder; None: the replicas')."""
     orisk = ode["ode_risk"]
     good = np.all(np.isfinite(sgd_risk), axis=1) & np.all(np.isfinite(orisk), axis=1)
     md = next(c for c in numbers["verdict"]["checks"] if c["name"] == "mean_deviation")
@@ -409,7 +456,8 @@ def _add_resolution(numbers, model, t, sgd_risk, ode, sgd_Q, sgd_rho, T, sgd_rea
     a0 = None if sgd_readout is None else sgd_readout[good, 0]
     numbers["resolution"] = resolution_numbers(
         model, t, sgd_risk[good] - orisk[good], sgd_Q[good, 0], sgd_rho[good, 0], T, a0,
-        window, md.get("critical") if md["status"] != "not tested" else None, shared=shared)
+        window, md.get("critical") if md["status"] != "not tested" else None, shared=shared,
+        se=criterion_se)
 
 
 def validate(model=None, N=2000, t_max=None, replicas=64, start=None, seed=0, *,
@@ -648,6 +696,7 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start=None, seed=0, *,
             model, run.t, run.Q, run.rho, run.risk, ok, run.T, band=band,
             escape_fraction=escape_fraction, escape=escape, progress=progress,
             sgd_readout=run.readout, N=N, finite_n=finite_n)
+        criterion_se = ode.pop("criterion_se")
         phases["analysis"] = time.perf_counter() - tick - phases["ode"]
         results, study_times = studies.results()
     phases.update(study_times)
@@ -665,7 +714,7 @@ def validate(model=None, N=2000, t_max=None, replicas=64, start=None, seed=0, *,
     if resolution:
         tick = time.perf_counter()
         _add_resolution(numbers, model, run.t, run.risk, ode, run.Q, run.rho, run.T,
-                        run.readout, shared)
+                        run.readout, shared, criterion_se)
         phases["resolution"] = time.perf_counter() - tick
     if whole_run:
         from .whole_run import add_whole_run
@@ -798,11 +847,12 @@ def compare(model, t, Q, rho, T=None, readout=None, *, band=(2.5, 97.5), escape_
         model, t, Q, rho, risk, np.ones(R, bool), T, band=band,
         escape_fraction=escape_fraction, escape=escape, progress=progress, sgd_readout=a, N=N,
         finite_n=finite_n)
+    criterion_se = ode.pop("criterion_se")
     numbers["finite_size_scaling_skipped"] = ("user data at one N: the finite-size scaling "
                                               "needs simulations at several N (validate)")
     numbers["verdict"] = _decide(numbers, R, alpha)
     if resolution:
-        _add_resolution(numbers, model, t, risk, ode, Q, rho, T, a, shared)
+        _add_resolution(numbers, model, t, risk, ode, Q, rho, T, a, shared, criterion_se)
     if whole_run:
         from .whole_run import add_whole_run
         numbers["verdict"] = add_whole_run(numbers, model, t, Q, rho, risk, T, N, alpha,

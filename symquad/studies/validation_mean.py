@@ -6,8 +6,11 @@ Split out of :mod:`symquad.studies.validation` (which re-exports its names).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
+from ..numeric.quadratic_law import quadratic_law
 from ..spectrum import has_spectrum
 from .validation_common import _finite_float
 
@@ -30,7 +33,15 @@ def _mean_deviation_window(t, ode_rho, escape_defined):
 
 
 def _finite_n_correction(model, t, Q0, rho0, T, a0, N, finite_n=None):
-    """``(c_ε(t), valid(t), reason)``: the O(1/N) correction of the mean risk from one start.
+    """``(c_ε(t), valid(t), reason)`` (:func:`_finite_n_fluctuations` without the
+    fluctuations)."""
+    return _finite_n_fluctuations(model, t, Q0, rho0, T, a0, N, finite_n)[:3]
+
+
+def _finite_n_fluctuations(model, t, Q0, rho0, T, a0, N, finite_n=None):
+    """``(c_ε(t), valid(t), reason, fl)``: the O(1/N) correction of the mean risk from one
+    start, and the :class:`~symquad.numeric.fluctuations.Fluctuations` it came from (None
+    where it is not available).
 
     ``E[ε_SGD(t) | start] = ε_ODE(t) + c_ε(t)/N + O(N⁻²)`` (:func:`symquad.fluctuations`,
     Σ(0) = 0: the ODE starts at the replica's realised overlaps).  Replicas with their own
@@ -44,28 +55,66 @@ def _finite_n_correction(model, t, Q0, rho0, T, a0, N, finite_n=None):
     from .whole_run import finite_n_cost
     if N is None:
         return None, None, ("the data's input dimension N is not given (compare(..., N=) or "
-                            "--N): tested against the N -> infinity ODE")
+                            "--N): tested against the N -> infinity ODE"), None
     if has_spectrum(model):
         return None, None, ("not derived for an input spectrum yet (docs/model.md §1a): "
-                            "tested against the ODE")
+                            "tested against the ODE"), None
     if finite_n is False:
-        return None, None, "finite_n=False: tested against the ODE"
+        return None, None, "finite_n=False: tested against the ODE", None
     if finite_n is None:
         costly = finite_n_cost(model)
         if costly:
             return None, None, (f"too costly here {costly}; finite_n=True computes it: tested "
-                                "against the ODE")
+                                "against the ODE"), None
     from ..numeric.errors import DivergenceError
     from ..numeric.fluctuations import fluctuations
     try:
         fl = fluctuations(model, Q0, rho0, T, N, t - t[0], a0=a0, second_order=True)
     except (ValueError, ArithmeticError, NotImplementedError, DivergenceError) as exc:
-        return None, None, f"not available ({exc}): tested against the ODE"
+        return None, None, f"not available ({exc}): tested against the ODE", None
     if fl.risk_mean_correction is None:
-        return None, None, f"not computed ({fl.second_order_note}): tested against the ODE"
+        return None, None, (f"not computed ({fl.second_order_note}): tested against the "
+                            "ODE"), None
     c = np.asarray(fl.risk_mean_correction, float)
     valid = np.asarray(fl.expansion_valid, bool) & np.isfinite(c)
-    return np.where(valid, c, 0.0), valid, ""
+    return np.where(valid, c, 0.0), valid, "", fl
+
+
+def _predicted_law_test(fl, use, N, R, mean_dev, remainder):
+    r"""``(p(t), se(t))`` of the replica mean under the predicted second-order law.
+
+    Each replica's ``Y = N(ε − ε_ODE) − c_ε`` is, to the order of ``c_ε``, the generalised
+    χ² variable ``√N gᵀζ + ½(ζᵀHζ − tr HΣ)``, ``ζ ~ N(0, Σ)`` (``g``, ``H`` the risk's
+    gradient and Hessian, ``Σ`` the LNA covariance, from `fl`;
+    :mod:`symquad.numeric.quadratic_law`).  The O(N⁻²) remainder ``|c_ε|/N^{3/2}`` enters
+    as an independent Gaussian of that standard deviation added to the mean (as it enters
+    the Student test's s.e.).  ``p`` is the two-sided saddlepoint p-value of the observed
+    mean ``N·mean_dev`` for ``R`` independent replicas, ``se = √(κ₂/R)/N`` the predicted
+    standard error of the mean deviation (remainder included); NaN where `use` is False.
+
+    Parameters
+    ----------
+    fl : Fluctuations
+        From :func:`_finite_n_fluctuations` (times ``0 … len(use) − 1``).
+    use : ndarray (n,) of bool
+        Times where the law is applied (the window, where the expansion holds).
+    N, R : int
+    mean_dev, remainder : ndarray (n,)
+        ``mean_r(ε_SGD − ε_ODE) − c_ε/N`` and ``|c_ε|/N^{3/2}``.
+    """
+    n = len(use)
+    p, se = np.full(n, np.nan), np.full(n, np.nan)
+    idx = np.nonzero(use)[0]
+    if not idx.size:
+        return p, se
+    H = fl.risk_hessian_at(idx)
+    root_n = math.sqrt(N)
+    for j, i in enumerate(idx):
+        law = quadratic_law(root_n * fl.risk_gradient[i], H[j], fl.covariance[i],
+                            v=R * (N * remainder[i]) ** 2)
+        se[i] = math.sqrt(law.cumulant(2) / R) / N
+        p[i] = law.mean_p_value(N * mean_dev[i], R)
+    return p, se
 
 
 def _finite_n_numbers(t, N, window, mean_dev, se, c, valid, reason, z_plain):

@@ -66,9 +66,20 @@ def _check_mean_deviation(md, replicas, alpha):
                   f"mean risk deviation ({window}): max |mean SGD - "
                   f"{'(ODE + c/N)' if md.get('reference') == 'ODE + c/N' else 'ODE'}| = "
                   f"{zmax:.2f} s.e. "
-                  f"{'<=' if ok else '>'} {crit:.2f} (t-test, Bonferroni, alpha={alpha:g}; "
+                  f"{'<=' if ok else '>'} {crit:.2f} ({_test_name(md)}, Bonferroni, "
+                  f"alpha={alpha:g}; "
                   f"resolves {resolution:.2g})", critical=crit, value=zmax,
                   resolution=resolution)
+
+
+def _test_name(md):
+    """The mean-deviation test as applied: Student's t, and where the O(1/N) expansion holds
+    also the predicted law of the replica mean (studies/validation.py, _with_predicted_law)."""
+    k = md.get("law_times") or 0
+    if not k:
+        return "t-test"
+    return (f"t-test and the predicted second-order law at {k} of {md['times']} times, "
+            "both must reject")
 
 
 def _check_band(b, replicas):
