@@ -43,6 +43,9 @@ SMALLER = {
                                 ("n_samples=32, n_eval=300", "n_samples=8, n_eval=100")],
     ("docs/user-guide.md", 3): [('"plateau", N=12', '"plateau", N=6'),
                                 ("N=1000, n_samples=64", "N=1000, n_samples=16")],
+    # the optimal schedule's 10 pieces ≈ 4 s of CPU (adjoint gradients), the compare ≈ 2 s
+    ("docs/user-guide.md", 7): [("N=1000, t_max=5, replicas=32", "N=1000, t_max=3, replicas=8"),
+                                ("n_pieces=10", "n_pieces=3")],
     ("docs/special_activations.md", 0): [
         ('p=4, p_star=2, lr=1.0, activation="erf"', 'p=2, p_star=1, lr=1.0, activation="erf"'),
         ("N=2000, replicas=32, start=\"random\", fss=False, t_max=10.0",

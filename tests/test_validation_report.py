@@ -197,13 +197,19 @@ def test_unwritable_folder_refused(tmp_path):
 # ---------------------------------------------------------------------------
 @pytest.fixture
 def no_computation(monkeypatch):
-    """Make any computation fail loudly: the CLI must refuse before it."""
+    """Make any computation fail loudly: the CLI must refuse before it.
+
+    Replaced where the CLI reads them (symquad.cli.validate imports both names at module
+    level: patching symquad.studies.validation alone misses them once that module is
+    loaded, and then a real validation ran) and in symquad.studies.validation."""
+    from symquad.cli import validate as cli_validate
     from symquad.studies import validation
 
     def boom(*args, **kwargs):
         raise AssertionError("computation started")
-    monkeypatch.setattr(validation, "validate", boom)
-    monkeypatch.setattr(validation, "compare", boom)
+    for module in (cli_validate, validation):
+        monkeypatch.setattr(module, "validate", boom)
+        monkeypatch.setattr(module, "compare", boom)
 
 
 @pytest.mark.parametrize("out", ["FILE", "", "/proc/symquad_report"])
@@ -217,7 +223,9 @@ def test_cli_bad_out_refused_before_computing(out, tmp_path, capsys, no_computat
 
 
 def test_cli_quick_does_not_override_explicit_flags(monkeypatch, tmp_path):
-    from symquad.studies import validation
+    # replaced where the CLI reads it (see no_computation): otherwise, once
+    # symquad.cli.validate is loaded, each call below ran a real validation (14 s)
+    from symquad.cli import validate as validation
     seen = {}
 
     class Stop(Exception):
