@@ -199,17 +199,17 @@ def test_unwritable_folder_refused(tmp_path):
 def no_computation(monkeypatch):
     """Make any computation fail loudly: the CLI must refuse before it.
 
-    Replaced where the CLI reads them (symquad.cli.validate imports both names at module
-    level: patching symquad.studies.validation alone misses them once that module is
-    loaded, and then a real validation ran) and in symquad.studies.validation."""
-    from symquad.cli import validate as cli_validate
+    Replaced in symquad.studies.validation, where the command imports them from when it
+    runs (symquad.cli.validate keeps that import inside the function: this test's seam)."""
+    from symquad.cli import validate as command
     from symquad.studies import validation
+    # a module-level import in the command would bypass the replacement below
+    assert not hasattr(command, "validate") and not hasattr(command, "compare")
 
     def boom(*args, **kwargs):
         raise AssertionError("computation started")
-    for module in (cli_validate, validation):
-        monkeypatch.setattr(module, "validate", boom)
-        monkeypatch.setattr(module, "compare", boom)
+    monkeypatch.setattr(validation, "validate", boom)
+    monkeypatch.setattr(validation, "compare", boom)
 
 
 @pytest.mark.parametrize("out", ["FILE", "", "/proc/symquad_report"])
@@ -223,9 +223,8 @@ def test_cli_bad_out_refused_before_computing(out, tmp_path, capsys, no_computat
 
 
 def test_cli_quick_does_not_override_explicit_flags(monkeypatch, tmp_path):
-    # replaced where the CLI reads it (see no_computation): otherwise, once
-    # symquad.cli.validate is loaded, each call below ran a real validation (14 s)
-    from symquad.cli import validate as validation
+    # replaced where the command imports it from when it runs (see no_computation)
+    from symquad.studies import validation
     seen = {}
 
     class Stop(Exception):
