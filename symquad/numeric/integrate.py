@@ -15,7 +15,7 @@ from ..stages import declare
 from .checks import as_overlaps, as_real_array, check_choice, check_positive, check_real, \
     check_record_bytes
 from .errors import DivergenceError, describe_state
-from .kernels import kernels
+from .kernels import kernels, single_thread_blas
 from .persist import load_npz, model_from_dict, model_to_dict, save_npz
 from ..progress import progress as _progress
 
@@ -518,6 +518,14 @@ def solve_pieces(fun, t_max, y0, method, t_eval, rtol, atol, blow_up, breaks=(),
 
 
 def _solve(fun, t_max, y0, method, t_eval, rtol, atol, blow_up, t0=0.0):
+    """:func:`_solve_any` with the solver's own array work on one BLAS thread (its stage
+    sums and dense output are matrix–vector products whose rounding would otherwise depend
+    on the BLAS thread count: numeric/ode_batch._solve)."""
+    with single_thread_blas():
+        return _solve_any(fun, t_max, y0, method, t_eval, rtol, atol, blow_up, t0)
+
+
+def _solve_any(fun, t_max, y0, method, t_eval, rtol, atol, blow_up, t0=0.0):
     """:func:`solve_ivp` with ``method="auto"`` resolved (RK45, then LSODA on a long tail).
 
     Returns an object with the fields of solve_ivp's result that

@@ -36,7 +36,7 @@ from ..stages import declare
 from .checks import as_real_array, check_positive
 from .errors import describe_state
 from .integrate import check_sphere, initial_readout
-from .kernels import kernels
+from .kernels import kernels, single_thread_blas
 from .status import MemberStatus
 from .integrate import left_of
 from ..progress import progress as _progress
@@ -402,6 +402,19 @@ class _Solved:
 
 
 def _solve(fun, y0, t_max, t_eval, method, rtol, atol, live, blame, breaks=()):
+    """:func:`_steps` with the solver's own array work on one BLAS thread.
+
+    The Runge–Kutta stage sums and the dense output are matrix–vector products over the
+    whole batch's state: with several BLAS threads their rounding depends on the thread
+    count, so the same starts gave results differing in the last bit in the main process
+    (default threads) and in a Dask worker (one thread) — measured on the escape law's
+    384-start chunk at p = 5.  The kernels inside keep their own limit (`threads`).
+    """
+    with single_thread_blas():
+        return _steps(fun, y0, t_max, t_eval, method, rtol, atol, live, blame, breaks)
+
+
+def _steps(fun, y0, t_max, t_eval, method, rtol, atol, live, blame, breaks=()):
     """Step ``method`` from 0 to ``t_max``; the state at `t_eval` (shape (n, size)).
 
     Restarts the solver from its last accepted state after any step in which
