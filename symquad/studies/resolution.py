@@ -44,6 +44,8 @@ import numpy as np
 
 from ..spectrum import has_spectrum
 from .whole_run import finite_n_cost
+from ..numeric.sensitivity import (_value, parameter_scale, risk_sensitivity,
+                                   sensitivity_parameters)
 
 __all__ = ["resolution_numbers", "format_resolution", "MAX_STARTS", "ZERO_SENSITIVITY"]
 
@@ -93,8 +95,6 @@ def resolution_numbers(model, t, d_risk, Q0, rho0, T, a0, window, critical, *, s
         :func:`symquad.studies.validation._with_predicted_law`).  None: the replicas' s.e.
         of `d_risk`.
     """
-    from ..numeric.sensitivity import (_value, parameter_scale, risk_sensitivity,
-                                       sensitivity_parameters)
     out = {"criterion": "mean_deviation", "values": {}, "relative": {}, "not_detectable": {},
            "reason": ""}
     R = d_risk.shape[0]

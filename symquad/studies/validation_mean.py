@@ -13,6 +13,9 @@ import numpy as np
 from ..numeric.quadratic_law import quadratic_law
 from ..spectrum import has_spectrum
 from .validation_common import _finite_float
+from .whole_run import finite_n_cost
+from ..numeric.errors import DivergenceError
+from ..numeric.fluctuations import fluctuations
 
 
 
@@ -52,7 +55,6 @@ def _finite_n_fluctuations(model, t, Q0, rho0, T, a0, N, finite_n=None):
     correction is affordable (:func:`symquad.studies.whole_run.finite_n_cost`, every
     activation pair: the Jacobian, ``f₁`` and the curvature come from the drift kernels).
     """
-    from .whole_run import finite_n_cost
     if N is None:
         return None, None, ("the data's input dimension N is not given (compare(..., N=) or "
                             "--N): tested against the N -> infinity ODE"), None
@@ -66,8 +68,6 @@ def _finite_n_fluctuations(model, t, Q0, rho0, T, a0, N, finite_n=None):
         if costly:
             return None, None, (f"too costly here {costly}; finite_n=True computes it: tested "
                                 "against the ODE"), None
-    from ..numeric.errors import DivergenceError
-    from ..numeric.fluctuations import fluctuations
     try:
         fl = fluctuations(model, Q0, rho0, T, N, t - t[0], a0=a0, second_order=True)
     except (ValueError, ArithmeticError, NotImplementedError, DivergenceError) as exc:

@@ -63,6 +63,8 @@ from .verdict import _check
 from ..numeric.fluctuations import mean_correction_seconds
 from ..numeric.kernels import diffusion_seconds
 from ..numeric.layout import state_layout
+from ..numeric.kernels import diffusion_support
+from ..numeric.fluctuations import fluctuations
 
 __all__ = ["invariant_statistics", "statistic_names", "whole_run_numbers", "whole_run_checks",
            "decide_whole_run", "whole_run_not_run", "N_TEST", "MIN_REPLICAS", "STATISTICS",
@@ -345,10 +347,9 @@ def _lna_cost_reason(model, form=None) -> str:
     where one trajectory is too costly for the verdict (:func:`finite_n_cost`, the rule
     of the O(1/N) mean too).
     """
-    from ..numeric.kernels import diffusion_support
     if has_spectrum(model):
-        return ("the diffusion matrix and the linear-noise prediction are not derived for an "
-                "input spectrum yet (docs/model.md §1a)")
+        return ("validate's linear-noise criterion is not built for an input spectrum yet "
+                "(the block LNA itself is: sq.fluctuations, docs/derivation.md §8.8)")
     reason = diffusion_support(model)
     if reason is not None:
         return f"the diffusion matrix of the linear-noise prediction is not derived: {reason}"
@@ -391,7 +392,6 @@ def finite_n_cost(model, form=None, diffusion=True) -> str:
 
 
 def _lna_numbers(model, t, sgd_Q, sgd_rho, sgd_risk, T, N, idx, form):
-    from ..numeric.fluctuations import fluctuations
     costly = finite_n_cost(model, form or ("matrix" if model.is_quadratic else None))
     if costly:
         return {"applies": False, "reason": f"the linear-noise prediction is too costly here "
