@@ -91,12 +91,19 @@ def _drift_function(constraint: str, printer) -> list:
            "    leading batch dimensions.",
            '    """',
            f"    {args} = params"]
-    out += _render_expression(md.dQ, "kl", printer, "dQ")
+    return out + drift_body_lines(md, ("kl", "km", "k"), _render_expression, printer)
+
+
+def drift_body_lines(md, spaces, render, printer) -> list:
+    """The body of a generated drift function after its parameters: ``dQ`` (symmetrised),
+    ``dρ``, and ``da`` unless ``R`` is None; ``render(expr, space, printer, name)`` gives
+    the lines of one output in its index space (`spaces`: of dQ, dρ, da)."""
+    out = render(md.dQ, spaces[0], printer, "dQ")
     out.append("    dQ = 0.5 * (dQ + numpy.swapaxes(dQ, -1, -2))")
-    out += _render_expression(md.drho, "km", printer, "drho")
+    out += render(md.drho, spaces[1], printer, "drho")
     out.append("    if R is None:")
     out.append("        return dQ, drho, None")
-    out += _render_expression(md.da, "k", printer, "da")
+    out += render(md.da, spaces[2], printer, "da")
     out.append("    return dQ, drho, da")
     return out
 

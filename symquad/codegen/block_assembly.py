@@ -22,7 +22,7 @@ from ..symbolic.blocks import CB, FS, MGB, MGTB, QBf, QTf, RHOBf, TR_SIGMA, bloc
 from ..symbolic.moments import MB, MG, MR
 from ..symbolic.symbols import PARAMS
 from ..symbolic.update import UNITS, Af
-from .assembly import cse_block_lines
+from .assembly import cse_block_lines, drift_body_lines
 from .printer import ScalarPrinter
 
 __all__ = ["render_block_assembly_module", "STAND_IN"]
@@ -87,14 +87,7 @@ def _drift_function(constraint: str, printer) -> list:
            "    ``R`` is (a fixed readout).",
            '    """',
            f"    {args} = params"]
-    out += _render(md.dQ, "ckl", printer, "dQ")
-    out.append("    dQ = 0.5 * (dQ + numpy.swapaxes(dQ, -1, -2))")
-    out += _render(md.drho, "ckm", printer, "drho")
-    out.append("    if R is None:")
-    out.append("        return dQ, drho, None")
-    out += _render(md.da, "k", printer, "da")
-    out.append("    return dQ, drho, da")
-    return out
+    return out + drift_body_lines(md, ("ckl", "ckm", "k"), _render, printer)
 
 
 def render_block_assembly_module() -> str:

@@ -875,12 +875,7 @@ def _derivatives(model: Model, form: str | None):
             _MEMO[key] = der
         return der
     if form == "matrix":
-        mod, source = _committed("quadratic_matrix", required=("moments", "risk"))
-        extra = tuple(float(c[j]) for c, j in ((model.activation, 2),
-                                               (model.teacher_activation, 2),
-                                               (model.activation, 0),
-                                               (model.teacher_activation, 0)))
-        kern = _moment_kernels(model, "matrix", mod, source, extra)
+        kern = _moment_kernels(model, "matrix", *_moment_module(model, "matrix"))
     else:
         kern = _kernels(model, form)
     kern = dataclasses.replace(kern, _params=_params(model))

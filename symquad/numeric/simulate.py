@@ -374,11 +374,7 @@ class _FullStepper(_Stepper):
                  random_student):
         super().__init__(model, N, replicas, rng_data, rng_noise)
         p = self.p
-        nbytes = 8 * replicas * (p + 2) * N
-        if nbytes > _FULL_MAX_BYTES:
-            raise ValueError(f"method='full' with N={N} and replicas={replicas} needs about "
-                             f"{nbytes / 2**30:.1f} GiB; use method='reduced' (exact in law, "
-                             f"cost independent of N) or fewer replicas")
+        self._check_memory(N, replicas, p)
         c = X0.shape[-1]
         sqrtN = math.sqrt(N)
         if random_student:
@@ -387,18 +383,35 @@ class _FullStepper(_Stepper):
             F_T = X0[0, p:, :]
             r_T = int(np.count_nonzero(np.linalg.norm(F_T, axis=0)))
             frame = np.linalg.qr(rng_teacher.standard_normal((N, r_T)))[0].T   # (r_T, N)
-            self.Ws = sqrtN * (F_T[:, :r_T] @ frame)                           # (p*, N)
-            self.W = math.sqrt(DEFAULT_Q0) * rng_init.standard_normal((replicas, p, N))
-            if self.sphere:
-                self.W *= sqrtN / np.linalg.norm(self.W, axis=-1, keepdims=True)
+            Ws = sqrtN * (F_T[:, :r_T] @ frame)                                # (p*, N)
+            W = self._random_students(replicas, N, rng_init)
         else:
             # weights with exactly the Gram matrix X0 X0ᵀ: one random orthonormal frame
             frame = np.linalg.qr(rng_teacher.standard_normal((N, c)))[0].T    # (c, N)
-            self.Ws = sqrtN * (X0[0, p:, :] @ frame)
-            self.W = sqrtN * (X0[:, :p, :] @ frame)
-        self.W = np.ascontiguousarray(self.W)
-        self.Ws = np.ascontiguousarray(self.Ws)
-        self.sqrtN = sqrtN
+            Ws = sqrtN * (X0[0, p:, :] @ frame)
+            W = sqrtN * (X0[:, :p, :] @ frame)
+        self._keep_weights(W, Ws)
+
+    @staticmethod
+    def _check_memory(N, replicas, p):
+        nbytes = 8 * replicas * (p + 2) * N
+        if nbytes > _FULL_MAX_BYTES:
+            raise ValueError(f"method='full' with N={N} and replicas={replicas} needs about "
+                             f"{nbytes / 2**30:.1f} GiB; use method='reduced' (exact in law, "
+                             f"cost independent of N) or fewer replicas")
+
+    def _random_students(self, replicas, N, rng_init):
+        """``w_k ~ N(0, q0 I_N)`` (projected to ``|w_k|² = N`` on the sphere)."""
+        W = math.sqrt(DEFAULT_Q0) * rng_init.standard_normal((replicas, self.p, N))
+        if self.sphere:
+            W *= math.sqrt(N) / np.linalg.norm(W, axis=-1, keepdims=True)
+        return W
+
+    def _keep_weights(self, W, Ws):
+        """Store the weights (contiguous) and the step's constants."""
+        self.W = np.ascontiguousarray(W)
+        self.Ws = np.ascontiguousarray(Ws)
+        self.sqrtN = math.sqrt(self.N)
         self.step = 0
         self.c = np.array(self.act.c, dtype=float)
         self.dc = np.array(self.act.dc if self.act.dc else [0.0], dtype=float)
@@ -690,33 +703,22 @@ class _BlockFullStepper(_FullStepper):
         _Stepper.__init__(self, model, N, replicas, rng_data, rng_noise)
         self.general = True
         p = self.p
-        nbytes = 8 * replicas * (p + 2) * N
-        if nbytes > _FULL_MAX_BYTES:
-            raise ValueError(f"method='full' with N={N} and replicas={replicas} needs about "
-                             f"{nbytes / 2**30:.1f} GiB; use method='reduced' (exact in law, "
-                             f"cost independent of N) or fewer replicas")
+        self._check_memory(N, replicas, p)
         sizes = block_sizes(model.spectrum, N)
         self.cuts = np.cumsum((0,) + sizes)
         self.scale = np.repeat([math.sqrt(float(sc)) for _, sc in model.spectrum], sizes)
         sqrtN = math.sqrt(N)
-        self.W = np.zeros((replicas, p, N))
-        self.Ws = np.zeros((self.ps, N))
+        W = np.zeros((replicas, p, N))
+        Ws = np.zeros((self.ps, N))
         for c, (a, b) in enumerate(zip(self.cuts[:-1], self.cuts[1:])):
             cols = X0.shape[-1]
             frame = np.linalg.qr(rng_teacher.standard_normal((b - a, cols)))[0].T
-            self.Ws[:, a:b] = sqrtN * (X0[0, c, p:, :] @ frame)
+            Ws[:, a:b] = sqrtN * (X0[0, c, p:, :] @ frame)
             if not random_student:
-                self.W[:, :, a:b] = sqrtN * (X0[:, c, :p, :] @ frame)
+                W[:, :, a:b] = sqrtN * (X0[:, c, :p, :] @ frame)
         if random_student:
-            self.W = math.sqrt(DEFAULT_Q0) * rng_init.standard_normal((replicas, p, N))
-            if self.sphere:
-                self.W *= sqrtN / np.linalg.norm(self.W, axis=-1, keepdims=True)
-        self.W = np.ascontiguousarray(self.W)
-        self.Ws = np.ascontiguousarray(self.Ws)
-        self.sqrtN = sqrtN
-        self.step = 0
-        self.c = np.array(self.act.c, dtype=float)
-        self.dc = np.array(self.act.dc if self.act.dc else [0.0], dtype=float)
+            W = self._random_students(replicas, N, rng_init)
+        self._keep_weights(W, Ws)
 
     def advance(self, n):
         # lazy: numba

@@ -1218,31 +1218,13 @@ def _dot(subscripts, x, y):
     (BLAS), so equal to rounding; the layout is computed once per subscripts and
     number of batch axes.
     """
-    nb = x.ndim - len(subscripts.split(",")[0].replace("...", ""))
-    key = (subscripts, nb)
-    plan = _DOTS.get(key)
-    if plan is None:
-        plan = _DOTS[key] = _dot_plan(subscripts, nb)
-    xsum, ysum, xperm, yperm, ns, ni, nk, nj, zperm, kaxes = plan
-    if math.prod(x.shape[k] for k in kaxes) < 2 and _c_einsum is not None:
+    nb, plan = _cached_plan(subscripts, x)
+    if math.prod(x.shape[k] for k in plan[-1]) < 2 and _c_einsum is not None:
         # nothing contracted (an outer product over shared axes): matmul's batch of
         # (I, 1) × (1, J) products is slower than einsum's loop (6× measured)
         return _c_einsum(subscripts, x, y)
-    if xsum:
-        x = x.sum(axis=xsum)
-    if ysum:
-        y = y.sum(axis=ysum)
-    x = x.transpose(xperm)
-    y = y.transpose(yperm)
-    batch = x.shape[:nb]
-    if y.shape[:nb] != batch:                 # (the program's operands share theirs)
-        batch = numpy.broadcast_shapes(batch, y.shape[:nb])
-        x = numpy.broadcast_to(x, batch + x.shape[nb:])
-        y = numpy.broadcast_to(y, batch + y.shape[nb:])
-    sh_s = x.shape[nb:nb + ns]
-    sh_i = x.shape[nb + ns:nb + ns + ni]
-    sh_k = x.shape[nb + ns + ni:]
-    sh_j = y.shape[nb + ns + nk:]
+    x, y, batch, (sh_s, sh_i, sh_k, sh_j) = _product_operands(x, y, nb, plan)
+    zperm = plan[8]
     S, I, K, J = (math.prod(t) for t in (sh_s, sh_i, sh_k, sh_j))
     X = x.reshape(batch + (S, I, K))
     Y = y.reshape(batch + (S, K, J))
@@ -1270,23 +1252,8 @@ def _dot_into(subscripts, x, y, out):
     nothing is contracted, the broadcast ``X[…, :, None] · Y[…, None, :]``, both written
     straight into `out`'s memory.
     """
-    nb = x.ndim - len(subscripts.split(",")[0].replace("...", ""))
-    key = (subscripts, nb)
-    plan = _DOTS.get(key)
-    if plan is None:
-        plan = _DOTS[key] = _dot_plan(subscripts, nb)
-    xsum, ysum, xperm, yperm, ns, ni, nk, nj, zperm, kaxes = plan
-    if xsum:
-        x = x.sum(axis=xsum)
-    if ysum:
-        y = y.sum(axis=ysum)
-    x = x.transpose(xperm)
-    y = y.transpose(yperm)
-    batch = x.shape[:nb]
-    sh_s = x.shape[nb:nb + ns]
-    sh_i = x.shape[nb + ns:nb + ns + ni]
-    sh_k = x.shape[nb + ns + ni:]
-    sh_j = y.shape[nb + ns + nk:]
+    nb, plan = _cached_plan(subscripts, x)
+    x, y, batch, (sh_s, sh_i, sh_k, sh_j) = _product_operands(x, y, nb, plan)
     S, I, K, J = (math.prod(t) for t in (sh_s, sh_i, sh_k, sh_j))
     if K == 1:
         # nothing contracted: the broadcast product straight from the transposed views
@@ -1297,6 +1264,36 @@ def _dot_into(subscripts, x, y, out):
     else:
         Z = out.reshape(batch + (S, I, J))
         numpy.matmul(x.reshape(batch + (S, I, K)), y.reshape(batch + (S, K, J)), out=Z)
+
+
+def _cached_plan(subscripts, x):
+    """``(nb, plan)``: `x`'s number of batch axes and :func:`_dot_plan`, computed once."""
+    nb = x.ndim - len(subscripts.split(",")[0].replace("...", ""))
+    key = (subscripts, nb)
+    plan = _DOTS.get(key)
+    if plan is None:
+        plan = _DOTS[key] = _dot_plan(subscripts, nb)
+    return nb, plan
+
+
+def _product_operands(x, y, nb, plan):
+    """`x`, `y` summed over their own dropped axes and transposed to ``(…, s, i, k)`` and
+    ``(…, s, k, j)`` (batch axes broadcast); the batch shape and ``(s, i, k, j)`` shapes."""
+    xsum, ysum, xperm, yperm, ns, ni, nk = plan[:7]
+    if xsum:
+        x = x.sum(axis=xsum)
+    if ysum:
+        y = y.sum(axis=ysum)
+    x = x.transpose(xperm)
+    y = y.transpose(yperm)
+    batch = x.shape[:nb]
+    if y.shape[:nb] != batch:                 # (the program's operands share theirs)
+        batch = numpy.broadcast_shapes(batch, y.shape[:nb])
+        x = numpy.broadcast_to(x, batch + x.shape[nb:])
+        y = numpy.broadcast_to(y, batch + y.shape[nb:])
+    shapes = (x.shape[nb:nb + ns], x.shape[nb + ns:nb + ns + ni], x.shape[nb + ns + ni:],
+              y.shape[nb + ns + nk:])
+    return x, y, batch, shapes
 
 
 def _dot_plan(subscripts, nb):
