@@ -189,3 +189,18 @@ def flat_rhs(out):
     if len(out) > 2 and out[2] is not None:
         pieces.append(out[2])
     return np.concatenate(pieces)
+
+
+def informed_block_start(m):
+    """A per-block start with ``ρ`` of order one (the same for every replica) whose blocks
+    are not proportional to the fractions (so the isotropic ODE of the totals is another
+    dynamics); ``(p, p*) = (3, 2)``."""
+    rng = np.random.default_rng(2)
+    n = m.p + m.p_star
+    Q, rho, T = [], [], []
+    for f, _ in m.spectrum:
+        V = rng.standard_normal((n, 3 * n)) * np.sqrt(float(f) / (3 * n))
+        V[:3] += 0.6 * V[[3, 4, 3]]                   # students leaning on the teachers
+        C = V @ V.T
+        Q.append(C[:m.p, :m.p]), rho.append(C[:m.p, m.p:]), T.append(C[m.p:, m.p:])
+    return np.array(Q), np.array(rho), np.array(T)

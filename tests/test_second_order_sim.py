@@ -107,15 +107,20 @@ def test_correction_against_simulator(name):
     model, Q0, rho0, T = models()[name]
     t_max = 10.0 if name == "unrepresentable" else 4.0
     times = np.linspace(0, t_max, 6)
+    # a seed per model and N: the models share widths, and a shared seed would share luck
+    _residual_vanishes_at_every_N(model, Q0, rho0, T, times, name,
+                                  lambda N: 10 * N + list(models()).index(name))
+
+
+def _residual_vanishes_at_every_N(model, Q0, rho0, T, times, name, seed_of):
+    """At N = 500 … 4000 (2000 replicas): the check of each N, and the residual
+    N(mean − ODE) − c at the last time consistent with 0 at every N (remainder O(1/N) of c)."""
     residual = []
     for N in (500, 1000, 2000, 4000):
-        # a seed per model and N: the models share widths, and a shared seed would share luck
-        seed = 10 * N + list(models()).index(name)
-        risk, state = compare(model, Q0, rho0, T, N, 2000, times, seed=seed)
+        risk, state = compare(model, Q0, rho0, T, N, 2000, times, seed=seed_of(N))
         check(risk, state, precision=0.5, report=f"{name} N={N}", resolve=N == 500)
         mc, se, th = (x[-1] for x in risk)
         residual.append((mc - th, se))
-    # residual N(mean − ODE) − c: consistent with 0 at every N (remainder O(1/N) of c)
     r = np.array(residual)
     assert np.all(np.abs(r[:, 0]) < 3 * r[:, 1])
 
@@ -274,15 +279,8 @@ def test_erf_and_mixed_against_simulator(name):
     model, Q0, rho0, T = erf_models()[name]
     # the mixed pair's transient (t < 2) has a spread larger than c: its times start at 2
     times = np.linspace(0, 6.0, 7) if name == "erf" else np.linspace(0, 10.0, 6)
-    residual = []
-    for N in (500, 1000, 2000, 4000):
-        risk, state = compare(model, Q0, rho0, T, N, 2000, times,
-                              seed=10 * N + 3 + list(erf_models()).index(name))
-        check(risk, state, precision=0.5, report=f"{name} N={N}", resolve=N == 500)
-        mc, se, th = (x[-1] for x in risk)
-        residual.append((mc - th, se))
-    r = np.array(residual)
-    assert np.all(np.abs(r[:, 0]) < 3 * r[:, 1])
+    _residual_vanishes_at_every_N(model, Q0, rho0, T, times, name,
+                                  lambda N: 10 * N + 3 + list(erf_models()).index(name))
 
 
 def test_sde_with_the_finite_n_drift_small_N():

@@ -25,6 +25,7 @@ from scipy.stats import ks_2samp, norm
 import symquad as sq
 import symquad.numeric.simulate as simmod
 from literal_sgd import literal_step
+from spectrum_mc import informed_block_start
 from symquad.spectrum import block_sizes
 
 ALPHA = 0.01
@@ -142,22 +143,10 @@ def test_the_reduced_simulator_has_the_law_of_full_sgd_slow(fields):
 
 
 # --------------------------------------------------------------------------- the ODE
-def _informed_start(m):
-    """A per-block start with ``ρ`` of order one (same for every replica); ``(p, p*) = (3, 2)``."""
-    rng = np.random.default_rng(2)
-    n = m.p + m.p_star
-    Q, rho, T = [], [], []
-    for f, _ in m.spectrum:
-        V = rng.standard_normal((n, 3 * n)) * np.sqrt(float(f) / (3 * n))
-        V[:3] += 0.6 * V[[3, 4, 3]]                   # students leaning on the teachers
-        C = V @ V.T
-        Q.append(C[:m.p, :m.p]), rho.append(C[:m.p, m.p:]), T.append(C[m.p:, m.p:])
-    return np.array(Q), np.array(rho), np.array(T)
-
 
 def _ode_against_sgd(method, N, replicas, seed):
     m = sq.Model(3, 2, 0.3, spectrum=SPECTRUM, noise=0.05)
-    Q0, rho0, T = _informed_start(m)
+    Q0, rho0, T = informed_block_start(m)
     t = np.linspace(0.0, 4.0, 9)
     run = sq.simulate(m, N=N, t_max=4.0, replicas=replicas, seed=seed, method=method,
                       Q0=Q0, rho0=rho0, T=T, t_eval=t)

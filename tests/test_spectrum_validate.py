@@ -23,24 +23,11 @@ import pytest
 
 import symquad as sq
 from symquad.studies.validation_blocks import block_statistics
+from spectrum_mc import informed_block_start
 
 SPECTRUM = "1/4:2,3/4:1/2"
 S = np.array([2.0, 0.5])[:, None, None]
 
-
-def _informed_start(m):
-    """A per-block start with ``ρ`` of order one whose blocks are not proportional to the
-    fractions (so the isotropic ODE of the totals is a different dynamics);
-    ``(p, p*) = (3, 2)`` (as tests/test_spectrum_simulators.py)."""
-    rng = np.random.default_rng(2)
-    n = m.p + m.p_star
-    Q, rho, T = [], [], []
-    for f, _ in m.spectrum:
-        V = rng.standard_normal((n, 3 * n)) * np.sqrt(float(f) / (3 * n))
-        V[:3] += 0.6 * V[[3, 4, 3]]                   # students leaning on the teachers
-        C = V @ V.T
-        Q.append(C[:m.p, :m.p]), rho.append(C[:m.p, m.p:]), T.append(C[m.p:, m.p:])
-    return np.array(Q), np.array(rho), np.array(T)
 
 
 def _model():
@@ -53,7 +40,7 @@ def _check(report, name):
 
 def _validated(method, seed):
     m = _model()
-    Q0, rho0, T = _informed_start(m)
+    Q0, rho0, T = informed_block_start(m)
     rep = sq.validate(m, N=1000, t_max=4.0, replicas=64, seed=seed, method=method, Q0=Q0,
                       rho0=rho0, T=T, n_times=41, fss=False)
     # precision first: the mean-deviation test resolves well below the risk's range
@@ -119,7 +106,7 @@ def test_the_block_statistics_see_what_the_risk_cannot():
     """Data moved along Q^1 += ε t/s_1 I, Q^2 −= ε t/s_2 I keep Ω and the risk: the risk's own
     z stays below the critical value, the per-block tr Q^c fail the criterion."""
     m = _model()
-    Q0, rho0, T = _informed_start(m)
+    Q0, rho0, T = informed_block_start(m)
     run = sq.simulate(m, N=1000, t_max=4.0, replicas=32, seed=5, Q0=Q0, rho0=rho0, T=T,
                       t_eval=np.linspace(0, 4, 21))
     honest = sq.compare(m, run.t, run.Q, run.rho, run.T)
