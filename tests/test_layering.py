@@ -214,19 +214,6 @@ def test_a_false_lazy_reason_is_caught():
 #: module -> function-local imports of package modules without a ``# lazy:`` reason,
 #: from before the rule; may only go down
 LEGACY = {
-    'symquad.cli._model_args': 1,
-    'symquad.cli.equations': 1,
-    'symquad.cli.landscape': 1,
-    'symquad.cli.survival': 1,
-    'symquad.cli.sweep': 2,
-    'symquad.cli.validate': 2,
-    'symquad.codegen.diffusion_render': 1,
-    'symquad.codegen.render': 1,
-    'symquad.numeric.invariants': 1,
-    'symquad.numeric.kernels': 6,
-    'symquad.numeric.landscape': 3,
-    'symquad.numeric.simulate': 2,
-    'symquad.numeric.special': 1,
     'symquad.studies.escape_grid': 1,
     'symquad.studies.invariant_drift': 1,
     'symquad.studies.tasks': 6,
@@ -236,11 +223,6 @@ LEGACY = {
     'symquad.studies.validation_report': 4,
     'symquad.studies.validation_runs': 2,
     'symquad.studies.whole_run': 1,
-    'symquad.survival': 2,
-    'symquad.symbolic.diffusion': 1,
-    'symquad.symbolic.symbols': 2,
-    'symquad.symbolic.tensor': 1,
-    'symquad.symbolic.update': 2,
 }
 
 
