@@ -42,6 +42,7 @@ from .spec import Model, check_model
 from .applicability import zero_risk_reason
 from .numeric.invariants import (manifold_dimension, manifold_rank_deficiency,
                                  random_manifold_points, closest_solution)
+from .numeric.kernels import kernels
 
 __all__ = ["RESULTS", "Cell", "SurvivalTable", "survival_models", "survival_row",
            "survival_table"]
@@ -133,8 +134,6 @@ def _not_derived(exc: Exception) -> Cell:
 def _trained_plateau_drift(m: Model) -> tuple:
     """At ``ρ = 0``, ``Q = qI``, ``a = a(0)``: the ``q`` where ``da = 0`` and ``dQ_11`` there."""
     from scipy.optimize import brentq
-
-    from .numeric.kernels import kernels
     k = kernels(m)
     zero, T, a = np.zeros((m.p, m.p_star)), np.eye(m.p_star), np.array(
         [float(x) for x in m.readout])
@@ -189,7 +188,6 @@ def _escape_cell(m: Model, N: int, n_samples: int) -> Cell:
 
 
 def _manifold_cell(m: Model) -> Cell:
-    from .numeric.kernels import kernels
     try:
         dim = manifold_dimension(model=m)
     except ValueError as exc:

@@ -2,6 +2,7 @@
 
 import shutil
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -74,6 +75,8 @@ def test_cached_kernels_carry_the_generator_version(isolated_cache, monkeypatch)
     K.clear_kernel_memo()
     newer = sq.kernels(model)
     assert newer.source != kern.source and "000000000000" in newer.source
+    # and rendered by that version (the renderer looks generator_version up when it runs)
+    assert "GENERATOR = '000000000000'" in Path(newer.source).read_text()
     assert len(list(isolated_cache.glob("tensor_*.py"))) == 2
 
 

@@ -199,8 +199,9 @@ def test_unwritable_folder_refused(tmp_path):
 def no_computation(monkeypatch):
     """Make any computation fail loudly: the CLI must refuse before it.
 
-    Replaced in symquad.studies.validation, where the command imports them from when it
-    runs (symquad.cli.validate keeps that import inside the function: this test's seam)."""
+    Replaced in symquad.studies.validation, where the command looks them up when it runs
+    (symquad.cli.validate imports the module and calls ``_validation.validate``: this
+    test's seam)."""
     from symquad.cli import validate as command
     from symquad.studies import validation
     # a module-level import in the command would bypass the replacement below
@@ -223,7 +224,7 @@ def test_cli_bad_out_refused_before_computing(out, tmp_path, capsys, no_computat
 
 
 def test_cli_quick_does_not_override_explicit_flags(monkeypatch, tmp_path):
-    # replaced where the command imports it from when it runs (see no_computation)
+    # replaced where the command looks it up when it runs (see no_computation)
     from symquad.studies import validation
     seen = {}
 

@@ -20,6 +20,7 @@ import argparse
 from ..spec import DEFAULT_MODEL, Model, model_fields
 from ..spec import _to_fraction
 from ..spectrum import spectrum_text
+from ..studies.tasks import parse_activation
 
 __all__ = ["add_model_arguments", "model_from_args", "model_flags", "field_value",
            "fields_help"]
@@ -143,7 +144,6 @@ def field_value(name: str, text: str):
         # the Model's own checks (ranges, choices, activation syntax) on a probe model
         probe = {"p": 1, "p_star": 1, "lr": 1.0}
         if meta["kind"] == "activation":
-            from ..studies.tasks import parse_activation
             probe[name] = parse_activation(value)       # as the task will read it
         else:
             probe[name] = value

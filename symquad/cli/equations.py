@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from ._model_args import add_model_arguments
+from ._model_args import add_model_arguments, model_from_args
 
 
 def register(sub):
@@ -24,7 +24,6 @@ def register(sub):
 def run(args) -> int:
     # lazy: sympy
     from ..symbolic.derive import derive
-    from ._model_args import model_from_args
     try:
         model = model_from_args(args, lr=1.0)
         eq = derive(model, form=args.form)

@@ -19,7 +19,7 @@ field they do not handle is refused by name (exit 2,
 from __future__ import annotations
 
 import sys
-from ._model_args import add_model_arguments
+from ._model_args import add_model_arguments, model_from_args
 from ..studies.applicability import require_analysis
 
 
@@ -52,7 +52,6 @@ def run(args) -> int:
     from ..symbolic import hessian as H
     # lazy: sympy
     from ..symbolic.fixed_points import plateau_solution
-    from ._model_args import model_from_args
     try:
         m = model_from_args(args)
         for analysis in ("hessian", "plateau", "escape"):

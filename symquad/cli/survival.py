@@ -13,11 +13,11 @@ from __future__ import annotations
 import sys
 
 from ._model_args import add_model_arguments, model_from_args
+from ..spec import CLASSIC_FIELDS, model_fields
 from ..survival import survival_table
 
 
 def register(sub):
-    from ..spec import CLASSIC_FIELDS, model_fields
     parser = sub.add_parser(
         "survival", help="table: which of the paper's results survive which model change",
         description="For the classic model and one change of each model field, run the "

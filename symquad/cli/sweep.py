@@ -39,6 +39,8 @@ import re
 import sys
 from ._model_args import field_value
 from ._model_args import fields_help
+from ..entry import quiet_close
+from ..spec import model_fields
 from ..studies.store import INT64_RANGE
 from ..studies.tasks import list_tasks
 from ..studies.sweep import connect_scheduler, sweep
@@ -108,7 +110,6 @@ def parse_grid(items) -> dict:
 
 
 def _model_field_names():
-    from ..spec import model_fields
     return {f.name for f in model_fields()}
 
 
@@ -210,7 +211,6 @@ def run(args) -> int:
         print(f"{err} {exc}", file=sys.stderr)
         return 2
     finally:
-        from ..entry import quiet_close
         quiet_close(client)
     info = df.attrs["sweep"]
     print(info.line())

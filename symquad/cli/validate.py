@@ -45,12 +45,15 @@ import argparse
 import os
 import sys
 from ._model_args import add_model_arguments
-from ..spec import DEFAULT_MODEL
+from ..spec import DEFAULT_MODEL, model_fields
 from ..numeric.errors import DivergenceError
 from ..spectrum import block_axis, block_dimension
 from .._safe_io import read_npz
 from ..array_files import read_saved_run, read_array
 from ..studies.report_io import check_destination
+# the module, not its functions: validate/compare are looked up when the command runs,
+# so a replacement in symquad.studies.validation (the tests' seam) takes effect
+from ..studies import validation as _validation
 
 # --quick: small enough for a test, still every stage (SGD, ODE, escape, FSS, drift)
 _QUICK = dict(N=400, replicas=32, fss_N=[50, 200, 800, 3200], fss_replicas=16, fss_t_max=4.0,
@@ -211,7 +214,6 @@ def load_data(path, blocks=0) -> dict:
 
 def _model(args, base):
     """``base`` with the model flags that were given (they have no argparse default)."""
-    from ..spec import model_fields
     return base.replace(**{f.name: getattr(args, f.name) for f in model_fields()
                            if hasattr(args, f.name)})
 
@@ -286,7 +288,6 @@ def _simulation_kwargs(args, model=DEFAULT_MODEL) -> dict:
 
 def run(args) -> int:
     """Execute ``symquad validate``; returns the exit status."""
-    from ..studies.validation import compare, validate
     try:
         # everything that can be refused is refused before the computation
         check_destination(args.out, name="--out")
@@ -303,7 +304,7 @@ def run(args) -> int:
                              "starts at each replica's first recorded state")
             model, data = _read_data_file(args)
             # --N: the data's input dimension, which the whole-run criteria need
-            report = compare(model, data["t"], data["Q"], data["rho"], data.get("T"),
+            report = _validation.compare(model, data["t"], data["Q"], data["rho"], data.get("T"),
                              data.get("readout"), progress=not args.no_progress, N=args.N,
                              whole_run=args.N is not None and not args.no_whole_run)
         else:
@@ -314,7 +315,7 @@ def run(args) -> int:
             model = _model(args, DEFAULT_MODEL)
             kwargs = _simulation_kwargs(args, model)
             kwargs.update(_overlap_files(args, model, kwargs["replicas"]))
-            report = validate(model, **kwargs)
+            report = _validation.validate(model, **kwargs)
     except (ValueError, TypeError) as exc:
         return _fail(exc)
     except DivergenceError as exc:

@@ -35,7 +35,7 @@ from ..numeric.layout import state_layout
 from ..symbolic.diffusion import diffusion_polynomials
 from ..symbolic.jacobian import jacobian_polynomials
 from ..symbolic.second_order import second_order_polynomials
-from ..symbolic.diffusion import TEACHER_FIELD
+from ..symbolic.diffusion import TEACHER_FIELD, Af, Qf, RHOf
 from ..symbolic.diffusion_matrix import MAX_WORD, kind_recipes
 from ..symbolic.matrix_form import ACT_SYMBOLS, KAPPA
 from ..symbolic.diffusion_tensor import kind_plans
@@ -48,8 +48,6 @@ __all__ = ["render_diffusion_assembly", "render_diffusion_matrix_module",
 
 def _atom_code(atom, units) -> str:
     """numpy code of one atom of a block expression, gathered at the unit index arrays."""
-    from ..symbolic.diffusion import TEACHER_FIELD, Af, Qf, RHOf, parse_kind
-
     def unit(u):
         return f"_u[{units[u]!r}]"
     f, args = atom.func, atom.args

@@ -173,7 +173,6 @@ def _matrix_moment_lines(printer) -> list:
 
 
 def _matrix_risk_lines(printer) -> list:
-    from ..symbolic.matrix_form import word_level
     risk = word_level()["risk"]
     traces = sorted((s for s in risk.free_symbols if s.name.startswith("tr(")),
                     key=lambda s: s.name)

@@ -48,6 +48,7 @@ from ..applicability import check as _check_analysis
 from ..applicability import quadratic_coefficients, zero_risk_reason, zero_risk_scale
 from ..spec import Model, check_model
 from .checks import as_overlaps, as_real_array
+from .kernels import kernels
 
 __all__ = [
     "manifold_dimension", "invariant_S", "closest_solution", "ZeroRiskPoint",
@@ -528,7 +529,6 @@ def dS_dt(m, Q, rho, T=None, a=None):
 
     `a` is the current readout of a trained one (default ``a(0)``).
     """
-    from .kernels import kernels
     T = _teacher(T, m.p_star)
     Q = _as_matrix(Q, "Q", (m.p, m.p))
     rho = _as_matrix(rho, "rho", (m.p, m.p_star))

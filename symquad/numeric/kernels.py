@@ -69,8 +69,12 @@ from .._generated import TENSOR_MODULES
 from ..runtime.special_engine import four_point_method
 from ..runtime.special_engine import SpecialEngine
 from ..runtime.tensor_engine import combine
-from ..runtime.sampled_diffusion import sampled_diffusion_cost
-from ..runtime.special_diffusion import erf_diffusion_cost, PRICE_NODES
+from ..runtime.sampled_diffusion import sampled_diffusion_cost, sampled_diffusion_kinds
+from ..runtime.special_diffusion import erf_diffusion_cost, erf_diffusion_kinds, PRICE_NODES
+# modules, not their names: generator_version and PARAMS are looked up when used, so a
+# replacement in symquad.kernel_files or symquad._generated.assembly (tests) takes effect
+from .. import kernel_files
+from .._generated import assembly as _generated_assembly
 from .block_diffusion import (sphere_projection, state_layout_for, virtual_map,
                               virtual_overlaps, virtual_teacher_size)
 
@@ -738,14 +742,12 @@ def _diffusion_function(model: Model, form: str, both: bool = False):
             == ("erf", "erf"):
         # erf: the folded closed forms and the Price-path quadrature (special_diffusion)
         check_erf_diffusion_cost(model)
-        from ..runtime.special_diffusion import erf_diffusion_kinds
 
         def source(Q, rho, T, a):
             return erf_diffusion_kinds(Q, rho, T, a, b, model.noise, names)
     elif not model.is_polynomial:
         # ReLU and mixed pairs: the field-space cubature (sampled_diffusion)
         check_sampled_diffusion_cost(model)
-        from ..runtime.sampled_diffusion import sampled_diffusion_kinds
 
         def source(Q, rho, T, a):
             return sampled_diffusion_kinds(Q, rho, T, a, b, model.noise, names,
@@ -944,9 +946,8 @@ def _diffusion_tensor_module(model: Model):
     def render():
         # lazy: sympy
         from ..codegen.diffusion_render import render_diffusion_tensor_module
-        from ..kernel_files import generator_version
         return render_diffusion_tensor_module(model.activation, model.teacher_activation,
-                                              generator=generator_version())
+                                              generator=kernel_files.generator_version())
     mod, _ = _cached("diffusion_tensor", activation_key(model), render, required=("kinds",))
     return mod
 
@@ -987,15 +988,15 @@ def check_generated_for(model: Model, what: str) -> None:
 
 
 def _params(model: Model) -> tuple:
-    from .._generated.assembly import PARAMS
+    params = _generated_assembly.PARAMS
     values = model.kernel_params()
     # a kernel parameter the generated code does not take would be dropped silently
-    stale = [name for name in values if name not in PARAMS]
+    stale = [name for name in values if name not in params]
     if stale:
         raise ValueError(f"the generated kernels take no parameter(s) {stale} (their PARAMS "
-                         f"are {PARAMS}): run `symquad regenerate` after adding a kernel "
+                         f"are {params}): run `symquad regenerate` after adding a kernel "
                          f"parameter to the specification")
-    return tuple(values[name] for name in PARAMS)
+    return tuple(values[name] for name in params)
 
 
 def _moment_kernels(model: Model, form: str, mod, source, extra=()) -> Kernels:
@@ -1161,9 +1162,8 @@ def _tensor_module(model: Model):
     def render():
         # lazy: sympy
         from ..codegen.tensor_render import render_tensor_module
-        from ..kernel_files import generator_version
         return render_tensor_module(model.activation, model.teacher_activation,
-                                    generator=generator_version())
+                                    generator=kernel_files.generator_version())
     return _cached("tensor", activation_key(model), render, required=("moments", "risk"))
 
 
@@ -1384,8 +1384,7 @@ def kernels(model: Model, form: str | None = None, *, threads: int | None = None
 
 def _eta_index() -> int:
     """Where ``eta`` sits in the kernels' ``PARAMS``."""
-    from .._generated.assembly import PARAMS
-    return PARAMS.index("eta")
+    return _generated_assembly.PARAMS.index("eta")
 
 
 def _untimed(model: Model, stage: str) -> Model:

@@ -100,7 +100,7 @@ from .errors import DivergenceError, describe_state
 from .checks import (as_real_array, check_float_activation, check_int as _check_int,
                      check_positive)
 from .simulation_run import SimulationRun, block_population_risk, population_risk
-from .sde import sde_noise
+from .sde import DEFAULT_DT, sde_noise, simulate_sde
 from ..spec import check_model
 from ..spec import Model
 from ..spectrum import block_axis, block_sizes, check_block_room, has_spectrum
@@ -1285,7 +1285,6 @@ def simulate(model, N=2000, t_max=20.0, replicas=64, seed=0, method="reduced",
     seconds = _check_sizes(method, N, replicas, n_steps if method != "sde" else 0,
                            len(rec_steps), model.p, model.p_star)
     if method == "sde":
-        from .sde import DEFAULT_DT
         seconds = _check_sde_time(replicas, t_max, DEFAULT_DT if dt is None else dt)
         if seconds > WARN_SECONDS:
             warnings.warn(f"simulate: the SDE with {replicas} replicas up to t_max={t_max:.4g} "
@@ -1308,7 +1307,6 @@ def simulate(model, N=2000, t_max=20.0, replicas=64, seed=0, method="reduced",
     p, ps = model.p, model.p_star
     lead = block_axis(model)
     if method == "sde":
-        from .sde import simulate_sde
         return simulate_sde(model, N, t_max, replicas, seed, X0, T, rec_steps, on_divergence,
                             blowup, dt=dt, form=form, progress=progress, noise=noise,
                             finite_n=finite_n)

@@ -72,6 +72,8 @@ import numba
 import numpy as np
 from numba import njit, prange
 
+from ..kernel_files import (GENERATED_DIR, KernelFileError, atomic_write, cache_dir,
+                            load_module_file)
 from ..spec import NAMED_ACTIVATIONS, activation_key, activation_tag, special_module_name
 
 __all__ = ["relu_four_point", "relu_four_point_sums", "relu_four_point_grid", "inner_relu_relu",
@@ -1306,8 +1308,6 @@ def special_kernels(student, teacher) -> SpecialKernels:
     the kernel cache (``$SYMQUAD_CACHE_DIR``), keyed by the pair and the
     sources of this stage, and written atomically.
     """
-    from ..kernel_files import (GENERATED_DIR, KernelFileError, atomic_write, cache_dir,
-                                load_module_file)
     student, teacher = activation_key(student), activation_key(teacher)
     name = special_module_name(student, teacher)
     required = ("I2_ss", "J2")

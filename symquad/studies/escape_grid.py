@@ -18,6 +18,8 @@ import math
 
 import numpy as np
 
+from ..spec import CLASSIC_FIELDS, model_fields
+
 __all__ = ["median_se", "fit_log_n", "records_from_sweep", "sgd_fits", "summary_lines",
            "escape_sweep_summary"]
 
@@ -65,8 +67,6 @@ def records_from_sweep(df):
     records are grouped by ``(lr_scaling, p*, p)`` only): ``ValueError`` names
     a field that varies (select one value first, e.g. ``df[df.batch_size == 1]``).
     """
-    from ..spec import CLASSIC_FIELDS, model_fields
-
     ok = df[df["status"] == "ok"]
     for name in (f.name for f in model_fields() if f.name not in CLASSIC_FIELDS):
         if name in ok.columns and ok[name].astype(str).nunique() > 1:

@@ -15,6 +15,7 @@ from ..numeric.checks import check_int as _check_int
 from ..numeric.layout import block_teacher
 from ..spectrum import block_axis, has_spectrum
 from ..numeric.checks import as_overlaps, as_real_array
+from ..numeric import simulate as S
 
 
 def _check_teacher(model, T):
@@ -85,8 +86,6 @@ def _check_times(t):
 def _as_trajectories(model, t, Q, rho, T):
     """Check user trajectories; return float arrays ``t (n,)``, ``Q (R,n,p,p)``,
     ``rho (R,n,p,p*)``, ``T (p*,p*)`` (errors name the parameter)."""
-    from ..numeric.checks import as_overlaps, as_real_array
-
     p, k = model.p, model.p_star
     lead = block_axis(model)        # (B,) with an input spectrum: per-block overlaps
     tag = "B, " if lead else ""
@@ -181,7 +180,6 @@ def _check_ode_horizon(model, t, Q, rho, T):
     Warns above ``COMPARE_WARN_SECONDS``, refuses above
     ``symquad.numeric.simulate.MAX_ESTIMATED_SECONDS``.
     """
-    from ..numeric import simulate as S
     # lazy: scipy
     from ..numeric.ode_batch import estimate_solve
 

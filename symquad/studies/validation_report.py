@@ -20,6 +20,7 @@ from .report_io import (decode_nonfinite, encode_nonfinite, write_folder_atomica
 from .._describe_report import describe_config
 from .._safe_io import read_npz, read_regular
 from ..spec import Model
+from .resolution import format_resolution
 
 
 
@@ -227,7 +228,6 @@ class ValidationReport:
         lines.extend(f"    {r}" for r in self.reasons)
         res = n.get("resolution")
         if res and res["values"]:
-            from .resolution import format_resolution
             lines.append(f"  RESOLUTION (smallest change the mean-deviation test detects, about "
                          f"50% power): {format_resolution(res)}")
         elif res:
@@ -244,6 +244,7 @@ class ValidationReport:
         Built with the object-oriented API: no global backend switch, nothing
         left open in pyplot.
         """
+        # upward: plotting imports studies (tests/test_layering.py UPWARD)
         from ..plotting import validation_figures
 
         return validation_figures(self)
@@ -262,6 +263,7 @@ class ValidationReport:
         file, a non-empty folder that is not a symquad report, or an unwritable
         location raise ValueError.
         """
+        # upward: plotting imports studies (tests/test_layering.py UPWARD)
         from ..plotting import FORMATS
 
         if not isinstance(format, str) or format not in FORMATS:
@@ -275,6 +277,7 @@ class ValidationReport:
         return {key: os.path.join(dest, name) for key, name in names.items()}
 
     def _write_files(self, folder, figures, format="png") -> dict:
+        # upward: plotting imports studies (tests/test_layering.py UPWARD)
         from ..plotting import plot_invariant_drift, save_figure
 
         names = {"json": "report.json", "summary": "summary.txt",

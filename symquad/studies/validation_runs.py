@@ -10,6 +10,8 @@ import time
 import warnings
 
 from ..numeric.checks import check_int as _check_int
+from ..entry import children_ignore_sigint, ignore_sigint
+from ..numeric import simulate as S
 from ..progress import note
 
 
@@ -29,8 +31,6 @@ def _plan_runs(model, method, runs):
     ``VALIDATE_WARN_SECONDS`` a RuntimeWarning gives the total and the longest runs,
     above ``MAX_ESTIMATED_SECONDS`` the validation is refused.
     """
-    from ..numeric import simulate as S
-
     estimates = []
     for label, n, t_max, replicas, n_times in runs:
         try:
@@ -87,8 +87,6 @@ class _StudyRunner:
         if self.workers > 1 and self.jobs:
             import multiprocessing
             from concurrent.futures import ProcessPoolExecutor
-
-            from ..entry import children_ignore_sigint, ignore_sigint
 
             # the workers ignore Ctrl-C: it reaches this process, which stops the pool
             with children_ignore_sigint():

@@ -48,7 +48,7 @@ from functools import lru_cache
 import sympy as sp
 
 from ..spec import Model
-from .symbols import BATCH
+from .symbols import BATCH, NOISE, PARAMS, XI, overlap_symbols, readout_symbols
 from .update import E, G, H, LAM, NU, R_NORM, UNITS, Af, Qf, RHOf, increments
 from .wick import RingGaussianFields, to_ring
 from .entries import _structure
@@ -197,7 +197,6 @@ class _RingEntries:
 
     def __init__(self, model: Model):
         from sympy.polys.rings import ring
-        from .symbols import NOISE, PARAMS, XI, overlap_symbols, readout_symbols
         p, k = model.p, model.p_star
         Q, rho, T = overlap_symbols(p, k)
         a, b = readout_symbols(p, k)

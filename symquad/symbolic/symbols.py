@@ -12,6 +12,10 @@ from functools import lru_cache
 
 import sympy as sp
 
+# the module, not model_fields: looked up when called, so a replacement in symquad.spec
+# (tests' synthetic fields) takes effect here
+from .. import spec
+
 __all__ = [
     "ETA", "NOISE", "WEIGHT_DECAY", "BATCH", "ETA_READOUT", "PARAMS", "P", "P_STAR", "XI",
     "MAX_ENTRY_SYMBOLS", "overlap_symbols", "field_symbols", "readout_symbols",
@@ -29,10 +33,9 @@ MAX_ENTRY_SYMBOLS = 20_000
 #: SGD step size η, label-noise variance Δ, widths p and p* (matrix form).
 def _parameter_symbols():
     """One Symbol per kernel parameter, built from the Model fields' metadata."""
-    from ..spec import KERNEL_PARAMS, model_fields
-    by_param = {f.metadata["param"]: f for f in model_fields() if "param" in f.metadata}
+    by_param = {f.metadata["param"]: f for f in spec.model_fields() if "param" in f.metadata}
     out = []
-    for name in KERNEL_PARAMS:
+    for name in spec.KERNEL_PARAMS:
         kind = "positive" if name == "eta" else by_param[name].metadata["kind"]
         out.append(sp.Symbol(name, positive=True) if kind in ("positive", "int")
                    else sp.Symbol(name, nonnegative=True))
@@ -123,9 +126,8 @@ _FIELD_HEADS = {"lambda": r"\lambda", "nu": r"\nu", "a": "a", "b": "b"}
 
 def _parameter_names() -> dict:
     """Width-independent names: the widths, ξ, and every kernel parameter (field metadata)."""
-    from ..spec import model_fields
     names = {ETA: r"\eta", P: "p", P_STAR: "p^{*}", XI: r"\xi"}
-    names.update({_BY_NAME[f.metadata["param"]]: f.metadata["latex"] for f in model_fields()
+    names.update({_BY_NAME[f.metadata["param"]]: f.metadata["latex"] for f in spec.model_fields()
                   if "param" in f.metadata})
     return names
 

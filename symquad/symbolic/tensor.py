@@ -88,7 +88,7 @@ import sympy as sp
 from ..spec import Model, error_signal_weight
 from . import special as S
 from .moments import MB, MG, MGT, MR, moment_drift
-from .symbols import NOISE, P
+from .symbols import NOISE, P, PARAMS
 from .update import Af, Qf, RHOf
 
 __all__ = ["TensorForm", "derive_tensor_form", "vertex_function", "multigraphs",
@@ -623,7 +623,6 @@ def reference_entries(model: Model, Q, rho, T, dq_entries=(), drho_entries=(),
     """
     import mpmath
     import numpy as np
-    from .symbols import PARAMS
     tf = derive_tensor_form(model.activation, model.teacher_activation)
     p, pk = model.p, model.p_star
     n = p + pk

@@ -66,8 +66,11 @@ from functools import lru_cache
 
 import sympy as sp
 
+# the module, not model_fields: looked up when called, so a replacement in symquad.spec
+# (tests' synthetic fields) takes effect here
+from .. import spec
 from ..spec import Model
-from .symbols import BATCH, ETA, ETA_READOUT, WEIGHT_DECAY
+from .symbols import BATCH, ETA, ETA_READOUT, PARAMS, WEIGHT_DECAY
 
 __all__ = ["switched_off", "Qf", "RHOf", "Af", "G", "H", "LAM", "NU", "MEAN", "PAIR", "E", "R_NORM",
            "R_CROSS", "EPS", "Drift", "drift", "increments", "step_map", "UNITS"]
@@ -261,13 +264,11 @@ def switched_off(model: Model) -> dict:
     does not use leaves no term behind; those switched on stay symbols, like
     ``η`` and ``Δ``.
     """
-    from ..spec import model_fields
-    from .symbols import PARAMS
     by_name = {sym.name: sym for sym in PARAMS}
     # only kernel parameters become symbols: an "off" value of another field (a structural
     # switch) has nothing to substitute
     return {by_name[f.metadata["param"]]: sp.Integer(f.metadata["off"])
-            for f in model_fields() if "off" in f.metadata and "param" in f.metadata
+            for f in spec.model_fields() if "off" in f.metadata and "param" in f.metadata
             and getattr(model, f.name) == f.metadata["off"]}
 
 
