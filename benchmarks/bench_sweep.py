@@ -123,26 +123,61 @@ def _compile_kernels():
           f"({time.perf_counter() - t0:.1f} s, outside the timings)")
 
 
+def _cpu_seconds():
+    """CPU seconds (user + system) so far of this process and of each of its descendants.
+
+    Keys: ``"main"`` (this process: the sweep's driver, and with a local cluster its
+    scheduler, client and nannies, which run in this process's event loop) and
+    ``"<pid> workers"`` per child process (the worker processes).  Read with psutil,
+    which the Dask extra installs.
+    """
+    import psutil
+
+    me = psutil.Process()
+    t = me.cpu_times()
+    out = {"main": t.user + t.system}
+    for child in me.children(recursive=True):
+        try:
+            c = child.cpu_times()
+            out[f"{child.pid} workers"] = c.user + c.system
+        except psutil.Error:
+            pass
+    return out
+
+
+def _cpu_during(before, after):
+    """CPU seconds per role (main, workers) between two :func:`_cpu_seconds` readings."""
+    roles = {}
+    for key, v in after.items():
+        role = key.split()[-1]
+        roles[role] = roles.get(role, 0.0) + v - before.get(key, 0.0)
+    return roles
+
+
 def _cpu_bound(points, replicas, root):
     grid = _grid(points, replicas)
     out = {}
     t0 = time.perf_counter()
+    c0 = _cpu_seconds()
     df = sq.sweep("escape", grid, os.path.join(root, "serial"), workers=1, progress=False)
     wall = time.perf_counter() - t0
-    out["serial"] = {"df": df, "wall": wall, "phases": df.attrs["sweep"].phases}
+    out["serial"] = {"df": df, "wall": wall, "phases": df.attrs["sweep"].phases,
+                     "cpu": _cpu_during(c0, _cpu_seconds())}
     for n in (1, 2):
         # symquad's local cluster (started, warmed and stopped inside the timing; points
         # submitted longest first); sweep(workers=1) would run serially
         t0 = time.perf_counter()
         with sq.dask_client(workers=n) as client:
             t1 = time.perf_counter()
+            c1 = _cpu_seconds()
             df = sq.sweep("escape", grid, os.path.join(root, f"dask{n}"), client=client,
                           progress=False)
             t2 = time.perf_counter()
+            cpu = _cpu_during(c1, _cpu_seconds())
         t3 = time.perf_counter()
         phases = {"cluster_start+warm_up": t1 - t0, **df.attrs["sweep"].phases,
                   "close": t3 - t2}
-        out[f"dask-{n}"] = {"df": df, "wall": t3 - t0, "phases": phases}
+        out[f"dask-{n}"] = {"df": df, "wall": t3 - t0, "phases": phases, "cpu": cpu}
     return out
 
 
@@ -209,6 +244,15 @@ def run_one(args):
         print(f"  sum of point times, dask-2 / serial: "
               f"{secs2.sum() / res['serial']['df']['seconds'].sum():.2f} (> 1: the two "
               f"workers slowed each other or other jobs took the cores)")
+        print("  CPU seconds while the points ran (user + system), by process: the worker"
+              " processes', this process's (driver; scheduler, client and nannies)")
+        for k in ("serial", "dask-1", "dask-2"):
+            c = res[k]["cpu"]
+            busy = float(res[k]["df"]["seconds"].sum())
+            own = c.get("workers", 0.0) if k != "serial" else c.get("main", 0.0)
+            print(f"    {k:8s} " + ", ".join(f"{role} {v:.2f}" for role, v in sorted(c.items()))
+                  + f"; summed point times {busy:.2f} (CPU / wall of the points "
+                  f"{own / busy:.2f}: < 1, the points waited for a core)")
         print(f"  identical numbers on all three executors: {same}")
         if not same:            # say where: which executor, column and grid point differ
             for k in ("dask-1", "dask-2"):
@@ -231,7 +275,11 @@ def run_one(args):
                "dask2": res["dask-2"]["wall"], "speedup": speedup, "same": same,
                "lpt": lpt, "points2": res["dask-2"]["phases"]["points"],
                "sum_serial": float(res["serial"]["df"]["seconds"].sum()),
-               "sum2": float(secs2.sum()), "load0": load0[0], "load1": load1[0]}
+               "sum2": float(secs2.sum()), "load0": load0[0], "load1": load1[0],
+               "dask1_sum": float(res["dask-1"]["df"]["seconds"].sum()),
+               "cpu_serial": res["serial"]["cpu"].get("main", 0.0),
+               "cpu1": res["dask-1"]["cpu"].get("workers", 0.0),
+               "cpu2": res["dask-2"]["cpu"].get("workers", 0.0)}
     print("SUMMARY " + json.dumps(summary))
     print("rerun: " + _command(sys.argv[1:], omp == "1"))
     return summary
@@ -266,13 +314,16 @@ def run_suite(args):
             line = [ln for ln in proc.stdout.splitlines() if ln.startswith("SUMMARY ")][-1]
             rows.append(json.loads(line[len("SUMMARY "):]))
     print("\n| replicas | threads | serial s | 1 worker s | 2 workers s | 2 vs 1 | target | "
-          "sum of points 2w / serial | load before / after | identical |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "sum of points 2w / serial | points' CPU / wall: serial, 1w, 2w | "
+          "load before / after | identical |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         target = TARGETS.get(r["replicas"])
         print(f"| {r['replicas']} | {'OMP_NUM_THREADS=1' if r['omp'] == '1' else 'default'} | "
               f"{r['serial']:.1f} | {r['dask1']:.1f} | {r['dask2']:.1f} | {r['speedup']:.2f}x | "
               f"{'>= %.2fx' % target if target else '-'} | {r['sum2'] / r['sum_serial']:.2f} | "
+              f"{r['cpu_serial'] / r['sum_serial']:.2f}, {r['cpu1'] / r['dask1_sum']:.2f}, "
+              f"{r['cpu2'] / r['sum2']:.2f} | "
               f"{r['load0']:.2f} / {r['load1']:.2f} | {r['same']} |")
     print("\nrerun: " + _command(sys.argv[1:], False))
 

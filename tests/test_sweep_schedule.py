@@ -262,3 +262,28 @@ def test_warm_local_cluster_gives_the_serial_numbers_of_the_escape_task(tmp_path
     assert b.attrs["sweep"].phases["warm_up"] > 0
     for col in ("pred_sgd", "ode_median", "sgd_median", "sgd_median_se"):
         np.testing.assert_array_equal(a[col].to_numpy(), b[col].to_numpy(), err_msg=col)
+
+
+def test_local_clusters_start_their_workers_without_the_statistical_profiler(monkeypatch):
+    # the profiler samples each worker's stack every 10 ms for a dashboard symquad's
+    # clusters do not serve; the nannies copy the configuration active at construction
+    import dask
+    import distributed
+
+    from symquad.studies import sweep as S
+
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def recording(*args, **kwargs):
+        seen["profile"] = dask.config.get("distributed.worker.profile.enabled")
+        raise Stop
+
+    monkeypatch.setattr(distributed, "LocalCluster", recording)
+    with pytest.raises(Stop):
+        S._local_client(1)
+    assert seen == {"profile": False}
+    # only for that construction: the user's own configuration is left as it was
+    assert dask.config.get("distributed.worker.profile.enabled") is True

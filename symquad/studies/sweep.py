@@ -403,13 +403,17 @@ def dask_client(address=None, *, workers=None, timeout="20s"):
     _close_local(client, cluster, started)
 
 
+#: Dask configuration of the local clusters symquad starts (see :func:`_local_client`).
+LOCAL_WORKER_CONFIG = {"distributed.worker.profile.enabled": False}
+
+
 def _local_client(workers):
     """A local cluster, its client, and its worker processes (psutil handles)."""
     import logging
 
+    import dask
     import psutil
     from distributed import Client, LocalCluster
-
 
     # Workers ignore Ctrl-C (it stops the sweep here, which stops them; symquad.entry):
     # they are started while SIGINT is ignored here, so they inherit that.  A Ctrl-C
@@ -417,7 +421,11 @@ def _local_client(workers):
     # constructor itself reports a worker that cannot start.  No dashboard, and the
     # scheduler's HTTP routes on a free port: 8787 may be taken by another cluster
     # (distributed would warn "Port 8787 is already in use").
-    with children_ignore_sigint():
+    # The workers' statistical profiler is off: it wakes every 10 ms in each worker to
+    # sample the task's stack for a dashboard this cluster does not serve, and on a
+    # machine whose cores the points fill, those wake-ups take time from the points.
+    # (Each nanny copies the configuration set here into its worker at start-up.)
+    with children_ignore_sigint(), dask.config.set(LOCAL_WORKER_CONFIG):
         cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
                                dashboard_address=None, silence_logs=logging.ERROR,
                                preload=["symquad._dask_preload"],
