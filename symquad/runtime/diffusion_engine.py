@@ -797,6 +797,12 @@ class _Executable:
 
         def release(node):
             free.setdefault(math.prod(shapes[node][1]), []).append(offset[node])
+        # the axis order of each node in memory, as positions of its logical axes (the
+        # producing step's output letters): a numpy step writes its matrix product's
+        # natural order (no transposed copy); a leaf or an interpreter step's result is
+        # laid out for its largest reader (_layouts)
+        memory, swapped = _layouts(ops, finals, seq, shapes, self.outputs, groups, member_of,
+                                   nbatch)
         leaves = [k for k, op in enumerate(ops) if op[0] == "leaf"]
         src, dst = [], []
         for k in leaves:
@@ -804,7 +810,10 @@ class _Executable:
             dst.append(offset[k] + numpy.arange(math.prod(shapes[k][1])))
             spec = ops[k][1]
             region = {"C": "CP", "q": "summed", "s": "stud"}[spec[0]]
-            src.append(self.regions[region][0] + self._leaf_source(spec, p, n))
+            flat = self._leaf_source(spec, p, n).reshape(shapes[k][1])
+            if k in memory:
+                flat = flat.transpose(memory[k])
+            src.append(self.regions[region][0] + flat.ravel())
         self.leaf_dst = numpy.concatenate(dst).astype(numpy.intp)
         self.leaf_src = numpy.concatenate(src).astype(numpy.intp)
         for k in leaves:
@@ -818,11 +827,6 @@ class _Executable:
             else:
                 self.segments.append(["vm", len(rows), len(rows) + 1])
             rows.append(row)
-
-        # the axis order of each node in memory, as positions of its logical axes (the
-        # producing step's output letters): a numpy step writes its matrix product's
-        # natural order (no transposed copy), every other node is in logical order
-        memory = {}
 
         def operand(k, letters):
             # a node's axes are named by the subscripts of the step reading it (a leaf
@@ -840,10 +844,12 @@ class _Executable:
                 offset[k] = alloc(math.prod(shapes[k][1]))
                 if flops * nbatch >= VM_STEP:
                     x, y = operand(i, xl), operand(j, yl)
-                    natural = _natural_order(x[1], y[1], zl)
-                    memory[k] = tuple(zl.index(c) for c in natural)
-                    self.segments.append(("step", f"...{x[1]},...{y[1]}->...{natural}", x, y,
-                                          operand(k, zl)))
+                    if k in swapped:
+                        x, y = y, x
+                    z = operand(k, zl)
+                    if _natural_order(x[1], y[1], z[1]) != z[1]:
+                        raise AssertionError("a numpy step's result not in its product's order")
+                    self.segments.append(("step", f"...{x[1]},...{y[1]}->...{z[1]}", x, y, z))
                 else:
                     emit(vm.encode(operand(i, xl), operand(j, yl), operand(k, zl)))
                 ins = (i, j)
@@ -1229,6 +1235,114 @@ def _dot(subscripts, x, y):
     X = x.reshape(batch + (S, I, K))
     Y = y.reshape(batch + (S, K, J))
     return numpy.matmul(X, Y).reshape(batch + sh_s + sh_i + sh_j).transpose(zperm)
+
+
+def _layouts(ops, finals, seq, shapes, outputs, groups, member_of, nbatch):
+    r"""The memory order of every node of an :class:`_Executable`, and the products to swap.
+
+    Every node is laid out for its reader of most multiply-adds, decided from the last
+    node to the first (a reader's own result is laid out before its inputs):
+
+    * read by an interpreter step (or a final into its kind) ``z = Σ x y``: the letters
+      ``z`` keeps innermost, in ``z``'s memory order, the summed ones outside them — a
+      run of ``z``'s fastest letters then has unit stride in ``z`` and in the operand,
+      one loop of the interpreter (:func:`contraction_vm.encode` merges it), instead of
+      a short loop per summed index (``z_{abc} += Σ_k y_{ak} x_{bkc}`` at ``p = 8``:
+      loops of 8 entries under a loop over ``k``; laid out ``x_{kbc}``, ``b c`` are one
+      loop of 64);
+    * read by a numpy step (a matrix product ``(S, I, K) @ (S, K, J)``, see
+      :func:`_dot`): ``(S, I, K)`` for its first operand and ``(S, K, J)`` for its
+      second, in that step's order (views, no transposed copy);
+    * read by the stacking of a group's operand: the stack's order (a contiguous copy).
+
+    A leaf is gathered in any order at no cost and an interpreter step writes any
+    order.  A numpy step writes its product's order ``S I J`` — or ``S J I``, its
+    operands swapped (``Zᵀ = Yᵀ Xᵀ``) — with the letters within ``S``, ``I``, ``J`` in
+    any order: the one closest to what its reader wants (the longest common run of
+    fastest letters).  Returns ``({node: permutation of its logical axes}, {numpy steps
+    whose operands are swapped})``.  Only layouts change, not the sums: each step adds
+    the same products, in an order that may differ (equal to rounding).
+    """
+    memory, swapped = {}, set()
+    readers: dict = {}
+    numpy_steps = set()
+    for kind, k in seq:
+        if kind == "op":
+            _, subs, i, j, flops = ops[k]
+            xl, yl, zl = _letters(subs)
+            if flops * nbatch >= VM_STEP:
+                numpy_steps.add(k)
+                readers.setdefault(i, []).append((flops, xl, ("numpy", k, 0)))
+                readers.setdefault(j, []).append((flops, yl, ("numpy", k, 1)))
+            else:
+                readers.setdefault(i, []).append((flops, xl, ("vm", k, zl)))
+                readers.setdefault(j, []).append((flops, yl, ("vm", k, zl)))
+        else:
+            name, i, j, subs, _, _, flops = finals[k]
+            xl, yl, zl = _letters(subs)
+            if k in member_of:
+                shared, s_letters, s_order, other, o_letters, o_order, _ = member_of[k][1]
+                readers.setdefault(shared, []).append((flops, s_letters, ("fixed", s_order)))
+                readers.setdefault(other, []).append((flops, o_letters, ("fixed", o_order)))
+            else:
+                readers.setdefault(i, []).append((flops, xl, ("kind", zl)))
+                readers.setdefault(j, []).append((flops, yl, ("kind", zl)))
+
+    def in_memory(k, letters):
+        return [letters[a] for a in memory.get(k, range(len(letters)))]
+
+    def wanted(letters, how):
+        """The order of `letters` that the reader `how` wants."""
+        if how[0] == "fixed":
+            return [c for c in how[1] if c in letters]
+        if how[0] == "numpy":
+            k2, side = how[1], how[2]
+            xl, yl, zl = _letters(ops[k2][1])
+            order = in_memory(k2, zl)
+            is_first = (side == 0) != (k2 in swapped)
+            first, second = (xl, yl) if (k2 not in swapped) else (yl, xl)
+            mine = first if is_first else second
+            contracted = [c for c in first if c in second and c not in zl]
+            kept = [c for c in order if c in mine]
+            s = [c for c in kept if c in first and c in second]
+            own = [c for c in kept if c not in s]
+            return s + own + contracted if is_first else s + contracted + own
+        zl = how[-1]
+        zmem = zl if how[0] == "kind" else in_memory(how[1], zl)
+        return [c for c in zmem if c in letters]
+
+    for k in range(len(ops) - 1, -1, -1):
+        if k in readers:
+            _, letters, how = max(readers[k], key=lambda r: r[0])
+            order = wanted(letters, how)
+            order = [c for c in letters if c not in order] + order
+            perm = [letters.index(c) for c in order]      # logical axis positions
+        elif k in numpy_steps:
+            perm = list(range(len(shapes[k][1])))
+        else:
+            continue
+        if k in numpy_steps:
+            # in the producing step's letters: its product's order closest to `perm`
+            xl, yl, zl = _letters(ops[k][1])
+            order = [zl[a] for a in perm]
+            s = [c for c in order if c in xl and c in yl]
+            i_ = [c for c in order if c in xl and c not in yl]
+            j_ = [c for c in order if c in yl and c not in xl]
+
+            def common_run(cand, order=order):
+                run = 0
+                while run < len(cand) and cand[-1 - run] == order[-1 - run]:
+                    run += 1
+                return run
+            if common_run(s + j_ + i_) > common_run(s + i_ + j_):
+                order = s + j_ + i_
+                swapped.add(k)
+            else:
+                order = s + i_ + j_
+            perm = [zl.index(c) for c in order]
+        if perm != list(range(len(perm))):
+            memory[k] = tuple(perm)
+    return memory, swapped
 
 
 def _natural_order(xs, ys, zs):
