@@ -235,3 +235,25 @@ def test_a_vertex_joined_to_nothing_is_summed_first_against_the_smallest_operand
     want = np.einsum(subscripts, *ops)
     assert np.max(np.abs(vals[0] - want)) <= 1e-13 * np.max(np.abs(want))
     assert sum(f for _, _, f in steps) < 3 * 4 * 4 * 4 * 6
+
+
+@pytest.mark.parametrize("roles", [("d", "d", "d", "d"), ("d", "x", "d", "d"), ("x", "x", "s"),
+                                   ("d", "s", "x")])
+def test_staged_symmetrisation_equals_the_sum_over_all_permutations(roles):
+    # _symmetrise takes S_k as cosets of S_{k-1} (k(k-1)/2 transposed additions per role);
+    # here the sum over every permutation of equal-role axes, written out, with a batch axis
+    import itertools
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2,) + (4,) * len(roles))
+    groups = {}
+    for v, role in enumerate(roles):
+        groups.setdefault(role, []).append(v)
+    want, count = np.zeros_like(x), 0
+    for perm in itertools.permutations(range(len(roles))):
+        if all(roles[perm[v]] == roles[v] for v in range(len(roles))):
+            want += np.transpose(x, (0,) + tuple(1 + v for v in perm))
+            count += 1
+    assert count == np.prod([float(np.prod(range(1, len(g) + 1))) for g in groups.values()])
+    got = E._symmetrise(x, roles, 1)
+    assert np.max(np.abs(got - want)) <= 1e-14 * np.max(np.abs(want))
+    assert not np.shares_memory(got, x)
