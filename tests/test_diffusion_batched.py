@@ -151,7 +151,8 @@ def test_program_paths_equal_the_reference(monkeypatch, vm_step, one_state):
     assert n_numpy == (contracting if vm_step == 1 else 0 if vm_step > 10 ** 9 else n_numpy)
     assert 0 < n_numpy < contracting or vm_step == 1 or vm_step > 10 ** 9
     assert bool(exe.groups) == (vm_step < 10 ** 9)
-    # with groups, results written straight into the stacks, of both kinds, were checked
+    # with groups, results written straight into the stacks (shared operands, lone
+    # partners) and partners accumulated by their own steps, were checked
     assert all(exe.placed.values()) == (vm_step < 10 ** 9)
 
 

@@ -786,6 +786,8 @@ class _Executable:
         for pos, (kind, k) in enumerate(seq):
             for i in (ops[k][2:4] if kind == "op" else finals[k][1:3]):
                 last[i] = pos
+        fused, acc_first = self._fuse_partners(program, shapes, member_of, placed, seq, nbatch)
+        self.placed["fused"] = len(fused)
         # allocation: exact-size free lists (shapes repeat), a region is reused after its
         # last reader; an output is allocated before its inputs are released
         free, offset = {}, [0] * len(ops)
@@ -800,14 +802,16 @@ class _Executable:
             return start
 
         def release(node):
-            if node not in placed:              # a stack block is never reused
+            # a stack block is never reused; a fused partner has no region of its own
+            if node not in placed and node not in fused:
                 free.setdefault(math.prod(shapes[node][1]), []).append(offset[node])
         # the axis order of each node in memory, as positions of its logical axes (the
         # producing step's output letters): a numpy step writes its matrix product's
         # natural order (no transposed copy); a leaf or an interpreter step's result is
         # laid out for its largest reader (_layouts)
         memory, swapped = _layouts(ops, finals, seq, shapes, self.outputs, groups, member_of,
-                                   nbatch, {k: v[1] for k, v in placed.items()})
+                                   nbatch, {**{k: v[1] for k, v in placed.items()},
+                                            **{k: v[1] for k, v in fused.items()}})
         leaves = [k for k, op in enumerate(ops) if op[0] == "leaf"]
         src, dst = [], []
         for k in leaves:
@@ -850,6 +854,21 @@ class _Executable:
             if kind == "op":
                 _, subs, i, j, flops = ops[k]
                 xl, yl, zl = _letters(subs)
+                if k in fused:
+                    # the only reader is a final whose group accumulates it, weighted:
+                    # the step adds its weighted products straight into the block
+                    f = fused[k][0]
+                    g_idx, (_, _, _, _, ol, oo, block) = member_of[f]
+                    a_off = groups[g_idx]["acc_off"] + block[1]
+                    target = (a_off, "".join(zl[ol.index(c)] for c in oo),
+                              tuple(shapes[k][1][ol.index(c)] for c in oo))
+                    emit(vm.encode(operand(i, xl), operand(j, yl), target,
+                                   w=(w_off[f], zl[ol.index("t")]),
+                                   zero=acc_first[(g_idx, block[1])] == pos))
+                    for i_ in {i, j}:
+                        if last.get(i_) == pos:
+                            release(i_)
+                    continue
                 offset[k] = placed[k][0] if k in placed else alloc(math.prod(shapes[k][1]))
                 if _numpy_step(ops[k], shapes, nbatch):
                     x, y = operand(i, xl), operand(j, yl)
@@ -892,12 +911,14 @@ class _Executable:
                             emit(vm.encode(operand(shared, s_letters), one, s_target))
                         copied.add(key)
                         # its partner, weighted, added into the shared operand's block
-                        # (the first one zeroes the block)
-                        emit(vm.encode(operand(other, o_letters), one,
-                                       (a_off, "".join(o_order),
-                                        tuple(shapes[other][1][o_letters.index(c)]
-                                              for c in o_order)),
-                                       w=(w_off[k], "t"), zero=first))
+                        # (the first writer zeroes the block), unless its step did
+                        if other not in fused:
+                            emit(vm.encode(operand(other, o_letters), one,
+                                           (a_off, "".join(o_order),
+                                            tuple(shapes[other][1][o_letters.index(c)]
+                                                  for c in o_order)),
+                                           w=(w_off[k], "t"),
+                                           zero=acc_first[(member_of[k][0], block[1])] == pos))
             for i in set(ins):
                 if last.get(i) == pos:
                     release(i)
@@ -993,6 +1014,40 @@ class _Executable:
                 continue
             place(sh, c_off, sl, so, "shared")
         return placed
+
+    @staticmethod
+    def _fuse_partners(program, shapes, member_of, placed, seq, nbatch):
+        """Partners accumulated by their own step: ``({node: (final, permutation)}, first writers)``.
+
+        A group's partner that an interpreter step computes and that nothing else reads
+        (not written in place, :meth:`_place_in_stacks`) need not exist on its own: the
+        step adds its products, weighted by the final's weights along the term axis,
+        straight into the partner's block, ``A += Σ w_t x y`` (``Σ_m w_mt y_{m,t}`` summed
+        as it is made) — one pass over the block instead of writing the partner and
+        adding it.  The second value maps each accumulated block ``(group, offset)`` to
+        the position in `seq` of its first writer (which zeroes it).
+        """
+        ops, finals = program.ops, program.finals
+        readers = {}
+        for op in ops:
+            if op[0] == "step":
+                for i in op[2:4]:
+                    readers[i] = readers.get(i, 0) + 1
+        for fin in finals:
+            for i in fin[1:3]:
+                readers[i] = readers.get(i, 0) + 1
+        fused = {}
+        for f, (g, (sh, sl, so, ot, ol, oo, block)) in member_of.items():
+            if readers.get(ot) == 1 and ot != sh and ot not in placed and \
+                    ops[ot][0] == "step" and not _numpy_step(ops[ot], shapes, nbatch):
+                fused[ot] = (f, tuple(ol.index(c) for c in oo))
+        where = {(kind, k): pos for pos, (kind, k) in enumerate(seq)}
+        acc_first = {}
+        for f, (g, (sh, sl, so, ot, ol, oo, block)) in member_of.items():
+            pos = where[("op", ot)] if ot in fused else where[("final", f)]
+            key = (g, block[1])
+            acc_first[key] = min(acc_first.get(key, pos), pos)
+        return fused, acc_first
 
     def _plan_groups(self, program, shapes, nbatch):
         """The finals grouped by kind and pattern; the groups worth a matrix product.
