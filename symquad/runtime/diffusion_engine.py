@@ -725,9 +725,16 @@ class _Executable:
       ``Σ_m Σ_t w_mt x_t y_m,t = Σ_t x_t (Σ_m w_mt y_m,t)``, on the side that saves the
       most multiply-adds; the interpreter writes each distinct shared operand once
       and accumulates the weighted partners into one stack per group, as soon as
-      their inputs exist, and the group is one matrix product over the stacked
-      terms into its kind.  A group below :data:`VM_STEP` multiply-adds (small
-      widths) runs as weighted interpreter steps straight into its kind instead.
+      their inputs exist (an interpreter step writes a shared operand or a lone
+      partner in place, :meth:`_place_in_stacks`, and adds a partner read by nothing
+      else straight into its block, :meth:`_fuse_partners`), and the group is one
+      matrix product over the stacked terms into its kind.  A group below
+      :data:`VM_STEP` multiply-adds (small widths), or one whose operands hold the
+      same external axes, runs as weighted interpreter steps into its kind instead.
+
+    Every node is laid out for its main reader (:func:`_layouts`).  Memory: one
+    workspace of :attr:`size` elements per state, at most :data:`MAX_WORKSPACE` per
+    call (:func:`_run_program` chunks the batch; larger programs take the class route).
 
     The same sums as :class:`_Program` describes, reassociated: equal to rounding.
     """
