@@ -812,24 +812,37 @@ class _Executable:
             # a stack block is never reused; a fused partner has no region of its own
             if node not in placed and node not in fused:
                 free.setdefault(math.prod(shapes[node][1]), []).append(offset[node])
+            for perm in set(copies.get(node, {}).values()) - {memory.get(node)}:
+                if (node, perm) in copy_at and copy_at[(node, perm)] != offset[node]:
+                    free.setdefault(math.prod(shapes[node][1]), []).append(
+                        copy_at[(node, perm)])
         # the axis order of each node in memory, as positions of its logical axes (the
         # producing step's output letters): a numpy step writes its matrix product's
         # natural order (no transposed copy); a leaf or an interpreter step's result is
         # laid out for its largest reader (_layouts)
-        memory, swapped = _layouts(ops, finals, seq, shapes, self.outputs, groups, member_of,
+        memory, swapped, copies = _layouts(ops, finals, seq, shapes, self.outputs, groups,
+                                           member_of,
                                    nbatch, {**{k: v[1] for k, v in placed.items()},
                                             **{k: v[1] for k, v in fused.items()}})
         leaves = [k for k, op in enumerate(ops) if op[0] == "leaf"]
         src, dst = [], []
+        copy_at = {}                            # (leaf, permutation) -> offset
+        #: leaves gathered more than once (in the orders their readers want)
+        self.leaf_copies = sum(len(set(v.values()) - {memory.get(k, tuple(range(
+            len(shapes[k][1]))))}) for k, v in copies.items())
         for k in leaves:
-            offset[k] = alloc(math.prod(shapes[k][1]))
-            dst.append(offset[k] + numpy.arange(math.prod(shapes[k][1])))
+            size = math.prod(shapes[k][1])
             spec = ops[k][1]
             region = {"C": "CP", "q": "summed", "s": "stud"}[spec[0]]
             flat = self._leaf_source(spec, p, n).reshape(shapes[k][1])
-            if k in memory:
-                flat = flat.transpose(memory[k])
-            src.append(self.regions[region][0] + flat.ravel())
+            main = memory.get(k, tuple(range(flat.ndim)))
+            for perm in [main] + sorted(set(copies.get(k, {}).values()) - {main}):
+                at = alloc(size)
+                if perm == main:
+                    offset[k] = at
+                copy_at[(k, perm)] = at
+                dst.append(at + numpy.arange(size))
+                src.append(self.regions[region][0] + flat.transpose(perm).ravel())
         self.leaf_dst = numpy.concatenate(dst).astype(numpy.intp)
         self.leaf_src = numpy.concatenate(src).astype(numpy.intp)
         # the leaves are allocated first, one after another: one span, filled by one take
@@ -848,9 +861,14 @@ class _Executable:
                 self.segments.append(["vm", len(rows), len(rows) + 1])
             rows.append(row)
 
-        def operand(k, letters):
+        def operand(k, letters, reader=None):
             # a node's axes are named by the subscripts of the step reading it (a leaf
-            # or a shared step is read under other letters by other classes)
+            # or a shared step is read under other letters by other classes); a leaf
+            # may have a copy in the order this reader wants
+            perm = copies.get(k, {}).get(reader)
+            if perm is not None:
+                return (copy_at[(k, perm)], "".join(letters[a] for a in perm),
+                        tuple(shapes[k][1][a] for a in perm))
             order = memory.get(k)
             if order is None:
                 return (offset[k], letters, shapes[k][1])
@@ -869,7 +887,8 @@ class _Executable:
                     a_off = groups[g_idx]["acc_off"] + block[1]
                     target = (a_off, "".join(zl[ol.index(c)] for c in oo),
                               tuple(shapes[k][1][ol.index(c)] for c in oo))
-                    emit(vm.encode(operand(i, xl), operand(j, yl), target,
+                    emit(vm.encode(operand(i, xl, ("op", k, 0)), operand(j, yl, ("op", k, 1)),
+                                   target,
                                    w=(w_off[f], zl[ol.index("t")]),
                                    zero=acc_first[(g_idx, block[1])] == pos))
                     for i_ in {i, j}:
@@ -886,7 +905,8 @@ class _Executable:
                         raise AssertionError("a numpy step's result not in its product's order")
                     self.segments.append(("step", f"...{x[1]},...{y[1]}->...{z[1]}", x, y, z))
                 else:
-                    emit(vm.encode(operand(i, xl), operand(j, yl), operand(k, zl)))
+                    emit(vm.encode(operand(i, xl, ("op", k, 0)), operand(j, yl, ("op", k, 1)),
+                                   operand(k, zl)))
                 ins = (i, j)
             else:
                 name, i, j, subs, _, _, _ = finals[k]
@@ -894,7 +914,8 @@ class _Executable:
                 xl, yl, zl = _letters(subs)
                 if k not in member_of:
                     zo, zshape = self.outputs[name]
-                    emit(vm.encode(operand(i, xl), operand(j, yl), (zo, zl, zshape),
+                    emit(vm.encode(operand(i, xl, ("final", k, 0)),
+                                   operand(j, yl, ("final", k, 1)), (zo, zl, zshape),
                                    w=(w_off[k], "t"), zero=False))
                 else:
                     g, (shared, s_letters, s_order, other, o_letters, o_order, block) = \
@@ -1401,11 +1422,14 @@ def _layouts(ops, finals, seq, shapes, outputs, groups, member_of, nbatch, force
     order.  A numpy step writes its product's order ``S I J`` — or ``S J I``, its
     operands swapped (``Zᵀ = Yᵀ Xᵀ``) — with the letters within ``S``, ``I``, ``J`` in
     any order: the one closest to what its reader wants (the longest common run of
-    fastest letters).  Returns ``({node: permutation of its logical axes}, {numpy steps
-    whose operands are swapped})``.  Only layouts change, not the sums: each step adds
+    fastest letters).  A leaf is gathered again in the order of each interpreter reader
+    that wants another one and does at least as many multiply-adds as the leaf has
+    entries.  Returns ``({node: permutation of its logical axes}, {numpy steps whose
+    operands are swapped}, {leaf: {reader: permutation of its copy}})``, a reader named
+    ``("op", step, side)`` or ``("final", final, side)``.  Only layouts change, not the sums: each step adds
     the same products, in an order that may differ (equal to rounding).
     """
-    memory, swapped = {}, set()
+    memory, swapped, copies = {}, set(), {}
     readers: dict = {}
     numpy_steps = set()
     for kind, k in seq:
@@ -1414,21 +1438,23 @@ def _layouts(ops, finals, seq, shapes, outputs, groups, member_of, nbatch, force
             xl, yl, zl = _letters(subs)
             if _numpy_step(ops[k], shapes, nbatch):
                 numpy_steps.add(k)
-                readers.setdefault(i, []).append((flops, xl, ("numpy", k, 0)))
-                readers.setdefault(j, []).append((flops, yl, ("numpy", k, 1)))
+                readers.setdefault(i, []).append((flops, xl, ("numpy", k, 0), None))
+                readers.setdefault(j, []).append((flops, yl, ("numpy", k, 1), None))
             else:
-                readers.setdefault(i, []).append((flops, xl, ("vm", k, zl)))
-                readers.setdefault(j, []).append((flops, yl, ("vm", k, zl)))
+                readers.setdefault(i, []).append((flops, xl, ("vm", k, zl), ("op", k, 0)))
+                readers.setdefault(j, []).append((flops, yl, ("vm", k, zl), ("op", k, 1)))
         else:
             name, i, j, subs, _, _, flops = finals[k]
             xl, yl, zl = _letters(subs)
             if k in member_of:
                 shared, s_letters, s_order, other, o_letters, o_order, _ = member_of[k][1]
-                readers.setdefault(shared, []).append((flops, s_letters, ("fixed", s_order)))
-                readers.setdefault(other, []).append((flops, o_letters, ("fixed", o_order)))
+                readers.setdefault(shared, []).append((flops, s_letters, ("fixed", s_order),
+                                                       None))
+                readers.setdefault(other, []).append((flops, o_letters, ("fixed", o_order),
+                                                      None))
             else:
-                readers.setdefault(i, []).append((flops, xl, ("kind", zl)))
-                readers.setdefault(j, []).append((flops, yl, ("kind", zl)))
+                readers.setdefault(i, []).append((flops, xl, ("kind", zl), ("final", k, 0)))
+                readers.setdefault(j, []).append((flops, yl, ("kind", zl), ("final", k, 1)))
 
     def in_memory(k, letters):
         return [letters[a] for a in memory.get(k, range(len(letters)))]
@@ -1459,10 +1485,23 @@ def _layouts(ops, finals, seq, shapes, outputs, groups, member_of, nbatch, force
                 memory[k] = forced[k]
             continue
         if k in readers:
-            _, letters, how = max(readers[k], key=lambda r: r[0])
+            _, letters, how, _ = max(readers[k], key=lambda r: r[0])
             order = wanted(letters, how)
             order = [c for c in letters if c not in order] + order
             perm = [letters.index(c) for c in order]      # logical axis positions
+            if ops[k][0] == "leaf":
+                # gathered again in the order of each interpreter reader that wants
+                # another one, when it does at least as many multiply-adds as the
+                # copy has entries (a gather costs about one per entry)
+                size = math.prod(shapes[k][1])
+                for flops2, letters2, how2, rid in readers[k]:
+                    if rid is None or flops2 < size:
+                        continue
+                    order2 = wanted(letters2, how2)
+                    order2 = [c for c in letters2 if c not in order2] + order2
+                    perm2 = tuple(letters2.index(c) for c in order2)
+                    if perm2 != tuple(perm):
+                        copies.setdefault(k, {})[rid] = perm2
         elif k in numpy_steps:
             perm = list(range(len(shapes[k][1])))
         else:
@@ -1488,7 +1527,7 @@ def _layouts(ops, finals, seq, shapes, outputs, groups, member_of, nbatch, force
             perm = [zl.index(c) for c in order]
         if perm != list(range(len(perm))):
             memory[k] = tuple(perm)
-    return memory, swapped
+    return memory, swapped, copies
 
 
 def _natural_order(xs, ys, zs):
