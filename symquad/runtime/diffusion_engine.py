@@ -1426,8 +1426,9 @@ def _layouts(ops, finals, seq, shapes, outputs, groups, member_of, nbatch, force
     that wants another one and does at least as many multiply-adds as the leaf has
     entries.  Returns ``({node: permutation of its logical axes}, {numpy steps whose
     operands are swapped}, {leaf: {reader: permutation of its copy}})``, a reader named
-    ``("op", step, side)`` or ``("final", final, side)``.  Only layouts change, not the sums: each step adds
-    the same products, in an order that may differ (equal to rounding).
+    ``("op", step, side)`` or ``("final", final, side)``.  `forced`: nodes whose order
+    is fixed (written into a group's stack).  Only layouts change, not the sums: each
+    step adds the same products, in an order that may differ (equal to rounding).
     """
     memory, swapped, copies = {}, set(), {}
     readers: dict = {}
