@@ -135,10 +135,27 @@ def test_program_paths_equal_the_reference(monkeypatch, vm_step, one_state):
     assert set(sizes) == ({1} if one_state else {1, 2})   # batch chunks of one state
     exe = E._executable(plan, NAMES, 3, 5, 2)
     n_numpy = sum(1 for seg in exe.segments if seg[0] == "step")
-    steps = E._program(plan, NAMES, 3, 5).n_steps
-    assert n_numpy == (steps if vm_step == 1 else 0 if vm_step > 10 ** 9 else n_numpy)
-    assert 0 < n_numpy < steps or vm_step == 1 or vm_step > 10 ** 9
+    program = E._program(plan, NAMES, 3, 5)
+    steps = program.n_steps
+    # the steps that contract a letter of size > 1 (the others, outer and elementwise
+    # products, stay in the interpreter at any VM_STEP)
+    shapes = program.shapes()
+    contracting = 0
+    for op in program.ops:
+        if op[0] == "step":
+            xs, ys, zs = E._letters(op[1])
+            dims = dict(zip(xs, shapes[op[2]][1]))
+            dims.update(zip(ys, shapes[op[3]][1]))
+            contracting += any(dims[c] > 1 for c in xs if c in ys and c not in zs)
+    assert 0 < contracting < steps
+    assert n_numpy == (contracting if vm_step == 1 else 0 if vm_step > 10 ** 9 else n_numpy)
+    assert 0 < n_numpy < contracting or vm_step == 1 or vm_step > 10 ** 9
     assert bool(exe.groups) == (vm_step < 10 ** 9)
+    # with groups, results written straight into the stacks (shared operands, lone
+    # partners) and partners accumulated by their own steps, were checked
+    assert all(exe.placed.values()) == (vm_step < 10 ** 9)
+    # leaves gathered again in another order for an interpreter reader were used
+    assert exe.leaf_copies > 0 or vm_step == 1
 
 
 def test_group_products_over_ordered_pairs_equal_the_reference(monkeypatch):
@@ -223,3 +240,25 @@ def test_a_vertex_joined_to_nothing_is_summed_first_against_the_smallest_operand
     want = np.einsum(subscripts, *ops)
     assert np.max(np.abs(vals[0] - want)) <= 1e-13 * np.max(np.abs(want))
     assert sum(f for _, _, f in steps) < 3 * 4 * 4 * 4 * 6
+
+
+@pytest.mark.parametrize("roles", [("d", "d", "d", "d"), ("d", "x", "d", "d"), ("x", "x", "s"),
+                                   ("d", "s", "x")])
+def test_staged_symmetrisation_equals_the_sum_over_all_permutations(roles):
+    # _symmetrise takes S_k as cosets of S_{k-1} (k(k-1)/2 transposed additions per role);
+    # here the sum over every permutation of equal-role axes, written out, with a batch axis
+    import itertools
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2,) + (4,) * len(roles))
+    groups = {}
+    for v, role in enumerate(roles):
+        groups.setdefault(role, []).append(v)
+    want, count = np.zeros_like(x), 0
+    for perm in itertools.permutations(range(len(roles))):
+        if all(roles[perm[v]] == roles[v] for v in range(len(roles))):
+            want += np.transpose(x, (0,) + tuple(1 + v for v in perm))
+            count += 1
+    assert count == np.prod([float(np.prod(range(1, len(g) + 1))) for g in groups.values()])
+    got = E._symmetrise(x, roles, 1)
+    assert np.max(np.abs(got - want)) <= 1e-14 * np.max(np.abs(want))
+    assert not np.shares_memory(got, x)
