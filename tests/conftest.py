@@ -41,10 +41,13 @@ def pytest_sessionstart(session):
     after this hook (xdist's own ``pytest_sessionstart`` is ``trylast``), only load it.
     With a warm cache the two processes load it and end (about 1.3 s each).  A failure
     here only costs the compilation it would have saved; it is reported, not raised.
+    ``SYMQUAD_TEST_NUMBA_WARM=0`` leaves it out: a session that imports no symquad
+    (tests/test_xdist_groups.py's probe of the scheduling) has nothing to warm.
     """
     config = session.config
     if hasattr(config, "workerinput") or config.pluginmanager.getplugin("dsession") is None \
-            or int(getattr(config.option, "numprocesses", 0) or 0) < 2:
+            or int(getattr(config.option, "numprocesses", 0) or 0) < 2 \
+            or os.environ.get("SYMQUAD_TEST_NUMBA_WARM") == "0":
         return
     spec = importlib.util.find_spec("symquad")
     if spec is None or not spec.origin:

@@ -73,9 +73,13 @@ def test_plateau_law_on_the_sphere_matches_sgd():
     m = sq.Model(2, 1, 0.2, constraint="sphere")
     pred = sq.escape_time(m, 1000, n_samples=200, seed=3, n_eval=2000)
     assert pred.seed_noise > 0
-    t_max = float(np.nanmax(pred.samples)) + 20
+    # the window: the latest predicted escape + 10 (+ 20 before, for 40 % more SGD steps;
+    # the latest SGD escape of this seed is 21.0, the latest predicted 21.8), the records
+    # as dense as before (600 over 31.8 as 800 over 41.8): the same escape times and
+    # p-values (0.71; against the law without the noise seed 0.0021)
+    t_max = float(np.nanmax(pred.samples)) + 10
     run = sq.simulate(m, N=1000, t_max=t_max, replicas=200, seed=4,
-                      t_eval=np.linspace(0, t_max, 800))
+                      t_eval=np.linspace(0, t_max, 600))
     sgd = sq.escape_times(run.t, run.risk, pred.threshold)
     assert np.all(np.isfinite(sgd))
     assert ks_2samp(pred.samples, sgd).pvalue > 0.01

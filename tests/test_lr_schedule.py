@@ -7,6 +7,7 @@ tests); the ODE with the schedule against SGD, and the constant-η ODE rejected 
 same data (power).
 """
 
+import functools
 import math
 
 import numpy as np
@@ -125,25 +126,13 @@ def _one_step_mc(m, Q, rho, T, t, N, samples, seed):
     From the definition: weights with the Gram matrix [[Q, ρ], [ρᵀ, T]], inputs
     x ~ N(0, I_N), λ = Wx/√N, ν = W*x/√N, δ_k = (ŷ − y) a_k σ'(λ_k) with σ = z²,
     W' = (1 − η(t)λ_wd/N) W − (η(t)/√N) δ xᵀ; the new overlaps by the exact expansion.
+    The draws do not depend on η(t) (:func:`_step_draws`, shared by the families).
     """
-    p, ps = rho.shape
-    rng = np.random.default_rng(seed)
-    C = np.block([[Q, rho], [rho.T, T]])
-    L = np.linalg.cholesky(C + 1e-300 * np.eye(p + ps))
-    frame = np.linalg.qr(rng.standard_normal((N, p + ps)))[0].T * math.sqrt(N)
-    Wall = L @ frame                                 # rows: w_k, w*_m (|.|²/N = C)
     eta = m.eta * m.schedule.factor(t)
     shrink = 1 - eta * m.weight_decay / N
-    a, b = 1.0 / p, 1.0 / ps
     out = []
-    for _ in range(samples // 4000):
-        x = rng.standard_normal((4000, N))
-        f = x @ Wall.T / math.sqrt(N)
-        lam, nu = f[:, :p], f[:, p:]
-        xx = np.sum(x * x, axis=1) / N
-        err = a * np.sum(lam ** 2, 1) - b * np.sum(nu ** 2, 1) \
-            - math.sqrt(m.noise) * rng.standard_normal(4000)
-        d = err[:, None] * a * 2 * lam                       # δ_k
+    for lam, nu, xx, d in _step_draws(Q.tobytes(), rho.tobytes(), T.tobytes(), rho.shape,
+                                      m.noise, N, samples, seed):
         # W' = s W − (η/√N) δ xᵀ:  Q' = s²Q − sη(δλᵀ + λδᵀ)/N + η² δδᵀ |x|²/N /N
         dQ = (N * (shrink ** 2 - 1) * Q - shrink * eta * (d[:, :, None] * lam[:, None, :]
               + lam[:, :, None] * d[:, None, :]) + eta ** 2 * xx[:, None, None]
@@ -154,6 +143,38 @@ def _one_step_mc(m, Q, rho, T, t, N, samples, seed):
     return out.mean(0), out.std(0, ddof=1) / math.sqrt(out.shape[0])
 
 
+@functools.lru_cache(maxsize=1)
+def _step_draws(Q, rho, T, shape, noise, N, samples, seed):
+    """The η-free part of :func:`_one_step_mc`'s steps: ``(λ, ν, |x|²/N, δ)`` per chunk.
+
+    The overlaps come as bytes (hashable) with ρ's shape.  The families' tests use the
+    same seed, so they share one set of inputs (the N-dimensional draws were 80 % of
+    each test's time); their means then differ only through η(t).
+    """
+    p, ps = shape
+    Q, rho = np.frombuffer(Q).reshape(p, p), np.frombuffer(rho).reshape(p, ps)
+    T = np.frombuffer(T).reshape(ps, ps)
+    rng = np.random.default_rng(seed)
+    C = np.block([[Q, rho], [rho.T, T]])
+    L = np.linalg.cholesky(C + 1e-300 * np.eye(p + ps))
+    frame = np.linalg.qr(rng.standard_normal((N, p + ps)))[0].T * math.sqrt(N)
+    Wall = L @ frame                                 # rows: w_k, w*_m (|.|²/N = C)
+    a, b = 1.0 / p, 1.0 / ps
+    chunks = []
+    for _ in range(samples // 4000):
+        x = rng.standard_normal((4000, N))
+        f = x @ Wall.T / math.sqrt(N)
+        lam, nu = f[:, :p], f[:, p:]
+        xx = np.sum(x * x, axis=1) / N
+        err = a * np.sum(lam ** 2, 1) - b * np.sum(nu ** 2, 1) \
+            - math.sqrt(noise) * rng.standard_normal(4000)
+        d = err[:, None] * a * 2 * lam                       # δ_k
+        chunks.append((lam, nu, xx, d))
+    return tuple(chunks)
+
+
+#: one pytest-xdist worker for the five: they share the draws of :func:`_step_draws`
+@pytest.mark.xdist_group("lr-schedule-one-step-draws")
 @pytest.mark.parametrize("family", list(FAMILIES) + ["constant"])
 def test_kernels_match_a_monte_carlo_of_one_N_dimensional_step_at_p8(family):
     p, ps = 8, 2
@@ -375,6 +396,22 @@ def _risk_fd(model, name, Q, rho, T, t, h):
     return (risk[0] - risk[1]) / (2 * h)
 
 
+_SENS_MODEL = dict(p=2, p_star=1, lr=0.3, noise=0.05, weight_decay=0.01)
+_SENS_NAMES = ("lr", "noise", "weight_decay")
+
+
+@functools.lru_cache(maxsize=1)
+def _constant_eta_sensitivities():
+    """The power route of the test below: the constant-η model's sensitivities at its
+    start and times (the same for every family: computed once per process)."""
+    from symquad.numeric.sensitivity import risk_sensitivity
+    Q, rho, T = np.eye(2), np.array([[0.5], [0.3]]), np.eye(1)
+    return risk_sensitivity(sq.Model(**_SENS_MODEL), Q, rho, T, np.linspace(0, 4, 9),
+                            parameters=_SENS_NAMES, rtol=1e-11, atol=1e-13)
+
+
+#: one pytest-xdist worker for the three: they share :func:`_constant_eta_sensitivities`
+@pytest.mark.xdist_group("lr-schedule-constant-sensitivities")
 @pytest.mark.parametrize("family", ["inverse", "step", "table"])
 def test_forward_sensitivities_with_a_schedule_against_differences_of_integrate(family):
     r"""``dε(t)/dθ`` along the scheduled ODE (``J`` and ``∂f/∂θ`` at ``η(t)``, restarted at
@@ -384,14 +421,13 @@ def test_forward_sensitivities_with_a_schedule_against_differences_of_integrate(
     against derivatives of 0.05–0.9.  Power: the constant-η model's sensitivities miss
     them by 0.2–3.4."""
     from symquad.numeric.sensitivity import risk_sensitivity
-    m = sq.Model(p=2, p_star=1, lr=0.3, noise=0.05, weight_decay=0.01,
-                 lr_schedule=FAMILIES[family])
+    m = sq.Model(**_SENS_MODEL, lr_schedule=FAMILIES[family])
     Q, rho, T = np.eye(2), np.array([[0.5], [0.3]]), np.eye(1)
     t = np.linspace(0, 4, 9)
-    names = ("lr", "noise", "weight_decay")
+    names = _SENS_NAMES
     sens = risk_sensitivity(m, Q, rho, T, t, parameters=names, rtol=1e-11, atol=1e-13)
-    plain = risk_sensitivity(m.replace(lr_schedule="constant"), Q, rho, T, t,
-                             parameters=names, rtol=1e-11, atol=1e-13)
+    plain = _constant_eta_sensitivities()
+    assert plain.risk_derivative.keys() == sens.risk_derivative.keys()
     for name in names:
         fd = _risk_fd(m, name, Q, rho, T, t, 1e-5)
         scale = np.max(np.abs(fd))

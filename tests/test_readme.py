@@ -48,8 +48,10 @@ SMALLER = {
                                 ("n_pieces=10", "n_pieces=3")],
     ("docs/special_activations.md", 0): [
         ('p=4, p_star=2, lr=1.0, activation="erf"', 'p=2, p_star=1, lr=1.0, activation="erf"'),
+        # t <= 1 (2 before): still PASS with every stage run; the resolution's sensitivities
+        # from the four starts 4.7 -> 2.8 s of CPU
         ("N=2000, replicas=32, start=\"random\", fss=False, t_max=10.0",
-         "N=500, replicas=16, start=\"random\", fss=False, t_max=2.0")],
+         "N=500, replicas=16, start=\"random\", fss=False, t_max=1.0")],
 }
 
 

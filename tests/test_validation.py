@@ -155,10 +155,10 @@ def test_informed_start_is_positive_definite_and_seed_independent():
         assert np.all(np.abs(rho0).sum(1) > 0)
 
 
-def test_cli_quick(tmp_path):
+def _cli_quick(out, *flags):
+    """``symquad validate --quick --lr 0.3`` (and `flags`) into `out`: exit status, report."""
     from symquad.cli import main
-    out = tmp_path / "rep"
-    rc = main(["validate", "--quick", "--out", str(out), "--lr", "0.3"])
+    rc = main(["validate", "--quick", "--out", str(out), "--lr", "0.3", *flags])
     data = json.loads((out / "report.json").read_text())
     # exit status 0 exactly when the verdict is PASS; the quick run has the statistics
     # to test its criteria and passes
@@ -166,6 +166,24 @@ def test_cli_quick(tmp_path):
     assert rc == 0
     assert data["config"]["lr"] == 0.3
     assert (out / "fss.png").stat().st_size > 0
+    return data
+
+
+@pytest.mark.slow
+def test_cli_quick(tmp_path):
+    """The quick run as shipped, every stage (6.8 s of CPU, 3.2 s of it the whole-run SDE)."""
+    _cli_quick(tmp_path / "rep")
+
+
+def test_cli_quick_without_the_whole_run(tmp_path):
+    """Default twin of :func:`test_cli_quick`: every stage of the quick run but the whole-run
+    criteria (an SDE of the 32 replicas; those of the default model pass in
+    tests/test_validation_verdict.py::test_default_model_passes_validate)."""
+    data = _cli_quick(tmp_path / "rep", "--no-whole-run")
+    status = {c["name"]: c["status"] for c in data["numbers"]["verdict"]["checks"]}
+    assert status["whole_run_law"] == "not tested"
+    assert status["mean_deviation"] == status["band"] == status["escape_time"] == \
+        status["finite_size_exponent"] == "pass", status
 
 
 def test_cli_rejects_bad_arguments(capsys):

@@ -50,7 +50,8 @@ def test_a_group_runs_on_one_worker_and_its_module_fixture_is_built_once(tmp_pat
     (tmp_path / "probe").mkdir()
     (tmp_path / "probe" / "test_probe.py").write_text(PROBE)
     log = tmp_path / "where.txt"
-    env = {**os.environ, "PROBE_LOG": str(log),
+    # the probe imports no symquad: conftest's numba warm-up (two processes) is left out
+    env = {**os.environ, "PROBE_LOG": str(log), "SYMQUAD_TEST_NUMBA_WARM": "0",
            "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
     out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "conftest",
                           "-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup",
