@@ -19,6 +19,7 @@ Usage::
     $B --method sde --finite-n --replicas 512 --seed 200 --out runs/law/sde_fn.npz
     $B --method sde --finite-n --dt 0.05 --replicas 256 --seed 300 --out runs/law/sde_fn_dt05.npz
     python benchmarks/whole_run_law_study.py --compare runs/law/sgd.npz runs/law/sde_fn.npz
+    python benchmarks/whole_run_law_study.py --law runs/law/sgd.npz runs/law/sde_fn.npz
 
 Cost: the reduced simulator ``~0.2 s`` per replica at ``N = 1000, t ≤ 100`` (it grows
 with ``N``), the SDE with the O(1/N) drift ``~1 s`` per replica whatever ``N`` (2-core
@@ -96,6 +97,33 @@ def compare(files, times) -> str:
     return "\n".join(lines)
 
 
+def replay(sgd_file, sde_file, pairs, replicas=32, alpha=0.01, seed=0) -> int:
+    """How often the law criterion FAILs on random disjoint-within-a-pair subsamples.
+
+    Each pair draws `replicas` SGD and `replicas` SDE replicas (without replacement) from
+    the two files and applies ``whole_run_law``'s test: two-sample KS on the five
+    statistics at its ``N_TEST`` times, Holm at `alpha`.  With both files from SGD (or
+    the same file split in two, ``--law A.npz A.npz`` uses the halves) it measures the
+    test's own level on this model.
+    """
+    from scipy.stats import ks_2samp
+    from symquad.studies.whole_run import N_TEST, _holm, _test_indices
+    a_all = np.load(sgd_file)["stats"][:5]
+    b_all = np.load(sde_file)["stats"][:5]
+    if sgd_file == sde_file:
+        half = a_all.shape[1] // 2
+        a_all, b_all = a_all[:, :half], a_all[:, half:]
+    idx = _test_indices(np.load(sgd_file)["t"], N_TEST)
+    rng = np.random.default_rng(seed)
+    fails = 0
+    for _ in range(pairs):
+        a = a_all[:, rng.choice(a_all.shape[1], replicas, replace=False)]
+        b = b_all[:, rng.choice(b_all.shape[1], replicas, replace=False)]
+        p = [ks_2samp(a[s][:, i], b[s][:, i]).pvalue for s in range(5) for i in idx]
+        fails += bool(_holm(p, alpha)[1].any())
+    return fails
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--method", choices=("reduced", "sde"), default="reduced")
@@ -110,7 +138,14 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=None)
     ap.add_argument("--compare", nargs="*", default=None)
     ap.add_argument("--times", type=float, nargs="*", default=[10, 25, 50, 100])
+    ap.add_argument("--law", nargs=2, default=None, metavar=("SGD.npz", "SDE.npz"),
+                    help="replay the law criterion on --pairs random pairs of 32 + 32")
+    ap.add_argument("--pairs", type=int, default=400)
     args = ap.parse_args(argv)
+    if args.law:
+        k = replay(*args.law, args.pairs)
+        print(f"law criterion FAILs {k}/{args.pairs} pairs ({args.law[1]} against {args.law[0]})")
+        return 0
     if args.compare:
         print(compare(args.compare, args.times))
         return 0
