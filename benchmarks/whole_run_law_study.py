@@ -28,13 +28,13 @@ machine, shared).
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 
 import numpy as np
 
 import symquad as sq
+from symquad.entry import ArgumentParser
 from symquad.studies.validation import informed_start
 from symquad.studies.whole_run import invariant_statistics, STATISTICS
 
@@ -125,7 +125,7 @@ def replay(sgd_file, sde_file, pairs, replicas=32, alpha=0.01, seed=0) -> int:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--method", choices=("reduced", "sde"), default="reduced")
     ap.add_argument("--finite-n", action="store_true")
     ap.add_argument("--dt", type=float, default=None)
@@ -142,6 +142,8 @@ def main(argv=None) -> int:
                     help="replay the law criterion on --pairs random pairs of 32 + 32")
     ap.add_argument("--pairs", type=int, default=400)
     args = ap.parse_args(argv)
+    if args.replicas < 2 or args.N < 1 or args.t_max <= 0 or args.n_times < 2 or args.chunk < 1:
+        ap.error("replicas >= 2, N >= 1, t-max > 0, n-times >= 2 and chunk >= 1 are needed")
     if args.law:
         k = replay(*args.law, args.pairs)
         print(f"law criterion FAILs {k}/{args.pairs} pairs ({args.law[1]} against {args.law[0]})")
