@@ -14,12 +14,13 @@ and the second-order terms of the update (the ``η²`` part of ``dQ``, the spher
 renormalisation) are already in ``f``.
 
 **Scheme.**  Heun's predictor–corrector for the drift with the Itô noise of
-Euler–Maruyama: ``X̃ = X + f(X) h``, ``X ← X + ½(f(X) + f(X̃)) h + ζ``, where ``ζ``
-has mean zero and covariance ``h D(X)/N``, taken at the state before the step
-(Itô).  Two noises (:mod:`symquad.numeric.sde_noise`, ``simulate(noise=...)``):
-``"gaussian"``, ``ζ = √(h/N) L ξ`` with ``L Lᵀ = D(X)`` (see :func:`_sqrt_psd`) and
-``ξ`` standard normal; ``"sampled"``, ``ζ = s √(hM/(Nb)) (φ̄_M − f)``, the mean
-per-sample increment of ``M`` fresh draws of the fields with a random sign — the
+Euler–Maruyama, staggered: the noise ``ζ`` has mean zero and covariance ``h D(X_m)/N``
+at the drift's midpoint ``X_m = X + f(X) h/2`` (a deterministic point: still Itô), it
+enters Heun's predictor, ``X̃ = X + f(X) h + ζ``, and the step is
+``X ← X + ½(f(X) + f(X̃)) h + ζ``.  Two noises (:mod:`symquad.numeric.sde_noise`,
+``simulate(noise=...)``): ``"gaussian"``, ``ζ = √(h/N) L ξ`` with ``L Lᵀ = D(X_m)`` (see
+:func:`_sqrt_psd`) and ``ξ`` standard normal; ``"sampled"``, ``ζ = s √(hM/(Nb)) (φ̄_M − f)``,
+the mean per-sample increment of ``M`` fresh draws of the fields with a random sign — the
 same mean and covariance, zero odd moments (a simplified weak Euler scheme of the
 same SDE, docs/derivation.md §8.4), and no ``D``.  The default is chosen by cost
 (:func:`~symquad.numeric.sde_noise.default_noise`).  The drift is integrated at
@@ -31,6 +32,38 @@ b = 4``, ``N = 2000``, ``t = 15``) by −5 % — 30 standard errors of 400 repli
 — because the control bounds the change of the state, not of its distance to
 the fixed point it approaches.
 
+**Conserved quantities.**  Where the flow conserves a function of the state whose
+noise vanishes at leading order, SGD's spread of it is ``O(1/N²)``-small and a step's
+``O(h)`` errors dominate it.  Issue 22's variant (``σ = z²``, trained readout:
+``dQ_kk = (4η/η_a) a_k da_k`` sample by sample, so ``I_k = Q_kk − (2η/η_a) a_k²`` moves
+only through the ``η²`` terms and the Itô term ``−(2η/η_a) D_{a_k a_k}/N``): over the same
+``h``, SGD's ``Q_kk`` increment sees the readout's own noise and drift inside the step
+(``∫ 2c a da = c(a'² − a²) − c∫(da)²``, ``c = 2η/η_a``), a step with the noise after
+the predictor and at ``X`` does not, and ``I`` diffuses by ``4c² h² f_a² D_aa/N`` per unit
+time: the variance of ``tr Q/p`` at ``N = 1000`` was 57 times SGD's (``7.4·10⁻⁸`` against
+``1.3·10⁻⁹``, 512 and 1024 replicas), at every time after the readout's relaxation, and
+the law criterion false-FAILed 4 of 20 seeds.  The noise in the predictor supplies the
+drift's half of the iterated integral ``∫∫ dW ds`` (``½ h J ζ``) and the noise at ``X_m``
+the noise coefficient's half (``½ h (f·∇) b ΔW``), as in a weak second-order scheme
+(Kloeden & Platen 1992, the chapter on weak Taylor approximations, derivative-free
+order-2 schemes), and the cross terms cancel; what remains is the fluctuation of
+``ζ_a²`` about ``h D_aa/N`` (``O(h/N²)`` per unit time; the Milstein term, which needs
+the noise's derivative, is not taken).  Heun's deterministic error on ``I`` per step is
+``−c e_a²``, ``e = ½ h (f(X̃) − f(X))`` the difference of Heun's and Euler's increments,
+so the step is also bounded by ``‖e‖ <= NOISE_ACCURACY ‖ζ‖`` (:func:`_noise_step`): the
+deterministic error is a fraction of what the noise moves the state in the step. That
+bound binds in fast transients (steps ``≈ 0.03`` while the readout relaxes) and not at a
+floor, where ``‖e‖/‖ζ‖ ≈ (λh)^{3/2}``: the variant's run to ``t = 100`` takes 558 steps
+instead of 501.  It is applied with the O(1/N) drift (``finite_n=True``: the mode that
+claims SGD's law beyond leading order, at a finite ``N``) and never below
+``dt/NOISE_GROWTH²``: ``‖ζ‖ ∝ N^{-1/2}``, so without that floor its step would shrink
+like ``N^{-1/2}`` in a transient, and without ``finite_n`` the cost stays independent of
+``N``.  Measured there (1024 replicas each, ``t = 3``; benchmarks/whole_run_law_study.py):
+``Var I`` 7.7·10⁻⁸ → 2.2·10⁻⁹ (SGD 0.93·10⁻⁹; the excess falls like ``1/N²``: 4.8, 2.8, 2.0 times SGD's at
+``N = 1000, 2000, 4000``), the
+mean of ``I`` −2.2·10⁻⁵ ± 0.2·10⁻⁵ → −0.1·10⁻⁵ ± 0.2·10⁻⁵ from SGD's (with the O(1/N)
+drift; without it +1.45·10⁻⁵, the drift the SDE then misses).
+
 **Step-size control.**  ``h = min(dt, c / r)`` with ``c = 0.01``
 (:data:`RELATIVE_STEP`) and the rate ``r`` the largest, over the live replicas and
 the entries, of
@@ -41,8 +74,9 @@ the entries, of
 * ``(c/0.2)·κ_r``, ``κ_r`` the relative change of the replica's whole drift per unit
   time (:data:`DRIFT_CHANGE`: the drift changes by at most 20 % in a step).
 
-``κ_i = (f(X̃)_i − f_i) sign(f_i)/(h |f_i|)`` and ``κ_r = ‖f(X̃) − f‖/(h‖f‖)`` come
-free from the previous step's predictor (``f(X̃) − f = h J f + O(h²)``).  For a growth
+``κ_i = (f(X_m)_i − f_i) sign(f_i)/((h/2) |f_i|)`` and ``κ_r = ‖f(X_m) − f‖/((h/2)‖f‖)``
+come from the previous step's drift midpoint (``f(X_m) − f = (h/2) J f + O(h²)``, free
+of the noise, which the predictor carries).  For a growth
 at rate ``κ`` (``f = κ X``) both estimates of the first item are ``κ``, so ``κh ≤ 0.01``:
 Heun's rate error is ``(κh)²κ/6``, and a growth over ``L`` e-folds (an escape from
 the plateau: ``L ≈ ½ log N``) is timed to a relative ``(κh)²/6 < 10⁻⁴``; below the
@@ -70,7 +104,7 @@ vanish, so ``Q_kk`` stays at its start; after every step the state is projected
 back (``Q ← S Q S``, ``ρ ← S ρ`` with ``S = diag(√(Q_kk(0)/Q_kk))``) to remove
 rounding.
 
-**Cost** per step ``O(R · (cost of 2 f) + noise)``, independent of ``N``: the
+**Cost** per step ``O(R · (cost of 3 f) + noise)``, independent of ``N``: the
 Gaussian noise adds one ``D`` and a ``dim³`` factorisation per replica, the sampled
 noise an ``n × n`` eigendecomposition (``n = p + p*``) and ``M (p n + p²)``
 multiply-adds per replica.  Random numbers: the same seed streams as the other
@@ -102,6 +136,15 @@ __all__ = ["simulate_sde", "DEFAULT_DT", "RELATIVE_STEP", "sde_form", "sde_noise
 DEFAULT_DT = 0.2
 #: Largest relative change of a state entry through the drift in one step.
 RELATIVE_STEP = 0.01
+#: The step's noise at the drift's midpoint and in Heun's predictor (module docstring,
+#: "Conserved quantities"); False: the noise at the step's start, after the predictor (the
+#: scheme before, kept to measure what the change does).
+STAGGERED = True
+#: Largest difference of Heun's and Euler's drift increments in a step, relative to the
+#: step's noise (:func:`_noise_step`); 0 switches this control off.
+NOISE_ACCURACY = 0.1
+#: Largest growth of the noise-relative step from one step to the next.
+NOISE_GROWTH = 4.0
 #: Largest state dimension the SDE accepts (a ``dim × dim`` eigendecomposition per
 #: replica and step): p = 64, p* = 2 has dim = 2208.
 MAX_SDE_DIM = 2500
@@ -154,10 +197,11 @@ def _rate(f, x, floor, drift_rate, state_rate):
 def _drift_change(f, f_pred, h):
     r"""``(κ_i, κ_r)``: the drift's relative rate of change per entry (signed) and per replica.
 
-    Heun's predictor gives it for free: ``X̃ = X + f h``, so ``f(X̃) − f(X) = h J f +
-    O(h²)``.  ``κ_i = (f(X̃)_i − f_i) sign(f_i)/(h |f_i|)`` is ``κ`` for growth
-    ``f = κ X`` and ``−λ`` for a decay, 0 for a constant drift; an entry with ``f_i = 0``
-    gets 0.  ``κ_r = ‖f(X̃) − f(X)‖/(h ‖f(X)‖)`` (0 where ``f = 0``).
+    From `f_pred` at a point ``X + f h`` ahead without the noise: ``f(X + f h) − f(X) = h J f
+    + O(h²)`` (the step passes the drift's midpoint, ``h/2``).  ``κ_i = (f_pred_i − f_i)
+    sign(f_i)/(h |f_i|)`` is ``κ`` for growth ``f = κ X`` and ``−λ`` for a decay, 0 for a
+    constant drift; an entry with ``f_i = 0`` gets 0.  ``κ_r = ‖f_pred − f‖/(h ‖f‖)`` (0
+    where ``f = 0``).
     """
     change = f_pred - f
     af = np.abs(f)
@@ -166,6 +210,26 @@ def _drift_change(f, f_pred, h):
         norm = np.linalg.norm(f, axis=-1)
         whole = np.where(norm > 0, np.linalg.norm(change, axis=-1) / (h * norm), 0.0)
     return kappa, whole
+
+
+def _noise_step(err, noise, h):
+    r"""The next step each replica's drift accuracy allows, relative to its noise.
+
+    `err` ``= h (f(X + f h/2) − f(X)) ≈ ½ h² J f`` is the difference of Heun's and Euler's
+    drift increments (the error of the lower order; Heun's own is ``O(h³)``) and `noise`
+    the step's noise ``ζ`` (``∝ √h``).  Keeping ``‖err‖ <= NOISE_ACCURACY ‖ζ‖`` bounds the
+    deterministic error by a fraction of what the noise moves the state in the same step:
+    a quantity the flow conserves (``Q_kk − (2η/η_a) a_k²`` with a trained readout and
+    ``σ = z²``) then drifts by at most ``NOISE_ACCURACY²`` of its Itô term (module
+    docstring, "Conserved quantities").  ``‖err‖ ∝ h²`` and ``‖ζ‖ ∝ √h``: the step that
+    meets the bound is ``h (NOISE_ACCURACY ‖ζ‖/‖err‖)^{2/3}``, grown by at most
+    :data:`NOISE_GROWTH` per step.
+    """
+    e = np.linalg.norm(err, axis=-1)
+    z = np.linalg.norm(noise, axis=-1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(e > 0, (NOISE_ACCURACY * z / e) ** (2.0 / 3.0), np.inf)
+    return h * np.minimum(ratio, NOISE_GROWTH)
 
 
 def _sqrt_psd(D):
@@ -268,6 +332,12 @@ def simulate_sde(model, N, t_max, replicas, seed, X0, T, rec_steps, on_divergenc
     # relative rate of change of each entry's drift over the replica's last step (none yet)
     drift_rate = np.full((replicas, lay.dim), np.inf)
     state_rate = np.zeros(replicas)
+    # the largest step the noise-relative accuracy allows each replica (_noise_step); the
+    # first step is small, the control grows it by at most NOISE_GROWTH per step
+    noise_step = np.full(replicas, dt / NOISE_GROWTH**2)
+    # (with the O(1/N) drift only: the mode that claims SGD's law beyond leading order, at
+    # a finite N; without it the cost stays independent of N)
+    noise_control = bool(finite_n and STAGGERED and NOISE_ACCURACY)
     bar = None
     if progress:
         from tqdm.auto import tqdm
@@ -296,6 +366,8 @@ def simulate_sde(model, N, t_max, replicas, seed, X0, T, rec_steps, on_divergenc
             rate = (_rate(f, x[live], floor, drift_rate[live], state_rate[live]) if f.size
                     else 0.0)
             h = dt if not rate > 0 else min(dt, RELATIVE_STEP / rate)
+            if noise_control:
+                h = min(h, max(float(np.min(noise_step[live])), dt / NOISE_GROWTH**2))
             h = min(h, times[i_rec] - t)
             if not np.isfinite(h) or h <= 0:
                 h = times[i_rec] - t
@@ -305,16 +377,30 @@ def simulate_sde(model, N, t_max, replicas, seed, X0, T, rec_steps, on_divergenc
             if ahead:
                 h = ahead[0] - t
                 t_end = ahead[0] - 1e-13 * max(1.0, ahead[0])   # the left limit of a jump
+            # the noise's coefficients at the drift's midpoint X + f h/2 (deterministic: Itô)
+            # and the noise in Heun's predictor: the two halves of the drift–noise iterated
+            # integrals, without which a quantity the dynamics conserves diffuses at O(h²/N)
+            # per unit time (module docstring, "Conserved quantities")
+            t_mid = t + 0.5 * (t_end - t)
+            if STAGGERED:
+                Qm, rm, am = lay.unpack(x[live] + f * (0.5 * h))
+                f_mid = lay.pack(*k.rhs(Qm, rm, T, am, t=t_mid))
+                drift_rate[live], state_rate[live] = _drift_change(f, f_mid, 0.5 * h)
+            else:
+                Qm, rm, am, f_mid, t_mid = Qa, ra, aa, f, t
             if sampled is None:
-                D = k.diffusion(Qa, ra, T, aa, t=t)
+                D = k.diffusion(Qm, rm, T, am, t=t_mid)
                 L = _sqrt_psd(0.5 * (D + np.swapaxes(D, -1, -2)))
                 xi = rng_data.standard_normal((replicas, lay.dim))[live]
                 dW = math.sqrt(h / N) * np.einsum("rij,rj->ri", L, xi)
             else:
-                dW = sampled(live, Qa, ra, T, aa, f, h, k.params_at(t))
-            Qp, rp, ap = lay.unpack(x[live] + f * h)
+                dW = sampled(live, Qm, rm, T, am, f_mid, h, k.params_at(t_mid))
+            Qp, rp, ap = lay.unpack(x[live] + f * h + (dW if STAGGERED else 0.0))
             f_pred = lay.pack(*k.rhs(Qp, rp, T, ap, t=t_end))
-            drift_rate[live], state_rate[live] = _drift_change(f, f_pred, h)
+            if not STAGGERED:
+                drift_rate[live], state_rate[live] = _drift_change(f, f_pred, h)
+            elif noise_control:
+                noise_step[live] = _noise_step(h * (f_mid - f), dW, h)
             # the O(1/N) drift at the step's start (Euler: it is itself O(1/N))
             g = finite_n_drift(der, k, x[live], T, f, t, N) if finite_n else 0.0
             x[live] = x[live] + (0.5 * (f + f_pred) + g) * h + dW

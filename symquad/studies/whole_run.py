@@ -261,7 +261,7 @@ def whole_run_sde_seconds(model, form, replicas, t_span, start, T, dt=None,
                           finite_n=False) -> float:
     """A lower bound on the seconds of the whole-run SDE, from one measured step's parts.
 
-    The SDE makes at least ``ceil(t_span/dt)`` steps, each two drift calls over the
+    The SDE makes at least ``ceil(t_span/dt)`` steps, each three drift calls over the
     replicas and one noise (:mod:`symquad.numeric.sde`), and with `finite_n` one O(1/N)
     drift (:func:`~symquad.numeric.drift_derivatives.finite_n_drift`); each is timed once
     on the replicas' starts (a first call of each, which may generate or load the kernels
@@ -297,7 +297,7 @@ def whole_run_sde_seconds(model, form, replicas, t_span, start, T, dt=None,
         finite_n_drift(der, k, x, T, f, 0.0, 1000)
         t_finite = time.perf_counter() - t_begin
     steps = math.ceil(t_span / (DEFAULT_DT if dt is None else dt))
-    return steps * (2.0 * t_rhs + t_noise + t_finite)
+    return steps * (3.0 * t_rhs + t_noise + t_finite)
 
 
 #: The stage whose fields the SDE's O(1/N) drift needs (symquad.stages.STAGES).
