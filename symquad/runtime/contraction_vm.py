@@ -139,10 +139,16 @@ def _cost(loops):
     d1 = loops[-2][0] if len(loops) > 1 else 1
     if (len(loops) > 1 and loops[-2][1][2] == 0 and d0 >= 8 and sz == 1
             and (sx, sy) in ((0, 1), (1, 0))):
-        # the register micro-kernel (_axpy_runs): chunks of 8 accumulated over d1
+        # the register kernels: chunks of 8 entries summed over d1 in registers, four
+        # rows at a time where an output letter of ROWS_MIN or more is next
+        # (_axpy_rows: ~0.08 ns per multiply-add measured, 13 GMAC/s on long sums),
+        # else one row (_axpy_runs); a tail of d0 mod 8 entries as a short update
         n8 = d0 - d0 % 8
-        return (macs * (0.1 * n8 + 0.35 * (d0 - n8)) / d0 + 4.0 * macs / (8 * d1)
-                + 5.0 * macs / (d0 * d1))
+        d2, s2 = loops[-3] if len(loops) > 2 else (1, (0, 0, 0, 0))
+        per = 0.08 if s2[2] and d2 >= ROWS_MIN else 0.1
+        rows = 4 if per == 0.08 else 1
+        return (macs * (per * n8 + 0.35 * (d0 - n8)) / d0 + 4.0 * macs / (8 * rows * d1)
+                + 5.0 * macs / (d0 * d1 * rows))
     if sz == 0:
         per = 0.4
     elif sz == 1 and sx in (0, 1) and sy in (0, 1):
@@ -353,6 +359,123 @@ def _acc8x4(V, d1, ao, sa1, sa2, bo, sb1, sb2, z, sz2):  # pragma: no cover
 
 
 @njit(cache=True)
+def _acc8x4w(V, d1, ao, sa1, sa2, bo, sb1, sb2, z, sz2, wo, sw1, sw2):  # pragma: no cover
+    """:func:`_acc8x4` with ``a_rj`` weighted by ``V[wo + r·sw2 + j·sw1]``."""
+    z0 = z
+    z1 = z + 1 * sz2
+    z2 = z + 2 * sz2
+    z3 = z + 3 * sz2
+    c00 = V[np.uint64(z0 + 0)]
+    c01 = V[np.uint64(z0 + 1)]
+    c02 = V[np.uint64(z0 + 2)]
+    c03 = V[np.uint64(z0 + 3)]
+    c04 = V[np.uint64(z0 + 4)]
+    c05 = V[np.uint64(z0 + 5)]
+    c06 = V[np.uint64(z0 + 6)]
+    c07 = V[np.uint64(z0 + 7)]
+    c10 = V[np.uint64(z1 + 0)]
+    c11 = V[np.uint64(z1 + 1)]
+    c12 = V[np.uint64(z1 + 2)]
+    c13 = V[np.uint64(z1 + 3)]
+    c14 = V[np.uint64(z1 + 4)]
+    c15 = V[np.uint64(z1 + 5)]
+    c16 = V[np.uint64(z1 + 6)]
+    c17 = V[np.uint64(z1 + 7)]
+    c20 = V[np.uint64(z2 + 0)]
+    c21 = V[np.uint64(z2 + 1)]
+    c22 = V[np.uint64(z2 + 2)]
+    c23 = V[np.uint64(z2 + 3)]
+    c24 = V[np.uint64(z2 + 4)]
+    c25 = V[np.uint64(z2 + 5)]
+    c26 = V[np.uint64(z2 + 6)]
+    c27 = V[np.uint64(z2 + 7)]
+    c30 = V[np.uint64(z3 + 0)]
+    c31 = V[np.uint64(z3 + 1)]
+    c32 = V[np.uint64(z3 + 2)]
+    c33 = V[np.uint64(z3 + 3)]
+    c34 = V[np.uint64(z3 + 4)]
+    c35 = V[np.uint64(z3 + 5)]
+    c36 = V[np.uint64(z3 + 6)]
+    c37 = V[np.uint64(z3 + 7)]
+    for _ in range(d1):
+        a0 = V[np.uint64(ao + 0 * sa2)] * V[np.uint64(wo + 0 * sw2)]
+        b0 = bo
+        a1 = V[np.uint64(ao + 1 * sa2)] * V[np.uint64(wo + 1 * sw2)]
+        b1 = bo + 1 * sb2
+        a2 = V[np.uint64(ao + 2 * sa2)] * V[np.uint64(wo + 2 * sw2)]
+        b2 = bo + 2 * sb2
+        a3 = V[np.uint64(ao + 3 * sa2)] * V[np.uint64(wo + 3 * sw2)]
+        b3 = bo + 3 * sb2
+        c00 += a0 * V[np.uint64(b0 + 0)]
+        c01 += a0 * V[np.uint64(b0 + 1)]
+        c02 += a0 * V[np.uint64(b0 + 2)]
+        c03 += a0 * V[np.uint64(b0 + 3)]
+        c04 += a0 * V[np.uint64(b0 + 4)]
+        c05 += a0 * V[np.uint64(b0 + 5)]
+        c06 += a0 * V[np.uint64(b0 + 6)]
+        c07 += a0 * V[np.uint64(b0 + 7)]
+        c10 += a1 * V[np.uint64(b1 + 0)]
+        c11 += a1 * V[np.uint64(b1 + 1)]
+        c12 += a1 * V[np.uint64(b1 + 2)]
+        c13 += a1 * V[np.uint64(b1 + 3)]
+        c14 += a1 * V[np.uint64(b1 + 4)]
+        c15 += a1 * V[np.uint64(b1 + 5)]
+        c16 += a1 * V[np.uint64(b1 + 6)]
+        c17 += a1 * V[np.uint64(b1 + 7)]
+        c20 += a2 * V[np.uint64(b2 + 0)]
+        c21 += a2 * V[np.uint64(b2 + 1)]
+        c22 += a2 * V[np.uint64(b2 + 2)]
+        c23 += a2 * V[np.uint64(b2 + 3)]
+        c24 += a2 * V[np.uint64(b2 + 4)]
+        c25 += a2 * V[np.uint64(b2 + 5)]
+        c26 += a2 * V[np.uint64(b2 + 6)]
+        c27 += a2 * V[np.uint64(b2 + 7)]
+        c30 += a3 * V[np.uint64(b3 + 0)]
+        c31 += a3 * V[np.uint64(b3 + 1)]
+        c32 += a3 * V[np.uint64(b3 + 2)]
+        c33 += a3 * V[np.uint64(b3 + 3)]
+        c34 += a3 * V[np.uint64(b3 + 4)]
+        c35 += a3 * V[np.uint64(b3 + 5)]
+        c36 += a3 * V[np.uint64(b3 + 6)]
+        c37 += a3 * V[np.uint64(b3 + 7)]
+        ao += sa1
+        bo += sb1
+        wo += sw1
+    V[np.uint64(z0 + 0)] = c00
+    V[np.uint64(z0 + 1)] = c01
+    V[np.uint64(z0 + 2)] = c02
+    V[np.uint64(z0 + 3)] = c03
+    V[np.uint64(z0 + 4)] = c04
+    V[np.uint64(z0 + 5)] = c05
+    V[np.uint64(z0 + 6)] = c06
+    V[np.uint64(z0 + 7)] = c07
+    V[np.uint64(z1 + 0)] = c10
+    V[np.uint64(z1 + 1)] = c11
+    V[np.uint64(z1 + 2)] = c12
+    V[np.uint64(z1 + 3)] = c13
+    V[np.uint64(z1 + 4)] = c14
+    V[np.uint64(z1 + 5)] = c15
+    V[np.uint64(z1 + 6)] = c16
+    V[np.uint64(z1 + 7)] = c17
+    V[np.uint64(z2 + 0)] = c20
+    V[np.uint64(z2 + 1)] = c21
+    V[np.uint64(z2 + 2)] = c22
+    V[np.uint64(z2 + 3)] = c23
+    V[np.uint64(z2 + 4)] = c24
+    V[np.uint64(z2 + 5)] = c25
+    V[np.uint64(z2 + 6)] = c26
+    V[np.uint64(z2 + 7)] = c27
+    V[np.uint64(z3 + 0)] = c30
+    V[np.uint64(z3 + 1)] = c31
+    V[np.uint64(z3 + 2)] = c32
+    V[np.uint64(z3 + 3)] = c33
+    V[np.uint64(z3 + 4)] = c34
+    V[np.uint64(z3 + 5)] = c35
+    V[np.uint64(z3 + 6)] = c36
+    V[np.uint64(z3 + 7)] = c37
+
+
+@njit(cache=True)
 def _axpy_runs(V, d0, d1, ao, sa1, bo, sb1, zo, sz1, wo, sw1, weighted):  # pragma: no cover
     r"""``z[k] += a · b[k]`` for ``k < d0`` (unit strides), ``d1`` times.
 
@@ -394,36 +517,45 @@ def _axpy_runs(V, d0, d1, ao, sa1, bo, sb1, zo, sz1, wo, sw1, weighted):  # prag
 
 
 @njit(cache=True)
-def _axpy_rows(V, d0, d1, d2, ao, sa1, sa2, bo, sb1, sb2, zo, sz2):  # pragma: no cover
+def _axpy_rows(V, d0, d1, d2, ao, sa1, sa2, bo, sb1, sb2, zo, sz2, wo, sw1, sw2,
+               weighted):  # pragma: no cover
     r"""Three innermost loops ``z_{ic} += Σ_j a_{ij} b_{ijc}`` (``c < d0`` unit stride in
-    ``z`` and ``b``, ``j < d1`` summed, ``i < d2`` an output letter): the inner loops of a
-    small matrix product.  Rows of ``z`` four at a time in chunks of 8 columns
-    (:func:`_acc8x4`), the rest as in :func:`_axpy_runs`.  Bit-identical to the plain loops.
+    ``z`` and ``b``, ``j < d1`` summed, ``i < d2`` an output letter; ``a_{ij}`` times the
+    weight ``V[wo + i·sw2 + j·sw1]`` when `weighted`): the inner loops of a small matrix
+    product.  Rows of ``z`` four at a time in chunks of 8 columns (:func:`_acc8x4`,
+    :func:`_acc8x4w`), the rest as in :func:`_axpy_runs`.  Bit-identical to the plain
+    loops (the weighted product ``(a·w)·b`` as in :func:`_inner_weighted`).
     """
     n8 = d0 - d0 % 8
     r = 0
     while r + 4 <= d2:
         for c in range(0, n8, 8):
-            _acc8x4(V, d1, ao, sa1, sa2, bo + c, sb1, sb2, zo + c, sz2)
+            if weighted:
+                _acc8x4w(V, d1, ao, sa1, sa2, bo + c, sb1, sb2, zo + c, sz2, wo, sw1, sw2)
+            else:
+                _acc8x4(V, d1, ao, sa1, sa2, bo + c, sb1, sb2, zo + c, sz2)
         if n8 < d0:
             for q in range(4):
-                a_, b_ = ao + q * sa2, bo + q * sb2
+                a_, b_, w_ = ao + q * sa2, bo + q * sb2, wo + q * sw2
                 for _ in range(d1):
-                    a = V[np.uint64(a_)]
+                    a = V[np.uint64(a_)] * V[np.uint64(w_)] if weighted else V[np.uint64(a_)]
                     for k in range(n8, d0):
                         V[np.uint64(zo + q * sz2 + k)] += a * V[np.uint64(b_ + k)]
                     a_ += sa1
                     b_ += sb1
+                    w_ += sw1
         r += 4
         ao += 4 * sa2
         bo += 4 * sb2
         zo += 4 * sz2
+        wo += 4 * sw2
     while r < d2:
-        _axpy_runs(V, d0, d1, ao, sa1, bo, sb1, zo, 0, 0, 0, False)
+        _axpy_runs(V, d0, d1, ao, sa1, bo, sb1, zo, 0, wo, sw1, weighted)
         r += 1
         ao += sa2
         bo += sb2
         zo += sz2
+        wo += sw2
 
 
 @njit(cache=True)
@@ -524,16 +656,16 @@ ROWS_MIN = 4
 
 
 @njit(cache=True)
-def _rows_kernel(nl, weighted, dims, xs, ys, zs):  # pragma: no cover
+def _rows_kernel(nl, dims, xs, ys, zs, ws):  # pragma: no cover
     """Whether a step's three innermost loops run in :func:`_axpy_rows`: 0 no, 1 with ``x``
     constant along the run, 2 with ``y``.
 
-    Unweighted; the innermost loop a unit-stride run of ``z`` (and of one operand, the
+    The weight (if any) constant along the run; the innermost loop a unit-stride run of ``z`` (and of one operand, the
     other constant along it) of at least 8 entries; the next one summed; the one outside
     it an output letter of at least :data:`ROWS_MIN` entries.
     """
     last = nl - 1
-    if (weighted or nl < 3 or zs[last - 1] != 0 or zs[last] != 1 or dims[last] < 8
+    if (nl < 3 or zs[last - 1] != 0 or ws[last] != 0 or zs[last] != 1 or dims[last] < 8
             or zs[last - 2] == 0 or dims[last - 2] < ROWS_MIN):
         return 0
     if xs[last] == 0 and ys[last] == 1:
@@ -547,8 +679,8 @@ def kernel_of(row):
     """Which compiled kernel :func:`run` uses for an encoded step: ``"rows"`` (the
     small-matrix-product kernel, :func:`_axpy_rows`), ``"weighted"`` or ``"inner"``."""
     nl = int(row[_NL])
-    loops = [np.ascontiguousarray(row[o:o + MAX_LETTERS]) for o in (_D, _XS, _YS, _ZS)]
-    if _rows_kernel(nl, int(row[_WEIGHTED]), *loops):
+    loops = [np.ascontiguousarray(row[o:o + MAX_LETTERS]) for o in (_D, _XS, _YS, _ZS, _WS)]
+    if _rows_kernel(nl, *loops):
         return "rows"
     return "weighted" if row[_WEIGHTED] else "inner"
 
@@ -583,10 +715,11 @@ def run(W, code, start, stop):  # pragma: no cover - compiled
         # unit-stride run of z, an output letter of 4 or more outside it): three loops
         # in one kernel, four rows at a time (_axpy_rows); 1 or 2: which operand is
         # constant along the run
-        rows = _rows_kernel(nl, weighted, dims, xs, ys, zs)
-        d2, sx2, sy2, sz2 = 1, 0, 0, 0
+        rows = _rows_kernel(nl, dims, xs, ys, zs, ws)
+        d2, sx2, sy2, sz2, sw2 = 1, 0, 0, 0, 0
         if rows:
-            d2, sx2, sy2, sz2 = dims[last - 2], xs[last - 2], ys[last - 2], zs[last - 2]
+            d2, sx2, sy2, sz2, sw2 = (dims[last - 2], xs[last - 2], ys[last - 2],
+                                      zs[last - 2], ws[last - 2])
         for b in range(B):
             V = W[b]
             if code[s, _ZERO]:
@@ -598,9 +731,11 @@ def run(W, code, start, stop):  # pragma: no cover - compiled
             xo, yo, zo, wo = code[s, _X], code[s, _Y], code[s, _Z], code[s, _W]
             while True:
                 if rows == 1:
-                    _axpy_rows(V, d0, d1, d2, xo, sx1, sx2, yo, sy1, sy2, zo, sz2)
+                    _axpy_rows(V, d0, d1, d2, xo, sx1, sx2, yo, sy1, sy2, zo, sz2, wo, sw1,
+                               sw2, weighted)
                 elif rows == 2:
-                    _axpy_rows(V, d0, d1, d2, yo, sy1, sy2, xo, sx1, sx2, zo, sz2)
+                    _axpy_rows(V, d0, d1, d2, yo, sy1, sy2, xo, sx1, sx2, zo, sz2, wo, sw1,
+                               sw2, weighted)
                 elif weighted:
                     _inner_weighted(V, d0, d1, xo, yo, zo, wo, sx0, sy0, sz0, sw0,
                                     sx1, sy1, sz1, sw1)
