@@ -137,18 +137,15 @@ def _cost(loops):
     macs = math.prod(d for d, _ in loops)
     d0, (sx, sy, sz, _) = loops[-1]
     d1 = loops[-2][0] if len(loops) > 1 else 1
-    if (len(loops) > 1 and loops[-2][1][2] == 0 and d0 >= 8 and sz == 1
+    d2, s2 = loops[-3] if len(loops) > 2 else (1, (0, 0, 0, 0))
+    if (len(loops) > 2 and loops[-2][1][2] == 0 and s2[2] and d2 >= ROWS_MIN and d0 >= 8 and sz == 1
             and (sx, sy) in ((0, 1), (1, 0))):
-        # the register kernels: chunks of 8 entries summed over d1 in registers, four
-        # rows at a time where an output letter of ROWS_MIN or more is next
-        # (_axpy_rows: ~0.08 ns per multiply-add measured, 13 GMAC/s on long sums),
-        # else one row (_axpy_runs); a tail of d0 mod 8 entries as a short update
+        # the register kernel (_axpy_rows): four rows × 8 entries summed over d1 in
+        # registers, ~0.08 ns per multiply-add (13 GMAC/s measured on long sums), ~6 ns
+        # per chunk; a tail of d0 mod 8 entries as a short update
         n8 = d0 - d0 % 8
-        d2, s2 = loops[-3] if len(loops) > 2 else (1, (0, 0, 0, 0))
-        per = 0.08 if s2[2] and d2 >= ROWS_MIN else 0.1
-        rows = 4 if per == 0.08 else 1
-        return (macs * (per * n8 + 0.35 * (d0 - n8)) / d0 + 4.0 * macs / (8 * rows * d1)
-                + 5.0 * macs / (d0 * d1 * rows))
+        return (macs * (0.08 * n8 + 0.35 * (d0 - n8)) / d0 + 6.0 * macs / (32 * d1)
+                + 5.0 * macs / (d0 * d1 * 4))
     if sz == 0:
         per = 0.4
     elif sz == 1 and sx in (0, 1) and sy in (0, 1):
@@ -582,10 +579,22 @@ def _inner(V, d0, d1, xo, yo, zo, sx0, sy0, sz0, sx1, sy1, sz1):  # pragma: no c
             yo += sy1
             zo += sz1
     elif sx0 == 0 and sy0 == 1 and sz0 == 1:
-        # unit strides: the micro-kernel (x·y = y·x exactly, so one kernel serves both)
-        _axpy_runs(V, d0, d1, xo, sx1, yo, sy1, zo, sz1, 0, 0, False)
+        # unit strides written as such: the compiler vectorises the loop
+        for _ in range(d1):
+            a = V[np.uint64(xo)]
+            for k in range(d0):
+                V[np.uint64(zo + k)] += a * V[np.uint64(yo + k)]
+            xo += sx1
+            yo += sy1
+            zo += sz1
     elif sy0 == 0 and sx0 == 1 and sz0 == 1:
-        _axpy_runs(V, d0, d1, yo, sy1, xo, sx1, zo, sz1, 0, 0, False)
+        for _ in range(d1):
+            a = V[np.uint64(yo)]
+            for k in range(d0):
+                V[np.uint64(zo + k)] += V[np.uint64(xo + k)] * a
+            xo += sx1
+            yo += sy1
+            zo += sz1
     elif sx0 == 0:
         for _ in range(d1):
             a = V[np.uint64(xo)]
@@ -620,9 +629,17 @@ def _inner_weighted(V, d0, d1, xo, yo, zo, wo, sx0, sy0, sz0, sw0, sx1, sy1, sz1
         # unit strides written as such (the stacking of a group's operand in its
         # order): the compiler vectorises the loop
         if sx0 == 0:
-            _axpy_runs(V, d0, d1, xo, sx1, yo, sy1, zo, sz1, wo, sw1, True)
+            ao, sa, bo, sb = xo, sx1, yo, sy1
         else:
-            _axpy_runs(V, d0, d1, yo, sy1, xo, sx1, zo, sz1, wo, sw1, True)
+            ao, sa, bo, sb = yo, sy1, xo, sx1
+        for _ in range(d1):
+            a = V[np.uint64(ao)] * V[np.uint64(wo)]
+            for k in range(d0):
+                V[np.uint64(zo + k)] += a * V[np.uint64(bo + k)]
+            ao += sa
+            bo += sb
+            zo += sz1
+            wo += sw1
         return
     for _ in range(d1):
         if sw0 == 0 and sx0 == 0:
@@ -715,7 +732,9 @@ def run(W, code, start, stop):  # pragma: no cover - compiled
         # unit-stride run of z, an output letter of 4 or more outside it): three loops
         # in one kernel, four rows at a time (_axpy_rows); 1 or 2: which operand is
         # constant along the run
-        rows = _rows_kernel(nl, dims, xs, ys, zs, ws)
+        rows = 0
+        if nl >= 3 and sz1 == 0 and sz0 == 1 and d0 >= 8:
+            rows = _rows_kernel(nl, dims, xs, ys, zs, ws)
         d2, sx2, sy2, sz2, sw2 = 1, 0, 0, 0, 0
         if rows:
             d2, sx2, sy2, sz2, sw2 = (dims[last - 2], xs[last - 2], ys[last - 2],
