@@ -16,7 +16,9 @@ the diffusion matrix's time at small width (docs/benchmarks-finite-n.md).
 
 The loops are plain multiply-adds in a fixed order (the output's letters outside,
 the summed ones inside), so a step's value is the same sum as ``einsum``'s in
-another order of the additions: equal to rounding.  numba compiles :func:`run`
+another order of the additions: equal to rounding.  The inner loops of a small matrix
+product run in a register kernel (:func:`_axpy_rows`: four rows × 8 entries of ``z``
+summed in registers, the same additions in the same order).  numba compiles :func:`run`
 once (``cache=True``: later processes load it from the on-disk cache).
 """
 
@@ -132,14 +134,17 @@ def _cost(loops):
     compiler vectorises) or 0.35 ns in a shorter one — fitted to two rows measured on the
     development machine, one thread (``z_{abc} += Σ_k y_{ak} x_{bkc}``, ``p = 8``,
     ``n = 10``: 2.2 GMAC/s with runs of 8, 4.8 GMAC/s with runs of 64) —, 0.4 ns in a dot
-    product and 0.45 ns with other strides (rough: such rows ran at 1–2.5 GMAC/s).
+    product and 0.45 ns with other strides (rough: such rows ran at 1–2.5 GMAC/s).  A step
+    that takes the register kernel (:func:`_axpy_rows`): 0.08 ns per multiply-add (13–16
+    GMAC/s measured on long sums, 5–6.5 on ``8 × 10 × 8`` products), ~6 ns per chunk of
+    4 rows × 8 entries.
     """
     macs = math.prod(d for d, _ in loops)
     d0, (sx, sy, sz, _) = loops[-1]
     d1 = loops[-2][0] if len(loops) > 1 else 1
     d2, s2 = loops[-3] if len(loops) > 2 else (1, (0, 0, 0, 0))
-    if (len(loops) > 2 and loops[-2][1][2] == 0 and s2[2] and d2 >= ROWS_MIN and d0 >= 8 and sz == 1
-            and (sx, sy) in ((0, 1), (1, 0))):
+    if (len(loops) > 2 and loops[-2][1][2] == 0 and s2[2] and d2 >= ROWS_MIN and d0 >= 8
+            and sz == 1 and (sx, sy) in ((0, 1), (1, 0))):
         # the register kernel (_axpy_rows): four rows × 8 entries summed over d1 in
         # registers, ~0.08 ns per multiply-add (13 GMAC/s measured on long sums), ~6 ns
         # per chunk; a tail of d0 mod 8 entries as a short update
@@ -195,7 +200,7 @@ def _acc8(V, d1, ao, sa1, bo, sb1, z):  # pragma: no cover
 
 @njit(cache=True)
 def _acc8w(V, d1, ao, sa1, bo, sb1, z, wo, sw1):  # pragma: no cover
-    """``z[0:8] += Σ_j a_j b_j[0:8]`` over ``d1`` terms, the 8 sums in registers (``a_j`` weighted).
+    """:func:`_acc8` with ``a_j`` weighted by ``V[wo + j·sw1]``.
 
     Loaded and stored once; no store inside the loop, so LLVM's SLP vectoriser
     can pack the eight chains into vector registers (indices unsigned: no
@@ -677,9 +682,10 @@ def _rows_kernel(nl, dims, xs, ys, zs, ws):  # pragma: no cover
     """Whether a step's three innermost loops run in :func:`_axpy_rows`: 0 no, 1 with ``x``
     constant along the run, 2 with ``y``.
 
-    The weight (if any) constant along the run; the innermost loop a unit-stride run of ``z`` (and of one operand, the
-    other constant along it) of at least 8 entries; the next one summed; the one outside
-    it an output letter of at least :data:`ROWS_MIN` entries.
+    The weight (if any) constant along the run; the innermost loop a unit-stride run of
+    ``z`` (and of one operand, the other constant along it) of at least 8 entries; the
+    next one summed; the one outside it an output letter of at least :data:`ROWS_MIN`
+    entries.
     """
     last = nl - 1
     if (nl < 3 or zs[last - 1] != 0 or ws[last] != 0 or zs[last] != 1 or dims[last] < 8
