@@ -21,6 +21,7 @@ CASES = [
     ("tab,tcb->a", {"t": 3, "a": 5, "b": 4, "c": 2}),                          # c of y only, t summed
     ("ta,ta->", {"t": 7, "a": 3}),                                             # a scalar
     ("tab,tab->tab", {"t": 1, "a": 1, "b": 6}),                                # unit dimensions
+    ("tab,ab->tab", {"t": 3, "a": 2, "b": 8}),                    # elementwise, y broadcast
 ]
 
 

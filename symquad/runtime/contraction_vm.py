@@ -616,6 +616,14 @@ def _inner(V, d0, d1, xo, yo, zo, sx0, sy0, sz0, sx1, sy1, sz1):  # pragma: no c
             xo += sx1
             yo += sy1
             zo += sz1
+    elif sx0 == 1 and sy0 == 1 and sz0 == 1:
+        # an elementwise product, unit strides written as such (vectorised)
+        for _ in range(d1):
+            for k in range(d0):
+                V[np.uint64(zo + k)] += V[np.uint64(xo + k)] * V[np.uint64(yo + k)]
+            xo += sx1
+            yo += sy1
+            zo += sz1
     else:
         for _ in range(d1):
             for k in range(d0):
