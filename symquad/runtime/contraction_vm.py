@@ -526,7 +526,9 @@ def _axpy_rows(V, d0, d1, d2, ao, sa1, sa2, bo, sb1, sb2, zo, sz2, wo, sw1, sw2,
     weight ``V[wo + i·sw2 + j·sw1]`` when `weighted`): the inner loops of a small matrix
     product.  Rows of ``z`` four at a time in chunks of 8 columns (:func:`_acc8x4`,
     :func:`_acc8x4w`), the rest as in :func:`_axpy_runs`.  Bit-identical to the plain
-    loops (the weighted product ``(a·w)·b`` as in :func:`_inner_weighted`).
+    loops (the weighted product ``(a·w)·b`` as in :func:`_inner_weighted`) as long as
+    ``a``, ``b`` and the weights do not overlap ``z`` (``z`` is read once and written
+    once; the diffusion engine never lets a step's result share memory with its inputs).
     """
     n8 = d0 - d0 % 8
     r = 0
