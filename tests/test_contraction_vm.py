@@ -21,6 +21,7 @@ CASES = [
     ("tab,tcb->a", {"t": 3, "a": 5, "b": 4, "c": 2}),                          # c of y only, t summed
     ("ta,ta->", {"t": 7, "a": 3}),                                             # a scalar
     ("tab,tab->tab", {"t": 1, "a": 1, "b": 6}),                                # unit dimensions
+    ("tab,ab->tab", {"t": 3, "a": 2, "b": 8}),                    # elementwise, y broadcast
 ]
 
 
@@ -87,3 +88,59 @@ def test_too_many_loops_are_refused():
     z = (2 ** 13, letters[::-1], (2,) * 13)
     with pytest.raises(ValueError, match="at most 12"):
         vm.encode(x, (0, "", ()), z)
+
+
+@pytest.mark.parametrize("subscripts,dims,weighted", [
+    ("ij,jc->ic", {"i": 5, "j": 3, "c": 10}, False),     # four rows + one, a tail of 2
+    ("jc,ij->ic", {"i": 8, "j": 10, "c": 8}, False),     # the operands the other way round
+    ("ij,ijc->ic", {"i": 6, "j": 4, "c": 16}, False),    # b moves with the row too
+    ("aij,jc->aic", {"a": 2, "i": 4, "j": 2, "c": 9}, False),   # an odometer letter outside
+    ("ij,jc->ic", {"i": 7, "j": 3, "c": 8}, "j"),        # weighted along the summed letter
+    ("ji,jc->ic", {"i": 4, "j": 5, "c": 12}, "j"),
+    ("ij,ijc->ic", {"i": 6, "j": 4, "c": 8}, "i"),       # ... along the rows
+])
+def test_small_matrix_products_take_the_register_kernel_bit_for_bit(subscripts, dims, weighted):
+    # z_ic += Σ_j (w_j or w_i) a_ij b_jc through the register micro-kernel (_axpy_rows),
+    # accumulated into what z holds, on two states: equal to the same additions in the
+    # same order (z + a_i0 b_0c, then + a_i1 b_1c, ...) done by numpy, entry by entry —
+    # exactly, not to rounding
+    rng = np.random.default_rng(2)
+    (xs, ys, zs), shapes, sizes, (xo, yo, zo) = _layout(subscripts, dims)
+    wo = zo + sizes[2]
+    W = rng.standard_normal((2, wo + (dims[weighted] if weighted else 0)))
+    start = W.copy()
+    row = vm.encode((xo, xs, shapes[0]), (yo, ys, shapes[1]), (zo, zs, shapes[2]),
+                    w=(wo, weighted) if weighted else None, zero=False)
+    assert vm.kernel_of(row) == "rows"
+    vm.run(W, row[None], 0, 1)
+    for b in range(2):
+        x = start[b, xo:xo + sizes[0]].reshape(shapes[0])
+        y = start[b, yo:yo + sizes[1]].reshape(shapes[1])
+        ops = dict(zip((xs, ys), (x, y)))
+        a_sub = next(s for s in (xs, ys) if "c" not in s)
+        b_sub = next(s for s in (xs, ys) if "c" in s)
+        a, bb = ops[a_sub], ops[b_sub]
+        want = start[b, zo:zo + sizes[2]].reshape(shapes[2]).copy()
+        for j in range(dims["j"]):
+            av = np.take(a, j, axis=a_sub.index("j"))[..., None]      # (…, i, 1)
+            if weighted == "j":
+                av = av * start[b, wo + j]
+            elif weighted == "i":
+                av = av * start[b, wo:wo + dims["i"], None]
+            bv = np.take(bb, j, axis=b_sub.index("j"))                # (…, [i,] c)
+            if "i" not in b_sub:
+                bv = np.expand_dims(bv, -2)
+            want = want + av * bv
+        assert np.array_equal(W[b, zo:zo + sizes[2]].reshape(shapes[2]), want)
+
+
+def test_other_steps_do_not_take_the_register_kernel():
+    # too few rows, a short run, a dot product innermost; weighted with a short run
+    assert vm.kernel_of(vm.encode((0, "ij", (3, 3)), (9, "jc", (3, 8)),
+                                  (40, "ic", (3, 8)))) == "inner"
+    assert vm.kernel_of(vm.encode((0, "ij", (6, 3)), (18, "jc", (3, 4)),
+                                  (40, "ic", (6, 4)))) == "inner"
+    assert vm.kernel_of(vm.encode((0, "ij", (6, 9)), (54, "jc", (9, 2)),
+                                  (80, "ic", (6, 2)))) == "inner"
+    assert vm.kernel_of(vm.encode((0, "ij", (6, 3)), (18, "jc", (3, 4)),
+                                  (40, "ic", (6, 4)), w=(70, "j"))) == "weighted"

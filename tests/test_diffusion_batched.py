@@ -156,6 +156,10 @@ def test_program_paths_equal_the_reference(monkeypatch, vm_step, one_state):
     assert all(exe.placed.values()) == (vm_step < 10 ** 9)
     # leaves gathered again in another order for an interpreter reader were used
     assert exe.leaf_copies > 0 or vm_step == 1
+    # small matrix products ran in the register kernel (contraction_vm._axpy_rows)
+    from symquad.runtime import contraction_vm
+    kernels = [contraction_vm.kernel_of(row) for row in exe.code]
+    assert kernels.count("rows") > 0 or vm_step == 1
 
 
 def test_group_products_over_ordered_pairs_equal_the_reference(monkeypatch):
