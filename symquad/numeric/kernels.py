@@ -414,7 +414,6 @@ class Kernels:
         model = _untimed(self.model, SECOND_ORDER_STAGE)
         if self.form == "entries":
             return _second_order_function(model)(Q, rho, T, a, params)
-        declare(self.model, SECOND_ORDER_STAGE)
         require_diffusion(model, "the O(1/N) correction of the mean")
         der = _derivatives(model, self.form)
         lay = self.layout
