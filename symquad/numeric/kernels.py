@@ -61,7 +61,7 @@ from ..spec import Model, check_model, error_signal_weight
 from ..spectrum import ISOTROPIC, has_spectrum
 from ..stages import declare, stage_fields
 from .checks import as_real_array, check_float_activation
-from .layout import state_layout
+from .layout import StateLayout, state_layout
 from .._generated import ENTRY_MODULES
 from .drift_derivatives import BlockDriftDerivatives, DriftDerivatives
 from ..stages import require_known_structure
@@ -75,8 +75,8 @@ from ..runtime.special_diffusion import erf_diffusion_cost, erf_diffusion_kinds,
 # replacement in symquad.kernel_files or symquad._generated.assembly (tests) takes effect
 from .. import kernel_files
 from .._generated import assembly as _generated_assembly
-from .block_diffusion import (sphere_projection, state_layout_for, virtual_map,
-                              virtual_overlaps, virtual_teacher_size)
+from .block_diffusion import (sphere_projection, virtual_map, virtual_overlaps,
+                              virtual_teacher_size)
 
 __all__ = ["Kernels", "kernels", "KERNEL_FORMS", "clear_kernel_memo", "default_form",
            "single_thread_blas", "limited_blas", "blas_threads", "THREADS_ENV",
@@ -798,7 +798,7 @@ def _block_diffusion_function(model: Model, form: str, both: bool = False):
     Dv = _diffusion_function(virtual, form)
     A = virtual_map(model.spectrum, p, ps, model.readout_trained)
     # the block layout even for B = 1 (the isotropic model through this path: a test)
-    lay = state_layout_for(p, ps, model.readout_trained, B)
+    lay = StateLayout(p, ps, model.readout_trained, B)
     sphere = model.constraint == "sphere"
 
     def D(Q, rho, T, a, params):
