@@ -710,8 +710,6 @@ def fluctuations(model, Q0, rho0, T, N, t_eval, start: str = "fixed", q0: float 
     x0 = lay.pack(Q0, rho0, a0)
     S0 = random_start_covariance(model, T, q0) if start == "random" else np.zeros((lay.dim,) * 2)
     dim = lay.dim
-    # c(0) = N (E[X(0)] − x(0)): zero for a given start, and for the random start too
-    # (E[W Wᵀ/N] = q0 I, E[W W*ᵀ/N] = 0 exactly; on the sphere E[Q_ij] = δ_ij)
     schedule = model.schedule
     t_end = float(t_eval[-1])
     breaks = schedule.breakpoints(0.0, t_end)
