@@ -429,8 +429,7 @@ def _diffusion_spline(k, T, piece, both):
     from scipy.interpolate import make_interp_spline
     lay = k.layout
     nodes = piece["nodes"]
-    X = np.stack([piece["sol"](t) for t in nodes]) if len(nodes) > 1 else \
-        piece["sol"](nodes[0])[None]
+    X = np.stack([piece["sol"](t) for t in nodes])
     Q, rho, a = lay.unpack(X)
     a = a if k.model.readout_trained else None
     below = piece["b"] - 1e-13 * max(1.0, abs(piece["b"]))
