@@ -872,15 +872,12 @@ def _derivatives(model: Model, form: str | None):
         kern = dataclasses.replace(_block_kernels(model, form), _params=_params(model))
         iso = _derivatives(model.replace(spectrum=ISOTROPIC, constraint="none"), form)
         der = BlockDriftDerivatives(kern, iso)
-        with _LOCK:
-            _MEMO[key] = der
-        return der
-    if form == "matrix":
-        kern = _moment_kernels(model, "matrix", *_moment_module(model, "matrix"))
     else:
-        kern = _kernels(model, form)
-    kern = dataclasses.replace(kern, _params=_params(model))
-    der = DriftDerivatives(kern)
+        if form == "matrix":
+            kern = _moment_kernels(model, "matrix", *_moment_module(model, "matrix"))
+        else:
+            kern = _kernels(model, form)
+        der = DriftDerivatives(dataclasses.replace(kern, _params=_params(model)))
     with _LOCK:
         _MEMO[key] = der
     return der
