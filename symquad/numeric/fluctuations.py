@@ -52,19 +52,18 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..second_order_cost import SECOND_ORDER_AUTO_SECONDS, second_order_estimate
 from ..spectrum import block_sizes, has_spectrum
 from ..stages import declare
-from .checks import as_overlaps, as_real_array, check_choice, check_int, check_positive
-from .errors import DivergenceError, describe_state
-from .kernels import SECOND_ORDER_FIELDS, SECOND_ORDER_STAGE, kernels
-from .layout import StateLayout, state_layout
-from .kernels import require_diffusion
-from ..second_order_cost import SECOND_ORDER_AUTO_SECONDS, second_order_estimate
-from .kernels import default_form, drift_state_seconds
-from .drift_derivatives import directions_per_rhs
+from .checks import (as_overlaps, as_real_array, check_choice, check_int, check_positive,
+                     check_times)
 # the schedule's terms of the O(1/N) mean (shared with the SDE's O(1/N) drift)
-from .drift_derivatives import schedule_time_derivative, step_phase, step_shift
-from .checks import check_times
+from .drift_derivatives import (directions_per_rhs, schedule_time_derivative, step_phase,
+                                step_shift)
+from .errors import DivergenceError, describe_state
+from .kernels import (SECOND_ORDER_FIELDS, SECOND_ORDER_STAGE, default_form,
+                      drift_state_seconds, kernels, require_diffusion)
+from .layout import StateLayout, state_layout
 from .sde import MAX_SDE_DIM
 
 __all__ = ["fluctuations", "Fluctuations", "random_start_covariance", "block_random_start",
