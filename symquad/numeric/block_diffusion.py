@@ -106,8 +106,8 @@ def virtual_map(spectrum, p: int, p_star: int, trained: bool) -> np.ndarray:
     f, s = _fractions(spectrum)
     kappa = f * s
     B, n = len(kappa), p + p_star
-    lay = state_layout_for(p, p_star, trained, B)
-    virt = state_layout_for(p, virtual_teacher_size(p, p_star, B), trained, 0)
+    lay = StateLayout(p, p_star, trained, B)
+    virt = StateLayout(p, virtual_teacher_size(p, p_star, B), trained, 0)   # 0: isotropic
     col = {entry: j for j, entry in enumerate(virt.entries)}
     A = np.zeros((lay.dim, virt.dim))
     for I, entry in enumerate(lay.entries):
@@ -122,11 +122,6 @@ def virtual_map(spectrum, p: int, p_star: int, trained: bool) -> np.ndarray:
         else:
             A[I, col[entry]] = 1.0
     return A
-
-
-def state_layout_for(p, p_star, trained, blocks):
-    """The :class:`~symquad.numeric.layout.StateLayout` of these sizes (``blocks = 0``: none)."""
-    return StateLayout(p, p_star, trained, blocks)
 
 
 def sphere_projection(lay, x) -> np.ndarray:

@@ -657,16 +657,15 @@ class BlockDriftDerivatives:
         F = self.drift(pts, T, params)                             # (n_nodes, dim(dir), dim)
         return np.einsum("j,jri->ir", w1, F) / step
 
+    def _total(self, x, T):
+        """The isotropic state ``S X`` of the total covariance and ``T_Ω = Σ_c s_c T^c``."""
+        xo = np.asarray(x, dtype=float) @ self.S.T
+        return xo, np.einsum("c,...cij->...ij", self.s, np.asarray(T, dtype=float))
+
     def risk_gradient(self, x, T):
         """``∂ε/∂X`` (..., dim) ``= Sᵀ ∇ε(Ω)``."""
-        x = np.asarray(x, dtype=float)
-        xo = x @ self.S.T
-        To = np.einsum("c,...cij->...ij", self.s, np.asarray(T, dtype=float))
-        return self.iso.risk_gradient(xo, To) @ self.S
+        return self.iso.risk_gradient(*self._total(x, T)) @ self.S
 
     def risk_hessian(self, x, T):
         """``∂²ε/∂X∂X`` (..., dim, dim) ``= Sᵀ ∇²ε(Ω) S``."""
-        x = np.asarray(x, dtype=float)
-        xo = x @ self.S.T
-        To = np.einsum("c,...cij->...ij", self.s, np.asarray(T, dtype=float))
-        return self.S.T @ self.iso.risk_hessian(xo, To) @ self.S
+        return self.S.T @ self.iso.risk_hessian(*self._total(x, T)) @ self.S

@@ -52,19 +52,18 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..second_order_cost import SECOND_ORDER_AUTO_SECONDS, second_order_estimate
 from ..spectrum import block_sizes, has_spectrum
 from ..stages import declare
-from .checks import as_overlaps, as_real_array, check_choice, check_int, check_positive
-from .errors import DivergenceError, describe_state
-from .kernels import SECOND_ORDER_FIELDS, SECOND_ORDER_STAGE, kernels
-from .layout import StateLayout, state_layout
-from .kernels import require_diffusion
-from ..second_order_cost import SECOND_ORDER_AUTO_SECONDS, second_order_estimate
-from .kernels import default_form, drift_state_seconds
-from .drift_derivatives import directions_per_rhs
+from .checks import (as_overlaps, as_real_array, check_choice, check_int, check_positive,
+                     check_times)
 # the schedule's terms of the O(1/N) mean (shared with the SDE's O(1/N) drift)
-from .drift_derivatives import schedule_time_derivative, step_phase, step_shift
-from .checks import check_times
+from .drift_derivatives import (directions_per_rhs, schedule_time_derivative, step_phase,
+                                step_shift)
+from .errors import DivergenceError, describe_state
+from .kernels import (SECOND_ORDER_FIELDS, SECOND_ORDER_STAGE, default_form,
+                      drift_state_seconds, kernels, require_diffusion)
+from .layout import StateLayout, state_layout
 from .sde import MAX_SDE_DIM
 
 __all__ = ["fluctuations", "Fluctuations", "random_start_covariance", "block_random_start",
@@ -429,8 +428,7 @@ def _diffusion_spline(k, T, piece, both):
     from scipy.interpolate import make_interp_spline
     lay = k.layout
     nodes = piece["nodes"]
-    X = np.stack([piece["sol"](t) for t in nodes]) if len(nodes) > 1 else \
-        piece["sol"](nodes[0])[None]
+    X = np.stack([piece["sol"](t) for t in nodes])
     Q, rho, a = lay.unpack(X)
     a = a if k.model.readout_trained else None
     below = piece["b"] - 1e-13 * max(1.0, abs(piece["b"]))
@@ -710,8 +708,6 @@ def fluctuations(model, Q0, rho0, T, N, t_eval, start: str = "fixed", q0: float 
     x0 = lay.pack(Q0, rho0, a0)
     S0 = random_start_covariance(model, T, q0) if start == "random" else np.zeros((lay.dim,) * 2)
     dim = lay.dim
-    # c(0) = N (E[X(0)] − x(0)): zero for a given start, and for the random start too
-    # (E[W Wᵀ/N] = q0 I, E[W W*ᵀ/N] = 0 exactly; on the sphere E[Q_ij] = δ_ij)
     schedule = model.schedule
     t_end = float(t_eval[-1])
     breaks = schedule.breakpoints(0.0, t_end)

@@ -61,7 +61,7 @@ from ..spec import Model, check_model, error_signal_weight
 from ..spectrum import ISOTROPIC, has_spectrum
 from ..stages import declare, stage_fields
 from .checks import as_real_array, check_float_activation
-from .layout import state_layout
+from .layout import StateLayout, state_layout
 from .._generated import ENTRY_MODULES
 from .drift_derivatives import BlockDriftDerivatives, DriftDerivatives
 from ..stages import require_known_structure
@@ -75,8 +75,8 @@ from ..runtime.special_diffusion import erf_diffusion_cost, erf_diffusion_kinds,
 # replacement in symquad.kernel_files or symquad._generated.assembly (tests) takes effect
 from .. import kernel_files
 from .._generated import assembly as _generated_assembly
-from .block_diffusion import (sphere_projection, state_layout_for, virtual_map,
-                              virtual_overlaps, virtual_teacher_size)
+from .block_diffusion import (sphere_projection, virtual_map, virtual_overlaps,
+                              virtual_teacher_size)
 
 __all__ = ["Kernels", "kernels", "KERNEL_FORMS", "clear_kernel_memo", "default_form",
            "single_thread_blas", "limited_blas", "blas_threads", "THREADS_ENV",
@@ -414,7 +414,6 @@ class Kernels:
         model = _untimed(self.model, SECOND_ORDER_STAGE)
         if self.form == "entries":
             return _second_order_function(model)(Q, rho, T, a, params)
-        declare(self.model, SECOND_ORDER_STAGE)
         require_diffusion(model, "the O(1/N) correction of the mean")
         der = _derivatives(model, self.form)
         lay = self.layout
@@ -799,7 +798,7 @@ def _block_diffusion_function(model: Model, form: str, both: bool = False):
     Dv = _diffusion_function(virtual, form)
     A = virtual_map(model.spectrum, p, ps, model.readout_trained)
     # the block layout even for B = 1 (the isotropic model through this path: a test)
-    lay = state_layout_for(p, ps, model.readout_trained, B)
+    lay = StateLayout(p, ps, model.readout_trained, B)
     sphere = model.constraint == "sphere"
 
     def D(Q, rho, T, a, params):
@@ -873,15 +872,12 @@ def _derivatives(model: Model, form: str | None):
         kern = dataclasses.replace(_block_kernels(model, form), _params=_params(model))
         iso = _derivatives(model.replace(spectrum=ISOTROPIC, constraint="none"), form)
         der = BlockDriftDerivatives(kern, iso)
-        with _LOCK:
-            _MEMO[key] = der
-        return der
-    if form == "matrix":
-        kern = _moment_kernels(model, "matrix", *_moment_module(model, "matrix"))
     else:
-        kern = _kernels(model, form)
-    kern = dataclasses.replace(kern, _params=_params(model))
-    der = DriftDerivatives(kern)
+        if form == "matrix":
+            kern = _moment_kernels(model, "matrix", *_moment_module(model, "matrix"))
+        else:
+            kern = _kernels(model, form)
+        der = DriftDerivatives(dataclasses.replace(kern, _params=_params(model)))
     with _LOCK:
         _MEMO[key] = der
     return der

@@ -61,7 +61,7 @@ class QuadraticLaw:
         self.lam = np.asarray(lam, float)
         self.beta = np.asarray(beta, float)
         self.v = float(v)
-        scale = max(float(np.max(np.abs(self.lam), initial=0.0)), 0.0)
+        scale = float(np.max(np.abs(self.lam), initial=0.0))
         self._hi = 1.0 / float(self.lam.max()) if self.lam.size and self.lam.max() > \
             _TINY * scale else math.inf
         self._lo = 1.0 / float(self.lam.min()) if self.lam.size and self.lam.min() < \
@@ -144,11 +144,7 @@ class QuadraticLaw:
 
     def mean_p_value(self, y: float, R: int) -> float:
         """Two-sided ``p = 2 min(P(Ȳ ≥ y), P(Ȳ ≤ y))`` of an observed replica mean ``y``."""
-        if y >= 0:
-            p = self.mean_tail(y, R, upper=True)
-        else:
-            p = self.mean_tail(y, R, upper=False)
-        return float(min(1.0, 2.0 * p))
+        return float(min(1.0, 2.0 * self.mean_tail(y, R, upper=y >= 0)))
 
 
 def quadratic_law(b, A, S, v=0.0) -> QuadraticLaw:

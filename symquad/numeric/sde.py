@@ -120,8 +120,7 @@ import numpy as np
 
 from .errors import DivergenceError
 from .layout import state_layout
-from .kernels import check_kernels, kernels, require_diffusion
-from .kernels import _derivatives, _untimed
+from .kernels import _derivatives, _untimed, check_kernels, kernels, require_diffusion
 from .drift_derivatives import finite_n_drift, step_shift
 from .sde_noise import SampledNoise, check_noise, default_noise
 from .simulation_run import SimulationRun, block_population_risk, population_risk
@@ -291,10 +290,6 @@ def simulate_sde(model, N, t_max, replicas, seed, X0, T, rec_steps, on_divergenc
     and a step schedule's shift at each jump, so the SDE's mean is SGD's to O(1/N).
     """
     declare(model, "simulate(method='sde')")
-    if finite_n and model.constraint == "sphere":
-        raise ValueError("finite_n (the O(1/N) drift of the SDE) is derived for "
-                         "constraint='none': on the sphere f1 holds the renormalisation's "
-                         "second order, which the SDE's own projection of each step changes")
     dt = DEFAULT_DT if dt is None else float(dt)
     if not (math.isfinite(dt) and dt > 0):
         raise ValueError(f"dt must be a finite number > 0, got {dt!r}")
