@@ -48,26 +48,23 @@ rate of the true model, power against wrong models) is measured by
 from __future__ import annotations
 
 import math
-
-import numpy as np
 import time
 
-from ..numeric.kernels import check_kernels, kernels
-from ..numeric.kernels import _derivatives, _untimed
+import numpy as np
+
+# the module, not simulate: looked up when called, so a replacement at the source
+# (the tests' forbid / monkeypatch of symquad.numeric.simulate.simulate) takes effect
+from ..numeric import simulate as _sim
 from ..numeric.drift_derivatives import finite_n_drift
+from ..numeric.fluctuations import fluctuations, mean_correction_seconds
+from ..numeric.kernels import (SECOND_ORDER_STAGE, _derivatives, _untimed, check_kernels,
+                               diffusion_seconds, diffusion_support, kernels)
+from ..numeric.layout import state_layout
 from ..numeric.sde import DEFAULT_DT, _sqrt_psd, sde_noise
 from ..numeric.sde_noise import SampledNoise
 from ..spectrum import has_spectrum
 from ..stages import declare
 from .verdict import _check
-from ..numeric.fluctuations import mean_correction_seconds
-from ..numeric.kernels import diffusion_seconds
-from ..numeric.layout import state_layout
-from ..numeric.kernels import diffusion_support
-from ..numeric.fluctuations import fluctuations
-# the module, not simulate: looked up when called, so a replacement at the source
-# (the tests' forbid / monkeypatch of symquad.numeric.simulate.simulate) takes effect
-from ..numeric import simulate as _sim
 
 __all__ = ["invariant_statistics", "statistic_names", "whole_run_numbers", "whole_run_checks",
            "decide_whole_run", "whole_run_not_run", "N_TEST", "MIN_REPLICAS", "STATISTICS",
@@ -298,10 +295,6 @@ def whole_run_sde_seconds(model, form, replicas, t_span, start, T, dt=None,
         t_finite = time.perf_counter() - t_begin
     steps = math.ceil(t_span / (DEFAULT_DT if dt is None else dt))
     return steps * (3.0 * t_rhs + t_noise + t_finite)
-
-
-#: The stage whose fields the SDE's O(1/N) drift needs (symquad.stages.STAGES).
-SECOND_ORDER_STAGE = "the O(1/N) correction of the mean"
 
 
 def _implements(model, stage) -> bool:
