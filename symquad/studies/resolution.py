@@ -42,10 +42,10 @@ import math
 
 import numpy as np
 
-from ..spectrum import has_spectrum
-from .whole_run import finite_n_cost
 from ..numeric.sensitivity import (_value, parameter_scale, risk_sensitivity,
                                    sensitivity_parameters)
+from ..spectrum import has_spectrum
+from .whole_run import finite_n_cost
 
 __all__ = ["resolution_numbers", "format_resolution", "MAX_STARTS", "ZERO_SENSITIVITY"]
 
