@@ -348,8 +348,14 @@ def _lna_cost_reason(model, form=None) -> str:
     reason = diffusion_support(model)
     if reason is not None:
         return f"the diffusion matrix of the linear-noise prediction is not derived: {reason}"
-    costly = finite_n_cost(model, form or ("matrix" if model.is_quadratic else None))
+    costly = finite_n_cost(model, _lna_form(model, form))
     return f"the linear-noise prediction is too costly here {costly}" if costly else ""
+
+
+def _lna_form(model, form=None):
+    """The LNA's kernel form: `form`, else the matrix kernels for a quadratic model (else
+    the default of :func:`~symquad.numeric.fluctuations.fluctuations`)."""
+    return form or ("matrix" if model.is_quadratic else None)
 
 
 def finite_n_seconds(model, form=None, diffusion=True) -> float:
@@ -387,15 +393,12 @@ def finite_n_cost(model, form=None, diffusion=True) -> str:
 
 
 def _lna_numbers(model, t, sgd_Q, sgd_rho, sgd_risk, T, N, idx, form):
-    costly = finite_n_cost(model, form or ("matrix" if model.is_quadratic else None))
-    if costly:
-        return {"applies": False, "reason": f"the linear-noise prediction is too costly here "
-                f"{costly}"}
+    # reached only where _lna_cost_reason (the same finite_n_cost) is empty
     try:
         # the spread criteria need Σ only (the O(1/N) mean, second_order=True, is not
         # used here: skipping it keeps this criterion's cost that of the LNA)
         fl = fluctuations(model, sgd_Q[0, 0], sgd_rho[0, 0], T, N, t - t[0],
-                          form=form or ("matrix" if model.is_quadratic else None),
+                          form=_lna_form(model, form),
                           second_order=False)
     except (ValueError, ArithmeticError) as exc:        # too large for the entry route, ...
         return {"applies": False, "reason": f"no linear-noise prediction: {exc}"}
