@@ -36,7 +36,8 @@ import numpy as np
 import symquad as sq
 from symquad.entry import ArgumentParser
 from symquad.studies.validation import informed_start
-from symquad.studies.whole_run import invariant_statistics, STATISTICS
+from symquad.studies.whole_run import (N_TEST, STATISTICS, _holm, _test_indices,
+                                      invariant_statistics)
 
 #: Issue 22's variant (benchmarks/calibrate_verdict.py's row "variant: erf teacher, p = 6").
 VARIANT = sq.Model(6, 2, 0.1, teacher_activation="erf", lr_readout=0.1, weight_decay=1e-3,
@@ -107,7 +108,6 @@ def replay(sgd_file, sde_file, pairs, replicas=32, alpha=0.01, seed=0) -> int:
     test's own level on this model.
     """
     from scipy.stats import ks_2samp
-    from symquad.studies.whole_run import N_TEST, _holm, _test_indices
     a_all = np.load(sgd_file)["stats"][:5]
     b_all = np.load(sde_file)["stats"][:5]
     if sgd_file == sde_file:

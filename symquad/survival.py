@@ -38,11 +38,11 @@ from fractions import Fraction
 
 import numpy as np
 
-from .spec import Model, check_model
 from .applicability import zero_risk_reason
-from .numeric.invariants import (manifold_dimension, manifold_rank_deficiency,
-                                 random_manifold_points, closest_solution)
+from .numeric.invariants import (closest_solution, manifold_dimension, manifold_rank_deficiency,
+                                 random_manifold_points)
 from .numeric.kernels import kernels
+from .spec import Model, check_model
 
 __all__ = ["RESULTS", "Cell", "SurvivalTable", "survival_models", "survival_row",
            "survival_table"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+
 from .. import __version__
 from ..entry import ArgumentParser, run_main
 

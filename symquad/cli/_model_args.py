@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..spec import DEFAULT_MODEL, Model, model_fields
-from ..spec import _to_fraction
+from ..spec import DEFAULT_MODEL, Model, _to_fraction, model_fields
 from ..spectrum import spectrum_text
 from ..studies.tasks import parse_activation
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+
 from ._model_args import add_model_arguments, model_from_args
 
 

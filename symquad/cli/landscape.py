@@ -19,8 +19,9 @@ field they do not handle is refused by name (exit 2,
 from __future__ import annotations
 
 import sys
-from ._model_args import add_model_arguments, model_from_args
+
 from ..studies.applicability import require_analysis
+from ._model_args import add_model_arguments, model_from_args
 
 
 def register(sub):

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import sys
 
-from ._model_args import add_model_arguments, model_from_args
 from ..spec import CLASSIC_FIELDS, model_fields
 from ..survival import survival_table
+from ._model_args import add_model_arguments, model_from_args
 
 
 def register(sub):

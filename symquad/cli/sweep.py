@@ -37,13 +37,13 @@ from __future__ import annotations
 import math
 import re
 import sys
-from ._model_args import field_value
-from ._model_args import fields_help
+
 from ..entry import quiet_close
 from ..spec import model_fields
 from ..studies.store import INT64_RANGE
-from ..studies.tasks import list_tasks
 from ..studies.sweep import connect_scheduler, sweep
+from ..studies.tasks import list_tasks
+from ._model_args import field_value, fields_help
 
 _INT = re.compile(r"^[+-]?\d+$")
 _FLOAT = re.compile(r"^[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?$")

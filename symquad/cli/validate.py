@@ -44,13 +44,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from ._model_args import add_model_arguments
-from ..spec import DEFAULT_MODEL, model_fields
-from ..numeric.errors import DivergenceError
-from ..spectrum import block_axis, block_dimension
+
 from .._safe_io import read_npz
-from ..array_files import read_saved_run, read_array
+from ..array_files import read_array, read_saved_run
+from ..numeric.errors import DivergenceError
+from ..spec import DEFAULT_MODEL, model_fields
+from ..spectrum import block_axis, block_dimension
 from ..studies.report_io import check_destination
+from ._model_args import add_model_arguments
 # the module, not its functions: validate/compare are looked up when the command runs,
 # so a replacement in symquad.studies.validation (the tests' seam) takes effect
 from ..studies import validation as _validation

@@ -23,22 +23,19 @@ import textwrap
 import sympy as sp
 
 from ..kernel_files import BANNER, checksum_line
-from ..spec import CONSTRAINTS, Model
-from ..symbolic.symbols import PARAMS
-from .render import _emit_assignments
-from .printer import ScalarPrinter
-from ..symbolic.diffusion import KY, LY, MY, K, L, M, parse_kind
-from ..symbolic.diffusion import moment_diffusion
-from ..symbolic.symbols import NOISE
-from ..symbolic.tensor import derive_tensor_form
 from ..numeric.layout import state_layout
-from ..symbolic.diffusion import diffusion_polynomials
-from ..symbolic.jacobian import jacobian_polynomials
-from ..symbolic.second_order import second_order_polynomials
-from ..symbolic.diffusion import TEACHER_FIELD, Af, Qf, RHOf
+from ..spec import CONSTRAINTS, Model
+from ..symbolic.diffusion import (KY, LY, MY, TEACHER_FIELD, Af, K, L, M, Qf, RHOf,
+                                  diffusion_polynomials, moment_diffusion, parse_kind)
 from ..symbolic.diffusion_matrix import MAX_WORD, kind_recipes
-from ..symbolic.matrix_form import ACT_SYMBOLS, KAPPA
 from ..symbolic.diffusion_tensor import kind_plans
+from ..symbolic.jacobian import jacobian_polynomials
+from ..symbolic.matrix_form import ACT_SYMBOLS, KAPPA
+from ..symbolic.second_order import second_order_polynomials
+from ..symbolic.symbols import NOISE, PARAMS
+from ..symbolic.tensor import derive_tensor_form
+from .printer import ScalarPrinter
+from .render import _emit_assignments
 from .tensor_render import _phi_source
 
 __all__ = ["render_diffusion_assembly", "render_diffusion_matrix_module",

@@ -16,9 +16,9 @@ import sympy as sp
 from ..kernel_files import BANNER, checksum_line
 from ..spec import Model
 from ..symbolic.entries import derive_entries
+from ..symbolic.matrix_form import ACT_SYMBOLS, KAPPA, matrix_moments, word_level
 from ..symbolic.symbols import PARAMS, overlap_symbols, readout_symbols
 from .printer import BatchedMatrixPrinter, ScalarPrinter
-from ..symbolic.matrix_form import ACT_SYMBOLS, KAPPA, matrix_moments, word_level
 
 __all__ = ["BANNER", "CANONICAL_ENTRY_MODELS", "render_matrix_module", "render_entries_module",
            "entries_module_name"]

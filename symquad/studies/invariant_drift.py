@@ -15,13 +15,13 @@ from numbers import Integral
 
 import numpy as np
 
-from ..numeric.invariants import S_or_nan, _teacher, invariant_S, random_stiefel
-from .applicability import require_analysis
-from ..numeric.checks import MAX_TIMES, check_int
-from ..progress import note
 # the module, not simulate: looked up when called, so a replacement at the source
 # (the tests' forbid / monkeypatch of symquad.numeric.simulate.simulate) takes effect
 from ..numeric import simulate as _sim
+from ..numeric.checks import MAX_TIMES, check_int
+from ..numeric.invariants import S_or_nan, _teacher, invariant_S, random_stiefel
+from ..progress import note
+from .applicability import require_analysis
 
 __all__ = ["invariant_drift_study", "summarize_drift_study"]
 

@@ -44,8 +44,8 @@ import threading
 import time
 import weakref
 
-from .point_outcome import run_untimed
 from .._signals import Terminated
+from .point_outcome import run_untimed
 
 __all__ = ["PointProcess", "run_with_timeout", "close_thread_runner"]
 

@@ -23,8 +23,8 @@ run's ``N``, replicas and times.  (At a skewed floor the predicted law's critica
 differs from Student's by side and the resolution uses Student's: on the side of the
 longer tail the law's is larger — 3.97 against 3.63 s.d. at level 10⁻³, skewness 2.3,
 32 replicas — so a change that raises the risk there is detected at up to that factor
-above the stated resolution, one that lowers it below.)  Other criteria (band, whole-run law) may detect smaller changes;
-this is the resolution of the one with a closed-form power.
+above the stated resolution, one that lowers it below.)  Other criteria (band, whole-run
+law) may detect smaller changes; this is the resolution of the one with a closed-form power.
 
 A parameter the risk does not depend on (the weight decay on the sphere, where the
 projection cancels it) has ``dε/dθ = 0``; its derived sensitivity is rounding, and
@@ -42,10 +42,10 @@ import math
 
 import numpy as np
 
-from ..spectrum import has_spectrum
-from .whole_run import finite_n_cost
 from ..numeric.sensitivity import (_value, parameter_scale, risk_sensitivity,
                                    sensitivity_parameters)
+from ..spectrum import has_spectrum
+from .whole_run import finite_n_cost
 
 __all__ = ["resolution_numbers", "format_resolution", "MAX_STARTS", "ZERO_SENSITIVITY"]
 

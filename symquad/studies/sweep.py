@@ -80,15 +80,14 @@ from numbers import Real
 
 import numpy as np
 
-from ..entry import muted_shutdown_logs, quiet_close
-from .store import META_COLUMNS, SweepStore, canonical_params, new_token, point_key
-from .tasks import get_task
+from .._signals import terminate_cleanly
+from ..entry import children_ignore_sigint, muted_shutdown_logs, quiet_close
+from ..numeric.simulate import warm_kernels
+from ..progress import progress as _progress
 from .point_outcome import _failure_message, _split_result, _storable_scalar, run_untimed  # noqa: F401
 from .point_runner import close_thread_runner, run_with_timeout
-from ..progress import progress as _progress
-from ..entry import children_ignore_sigint
-from .._signals import terminate_cleanly
-from ..numeric.simulate import warm_kernels
+from .store import META_COLUMNS, SweepStore, canonical_params, new_token, point_key
+from .tasks import get_task
 
 __all__ = ["sweep", "expand_grid", "run_point", "SweepInfo", "dask_client", "connect_scheduler",
            "longest_first"]

@@ -46,33 +46,30 @@ identifiers.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
 import math
 import re
 from dataclasses import dataclass, field
-from types import MappingProxyType
 from fractions import Fraction
-
-import dataclasses
+from types import MappingProxyType
 
 import numpy as np
-from ..numeric.fluctuations import block_random_start
-from ..numeric.layout import block_teacher
-from ..spec import NAMED_ACTIVATIONS, Model, model_fields
-from ..spectrum import has_spectrum, parse_spectrum, spectrum_text
-from ..spec import _to_fraction
-from ..spec import require
-from ..stages import FIELDS_0_2, STAGES
-from .applicability import require_analysis
-from .escape_grid import median_se
-from .applicability import refusal
-from ..numeric.checks import MAX_TIMES, check_int, check_positive
-from .validation import informed_start
+
 # modules, not validate / simulate: looked up when a task runs, so a replacement at the
 # source (the tests' forbid / monkeypatch) takes effect
-from . import validation as _validation
 from ..numeric import simulate as _sim
+from ..numeric.checks import MAX_TIMES, check_int, check_positive
+from ..numeric.fluctuations import block_random_start
+from ..numeric.layout import block_teacher
+from ..spec import NAMED_ACTIVATIONS, Model, _to_fraction, model_fields, require
+from ..spectrum import has_spectrum, parse_spectrum, spectrum_text
+from ..stages import FIELDS_0_2, STAGES
+from . import validation as _validation
+from .applicability import refusal, require_analysis
+from .escape_grid import median_se
+from .validation import informed_start
 
 __all__ = ["Task", "register_task", "register_model_task", "get_task", "list_tasks", "TASKS",
            "parse_activation", "parse_readout", "task_model", "model_parameters"]

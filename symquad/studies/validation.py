@@ -170,48 +170,48 @@ from numbers import Real
 
 import numpy as np
 
+from .._signals import terminate_cleanly
+# the module, not simulate: looked up when validate runs, so a replacement at the source
+# (the tests' forbid of the work a refusal must come before) takes effect
+from ..numeric import simulate as _sim
 from ..numeric.checks import MAX_TIMES, as_overlaps, check_int as _check_int
 from ..numeric.errors import DivergenceError
+from ..numeric.kernels import check_kernels
+from ..numeric.simulate import block_population_risk, population_risk
 from ..progress import note
+from ..spec import DEFAULT_MODEL
 from ..spectrum import block_dimension, has_spectrum
+from ..stages import declare
+from .applicability import refusal, require_analysis
+from .invariant_drift import invariant_drift_study, summarize_drift_study
+from .resolution import resolution_numbers
 from .validation_blocks import block_deviation_z, block_statistic_names, block_statistics
 from .verdict import ALPHA, ESCAPE_TOL, decide as _decide
+from .whole_run import add_whole_run, whole_run_not_run
 # the criteria, the report and the input checks live in sibling modules (one per
 # criterion); their names are re-exported here so that imports keep working
-from .validation_starts import (  # noqa: F401
-    _aligned_signs, _integrate_starts, _ode_per_replica, _overlap_deviation, _rms_over,
-    informed_start)
+from .validation_band import _BAND_TOL, _exchangeable_coverage  # noqa: F401
+from .validation_common import (  # noqa: F401
+    STARTS, _check_common, _describe, _finite_float, _model_config)
 from .validation_escape import (  # noqa: F401
     _SMALL_RHO, _escape_applies, _escape_setup, _escape_unsupported, _seeding_shift)
 from .validation_fss import _check_fss_args, finite_size_scaling  # noqa: F401
+from .validation_inputs import (  # noqa: F401
+    COMPARE_WARN_SECONDS, default_teacher, _as_readout, _as_trajectories,
+    _check_ode_horizon, _check_start,
+    _check_teacher, _check_times, _check_whole_run)
 from .validation_mean import (  # noqa: F401
     _RHO_GROWTH, _check_finite_n, _finite_n_correction, _finite_n_fluctuations,
     _finite_n_numbers, _mean_deviation_window, _predicted_law_test)
-from .validation_band import _BAND_TOL, _exchangeable_coverage  # noqa: F401
 from .validation_report import (  # noqa: F401
     ValidationReport, _ARRAYS, _FORMAT_VERSION, _READOUT_ARRAYS, _activation_list,
     _finite_or_none, _report_format)
 from .validation_runs import (  # noqa: F401
     VALIDATE_WARN_SECONDS, _STUDY_LABELS, _StudyRunner, _plan_runs, _resolve_workers,
     _timed_call)
-from .validation_inputs import (  # noqa: F401
-    COMPARE_WARN_SECONDS, default_teacher, _as_readout, _as_trajectories,
-    _check_ode_horizon, _check_start,
-    _check_teacher, _check_times, _check_whole_run)
-from .validation_common import (  # noqa: F401
-    STARTS, _check_common, _describe, _finite_float, _model_config)
-from .resolution import resolution_numbers
-from .._signals import terminate_cleanly
-from ..spec import DEFAULT_MODEL
-from ..stages import declare
-from ..numeric.kernels import check_kernels
-from ..numeric.simulate import block_population_risk, population_risk
-# the module, not simulate: looked up when validate runs, so a replacement at the source
-# (the tests' forbid of the work a refusal must come before) takes effect
-from ..numeric import simulate as _sim
-from .applicability import refusal, require_analysis
-from .invariant_drift import invariant_drift_study, summarize_drift_study
-from .whole_run import add_whole_run, whole_run_not_run
+from .validation_starts import (  # noqa: F401
+    _aligned_signs, _integrate_starts, _ode_per_replica, _overlap_deviation, _rms_over,
+    informed_start)
 
 __all__ = ["validate", "compare", "ValidationReport", "finite_size_scaling", "informed_start",
            "STARTS"]

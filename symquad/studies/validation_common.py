@@ -9,6 +9,7 @@ import math
 from numbers import Real
 
 import numpy as np
+
 from .._describe import describe_model
 from ..numeric.persist import model_to_dict
 

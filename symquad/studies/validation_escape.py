@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
 from .applicability import refusal
 
 

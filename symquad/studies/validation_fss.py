@@ -11,15 +11,15 @@ from numbers import Real
 
 import numpy as np
 
-from ..numeric.checks import MAX_TIMES, check_int as _check_int
-from ..progress import note
-from ..spectrum import has_spectrum
-from .validation_common import STARTS
-from .validation_starts import _ode_per_replica, _overlap_deviation, _rms_over, informed_start
-from .applicability import require_analysis
 # the module, not simulate: looked up when called, so a replacement at the source
 # (the tests' forbid / monkeypatch of symquad.numeric.simulate.simulate) takes effect
 from ..numeric import simulate as _sim
+from ..numeric.checks import MAX_TIMES, check_int as _check_int
+from ..progress import note
+from ..spectrum import has_spectrum
+from .applicability import require_analysis
+from .validation_common import STARTS
+from .validation_starts import _ode_per_replica, _overlap_deviation, _rms_over, informed_start
 
 
 

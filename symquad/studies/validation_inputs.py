@@ -11,11 +11,10 @@ import warnings
 
 import numpy as np
 
-from ..numeric.checks import check_int as _check_int
+from ..numeric import simulate as S
+from ..numeric.checks import as_overlaps, as_real_array, check_int as _check_int
 from ..numeric.layout import block_teacher
 from ..spectrum import block_axis, has_spectrum
-from ..numeric.checks import as_overlaps, as_real_array
-from ..numeric import simulate as S
 
 
 def _check_teacher(model, T):

@@ -10,12 +10,12 @@ import math
 
 import numpy as np
 
+from ..numeric.errors import DivergenceError
+from ..numeric.fluctuations import fluctuations
 from ..numeric.quadratic_law import quadratic_law
 from ..spectrum import has_spectrum
 from .validation_common import _finite_float
 from .whole_run import finite_n_cost
-from ..numeric.errors import DivergenceError
-from ..numeric.fluctuations import fluctuations
 
 
 

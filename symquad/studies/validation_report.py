@@ -12,15 +12,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..numeric.persist import json_default
-from .verdict import verdict_headline
-from ..numeric.persist import model_from_dict
-from .report_io import (decode_nonfinite, encode_nonfinite, write_folder_atomically,
-                        split_arrays, _as_path, join_arrays, REPORT_FORMAT)
 from .._describe_report import describe_config
 from .._safe_io import read_npz, read_regular
+from ..numeric.persist import json_default, model_from_dict
 from ..spec import Model
+from .report_io import (REPORT_FORMAT, _as_path, decode_nonfinite, encode_nonfinite,
+                        join_arrays, split_arrays, write_folder_atomically)
 from .resolution import format_resolution
+from .verdict import verdict_headline
 
 
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import time
 import warnings
 
-from ..numeric.checks import check_int as _check_int
 from ..entry import children_ignore_sigint, ignore_sigint
 from ..numeric import simulate as S
+from ..numeric.checks import check_int as _check_int
 from ..progress import note
 
 

@@ -10,8 +10,8 @@ from numbers import Real
 
 import numpy as np
 
-from ..spectrum import ISOTROPIC, has_spectrum
 from ..numeric.simulate import population_risk
+from ..spectrum import ISOTROPIC, has_spectrum
 
 
 # ---------------------------------------------------------------------------

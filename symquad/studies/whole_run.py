@@ -48,26 +48,23 @@ rate of the true model, power against wrong models) is measured by
 from __future__ import annotations
 
 import math
-
-import numpy as np
 import time
 
-from ..numeric.kernels import check_kernels, kernels
-from ..numeric.kernels import _derivatives, _untimed
+import numpy as np
+
+# the module, not simulate: looked up when called, so a replacement at the source
+# (the tests' forbid / monkeypatch of symquad.numeric.simulate.simulate) takes effect
+from ..numeric import simulate as _sim
 from ..numeric.drift_derivatives import finite_n_drift
+from ..numeric.fluctuations import fluctuations, mean_correction_seconds
+from ..numeric.kernels import (SECOND_ORDER_STAGE, _derivatives, _untimed, check_kernels,
+                               diffusion_seconds, diffusion_support, kernels)
+from ..numeric.layout import state_layout
 from ..numeric.sde import DEFAULT_DT, _sqrt_psd, sde_noise
 from ..numeric.sde_noise import SampledNoise
 from ..spectrum import has_spectrum
 from ..stages import declare
 from .verdict import _check
-from ..numeric.fluctuations import mean_correction_seconds
-from ..numeric.kernels import diffusion_seconds
-from ..numeric.layout import state_layout
-from ..numeric.kernels import diffusion_support
-from ..numeric.fluctuations import fluctuations
-# the module, not simulate: looked up when called, so a replacement at the source
-# (the tests' forbid / monkeypatch of symquad.numeric.simulate.simulate) takes effect
-from ..numeric import simulate as _sim
 
 __all__ = ["invariant_statistics", "statistic_names", "whole_run_numbers", "whole_run_checks",
            "decide_whole_run", "whole_run_not_run", "N_TEST", "MIN_REPLICAS", "STATISTICS",
@@ -300,10 +297,6 @@ def whole_run_sde_seconds(model, form, replicas, t_span, start, T, dt=None,
     return steps * (3.0 * t_rhs + t_noise + t_finite)
 
 
-#: The stage whose fields the SDE's O(1/N) drift needs (symquad.stages.STAGES).
-SECOND_ORDER_STAGE = "the O(1/N) correction of the mean"
-
-
 def _implements(model, stage) -> bool:
     """Whether `stage` implements every field `model` changes (its refusal, as a bool)."""
     try:
@@ -355,8 +348,14 @@ def _lna_cost_reason(model, form=None) -> str:
     reason = diffusion_support(model)
     if reason is not None:
         return f"the diffusion matrix of the linear-noise prediction is not derived: {reason}"
-    costly = finite_n_cost(model, form or ("matrix" if model.is_quadratic else None))
+    costly = finite_n_cost(model, _lna_form(model, form))
     return f"the linear-noise prediction is too costly here {costly}" if costly else ""
+
+
+def _lna_form(model, form=None):
+    """The LNA's kernel form: `form`, else the matrix kernels for a quadratic model (else
+    the default of :func:`~symquad.numeric.fluctuations.fluctuations`)."""
+    return form or ("matrix" if model.is_quadratic else None)
 
 
 def finite_n_seconds(model, form=None, diffusion=True) -> float:
@@ -394,15 +393,12 @@ def finite_n_cost(model, form=None, diffusion=True) -> str:
 
 
 def _lna_numbers(model, t, sgd_Q, sgd_rho, sgd_risk, T, N, idx, form):
-    costly = finite_n_cost(model, form or ("matrix" if model.is_quadratic else None))
-    if costly:
-        return {"applies": False, "reason": f"the linear-noise prediction is too costly here "
-                f"{costly}"}
+    # reached only where _lna_cost_reason (the same finite_n_cost) is empty
     try:
         # the spread criteria need Σ only (the O(1/N) mean, second_order=True, is not
         # used here: skipping it keeps this criterion's cost that of the LNA)
         fl = fluctuations(model, sgd_Q[0, 0], sgd_rho[0, 0], T, N, t - t[0],
-                          form=form or ("matrix" if model.is_quadratic else None),
+                          form=_lna_form(model, form),
                           second_order=False)
     except (ValueError, ArithmeticError) as exc:        # too large for the entry route, ...
         return {"applies": False, "reason": f"no linear-noise prediction: {exc}"}
