@@ -748,9 +748,7 @@ def run(W, code, start, stop):  # pragma: no cover - compiled
         # unit-stride run of z, an output letter of 4 or more outside it): three loops
         # in one kernel, four rows at a time (_axpy_rows); 1 or 2: which operand is
         # constant along the run
-        rows = 0
-        if nl >= 3 and sz1 == 0 and sz0 == 1 and d0 >= 8:
-            rows = _rows_kernel(nl, dims, xs, ys, zs, ws)
+        rows = _rows_kernel(nl, dims, xs, ys, zs, ws)
         d2, sx2, sy2, sz2, sw2 = 1, 0, 0, 0, 0
         if rows:
             d2, sx2, sy2, sz2, sw2 = (dims[last - 2], xs[last - 2], ys[last - 2],
