@@ -23,3 +23,37 @@ def test_the_batched_solver_gives_the_same_bits_for_any_blas_thread_count():
             runs.append(integrate_batch(m, Q0, rho0, np.eye(1), t_max, t_eval=t_eval))
     for name in ("Q", "rho", "risk"):
         assert np.array_equal(getattr(runs[0], name), getattr(runs[1], name), equal_nan=True), name
+
+
+def test_the_spheres_second_order_evaluates_d_on_the_kernels_blas_threads(monkeypatch):
+    # second_order on the sphere reads the unconstrained D^u; it called the diffusion
+    # function directly, outside the kernels' BLAS limit, so a user's thread count reached
+    # D's products there (and their rounding) while the LNA's evaluation of D was limited
+    import threadpoolctl
+    from symquad.numeric import kernels as kmod
+
+    m = sq.Model(p=3, p_star=2, lr=0.3, noise=0.1, constraint="sphere")
+    k = sq.kernels(m, form="tensor")
+    assert k.threads == 1
+    seen = []
+    original = kmod._diffusion_function
+
+    def spying(*args, **kwargs):
+        fun = original(*args, **kwargs)
+
+        def call(*a, **kw):
+            seen.append({d["num_threads"] for d in threadpoolctl.threadpool_info()
+                         if d["user_api"] == "blas"})
+            return fun(*a, **kw)
+        return call
+
+    monkeypatch.setattr(kmod, "_diffusion_function", spying)
+    Q = np.eye(3)
+    Q[0, 1] = Q[1, 0] = 0.2
+    rho = np.full((3, 2), 0.1)
+    with threadpool_limits(2, user_api="blas"):
+        if not {d["num_threads"] for d in threadpoolctl.threadpool_info()
+                if d["user_api"] == "blas"} == {2}:
+            pytest.skip("the BLAS library here does not take a thread count of 2")
+        k.second_order(Q, rho, np.eye(2))
+    assert seen and all(threads == {1} for threads in seen), seen

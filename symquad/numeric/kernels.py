@@ -410,6 +410,7 @@ class Kernels:
         """
         declare(self.model, SECOND_ORDER_STAGE)
         params = self.params_at(t)
+        given = (Q, rho, T, a)
         Q, rho, T, a = self._arrays(Q, rho, T, a)
         model = _untimed(self.model, SECOND_ORDER_STAGE)
         if self.form == "entries":
@@ -420,7 +421,9 @@ class Kernels:
         x = lay.pack(Q, rho, a if self.model.readout_trained else None)
         Du = None
         if model.constraint == "sphere":
-            Du = _diffusion_function(model, self.form, both=True)(Q, rho, T, a, params)[1]
+            # the sphere's f₁ reads the unconstrained D^u: the same call (BLAS limit included)
+            # as the LNA's, so the thread count never changes its rounding
+            Du = self._diffusion_pair(*given, t=t, both=True)[1]
         f1 = der.f1_sources(x, T, params, Du)["total"]
         return f1, der.hessian(x, T, params)
 
