@@ -285,13 +285,15 @@ def population_risk(model, Q, rho, T, readout=None) -> np.ndarray:
     """
     named = hasattr(model, "teacher_activation") and not model.is_polynomial
     risk = _named_population_risk if named else _polynomial_population_risk
-    Q, rho, T = (as_real_array(x, n, finite=False) for x, n in ((Q, "Q"), (rho, "rho"), (T, "T")))
+    # not copied here: only read, and each piece is converted (copied) by `risk`
+    Q, rho, T = (as_real_array(x, n, finite=False, copy=False)
+                 for x, n in ((Q, "Q"), (rho, "rho"), (T, "T")))
     batch = np.broadcast_shapes(Q.shape[:-2], rho.shape[:-2], T.shape[:-2])
     inner = math.prod(batch[1:])
     if not batch or batch[0] * inner <= RISK_PIECE_STATES:
         return risk(model, Q, rho, T, readout)
     if readout is not None:
-        readout = as_real_array(readout, "readout", finite=False)
+        readout = as_real_array(readout, "readout", finite=False, copy=False)
         readout = np.broadcast_to(readout, batch + readout.shape[-1:])
     Q, rho, T = (np.broadcast_to(x, batch + x.shape[-2:]) for x in (Q, rho, T))
     step = max(1, RISK_PIECE_STATES // max(inner, 1))
