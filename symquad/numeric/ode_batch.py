@@ -19,6 +19,13 @@ earlier (huge) slopes leave the error control; the other starts are
 integrated as if it were not there, one diverging start never stops the batch,
 and a finite-time blow-up cannot make the step size shrink forever.
 
+:func:`batch_first_crossings` runs the same solve but keeps, instead of the
+trajectories, each start's first crossing of a risk level: the records are
+searched block by block as the solver passes them (``_steps`` hands them to a
+sink), so its memory is ``O(B·width)`` where :func:`integrate_batch` holds
+``n_eval·B·width`` numbers several times over (494 MiB at the escape law's
+``p = 5`` chunk, streamed through memory to find one time per start).
+
 This module is part of the numeric runtime and never imports SymPy.
 """
 
@@ -209,7 +216,7 @@ def integrate_batch(model, Q0, rho0, T, t_max, t_eval=None, *, method: str = "RK
     nfev, message = _solve(b.fun, b.y0, b.t_max, b.t_eval, method, rtol, atol, b.live, b.blame,
                            b.breaks, dense)
     b.bar.close()
-    t, n, B = b.t_eval, b.t_eval.size, b.B
+    t, B = b.t_eval, b.B
     Q, rho, readout, risk, after = _records(b, t, dense.out.T)
     last_i = np.maximum(np.sum(~after, axis=1) - 1, 0)
     rows = np.arange(B)
