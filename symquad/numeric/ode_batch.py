@@ -567,8 +567,8 @@ def batch_first_crossings(model, Q0, rho0, T, t_max, threshold, t_eval=None, *, 
     -------
     BatchCrossings
     """
-    b = _setup(model, Q0, rho0, T, t_max, t_eval, method, max_norm, form, a0, progress)
     threshold = check_real("threshold", threshold)
+    b = _setup(model, Q0, rho0, T, t_max, t_eval, method, max_norm, form, a0, progress)
     keep = [int(i) for i in keep]
     if any(not 0 <= i < b.B for i in keep) or len(set(keep)) != len(keep):
         raise ValueError(f"keep must hold distinct start indices in [0, {b.B}), got {keep}")
