@@ -592,12 +592,12 @@ def test_escape_time_memory_is_bounded_by_chunks(monkeypatch):
     whole = sq.escape_time(m, 1000, n_samples=32, seed=3, n_eval=1000)
     per_start = L._batch_bytes_per_start(m, 1000)
     monkeypatch.setattr(L, "ESCAPE_BATCH_BYTES", 8 * per_start)      # chunks of 8 starts
-    sizes, solve = [], L._integrate_batch
+    sizes, solve = [], L._escape_crossings
 
-    def spy(m, Q0, rho0, t_max, n_eval):
+    def spy(m, Q0, rho0, t_max, n_eval, threshold, keep=()):
         sizes.append(Q0.shape[0])
-        return solve(m, Q0, rho0, t_max, n_eval)
-    monkeypatch.setattr(L, "_integrate_batch", spy)
+        return solve(m, Q0, rho0, t_max, n_eval, threshold, keep)
+    monkeypatch.setattr(L, "_escape_crossings", spy)
     chunked = sq.escape_time(m, 1000, n_samples=32, seed=3, n_eval=1000)
     assert sizes == [8, 8, 8, 8]                 # one chunk of bounded memory at a time
     # same samples, solved in other batches: equal to the integration tolerance

@@ -68,3 +68,58 @@ def test_bad_input_names_parameter(kwargs, err, match):
     args.update(kwargs)
     with pytest.raises(err, match=match):
         integrate_batch(sq.Model(p=2, p_star=1, lr=0.1), **args)
+
+
+
+@pytest.mark.parametrize("m", [sq.Model(p=2, p_star=1, lr=0.3),
+                               sq.Model(p=2, p_star=1, lr=0.3, lr_readout=0.2)],
+                         ids=["fixed readout", "trained readout"])
+def test_streamed_crossings_equal_escape_times_of_the_dense_curves(m, monkeypatch):
+    """batch_first_crossings against escape_times of integrate_batch's whole risk curves.
+
+    The dense route holds every record and searches each curve at once; the streamed
+    one searches blocks of records as the solver passes them.  Same solver steps, so
+    the crossing times, divergence records and kept trajectories must agree bit for
+    bit, with blocks of the default size and of one record each (then every crossing
+    falls between two blocks and each step's dense output is evaluated in pieces).
+    """
+    from symquad.numeric import ode_batch
+    qs = (1.0, 3.0, 10.0, 0.5, 0.05)
+    Q0 = np.stack([q * np.eye(2) for q in qs])
+    rho0 = 0.1 * np.ones((5, 2, 1))
+    rho0[4] *= 0.1
+    t_eval = np.linspace(0, 12, 121)
+    args = (m, Q0, rho0, np.eye(1), 12.0)
+    base = integrate_batch(*args, t_eval, method="DOP853")
+    width = Q0[0].size + rho0[0].size + (m.p if m.readout_trained else 0)
+    one_record = 8 * 5 * width                # bytes of one record of the 5 starts
+    crossed = []
+    # the last case: start 2 is beyond max_norm at t = 0, diverged before its first record
+    for thr, block, norm in ((1.3, None, None), (0.9, None, None), (0.9, one_record, None),
+                             (0.3, one_record, None), (0.9, one_record, 5.0)):
+        if block is not None:
+            monkeypatch.setattr(ode_batch, "CROSSING_BLOCK_BYTES", block)
+        dense = integrate_batch(*args, t_eval, method="DOP853", max_norm=norm) if norm else base
+        expected = sq.escape_times(dense.t, dense.risk, thr)
+        got = ode_batch.batch_first_crossings(*args, thr, t_eval, keep=(3, 0, 2),
+                                              method="DOP853", max_norm=norm)
+        np.testing.assert_array_equal(got.times, expected)
+        crossed.append(np.isfinite(expected))
+        np.testing.assert_array_equal(got.status, dense.status)
+        np.testing.assert_array_equal(got.t_diverged, dense.t_diverged)
+        for key in ("t", "Q", "rho"):
+            np.testing.assert_array_equal(got.last_finite[key], dense.last_finite[key])
+        np.testing.assert_array_equal(got.kept.t, dense.t)
+        for key in ("Q", "rho", "risk", "readout"):
+            want = getattr(dense, key)
+            if want is None:
+                assert got.kept.readout is None
+            else:
+                np.testing.assert_array_equal(getattr(got.kept, key), want[[3, 0, 2]])
+    assert dense.t_diverged[2] == 0 and np.isnan(dense.risk[2]).all()
+    # the cases are there: crossings found, and curves that never cross
+    assert sum(c.sum() for c in crossed) >= 8 and not all(c.all() for c in crossed)
+    if not m.readout_trained:
+        # the two large starts diverge (NaN from then on); start 3 starts below 1.3
+        assert list(base.status) == ["ok", "diverged", "diverged", "ok", "ok"]
+        assert list(crossed[0]) == [True, False, False, False, True]

@@ -145,6 +145,32 @@ def test_population_risk_batched_and_zero_at_teacher():
     np.testing.assert_allclose(out[1], population_risk((0, 0, 1), Q[1], rho[1], T))
 
 
+@pytest.mark.parametrize("m", [sq.Model(p=3, p_star=2, lr=0.1, activation="z**3 - 3*z"),
+                               sq.Model(p=2, p_star=1, lr=0.1, lr_readout=0.1),
+                               sq.Model(p=2, p_star=2, lr=0.1, activation="erf",
+                                        teacher_activation="relu")],
+                         ids=["cubic", "trained readout", "erf-relu"])
+def test_population_risk_in_pieces_equals_whole_and_one_by_one(m, monkeypatch):
+    """Pieces of rows (a shared T and a per-state readout broadcast into each) give the
+    numbers of one evaluation of the whole batch, bit for bit, and of each state alone."""
+    from symquad.numeric import simulation_run
+    rng = np.random.default_rng(5)
+    p, k = m.p, m.p_star
+    W = rng.standard_normal((7, 3, p + k, 12)) / np.sqrt(12)
+    C = W @ np.swapaxes(W, -1, -2)
+    Q, rho, T = C[..., :p, :p], C[..., :p, p:], np.eye(k)
+    a = rng.standard_normal((7, 3, p)) if m.readout_trained else None
+    monkeypatch.setattr(simulation_run, "RISK_PIECE_STATES", 10**9)
+    whole = population_risk(m, Q, rho, T, a)
+    for states in (7, 2):                          # pieces of 2 rows (7 = 2+2+2+1), of 1 row
+        monkeypatch.setattr(simulation_run, "RISK_PIECE_STATES", states)
+        np.testing.assert_array_equal(population_risk(m, Q, rho, T, a), whole)
+    one = [[population_risk(m, Q[i, j], rho[i, j], T, None if a is None else a[i, j])
+            for j in range(3)] for i in range(7)]
+    np.testing.assert_allclose(whole, one, rtol=1e-13, atol=0)
+    assert np.ptp(whole) > 1e-3 * np.abs(whole).max()   # the states differ
+
+
 def test_recorded_risk_is_the_population_risk_of_the_weights():
     """Monte Carlo over fresh inputs at the final weights of a full run."""
     m = sq.Model(p=2, p_star=2, lr=0.3)

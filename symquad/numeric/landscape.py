@@ -769,6 +769,10 @@ def escape_times(t, risk, threshold):
     Returns
     -------
     array (...,) of times; NaN where the curve never crosses.
+
+    The arguments are checked here; the search and the interpolation are
+    :func:`.ode_batch.first_crossings` (which the batched escape solve applies block
+    by block, :func:`_escape_crossings`).
     """
     t = as_real_array(t, "t")
     risk = as_real_array(risk, "risk", finite=False)     # NaN: a diverged curve
@@ -776,62 +780,74 @@ def escape_times(t, risk, threshold):
     if t.ndim != 1 or risk.shape[-1:] != t.shape:
         raise ValueError(f"t must be 1-d and risk end in len(t) = {t.size} times; got shapes "
                          f"{t.shape} and {risk.shape}")
-    below = risk <= threshold
-    # the risk starts above the plateau level; ignore a start already below it
-    hit = below & np.cumsum(~below, axis=-1).astype(bool)
-    any_hit = hit.any(axis=-1)
-    i = np.argmax(hit, axis=-1)
-    out = np.full(risk.shape[:-1], np.nan)
-    flat_r = risk.reshape(-1, risk.shape[-1])
-    flat_i = i.ravel()
-    flat_ok = any_hit.ravel()
-    res = out.ravel()
-    for n in np.nonzero(flat_ok)[0]:
-        j = flat_i[n]
-        r0, r1 = flat_r[n, j - 1], flat_r[n, j]
-        res[n] = t[j - 1] + (t[j] - t[j - 1]) * (r0 - threshold) / (r0 - r1)
-    return res.reshape(out.shape)
+    return ode_batch.first_crossings(t, risk, threshold)
 
 
-def _integrate_batch(m: Model, Q0, rho0, t_max, n_eval, rtol=1e-9, atol=1e-13):
-    """Batch of ODE trajectories from ``T = I`` (DOP853), via :func:`.ode_batch.integrate_batch`.
+def _escape_crossings(m: Model, Q0, rho0, t_max, n_eval, threshold, keep=(), rtol=1e-9,
+                      atol=1e-13):
+    """First crossings of `threshold` by ODE trajectories from ``T = I`` (DOP853).
 
-    Returns the :class:`~symquad.numeric.ode_batch.BatchODESolution`; diverged
-    starts (``max|Q| >= 1e6`` or non-finite) are marked, not raised.
+    :func:`.ode_batch.batch_first_crossings` on ``n_eval`` equally spaced times:
+    the risk curves are searched as the solver passes them, never held whole
+    (the starts in `keep` excepted); diverged starts (``max|Q| >= 1e6`` or
+    non-finite) are marked, not raised.
     """
-    return ode_batch.integrate_batch(m, Q0, rho0, _identity_teacher(m), t_max,
-                                     np.linspace(0.0, t_max, n_eval), method="DOP853",
-                                     rtol=rtol, atol=atol, max_norm=1e6)
+    return ode_batch.batch_first_crossings(m, Q0, rho0, _identity_teacher(m), t_max, threshold,
+                                           np.linspace(0.0, t_max, n_eval), keep=keep,
+                                           method="DOP853", rtol=rtol, atol=atol, max_norm=1e6)
 
 
-#: Bytes one batched escape solve may hold; bigger batches of starts are split
-#: into chunks of this size (fixed, so the numbers never depend on the machine).
+#: Bytes of dense output that fix the size of a chunk of starts solved together:
+#: bigger batches of starts are split into chunks of this size (fixed, so the numbers
+#: never depend on the machine).  The solver's step size is set by the whole chunk,
+#: so the chunks are those the escape solve had when it held every start's dense
+#: output (:func:`_batch_bytes_per_start`), which keeps its results bit for bit.
 ESCAPE_BATCH_BYTES = 2 * 2**30
 
 
 def _batch_bytes_per_start(m: Model, n_eval: int) -> int:
-    """Bytes one start costs in :func:`_integrate_batch`: ~4 copies of its n_eval states."""
+    """Bytes of one start in the dense escape solve: ~4 copies of its n_eval states.
+
+    Only the chunk size depends on this now (:data:`ESCAPE_BATCH_BYTES`); the memory
+    the solve needs is :func:`_escape_bytes`.
+    """
     return 4 * 8 * n_eval * (m.p * m.p + m.p * m.p_star + 1)
 
 
-def _chunked_batches(m: Model, Q0, rho0, t_max, n_eval):
-    """``(slice, solution)`` of the batched ODE solve, in chunks of bounded memory.
+def _escape_bytes(m: Model, size: int, n_eval: int) -> int:
+    """Bytes :func:`_escape_crossings` holds for a chunk of `size` starts (an upper estimate).
 
-    The memory is checked before anything is allocated: a chunk larger than
+    About 48 copies of each start's state (DOP853's 13 stages and 16 extended stages
+    of its dense output, its 7 interpolation coefficients, the right-hand side's
+    temporaries), the blocks of records with the risk's extended-precision
+    temporaries (16 × :data:`~.ode_batch.CROSSING_BLOCK_BYTES`), and start 0's
+    whole trajectory (3 copies of its ``n_eval`` states).
+    """
+    width = m.p * m.p + m.p * m.p_star
+    return 8 * (48 * size * width + 3 * n_eval * (width + 1)) \
+        + 16 * ode_batch.CROSSING_BLOCK_BYTES
+
+
+def _chunked_crossings(m: Model, Q0, rho0, t_max, n_eval, threshold):
+    """``(slice, crossings)`` of the batched escape solve, chunk by chunk of starts.
+
+    The first chunk keeps start 0's whole trajectory (``crossings.kept``).  The
+    memory is checked before anything is allocated: a chunk that needs more than
     the free memory is refused with the number of bytes it needs.
     """
     B = Q0.shape[0]
-    per = _batch_bytes_per_start(m, n_eval)
-    size = max(1, min(B, ESCAPE_BATCH_BYTES // per))
+    size = max(1, min(B, ESCAPE_BATCH_BYTES // _batch_bytes_per_start(m, n_eval)))
+    need = _escape_bytes(m, size, n_eval)
     free = _safe_io.available_memory()
-    if free is not None and size * per > 0.8 * free:
+    if free is not None and need > 0.8 * free:
         raise ValueError(
-            f"the batched escape ODE needs {size * per / 2**30:.3g} GiB for {size} of the "
-            f"{B} starts at n_eval={n_eval}, p={m.p}, p_star={m.p_star} ({per / 2**20:.3g} MiB "
-            f"per start), more than the {free / 2**30:.3g} GiB free: reduce n_samples or n_eval")
+            f"the batched escape ODE needs {need / 2**30:.3g} GiB for {size} of the "
+            f"{B} starts at n_eval={n_eval}, p={m.p}, p_star={m.p_star}, more than the "
+            f"{free / 2**30:.3g} GiB free: reduce n_samples or n_eval")
     for start in range(0, B, size):
         part = slice(start, min(B, start + size))
-        yield part, _integrate_batch(m, Q0[part], rho0[part], t_max, n_eval)
+        yield part, _escape_crossings(m, Q0[part], rho0[part], t_max, n_eval, threshold,
+                                      keep=(0,) if start == 0 else ())
 
 
 def _raise_if_diverged(sol, what):
@@ -915,8 +931,8 @@ class EscapePrediction:
                 f"c {self.log_prefactor:.4g}, {self.n_samples} samples; {self.model!r})")
 
 
-#: Most sampled directions escape_prediction accepts: one batched ODE of
-#: n_samples·(p² + p·p*) variables over n_eval times is held in memory.
+#: Most sampled directions escape_prediction accepts: one batched ODE of up to
+#: n_samples·(p² + p·p*) variables is solved at once (:func:`_chunked_crossings`).
 MAX_ESCAPE_SAMPLES = 100_000
 
 
@@ -968,12 +984,11 @@ def escape_prediction(m: Model, N: int, q0: float = 1.0, sgd_noise: bool = True,
     # horizon: relaxation (a few 1/η) + linear growth from δ + nonlinear escape
     t_max = 20.0 / m.eta + (math.log(1.0 / delta) + 15.0) / kappa
     t_c = np.empty(n_samples)
-    for part, sol in _chunked_batches(m, Q0, delta * Z, t_max, n_eval):
-        _raise_if_diverged(sol, "escape ODE")
-        t_c[part] = escape_times(sol.t, sol.risk, thr)
+    for part, crossings in _chunked_crossings(m, Q0, delta * Z, t_max, n_eval, thr):
+        _raise_if_diverged(crossings, "escape ODE")
+        t_c[part] = crossings.times
         if part.start == 0:
-            t, Q, rho = sol.t, sol.Q[:1].copy(), sol.rho[:1].copy()   # not views of the chunk
-        del sol
+            t, Q, rho = crossings.kept.t, crossings.kept.Q, crossings.kept.rho
     if np.isnan(t_c).any():
         warnings.warn(f"{int(np.isnan(t_c).sum())} of {n_samples} sampled starts did not "
                       f"escape by t = {t_max:.3g}", RuntimeWarning, stacklevel=2)
@@ -1056,11 +1071,11 @@ def ode_escape_times(m: Model, Q0, rho0, t_max: float, fraction: float = 0.5,
     # equation) diverge: they are marked by the batched solve and reported NaN
     out = np.empty(Q0.shape[0])
     diverged = 0
-    for part, sol in _chunked_batches(m, Q0, rho0, t_max, n_eval):
-        out[part] = escape_times(sol.t, sol.risk, thr)
-        if sol.n_diverged:
-            out[part][sol.diverged] = np.nan
-            diverged += sol.n_diverged
+    for part, crossings in _chunked_crossings(m, Q0, rho0, t_max, n_eval, thr):
+        out[part] = crossings.times
+        if crossings.n_diverged:
+            out[part][crossings.diverged] = np.nan
+            diverged += crossings.n_diverged
     if diverged:
         warnings.warn(f"{diverged} of {Q0.shape[0]} ODE trajectories diverged (reported as "
                       f"NaN)", RuntimeWarning, stacklevel=2)
