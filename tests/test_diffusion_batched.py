@@ -198,6 +198,24 @@ def test_numpy_steps_on_prebuilt_views_equal_the_derived_ones(monkeypatch, repli
     assert _max_rel(fast, ref) <= 1e-14
 
 
+def test_weights_at_a_new_noise_level_are_computed_again(monkeypatch):
+    # the finals' weights times Δ^power are kept per value of Δ (_weights_at): a call at
+    # another Δ must not reuse them (the noise's powers enter the kinds), a call at the
+    # same Δ does
+    model = sq.Model(3, 2, 0.3, activation="z**3 - 3*z", lr_readout=0.2)
+    monkeypatch.setattr(E, "_EXECUTABLES", {})
+    plan = _diffusion_tensor_module(model).PLAN
+    Q, rho, T, a, b = _states(3, 2, 2, np.random.default_rng(9))
+    for Delta in (0.3, 0.7, 0.3):
+        got = E.tensor_kinds(plan, Q, rho, T, a, b, Delta, NAMES)
+        ref = E.tensor_kinds_reference(plan, Q, rho, T, a, b, Delta, NAMES)
+        assert _max_rel(got, ref) <= 1e-14
+    exe = E._executable(plan, NAMES, 3, 5, 2)
+    assert exe.powers.max() > 0                     # Δ enters some weights
+    assert exe._weights_at(0.3) is exe._weights_at(0.3)
+    assert np.array_equal(exe._weights_at(0.7), exe.weights * 0.7 ** exe.powers)
+
+
 def test_group_products_over_ordered_pairs_equal_the_reference(monkeypatch):
     # every group whose two operands hold two externals of one role each, taken over the
     # ordered pairs a <= b, c <= d only (PAIR_MIN = 0; _pair_plan), against the
