@@ -149,6 +149,7 @@ def test_other_steps_do_not_take_the_register_kernel():
 @pytest.mark.parametrize("subscripts,dims,weighted,inner", [
     ("ta,tb->tab", {"t": 3, "a": 5, "b": 8}, False, (8, 0, 1, 1)),        # outer product
     ("tb,ta->tab", {"t": 3, "a": 5, "b": 8}, False, (8, 1, 0, 1)),        # ... the other way
+    ("ta,tb->tab", {"t": 3, "a": 5, "b": 19}, False, (19, 0, 1, 1)),      # chunks of 8 + 3
     ("tab,tb->tab", {"t": 3, "a": 4, "b": 8}, False, (8, 1, 1, 1)),       # elementwise
     ("ta,tb->tab", {"t": 3, "a": 5, "b": 8}, "t", (8, 0, 1, 1)),          # weighted stacking
     ("tab,tb->tab", {"t": 3, "a": 4, "b": 8}, "t", (8, 1, 1, 1)),         # weighted elementwise
@@ -156,8 +157,9 @@ def test_other_steps_do_not_take_the_register_kernel():
 ])
 def test_runs_of_eight_and_weighted_elementwise_products_bit_for_bit(subscripts, dims,
                                                                      weighted, inner):
-    # steps that sum nothing whose innermost loop is a unit-stride run of exactly 8
-    # entries (straight-line code for the SLP vectoriser: _axpy8, _mul8) or a weighted
+    # steps that sum nothing whose innermost loop is a unit-stride run of 8 entries, or
+    # of 9-63 in chunks of 8 (straight-line code for the SLP vectoriser: _axpy8, _mul8),
+    # or a weighted
     # elementwise product: the loop structure asserted (so those branches run), then the
     # result equal, exactly, to the same operations done by numpy on two states
     # (x·y, (x·y)·w, or (x·w)·y for the operand constant along the run), accumulated
