@@ -18,8 +18,12 @@ The loops are plain multiply-adds in a fixed order (the output's letters outside
 the summed ones inside), so a step's value is the same sum as ``einsum``'s in
 another order of the additions: equal to rounding.  The inner loops of a small matrix
 product run in a register kernel (:func:`_axpy_rows`: four rows × 8 entries of ``z``
-summed in registers, the same additions in the same order).  numba compiles :func:`run`
-once (``cache=True``: later processes load it from the on-disk cache).
+summed in registers, the same additions in the same order); short unit-stride runs of
+steps that sum nothing (outer and elementwise products, the stacking of a group's
+operand) in chunks of 8 as straight-line code (:func:`_axpy8`, :func:`_mul8`: a loop
+of 8 or 16 entries otherwise runs in the loop vectoriser's scalar remainder).  numba
+compiles :func:`run` once (``cache=True``: later processes load it from the on-disk
+cache).
 """
 
 from __future__ import annotations
