@@ -1149,9 +1149,9 @@ class _Executable:
         """The kinds (a dict of arrays, batch axis first) at the stacked inputs of one chunk."""
         # one workspace buffer is kept for all programs between calls (a fresh one is
         # page-faulted in at every call: ~60 ms of 240 MiB); taken out while in use, so
-        # concurrent calls get their own; at most MAX_WORKSPACE elements are kept
-        # the buffer travels with the views of the numpy steps built on it (_step_views),
-        # so they live exactly as long as it does
+        # concurrent calls get their own; at most MAX_WORKSPACE elements are kept.  The
+        # buffer travels with the views of the numpy steps built on it (_step_views), so
+        # they live exactly as long as it does
         try:
             buf, views = _SPARE.pop()
         except IndexError:
