@@ -166,8 +166,10 @@ def test_program_paths_equal_the_reference(monkeypatch, vm_step, one_state):
 def test_numpy_steps_on_prebuilt_views_equal_the_derived_ones(monkeypatch, replicas):
     # every step a numpy matrix product (VM_STEP = 1): those whose operands and result
     # are views of the workspace run as one matmul on views built once per buffer
-    # (_Executable._step_views); the same kinds, bit for bit, as when every step derives
-    # its views from the subscripts again (_dot_into), and both equal the reference
+    # (_Executable._step_views), and so do the group products (_group_views: the product
+    # into a scratch array, added into the kind through a view in its order); the same
+    # kinds, bit for bit, as when every step and group derives its views from the
+    # subscripts again (_dot_into, _dot), and both equal the reference
     model = sq.Model(3, 2, 0.3, activation="z**3 - 3*z", lr_readout=0.2)
     monkeypatch.setattr(E, "_EXECUTABLES", {})
     monkeypatch.setattr(E, "VM_STEP", 1)
@@ -177,18 +179,24 @@ def test_numpy_steps_on_prebuilt_views_equal_the_derived_ones(monkeypatch, repli
     Q, rho, T, a, b = _states(3, 2, 2, rng)
     if replicas == 1:
         Q, rho, a = Q[0], rho[0], a[0]
-    built = []
-    step_views = E._Executable._step_views
+    built, built_groups = [], []
+    step_views, group_views = E._Executable._step_views, E._Executable._group_views
     monkeypatch.setattr(E._Executable, "_step_views",
                         lambda self, W, B: built.append(step_views(self, W, B)) or built[-1])
+    monkeypatch.setattr(E._Executable, "_group_views",
+                        lambda self, W, B: built_groups.append(group_views(self, W, B))
+                        or built_groups[-1])
     fast = E.tensor_kinds(plan, Q, rho, T, a, b, 0.3, NAMES)
     again = E.tensor_kinds(plan, Q, rho, T, a, b, 0.3, NAMES)
-    assert len(built) == 1                          # built once, kept with the buffer
+    assert len(built) == len(built_groups) == 1     # built once, kept with the buffer
     n_steps = sum(1 for v in built[0] if v is not None)
     exe = E._executable(plan, NAMES, 3, 5, replicas)
     assert 0 < n_steps <= sum(1 for seg in exe.segments if seg[0] == "step")
+    assert 0 < sum(1 for v in built_groups[0] if v is not None) <= len(exe.groups)
     monkeypatch.setattr(E._Executable, "_step_views",
                         lambda self, W, B: [None] * len(self.segments))
+    monkeypatch.setattr(E._Executable, "_group_views",
+                        lambda self, W, B: [None] * len(self.groups))
     monkeypatch.setattr(E, "_SPARE", [])
     derived = E.tensor_kinds(plan, Q, rho, T, a, b, 0.3, NAMES)
     ref = E.tensor_kinds_reference(plan, Q, rho, T, a, b, 0.3, NAMES)

@@ -1163,8 +1163,8 @@ class _Executable:
             key = (id(self), B)
             hit = views.get(key)
             if hit is None or hit[0] is not self:
-                hit = views[key] = (self, self._step_views(W, B))
-            return self._run(W, CP, stud, summed, Delta, B, hit[1])
+                hit = views[key] = (self, self._step_views(W, B), self._group_views(W, B))
+            return self._run(W, CP, stud, summed, Delta, B, hit[1], hit[2])
         finally:
             if buf.size <= MAX_WORKSPACE and not _SPARE:
                 _SPARE.append((buf, views))
@@ -1200,6 +1200,47 @@ class _Executable:
             out.append((X, Y, Z) if views else None)
         return out
 
+    def _group_views(self, W, B):
+        """Per group: for a whole product (no ordered-pair plan) whose stacks are views of
+        `W` as ``matmul`` reads them, ``(X, Y, Z, R, O)``; else None.
+
+        ``matmul(X, Y, out=Z)`` into one scratch array shared by the groups (the largest
+        product's size), then ``O += R``: ``R`` the product as a view in the kind's axis
+        order, ``O`` the kind's region — the same product and the same addition as
+        ``out[name] += _dot(…)``, without deriving the views and allocating the result
+        at every call (~0.5 ms of the 41 groups of ``z³ − 3z`` at ``p = 16`` went to that
+        and the addition).
+        """
+        out, pending, largest = [], [], 0
+        for (name, subs, co, cs, ao, as_, shc, sha, copy_is_x), plan in zip(self.groups,
+                                                                            self.pair_plans):
+            if plan is not None:
+                out.append(None)
+                continue
+            S_ = W[:, co:co + cs].reshape((B,) + shc)
+            A_ = W[:, ao:ao + as_].reshape((B,) + sha)
+            x, y = (S_, A_) if copy_is_x else (A_, S_)
+            nb, dplan = _cached_plan(subs, x)
+            xt, yt, batch, (sh_s, sh_i, sh_k, sh_j) = _product_operands(x, y, nb, dplan)
+            S, I, K, J = (math.prod(t) for t in (sh_s, sh_i, sh_k, sh_j))
+            X = xt.reshape(batch + (S, I, K))
+            Y = yt.reshape(batch + (S, K, J))
+            if K < 2 or not all(numpy.may_share_memory(v, W) for v in (X, Y)):
+                out.append(None)                # _dot's own path (einsum, or copies)
+                continue
+            o, shape = self.outputs[name]
+            O = W[:, o:o + math.prod(shape)].reshape((B,) + shape)
+            largest = max(largest, math.prod(batch) * S * I * J)
+            pending.append((len(out), X, Y, batch, (S, I, J), sh_s + sh_i + sh_j,
+                            dplan[8], O))
+            out.append(None)
+        scratch = numpy.empty(largest)
+        for pos, X, Y, batch, (S, I, J), shapes, zperm, O in pending:
+            Z = scratch[:math.prod(batch) * S * I * J].reshape(batch + (S, I, J))
+            R = Z.reshape(batch + shapes).transpose(zperm)
+            out[pos] = (X, Y, Z, R, O)
+        return out
+
     def _weights_at(self, Delta):
         """The finals' weights times ``Δ^power``, computed once per value of ``Δ``.
 
@@ -1212,7 +1253,7 @@ class _Executable:
             hit = self._weights_cache = (Delta, self.weights * Delta ** self.powers)
         return hit[1]
 
-    def _run(self, W, CP, stud, summed, Delta, B, views):
+    def _run(self, W, CP, stud, summed, Delta, B, views, group_views):
         for key, arr in (("CP", CP), ("stud", stud), ("summed", summed)):
             lo, hi = self.regions[key]
             W[:, lo:hi] = arr.reshape(B, -1)
@@ -1237,8 +1278,13 @@ class _Executable:
             _dot_into(subs, xv, yv, W[:, z[0]:z[0] + math.prod(z[2])])
         out = {name: W[:, o:o + math.prod(shape)].reshape((B,) + shape)
                for name, (o, shape) in self.outputs.items()}
-        for (name, subs, co, cs, ao, as_, shc, sha, copy_is_x), plan in zip(self.groups,
-                                                                            self.pair_plans):
+        for (name, subs, co, cs, ao, as_, shc, sha, copy_is_x), plan, view in zip(
+                self.groups, self.pair_plans, group_views):
+            if view is not None:
+                X, Y, Z, R, O = view
+                numpy.matmul(X, Y, out=Z)
+                O += R
+                continue
             S = W[:, co:co + cs].reshape((B,) + shc)
             A = W[:, ao:ao + as_].reshape((B,) + sha)
             x, y = (S, A) if copy_is_x else (A, S)
