@@ -410,7 +410,7 @@ def _segment_replay(exe, engine, CP, stud, summed, Delta, clock):
     import math
     B = 1
     W = np.empty((B, exe.size))
-    views = exe._step_views(W, B)
+    views, group_views = exe._step_views(W, B), exe._group_views(W, B)
     t0 = time.perf_counter()
     for key, arr in (("CP", CP), ("stud", stud), ("summed", summed)):
         lo, hi = exe.regions[key]
@@ -438,8 +438,13 @@ def _segment_replay(exe, engine, CP, stud, summed, Delta, clock):
     t0 = time.perf_counter()
     out = {name: W[:, o:o + math.prod(shape)].reshape((B,) + shape)
            for name, (o, shape) in exe.outputs.items()}
-    for (name, subs, co, cs, ao, as_, shc, sha, copy_is_x), plan in zip(exe.groups,
-                                                                        exe.pair_plans):
+    for (name, subs, co, cs, ao, as_, shc, sha, copy_is_x), plan, view in zip(
+            exe.groups, exe.pair_plans, group_views):
+        if view is not None:
+            X, Y, Z, R, O = view
+            np.matmul(X, Y, out=Z)
+            O += R
+            continue
         S = W[:, co:co + cs].reshape((B,) + shc)
         A = W[:, ao:ao + as_].reshape((B,) + sha)
         x, y = (S, A) if copy_is_x else (A, S)
