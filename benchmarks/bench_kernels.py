@@ -32,10 +32,13 @@ the same plan and state (values checked equal); the class route
 kernel cache (a subprocess: derivation, generation, planning), also with numba's
 cache empty.  ``--diffusion-cost`` reports what one ``D`` executes (program steps,
 calls, multiply-adds by where they run) and its lower bounds at the measured
-matrix-product rates.
+matrix-product rates.  ``--diffusion-segments`` times one ``D`` phase by phase (setup,
+interpreter, numpy steps, group products, symmetrisation; a replay of the program checked
+bit for bit against the engine) and the interpreter's rows by kind.
 
     python benchmarks/bench_kernels.py --diffusion [--diffusion-p 2,4,8,16]
     python benchmarks/bench_kernels.py --diffusion-cost --activations "z**3 - 3*z"
+    python benchmarks/bench_kernels.py --diffusion-segments --diffusion-p 8
 
 ``--relu`` times one ReLU right-hand side (ReLU student and teacher, ``p* = 2``) over a
 batch of ``--relu-states`` random-start states (``N = 10⁴``), with default threads and
@@ -396,6 +399,143 @@ def diffusion_cost_main(ps, repeat, activations):
                       f"{macs / rate_n / t_rhs:11.1f}", flush=True)
 
 
+def _segment_replay(exe, engine, CP, stud, summed, Delta, clock):
+    """One call of ``exe`` (an ``_Executable``, one state) replayed segment by segment.
+
+    The same calls in the same order as ``_Executable.run`` (the caller checks the kinds
+    equal the engine's bit for bit), each phase timed into `clock` (a dict of seconds):
+    ``setup`` (inputs, leaves, weights), ``interpreter``, ``numpy steps``, ``group
+    products``, ``symmetrisation``.
+    """
+    import math
+    B = 1
+    W = np.empty((B, exe.size))
+    views, group_views = exe._step_views(W, B), exe._group_views(W, B)
+    t0 = time.perf_counter()
+    for key, arr in (("CP", CP), ("stud", stud), ("summed", summed)):
+        lo, hi = exe.regions[key]
+        W[:, lo:hi] = arr.reshape(B, -1)
+    W[:, exe.regions["one"][0]] = 1.0
+    np.take(W, exe.leaf_src, axis=1, out=W[:, exe.leaf_span[0]:exe.leaf_span[1]], mode="clip")
+    W[:, exe.zero_span[0]:exe.zero_span[1]] = 0.0
+    W[:, exe.w_span[0]:exe.w_span[1]] = exe._weights_at(Delta)
+    t1 = time.perf_counter()
+    clock["setup"] = clock.get("setup", 0.0) + t1 - t0
+    for seg, view in zip(exe.segments, views):
+        t0 = time.perf_counter()
+        if seg[0] == "vm":
+            exe.vm.run(W, exe.code, seg[1], seg[2])
+            clock["interpreter"] = clock.get("interpreter", 0.0) + time.perf_counter() - t0
+            continue
+        if view is not None:
+            np.matmul(view[0], view[1], out=view[2])
+        else:
+            _, subs, x, y, z = seg
+            xv = W[:, x[0]:x[0] + math.prod(x[2])].reshape((B,) + x[2])
+            yv = W[:, y[0]:y[0] + math.prod(y[2])].reshape((B,) + y[2])
+            engine._dot_into(subs, xv, yv, W[:, z[0]:z[0] + math.prod(z[2])])
+        clock["numpy steps"] = clock.get("numpy steps", 0.0) + time.perf_counter() - t0
+    t0 = time.perf_counter()
+    out = {name: W[:, o:o + math.prod(shape)].reshape((B,) + shape)
+           for name, (o, shape) in exe.outputs.items()}
+    for (name, subs, co, cs, ao, as_, shc, sha, copy_is_x), plan, view in zip(
+            exe.groups, exe.pair_plans, group_views):
+        if view is not None:
+            X, Y, Z, R, O = view
+            np.matmul(X, Y, out=Z)
+            O += R
+            continue
+        S = W[:, co:co + cs].reshape((B,) + shc)
+        A = W[:, ao:ao + as_].reshape((B,) + sha)
+        x, y = (S, A) if copy_is_x else (A, S)
+        if plan is None:
+            out[name] += engine._dot(subs, x, y)
+        else:
+            engine._pair_product(plan, x, y, out[name])
+    t1 = time.perf_counter()
+    clock["group products"] = clock.get("group products", 0.0) + t1 - t0
+    kinds = {name: engine._symmetrise(v, exe.roles[name], 1) for name, v in out.items()}
+    clock["symmetrisation"] = clock.get("symmetrisation", 0.0) + time.perf_counter() - t1
+    return kinds
+
+
+def diffusion_segments_main(ps, repeat, activations):
+    """Where one tensor-route ``D`` spends its time, phase by phase (one state, one thread).
+
+    Per activation and ``p`` (``p* = 2``, trained readout): ``D``, the kinds alone and one
+    RHS call; one call of the program replayed segment by segment
+    (:func:`_segment_replay`, its kinds asserted equal to ``tensor_kinds``' bit for bit),
+    each phase the minimum over `repeat` calls; then the interpreter's rows alone (one
+    ``run`` call per class of rows, operands in cache): the register kernel, other rows
+    that sum a letter, rows that sum nothing (plain, weighted).  Milliseconds.
+    """
+    import threadpoolctl
+    from symquad._generated import diffusion_assembly as assembly
+    from symquad.numeric.kernels import _diffusion_tensor_module
+    from symquad.runtime import contraction_vm as vm
+    from symquad.runtime import diffusion_engine as engine
+    from symquad.runtime import tensor_engine
+    rng = np.random.default_rng(0)
+    with threadpoolctl.threadpool_limits(limits=1):
+        for act in activations:
+            for p in ps:
+                model = sq.Model(p, 2, 0.1, activation=act, lr_readout=0.1)
+                k = sq.kernels(model, "tensor")
+                Q, rho, T = _point(p, 2, rng)
+                a, b = np.full(p, 1.0 / p), np.ones(2)
+                k.diffusion(Q, rho, T, a)                       # generation and planning
+                plan = _diffusion_tensor_module(model).PLAN
+                names = tuple(assembly.KINDS[(model.constraint, True)])
+                t_d = time_call(lambda: k.diffusion(Q, rho, T, a), repeat)
+                t_k = time_call(lambda: engine.tensor_kinds(plan, Q, rho, T, a, b, model.noise,
+                                                            names), repeat)
+                t_r = time_call(lambda: k.rhs(Q, rho, T, a), repeat)
+                # the program's inputs, as tensor_kinds prepares them
+                _, C, w, _, phi = engine._inputs(plan, Q, rho, T, a, b)
+                CP = np.stack(tensor_engine._hadamard_powers(C, plan["__top__"]), axis=-3)
+                PHI = np.stack(phi, axis=-2)
+                stud, summed = PHI[..., :p], PHI * w[..., None, :]
+                exe = engine._executable(plan, names, p, p + 2, 1)
+                want = engine.tensor_kinds(plan, Q, rho, T, a, b, model.noise, names).arrays
+                best = {}
+                for _ in range(repeat):
+                    clock = {}
+                    got = _segment_replay(exe, engine, CP, stud, summed, model.noise, clock)
+                    for key, v in clock.items():
+                        best[key] = min(best.get(key, np.inf), v)
+                for name in names:
+                    assert np.array_equal(got[name][0], want[name]), name
+                print(f"{act} p = {p}: D {t_d * 1e3:.2f}, kinds {t_k * 1e3:.2f}, RHS "
+                      f"{t_r * 1e3:.3f} (D/RHS {t_d / t_r:.0f}); D - kinds "
+                      f"{(t_d - t_k) * 1e3:.2f}; workspace {exe.size} doubles; {sum(s[0] == 'vm' for s in exe.segments)} "
+                      f"interpreter calls, {sum(s[0] == 'step' for s in exe.segments)} numpy "
+                      f"steps, {len(exe.groups)} groups", flush=True)
+                print("   replayed: " + ", ".join(f"{key} {v * 1e3:.2f}"
+                                                  for key, v in best.items()), flush=True)
+                code = exe.code
+                classes = {}
+                for r in range(len(code)):
+                    nl = code[r, vm._NL]
+                    if vm.kernel_of(code[r]) == "rows":
+                        label = "register kernel"
+                    elif any(code[r, vm._ZS + j] == 0 for j in range(nl)):
+                        label = "other contracting"
+                    else:
+                        label = "nothing summed, " + ("weighted" if code[r, vm._WEIGHTED]
+                                                      else "plain")
+                    classes.setdefault(label, []).append(r)
+                W = rng.standard_normal((1, exe.size))
+                parts = []
+                for label, rows in classes.items():
+                    sub = np.ascontiguousarray(code[rows])
+                    macs = sum(int(np.prod(sub[i, vm._D:vm._D + sub[i, vm._NL]]))
+                               for i in range(len(sub)))
+                    t = time_call(lambda: vm.run(W, sub, 0, len(sub)), repeat)
+                    parts.append(f"{label} {len(rows)} rows {t * 1e3:.2f} "
+                                 f"({macs / t / 1e9:.1f} GMAC/s)")
+                print("   rows alone: " + "; ".join(parts), flush=True)
+
+
 # ---- the ReLU drift (issue 26: the SDE's cost for a ReLU student) --------------------------
 
 _RELU_TIMER = """
@@ -486,6 +626,8 @@ if __name__ == "__main__":
     parser.add_argument("--diffusion", action="store_true", help="time D against the RHS")
     parser.add_argument("--diffusion-cost", action="store_true",
                         help="D's program: calls, multiply-adds, call overhead, lower bound")
+    parser.add_argument("--diffusion-segments", action="store_true",
+                        help="D's time phase by phase, and the interpreter's rows by kind")
     parser.add_argument("--diffusion-p", default="2,4,8,16")
     parser.add_argument("--reference-max-p", type=int, default=8)
     parser.add_argument("--no-first-call", action="store_true")
@@ -502,6 +644,10 @@ if __name__ == "__main__":
     if args.diffusion_cost:
         diffusion_cost_main([int(x) for x in args.diffusion_p.split(",")], args.repeat,
                             [a for a in args.activations.split(",") if a != "z**2"])
+        raise SystemExit(0)
+    if args.diffusion_segments:
+        diffusion_segments_main([int(x) for x in args.diffusion_p.split(",")], args.repeat,
+                                [a for a in args.activations.split(",") if a != "z**2"])
         raise SystemExit(0)
     if args.relu:
         relu_main([int(x) for x in args.relu_p.split(",")], args.relu_states, args.repeat,

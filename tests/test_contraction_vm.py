@@ -144,3 +144,48 @@ def test_other_steps_do_not_take_the_register_kernel():
                                   (80, "ic", (6, 2)))) == "inner"
     assert vm.kernel_of(vm.encode((0, "ij", (6, 3)), (18, "jc", (3, 4)),
                                   (40, "ic", (6, 4)), w=(70, "j"))) == "weighted"
+
+
+@pytest.mark.parametrize("subscripts,dims,weighted,inner", [
+    ("ta,tb->tab", {"t": 3, "a": 5, "b": 8}, False, (8, 0, 1, 1)),        # outer product
+    ("tb,ta->tab", {"t": 3, "a": 5, "b": 8}, False, (8, 1, 0, 1)),        # ... the other way
+    ("ta,tb->tab", {"t": 3, "a": 5, "b": 19}, False, (19, 0, 1, 1)),      # chunks of 8 + 3
+    ("tab,tb->tab", {"t": 3, "a": 4, "b": 8}, False, (8, 1, 1, 1)),       # elementwise
+    ("ta,tb->tab", {"t": 3, "a": 5, "b": 8}, "t", (8, 0, 1, 1)),          # weighted stacking
+    ("tab,tb->tab", {"t": 3, "a": 4, "b": 8}, "t", (8, 1, 1, 1)),         # weighted elementwise
+    ("tab,tb->tab", {"t": 3, "a": 4, "b": 11}, "t", (11, 1, 1, 1)),       # ... a longer run
+])
+def test_runs_of_eight_and_weighted_elementwise_products_bit_for_bit(subscripts, dims,
+                                                                     weighted, inner):
+    # steps that sum nothing whose innermost loop is a unit-stride run of 8 entries, or
+    # of 9-63 in chunks of 8 (straight-line code for the SLP vectoriser: _axpy8, _mul8),
+    # or a weighted
+    # elementwise product: the loop structure asserted (so those branches run), then the
+    # result equal, exactly, to the same operations done by numpy on two states
+    # (x·y, (x·y)·w, or (x·w)·y for the operand constant along the run), accumulated
+    rng = np.random.default_rng(3)
+    (xs, ys, zs), shapes, sizes, (xo, yo, zo) = _layout(subscripts, dims)
+    wo = zo + sizes[2]
+    W = rng.standard_normal((2, wo + dims["t"]))
+    start = W.copy()
+    row = vm.encode((xo, xs, shapes[0]), (yo, ys, shapes[1]), (zo, zs, shapes[2]),
+                    w=(wo, weighted) if weighted else None, zero=False)
+    nl = row[vm._NL]
+    assert tuple(row[o + nl - 1] for o in (vm._D, vm._XS, vm._YS, vm._ZS)) == inner
+    assert nl == 1 or row[vm._WS + nl - 1] == 0
+    vm.run(W, row[None], 0, 1)
+    for b in range(2):
+        x = start[b, xo:xo + sizes[0]].reshape(shapes[0])
+        y = start[b, yo:yo + sizes[1]].reshape(shapes[1])
+        z = start[b, zo:zo + sizes[2]].reshape(shapes[2])
+        w = start[b, wo:wo + dims["t"]][:, None, None]
+        xb = x.reshape([dims[c] if c in xs else 1 for c in zs])            # broadcast to z
+        yb = y.reshape([dims[c] if c in ys else 1 for c in zs])
+        if not weighted:
+            want = z + xb * yb
+        elif inner[1] == 1 and inner[2] == 1:
+            want = z + xb * yb * w
+        else:                              # the operand constant along the run, weighted
+            const, run_ = (xb, yb) if inner[1] == 0 else (yb, xb)
+            want = z + (const * w) * run_
+        assert np.array_equal(W[b, zo:zo + sizes[2]].reshape(shapes[2]), want)

@@ -162,6 +162,68 @@ def test_program_paths_equal_the_reference(monkeypatch, vm_step, one_state):
     assert kernels.count("rows") > 0 or vm_step == 1
 
 
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_numpy_steps_on_prebuilt_views_equal_the_derived_ones(monkeypatch, replicas):
+    # every step a numpy matrix product (VM_STEP = 1): those whose operands and result
+    # are views of the workspace run as one matmul on views built once per buffer
+    # (_Executable._step_views), and so do the group products (_group_views: the product
+    # into a scratch array, added into the kind through a view in its order); the same
+    # kinds, bit for bit, as when every step and group derives its views from the
+    # subscripts again (_dot_into, _dot), and both equal the reference
+    model = sq.Model(3, 2, 0.3, activation="z**3 - 3*z", lr_readout=0.2)
+    monkeypatch.setattr(E, "_EXECUTABLES", {})
+    monkeypatch.setattr(E, "VM_STEP", 1)
+    monkeypatch.setattr(E, "_SPARE", [])
+    plan = _diffusion_tensor_module(model).PLAN
+    rng = np.random.default_rng(5)
+    Q, rho, T, a, b = _states(3, 2, 2, rng)
+    if replicas == 1:
+        Q, rho, a = Q[0], rho[0], a[0]
+    built, built_groups = [], []
+    step_views, group_views = E._Executable._step_views, E._Executable._group_views
+    monkeypatch.setattr(E._Executable, "_step_views",
+                        lambda self, W, B: built.append(step_views(self, W, B)) or built[-1])
+    monkeypatch.setattr(E._Executable, "_group_views",
+                        lambda self, W, B: built_groups.append(group_views(self, W, B))
+                        or built_groups[-1])
+    fast = E.tensor_kinds(plan, Q, rho, T, a, b, 0.3, NAMES)
+    again = E.tensor_kinds(plan, Q, rho, T, a, b, 0.3, NAMES)
+    assert len(built) == len(built_groups) == 1     # built once, kept with the buffer
+    n_steps = sum(1 for v in built[0] if v is not None)
+    exe = E._executable(plan, NAMES, 3, 5, replicas)
+    assert 0 < n_steps <= sum(1 for seg in exe.segments if seg[0] == "step")
+    assert 0 < sum(1 for v in built_groups[0] if v is not None) <= len(exe.groups)
+    monkeypatch.setattr(E._Executable, "_step_views",
+                        lambda self, W, B: [None] * len(self.segments))
+    monkeypatch.setattr(E._Executable, "_group_views",
+                        lambda self, W, B: [None] * len(self.groups))
+    monkeypatch.setattr(E, "_SPARE", [])
+    derived = E.tensor_kinds(plan, Q, rho, T, a, b, 0.3, NAMES)
+    ref = E.tensor_kinds_reference(plan, Q, rho, T, a, b, 0.3, NAMES)
+    for name in NAMES:
+        assert np.array_equal(fast.arrays[name], derived.arrays[name]), name
+        assert np.array_equal(again.arrays[name], fast.arrays[name]), name
+    assert _max_rel(fast, ref) <= 1e-14
+
+
+def test_weights_at_a_new_noise_level_are_computed_again(monkeypatch):
+    # the finals' weights times Δ^power are kept per value of Δ (_weights_at): a call at
+    # another Δ must not reuse them (the noise's powers enter the kinds), a call at the
+    # same Δ does
+    model = sq.Model(3, 2, 0.3, activation="z**3 - 3*z", lr_readout=0.2)
+    monkeypatch.setattr(E, "_EXECUTABLES", {})
+    plan = _diffusion_tensor_module(model).PLAN
+    Q, rho, T, a, b = _states(3, 2, 2, np.random.default_rng(9))
+    for Delta in (0.3, 0.7, 0.3):
+        got = E.tensor_kinds(plan, Q, rho, T, a, b, Delta, NAMES)
+        ref = E.tensor_kinds_reference(plan, Q, rho, T, a, b, Delta, NAMES)
+        assert _max_rel(got, ref) <= 1e-14
+    exe = E._executable(plan, NAMES, 3, 5, 2)
+    assert exe.powers.max() > 0                     # Δ enters some weights
+    assert exe._weights_at(0.3) is exe._weights_at(0.3)
+    assert np.array_equal(exe._weights_at(0.7), exe.weights * 0.7 ** exe.powers)
+
+
 def test_group_products_over_ordered_pairs_equal_the_reference(monkeypatch):
     # every group whose two operands hold two externals of one role each, taken over the
     # ordered pairs a <= b, c <= d only (PAIR_MIN = 0; _pair_plan), against the
