@@ -266,12 +266,17 @@ def test_warm_local_cluster_gives_the_serial_numbers_of_the_escape_task(tmp_path
 
 def test_local_clusters_start_their_workers_without_the_statistical_profiler(monkeypatch):
     # the profiler samples each worker's stack every 10 ms for a dashboard symquad's
-    # clusters do not serve; the nannies copy the configuration active at construction
+    # clusters do not serve; the nannies copy the configuration active at construction.
+    # distributed's MALLOC_TRIM_THRESHOLD_ made every point 1.3-1.4x slower on a worker
+    # than serially (glibc's dynamic mmap threshold off): the workers get the allocator
+    # of the user's process, computed by the nannies' own function
     import dask
     import distributed
+    from distributed import nanny
 
     from symquad.studies import sweep as S
 
+    monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_", raising=False)
     seen = {}
 
     class Stop(Exception):
@@ -279,11 +284,16 @@ def test_local_clusters_start_their_workers_without_the_statistical_profiler(mon
 
     def recording(*args, **kwargs):
         seen["profile"] = dask.config.get("distributed.worker.profile.enabled")
+        seen["environ"] = nanny._get_env_variables("distributed.nanny.pre-spawn-environ")
         raise Stop
 
     monkeypatch.setattr(distributed, "LocalCluster", recording)
     with pytest.raises(Stop):
         S._local_client(1)
-    assert seen == {"profile": False}
+    assert seen["profile"] is False
+    assert "MALLOC_TRIM_THRESHOLD_" not in seen["environ"]
+    # the single-threaded BLAS of the workers is kept
+    assert seen["environ"].get("OMP_NUM_THREADS") == "1"
     # only for that construction: the user's own configuration is left as it was
     assert dask.config.get("distributed.worker.profile.enabled") is True
+    assert "MALLOC_TRIM_THRESHOLD_" in dask.config.get("distributed.nanny.pre-spawn-environ")
