@@ -123,3 +123,53 @@ def test_streamed_crossings_equal_escape_times_of_the_dense_curves(m, monkeypatc
         # the two large starts diverge (NaN from then on); start 3 starts below 1.3
         assert list(base.status) == ["ok", "diverged", "diverged", "ok", "ok"]
         assert list(crossed[0]) == [True, False, False, False, True]
+
+
+@pytest.mark.parametrize("keep", [(2,), (-1,), (0, 0)])
+def test_bad_keep_is_refused_before_the_kernels_are_built(keep, monkeypatch):
+    # `keep` is bad input like the others: refused by name before any work, here the
+    # kernels (a first call of a form may generate its module) and the progress bar
+    from symquad.numeric import ode_batch
+
+    def no_kernels(*args, **kwargs):
+        raise AssertionError("the kernels were built before keep was checked")
+    monkeypatch.setattr(ode_batch, "kernels", no_kernels)
+    with pytest.raises(ValueError, match=r"keep must hold distinct start indices in \[0, 2\)"):
+        ode_batch.batch_first_crossings(sq.Model(p=2, p_star=1, lr=0.1),
+                                        np.stack([np.eye(2)] * 2), np.zeros((2, 2, 1)),
+                                        np.eye(1), 1.0, 0.5, keep=keep)
+
+
+@pytest.mark.parametrize("t_eval", [np.arange(1, 49) * 0.25, np.array([12.0]),
+                                    np.array([0.0, 12.0])],
+                         ids=["from 0.25, records at the breakpoints", "one record",
+                              "two records"])
+def test_streamed_crossings_across_lr_schedule_breakpoints(t_eval, monkeypatch):
+    """The streamed search against the dense curves where the solver restarts at a step
+    schedule's breakpoints (t = 3 and 6, both records), with no record at t = 0 and with
+    one or two records; DOP853, blocks of the default size and of one record."""
+    from symquad.numeric import ode_batch
+    m = sq.Model(p=2, p_star=1, lr=0.3, lr_schedule=("step", ((3, 0.7), (6, 0.4))))
+    assert m.schedule.breakpoints(0.0, 12.0) == (3, 6)
+    qs = (1.0, 3.0, 0.5, 0.05)
+    Q0 = np.stack([q * np.eye(2) for q in qs])
+    rho0 = 0.1 * np.ones((4, 2, 1))
+    rho0[3] *= 0.1
+    args = (m, Q0, rho0, np.eye(1), 12.0)
+    dense = integrate_batch(*args, t_eval, method="DOP853")
+    for block in (None, 8 * Q0[0].size * 4 + 8 * rho0[0].size * 4):
+        if block is not None:
+            monkeypatch.setattr(ode_batch, "CROSSING_BLOCK_BYTES", block)
+        for thr in (0.9, 0.3):
+            got = ode_batch.batch_first_crossings(*args, thr, t_eval, keep=(1,),
+                                                  method="DOP853")
+            np.testing.assert_array_equal(got.times, sq.escape_times(dense.t, dense.risk, thr))
+            np.testing.assert_array_equal(got.t_diverged, dense.t_diverged)
+            for key in ("t", "Q", "rho"):
+                np.testing.assert_array_equal(got.last_finite[key], dense.last_finite[key])
+            np.testing.assert_array_equal(got.kept.risk, dense.risk[[1]])
+    if t_eval.size > 2:
+        # the cases are there: start 1 diverges, some starts cross between records
+        assert list(dense.status) == ["ok", "diverged", "ok", "ok"]
+        assert [np.isfinite(sq.escape_times(dense.t, dense.risk, thr)).sum()
+                for thr in (0.9, 0.3)] == [3, 2]

@@ -260,16 +260,22 @@ class _Batch:
     bar: object
 
 
-def _setup(model, Q0, rho0, T, t_max, t_eval, method, max_norm, form, a0, progress) -> _Batch:
+def _setup(model, Q0, rho0, T, t_max, t_eval, method, max_norm, form, a0, progress,
+           keep=()) -> _Batch:
     """Check the arguments of :func:`integrate_batch` and build the batched right-hand side.
 
-    Everything is checked before the solver starts; see :func:`integrate_batch` for
-    the arguments and for the divergence rule that ``fun`` and ``blame`` implement.
+    Everything is checked before the kernels are built and the solver starts (`keep`,
+    the start indices :func:`batch_first_crossings` keeps whole, included); see
+    :func:`integrate_batch` for the arguments and for the divergence rule that ``fun``
+    and ``blame`` implement.
     """
     declare(model, "integrate_batch")
     if method not in METHODS:
         raise ValueError(f"method must be one of {tuple(METHODS)}, got {method!r}")
     Q0, rho0, T = _batch_overlaps(model, Q0, rho0, T)
+    n = Q0.shape[0]
+    if any(not 0 <= i < n for i in keep) or len(set(keep)) != len(keep):
+        raise ValueError(f"keep must hold distinct start indices in [0, {n}), got {list(keep)}")
     check_sphere(model, Q0)
     a_start = initial_readout(model, a0)
     trained = a_start is not None
@@ -568,10 +574,8 @@ def batch_first_crossings(model, Q0, rho0, T, t_max, threshold, t_eval=None, *, 
     BatchCrossings
     """
     threshold = check_real("threshold", threshold)
-    b = _setup(model, Q0, rho0, T, t_max, t_eval, method, max_norm, form, a0, progress)
     keep = [int(i) for i in keep]
-    if any(not 0 <= i < b.B for i in keep) or len(set(keep)) != len(keep):
-        raise ValueError(f"keep must hold distinct start indices in [0, {b.B}), got {keep}")
+    b = _setup(model, Q0, rho0, T, t_max, t_eval, method, max_norm, form, a0, progress, keep)
     rows = max(1, CROSSING_BLOCK_BYTES // (8 * b.y0.size))
     sink = _Crossings(b, threshold, keep, rows)
     nfev, message = _solve(b.fun, b.y0, b.t_max, b.t_eval, method, rtol, atol, b.live,
