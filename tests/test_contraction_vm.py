@@ -150,8 +150,11 @@ def test_other_steps_do_not_take_the_register_kernel():
     ("ta,tb->tab", {"t": 3, "a": 5, "b": 8}, False, (8, 0, 1, 1)),        # outer product
     ("tb,ta->tab", {"t": 3, "a": 5, "b": 8}, False, (8, 1, 0, 1)),        # ... the other way
     ("ta,tb->tab", {"t": 3, "a": 5, "b": 19}, False, (19, 0, 1, 1)),      # chunks of 8 + 3
+    ("tb,ta->tab", {"t": 3, "a": 5, "b": 19}, False, (19, 1, 0, 1)),      # ... the other way
+    ("ta,tb->tab", {"t": 3, "a": 5, "b": 6}, False, (6, 0, 1, 1)),        # no chunk, 6 alone
     ("tab,tb->tab", {"t": 3, "a": 4, "b": 8}, False, (8, 1, 1, 1)),       # elementwise
     ("ta,tb->tab", {"t": 3, "a": 5, "b": 8}, "t", (8, 0, 1, 1)),          # weighted stacking
+    ("tb,ta->tab", {"t": 3, "a": 5, "b": 8}, "t", (8, 1, 0, 1)),          # ... the other way
     ("tab,tb->tab", {"t": 3, "a": 4, "b": 8}, "t", (8, 1, 1, 1)),         # weighted elementwise
     ("tab,tb->tab", {"t": 3, "a": 4, "b": 11}, "t", (11, 1, 1, 1)),       # ... a longer run
 ])
@@ -189,3 +192,38 @@ def test_runs_of_eight_and_weighted_elementwise_products_bit_for_bit(subscripts,
             const, run_ = (xb, yb) if inner[1] == 0 else (yb, xb)
             want = z + (const * w) * run_
         assert np.array_equal(W[b, zo:zo + sizes[2]].reshape(shapes[2]), want)
+
+
+def test_the_cost_model_takes_the_register_kernel_exactly_where_run_does():
+    # encode ranks loop orders by _cost; a loop list costed as the register kernel
+    # (0.08 ns per multiply-add) that run() sends elsewhere would be chosen for a speed
+    # it does not get.  The compiled selector (_rows_kernel, what run() applies) is the
+    # second route: over every combination of the strides and lengths its condition
+    # reads, the cost model's branch agrees with it
+    import itertools
+
+    seen = set()
+    for nl, (sx, sy, sz, sw), sz1, sz2, d0, d2 in itertools.product(
+            (2, 3, 4), itertools.product((0, 1), repeat=4), (0, 1), (0, 3), (7, 8), (3, 4)):
+        loops = [(2, (1, 1, 5, 0))] * (nl - 3) + [(d2, (2, 2, sz2, 0)),
+                                                 (6, (3, 3, sz1, 0)),
+                                                 (d0, (sx, sy, sz, sw))]
+        loops = loops[-nl:]
+        arrays = [np.zeros(vm.MAX_LETTERS, np.int64) for _ in range(5)]
+        for k, (d, s) in enumerate(loops):
+            arrays[0][k] = d
+            for a in range(4):
+                arrays[1 + a][k] = s[a]
+        rows = bool(vm._rows_kernel(nl, *arrays))
+        assert vm._takes_rows(loops) == rows, loops
+        seen.add(rows)
+    assert seen == {True, False}
+    # and the cost itself: a weight that varies along the run keeps the step out of the
+    # register kernel, so it is not costed below the vectorised update's 0.18 ns per
+    # multiply-add (the register kernel's estimate here: ~0.085)
+    loops = [(8, (8, 0, 8, 0)), (64, (1, 8, 0, 0)), (8, (0, 1, 1, 1))]
+    macs = 8 * 64 * 8
+    assert not vm._takes_rows(loops)
+    assert vm._cost(loops) >= 0.18 * macs
+    loops[-1] = (8, (0, 1, 1, 0))                     # the weight constant: it does
+    assert vm._takes_rows(loops) and vm._cost(loops) < 0.1 * macs

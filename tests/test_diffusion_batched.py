@@ -206,6 +206,42 @@ def test_numpy_steps_on_prebuilt_views_equal_the_derived_ones(monkeypatch, repli
     assert _max_rel(fast, ref) <= 1e-14
 
 
+def test_a_reused_workspace_buffer_keeps_few_views_and_none_stale(monkeypatch):
+    # the views built on the workspace buffer are kept with it per (executable, batch
+    # size); one buffer serving batches of 4, 2, 1, 3, 4, 3 states (three executables:
+    # batch buckets 4, 2, 1) with MAX_VIEWS = 2: at most 2 pairs are kept (the oldest
+    # dropped: a caller whose batch size changes would otherwise grow them without
+    # bound), and a batch size seen again — its views kept or built again — gives the
+    # same kinds, bit for bit, as the first time, and the reference's to rounding (the
+    # second 4 finds bucket 4's views built for 3 states: keyed without the batch size,
+    # the fourth state's kinds would be stale)
+    model = sq.Model(3, 2, 0.3, activation="z**3 - 3*z", lr_readout=0.2)
+    monkeypatch.setattr(E, "_EXECUTABLES", {})
+    monkeypatch.setattr(E, "VM_STEP", 1)               # numpy steps: views to build
+    monkeypatch.setattr(E, "_SPARE", [])
+    monkeypatch.setattr(E, "MAX_VIEWS", 2, raising=False)
+    plan = _diffusion_tensor_module(model).PLAN
+    Q, rho, T, a, b = _states(3, 2, 4, np.random.default_rng(13))
+    ref = E.tensor_kinds_reference(plan, Q, rho, T, a, b, 0.3, NAMES).arrays
+    first, buffers = {}, set()
+    for B in (4, 2, 1, 3, 4, 3):
+        got = E.tensor_kinds(plan, Q[:B], rho[:B], T, a[:B], b, 0.3, NAMES)
+        buf, views = E._SPARE[0]
+        buffers.add(id(buf))
+        assert len(views) <= 2, sorted(k[1] for k in views)
+        if B in first:
+            for name in NAMES:
+                assert np.array_equal(got.arrays[name], first[B].arrays[name]), (B, name)
+        else:
+            first[B] = got
+            for name in NAMES:                         # the states are independent
+                want = ref[name][:B]
+                assert np.max(np.abs(got.arrays[name] - want)) <= 1e-14 * np.max(
+                    np.abs(want)), (B, name)
+    assert len(buffers) == 1                           # one buffer served every call
+    assert any(v is not None for entry in views.values() for v in entry[1])
+
+
 def test_weights_at_a_new_noise_level_are_computed_again(monkeypatch):
     # the finals' weights times Δ^power are kept per value of Δ (_weights_at): a call at
     # another Δ must not reuse them (the noise's powers enter the kinds), a call at the

@@ -130,6 +130,16 @@ def _merge(order, dims, st):
     return loops
 
 
+def _takes_rows(loops):
+    """Whether loops ``(length, (sx, sy, sz, sw))`` run in the register kernel: the
+    condition of :func:`_rows_kernel` (which :func:`run` applies), on the loop list."""
+    if len(loops) < 3:
+        return False
+    (d0, (sx, sy, sz, sw)), (_, s1), (d2, s2) = loops[-1], loops[-2], loops[-3]
+    return (s1[2] == 0 and sw == 0 and sz == 1 and d0 >= 8 and s2[2] != 0
+            and d2 >= ROWS_MIN and (sx, sy) in ((0, 1), (1, 0)))
+
+
 def _cost(loops):
     """Estimated nanoseconds of a step's loops in :func:`run`, to rank loop orders.
 
@@ -146,9 +156,7 @@ def _cost(loops):
     macs = math.prod(d for d, _ in loops)
     d0, (sx, sy, sz, _) = loops[-1]
     d1 = loops[-2][0] if len(loops) > 1 else 1
-    d2, s2 = loops[-3] if len(loops) > 2 else (1, (0, 0, 0, 0))
-    if (len(loops) > 2 and loops[-2][1][2] == 0 and s2[2] and d2 >= ROWS_MIN and d0 >= 8
-            and sz == 1 and (sx, sy) in ((0, 1), (1, 0))):
+    if _takes_rows(loops):
         # the register kernel (_axpy_rows): four rows × 8 entries summed over d1 in
         # registers, ~0.08 ns per multiply-add (13 GMAC/s measured on long sums), ~6 ns
         # per chunk; a tail of d0 mod 8 entries as a short update

@@ -650,6 +650,11 @@ VM_STEP = 2 ** 14
 #: split into chunks to stay below it; 2**25 doubles are 256 MiB).
 MAX_WORKSPACE = 2 ** 25
 
+#: Most (executable, batch size) pairs whose prebuilt views (:meth:`_Executable._step_views`,
+#: :meth:`_Executable._group_views`) are kept with the workspace buffer: a chunked batch
+#: needs two (the full chunks and the last), each kind set its own.
+MAX_VIEWS = 8
+
 
 def _letters(subscripts):
     """The letters of a pairwise step's two operands and result, without the ``...``."""
@@ -1150,8 +1155,10 @@ class _Executable:
         # one workspace buffer is kept for all programs between calls (a fresh one is
         # page-faulted in at every call: ~60 ms of 240 MiB); taken out while in use, so
         # concurrent calls get their own; at most MAX_WORKSPACE elements are kept.  The
-        # buffer travels with the views of the numpy steps built on it (_step_views), so
-        # they live exactly as long as it does
+        # buffer travels with the views built on it (_step_views, _group_views), so they
+        # live exactly as long as it does; at most MAX_VIEWS (executable, batch size)
+        # pairs are kept, the oldest dropped (each holds a scratch array of the batch's
+        # size: a caller whose batch size changes from call to call would grow it)
         try:
             buf, views = _SPARE.pop()
         except IndexError:
@@ -1163,6 +1170,8 @@ class _Executable:
             key = (id(self), B)
             hit = views.get(key)
             if hit is None or hit[0] is not self:
+                while len(views) >= MAX_VIEWS:
+                    del views[next(iter(views))]
                 hit = views[key] = (self, self._step_views(W, B), self._group_views(W, B))
             return self._run(W, CP, stud, summed, Delta, B, hit[1], hit[2])
         finally:
@@ -1360,7 +1369,8 @@ def _pair_product(plan, x, y, out):
 _PROGRAMS: dict = {}
 #: The workspace buffer kept between :class:`_Executable` calls (one, at most
 #: :data:`MAX_WORKSPACE` elements), with the views built on it
-#: (:meth:`_Executable._step_views`, per executable and batch size).
+#: (:meth:`_Executable._step_views`, :meth:`_Executable._group_views`, per executable and
+#: batch size, at most :data:`MAX_VIEWS` of them).
 _SPARE: list = []
 
 
