@@ -328,7 +328,7 @@ def run_suite(args):
         target = TARGETS[sizes.index(r["replicas"])]
         print(f"| {r['replicas']} | {'OMP_NUM_THREADS=1' if r['omp'] == '1' else 'default'} | "
               f"{r['serial']:.1f} | {r['dask1']:.1f} | {r['dask2']:.1f} | {r['speedup']:.2f}x | "
-              f"{'>= %.2fx' % target if target else '-'} | {r['sum2'] / r['sum_serial']:.2f} | "
+              f">= {target:.2f}x | {r['sum2'] / r['sum_serial']:.2f} | "
               f"{r['cpu_serial'] / r['sum_serial']:.2f}, {r['cpu1'] / r['dask1_sum']:.2f}, "
               f"{r['cpu2'] / r['sum2']:.2f} | "
               f"{r['load0']:.2f} / {r['load1']:.2f} | {r['same']} |")

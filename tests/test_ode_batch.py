@@ -140,6 +140,16 @@ def test_bad_keep_is_refused_before_the_kernels_are_built(keep, monkeypatch):
                                         np.eye(1), 1.0, 0.5, keep=keep)
 
 
+@pytest.mark.parametrize("keep", [(1.7,), (True,), ("0",), 3])
+def test_keep_holds_integers_only(keep):
+    # 1.7 was truncated to start 1 and a string failed in int() without naming keep
+    from symquad.numeric import ode_batch
+    with pytest.raises(TypeError, match="keep must"):
+        ode_batch.batch_first_crossings(sq.Model(p=2, p_star=1, lr=0.1),
+                                        np.stack([np.eye(2)] * 2), np.zeros((2, 2, 1)),
+                                        np.eye(1), 1.0, 0.5, keep=keep)
+
+
 @pytest.mark.parametrize("t_eval", [np.arange(1, 49) * 0.25, np.array([12.0]),
                                     np.array([0.0, 12.0])],
                          ids=["from 0.25, records at the breakpoints", "one record",

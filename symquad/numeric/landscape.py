@@ -828,10 +828,11 @@ def _escape_bytes(m: Model, size: int, n_eval: int) -> int:
         + 16 * ode_batch.CROSSING_BLOCK_BYTES
 
 
-def _chunked_crossings(m: Model, Q0, rho0, t_max, n_eval, threshold):
+def _chunked_crossings(m: Model, Q0, rho0, t_max, n_eval, threshold, keep_first=True):
     """``(slice, crossings)`` of the batched escape solve, chunk by chunk of starts.
 
-    The first chunk keeps start 0's whole trajectory (``crossings.kept``).  The
+    With `keep_first` the first chunk keeps start 0's whole trajectory
+    (``crossings.kept``; the escape law's growth ``G(t)`` and ``q(t)``).  The
     memory is checked before anything is allocated: a chunk that needs more than
     the free memory is refused with the number of bytes it needs.
     """
@@ -847,7 +848,7 @@ def _chunked_crossings(m: Model, Q0, rho0, t_max, n_eval, threshold):
     for start in range(0, B, size):
         part = slice(start, min(B, start + size))
         yield part, _escape_crossings(m, Q0[part], rho0[part], t_max, n_eval, threshold,
-                                      keep=(0,) if start == 0 else ())
+                                      keep=(0,) if keep_first and start == 0 else ())
 
 
 def _raise_if_diverged(sol, what):
@@ -1071,7 +1072,8 @@ def ode_escape_times(m: Model, Q0, rho0, t_max: float, fraction: float = 0.5,
     # equation) diverge: they are marked by the batched solve and reported NaN
     out = np.empty(Q0.shape[0])
     diverged = 0
-    for part, crossings in _chunked_crossings(m, Q0, rho0, t_max, n_eval, thr):
+    for part, crossings in _chunked_crossings(m, Q0, rho0, t_max, n_eval, thr,
+                                              keep_first=False):
         out[part] = crossings.times
         if crossings.n_diverged:
             out[part][crossings.diverged] = np.nan

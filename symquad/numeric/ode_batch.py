@@ -546,6 +546,19 @@ class _Crossings:
         self.prev_t = t[-1]
 
 
+def _start_indices(keep):
+    """`keep` as a list of ints; integers only (1.7 is refused, never truncated)."""
+    try:
+        items = list(keep)
+    except TypeError:
+        raise TypeError(f"keep must be a sequence of start indices (integers), got "
+                        f"{keep!r}") from None
+    if not all(isinstance(i, (int, np.integer)) and not isinstance(i, (bool, np.bool_))
+               for i in items):
+        raise TypeError(f"keep must hold integer start indices, got {items!r}")
+    return [int(i) for i in items]
+
+
 def batch_first_crossings(model, Q0, rho0, T, t_max, threshold, t_eval=None, *, keep=(),
                           method: str = "RK45", rtol: float = 1e-8, atol: float = 1e-11,
                           max_norm: float | None = None, form: str | None = None, a0=None,
@@ -574,7 +587,7 @@ def batch_first_crossings(model, Q0, rho0, T, t_max, threshold, t_eval=None, *, 
     BatchCrossings
     """
     threshold = check_real("threshold", threshold)
-    keep = [int(i) for i in keep]
+    keep = _start_indices(keep)
     b = _setup(model, Q0, rho0, T, t_max, t_eval, method, max_norm, form, a0, progress, keep)
     rows = max(1, CROSSING_BLOCK_BYTES // (8 * b.y0.size))
     sink = _Crossings(b, threshold, keep, rows)

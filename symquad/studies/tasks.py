@@ -482,7 +482,8 @@ def _sgd_cost(params, t_max):
     replicas, one core: 2.4, 3.4, 4.2 and 6.8 s at ``p = 2, 3, 4, 5``, ``p* = 1``,
     before the streamed escape crossings roughly halved each point; the order by
     ``p`` is unchanged: the longest-first makespan of the measured point times is
-    within 4 % of the measured one, docs/benchmarks.md#sweeps).
+    within 4 % of the measured one, as `benchmarks/bench_sweep.py` prints;
+    docs/benchmarks.md#sweeps).
     """
     p, ps = int(params["p"]), int(params["p_star"])
     return float(params.get("replicas", 1)) * float(t_max) * float(params.get("N", 1)) \
