@@ -73,6 +73,24 @@ def _point(p, k, rng):
     return C[:p, :p].copy(), C[:p, p:].copy(), C[p:, p:].copy()
 
 
+def _tensor_case(act, p, rng):
+    """The tensor-route case of the cost and segment tables: ``(p, 2)``, trained readout.
+
+    Returns the model, its tensor kernels (``D`` evaluated once: generation and planning
+    done), a random state ``(Q, ρ, T, a, b)``, its diffusion plan and the kinds ``D`` reads.
+    """
+    from symquad._generated import diffusion_assembly as assembly
+    from symquad.numeric.kernels import _diffusion_tensor_module
+    model = sq.Model(p, 2, 0.1, activation=act, lr_readout=0.1)
+    k = sq.kernels(model, "tensor")
+    Q, rho, T = _point(p, 2, rng)
+    a, b = np.full(p, 1.0 / p), np.ones(2)
+    k.diffusion(Q, rho, T, a)
+    plan = _diffusion_tensor_module(model).PLAN
+    names = tuple(assembly.KINDS[(model.constraint, True)])
+    return model, k, (Q, rho, T, a, b), plan, names
+
+
 def time_call(fn, repeat):
     """Best-of-`repeat` CPU seconds per call, with the call count auto-scaled to ~0.05 s.
 
@@ -359,8 +377,6 @@ def diffusion_cost_main(ps, repeat, activations):
     (``R_n``), against one RHS call.
     """
     import threadpoolctl
-    from symquad._generated import diffusion_assembly as assembly
-    from symquad.numeric.kernels import _diffusion_tensor_module
     from symquad.runtime import diffusion_engine as engine
     rng = np.random.default_rng(0)
     with threadpoolctl.threadpool_limits(limits=1):
@@ -373,13 +389,7 @@ def diffusion_cost_main(ps, repeat, activations):
               f"{'kinds/RHS':>9} {'bound/RHS':>9} {'bound_n/RHS':>11}")
         for act in activations:
             for p in ps:
-                model = sq.Model(p, 2, 0.1, activation=act, lr_readout=0.1)
-                k = sq.kernels(model, "tensor")
-                Q, rho, T = _point(p, 2, rng)
-                a, b = np.full(p, 1.0 / p), np.ones(2)
-                k.diffusion(Q, rho, T, a)                       # generation and planning
-                plan = _diffusion_tensor_module(model).PLAN
-                names = tuple(assembly.KINDS[(model.constraint, True)])
+                model, k, (Q, rho, T, a, b), plan, names = _tensor_case(act, p, rng)
                 prog = engine._program(plan, names, p, p + 2).cost()
                 exe = engine._executable(plan, names, p, p + 2, 1).cost()
                 n = p + 2
@@ -399,64 +409,29 @@ def diffusion_cost_main(ps, repeat, activations):
                       f"{macs / rate_n / t_rhs:11.1f}", flush=True)
 
 
-def _segment_replay(exe, engine, CP, stud, summed, Delta, clock):
-    """One call of ``exe`` (an ``_Executable``, one state) replayed segment by segment.
+def _segment_replay(exe, CP, stud, summed, Delta, clock):
+    """One call of ``exe`` (an ``_Executable``, one state) run phase by phase.
 
-    The same calls in the same order as ``_Executable.run`` (the caller checks the kinds
-    equal the engine's bit for bit), each phase timed into `clock` (a dict of seconds):
-    ``setup`` (inputs, leaves, weights), ``interpreter``, ``numpy steps``, ``group
-    products``, ``symmetrisation``.
+    ``_Executable._run``'s own phases in its order (the caller checks the kinds equal
+    the engine's bit for bit), each timed into `clock` (a dict of seconds): ``setup``
+    (inputs, leaves, weights), ``interpreter``, ``numpy steps``, ``group products``,
+    ``symmetrisation``.
     """
-    import math
     B = 1
     W = np.empty((B, exe.size))
     views, group_views = exe._step_views(W, B), exe._group_views(W, B)
-    t0 = time.perf_counter()
-    for key, arr in (("CP", CP), ("stud", stud), ("summed", summed)):
-        lo, hi = exe.regions[key]
-        W[:, lo:hi] = arr.reshape(B, -1)
-    W[:, exe.regions["one"][0]] = 1.0
-    np.take(W, exe.leaf_src, axis=1, out=W[:, exe.leaf_span[0]:exe.leaf_span[1]], mode="clip")
-    W[:, exe.zero_span[0]:exe.zero_span[1]] = 0.0
-    W[:, exe.w_span[0]:exe.w_span[1]] = exe._weights_at(Delta)
-    t1 = time.perf_counter()
-    clock["setup"] = clock.get("setup", 0.0) + t1 - t0
-    for seg, view in zip(exe.segments, views):
+
+    def timed(phase, fn, *args):
         t0 = time.perf_counter()
-        if seg[0] == "vm":
-            exe.vm.run(W, exe.code, seg[1], seg[2])
-            clock["interpreter"] = clock.get("interpreter", 0.0) + time.perf_counter() - t0
-            continue
-        if view is not None:
-            np.matmul(view[0], view[1], out=view[2])
-        else:
-            _, subs, x, y, z = seg
-            xv = W[:, x[0]:x[0] + math.prod(x[2])].reshape((B,) + x[2])
-            yv = W[:, y[0]:y[0] + math.prod(y[2])].reshape((B,) + y[2])
-            engine._dot_into(subs, xv, yv, W[:, z[0]:z[0] + math.prod(z[2])])
-        clock["numpy steps"] = clock.get("numpy steps", 0.0) + time.perf_counter() - t0
-    t0 = time.perf_counter()
-    out = {name: W[:, o:o + math.prod(shape)].reshape((B,) + shape)
-           for name, (o, shape) in exe.outputs.items()}
-    for (name, subs, co, cs, ao, as_, shc, sha, copy_is_x), plan, view in zip(
-            exe.groups, exe.pair_plans, group_views):
-        if view is not None:
-            X, Y, Z, R, O = view
-            np.matmul(X, Y, out=Z)
-            O += R
-            continue
-        S = W[:, co:co + cs].reshape((B,) + shc)
-        A = W[:, ao:ao + as_].reshape((B,) + sha)
-        x, y = (S, A) if copy_is_x else (A, S)
-        if plan is None:
-            out[name] += engine._dot(subs, x, y)
-        else:
-            engine._pair_product(plan, x, y, out[name])
-    t1 = time.perf_counter()
-    clock["group products"] = clock.get("group products", 0.0) + t1 - t0
-    kinds = {name: engine._symmetrise(v, exe.roles[name], 1) for name, v in out.items()}
-    clock["symmetrisation"] = clock.get("symmetrisation", 0.0) + time.perf_counter() - t1
-    return kinds
+        result = fn(*args)
+        clock[phase] = clock.get(phase, 0.0) + time.perf_counter() - t0
+        return result
+
+    timed("setup", exe._load, W, CP, stud, summed, Delta, B)
+    for seg, view in zip(exe.segments, views):
+        timed("interpreter" if seg[0] == "vm" else "numpy steps", exe._segment, W, seg, view, B)
+    out = timed("group products", exe._group_products, W, B, group_views)
+    return timed("symmetrisation", exe._symmetrised, out)
 
 
 def diffusion_segments_main(ps, repeat, activations):
@@ -470,8 +445,6 @@ def diffusion_segments_main(ps, repeat, activations):
     that sum a letter, rows that sum nothing (plain, weighted).  Milliseconds.
     """
     import threadpoolctl
-    from symquad._generated import diffusion_assembly as assembly
-    from symquad.numeric.kernels import _diffusion_tensor_module
     from symquad.runtime import contraction_vm as vm
     from symquad.runtime import diffusion_engine as engine
     from symquad.runtime import tensor_engine
@@ -479,13 +452,7 @@ def diffusion_segments_main(ps, repeat, activations):
     with threadpoolctl.threadpool_limits(limits=1):
         for act in activations:
             for p in ps:
-                model = sq.Model(p, 2, 0.1, activation=act, lr_readout=0.1)
-                k = sq.kernels(model, "tensor")
-                Q, rho, T = _point(p, 2, rng)
-                a, b = np.full(p, 1.0 / p), np.ones(2)
-                k.diffusion(Q, rho, T, a)                       # generation and planning
-                plan = _diffusion_tensor_module(model).PLAN
-                names = tuple(assembly.KINDS[(model.constraint, True)])
+                model, k, (Q, rho, T, a, b), plan, names = _tensor_case(act, p, rng)
                 t_d = time_call(lambda: k.diffusion(Q, rho, T, a), repeat)
                 t_k = time_call(lambda: engine.tensor_kinds(plan, Q, rho, T, a, b, model.noise,
                                                             names), repeat)
@@ -500,7 +467,7 @@ def diffusion_segments_main(ps, repeat, activations):
                 best = {}
                 for _ in range(repeat):
                     clock = {}
-                    got = _segment_replay(exe, engine, CP, stud, summed, model.noise, clock)
+                    got = _segment_replay(exe, CP, stud, summed, model.noise, clock)
                     for key, v in clock.items():
                         best[key] = min(best.get(key, np.inf), v)
                 for name in names:

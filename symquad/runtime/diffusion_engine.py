@@ -1263,6 +1263,15 @@ class _Executable:
         return hit[1]
 
     def _run(self, W, CP, stud, summed, Delta, B, views, group_views):
+        self._load(W, CP, stud, summed, Delta, B)
+        for seg, view in zip(self.segments, views):
+            self._segment(W, seg, view, B)
+        return self._symmetrised(self._group_products(W, B, group_views))
+
+    # the phases of one call, in the order _run takes them (benchmarks/bench_kernels.py
+    # --diffusion-segments times them one by one)
+    def _load(self, W, CP, stud, summed, Delta, B):
+        """The workspace's inputs, leaves, zeroed accumulators and weights."""
         for key, arr in (("CP", CP), ("stud", stud), ("summed", summed)):
             lo, hi = self.regions[key]
             W[:, lo:hi] = arr.reshape(B, -1)
@@ -1274,17 +1283,22 @@ class _Executable:
                    mode="clip")
         W[:, self.zero_span[0]:self.zero_span[1]] = 0.0
         W[:, self.w_span[0]:self.w_span[1]] = self._weights_at(Delta)
-        for seg, view in zip(self.segments, views):
-            if seg[0] == "vm":
-                self.vm.run(W, self.code, seg[1], seg[2])
-                continue
-            if view is not None:
-                numpy.matmul(view[0], view[1], out=view[2])
-                continue
+
+    def _segment(self, W, seg, view, B):
+        """One segment: a run of interpreter rows, or one numpy step (on its prebuilt
+        views when it has them)."""
+        if seg[0] == "vm":
+            self.vm.run(W, self.code, seg[1], seg[2])
+        elif view is not None:
+            numpy.matmul(view[0], view[1], out=view[2])
+        else:
             _, subs, x, y, z = seg
             xv = W[:, x[0]:x[0] + math.prod(x[2])].reshape((B,) + x[2])
             yv = W[:, y[0]:y[0] + math.prod(y[2])].reshape((B,) + y[2])
             _dot_into(subs, xv, yv, W[:, z[0]:z[0] + math.prod(z[2])])
+
+    def _group_products(self, W, B, group_views):
+        """The kinds (views of the workspace) with every group's product added in."""
         out = {name: W[:, o:o + math.prod(shape)].reshape((B,) + shape)
                for name, (o, shape) in self.outputs.items()}
         for (name, subs, co, cs, ao, as_, shc, sha, copy_is_x), plan, view in zip(
@@ -1301,6 +1315,9 @@ class _Executable:
                 out[name] += _dot(subs, x, y)
             else:
                 _pair_product(plan, x, y, out[name])
+        return out
+
+    def _symmetrised(self, out):
         return {name: _symmetrise(value, self.roles[name], 1) for name, value in out.items()}
 
 
