@@ -44,7 +44,7 @@ from .checks import as_real_array, check_positive, check_real
 from .errors import describe_state
 from .integrate import check_sphere, initial_readout
 from .kernels import kernels, single_thread_blas
-from .status import MemberStatus
+from .status import DIVERGED, OK, MemberStatus
 from .integrate import left_of
 from ..progress import progress as _progress
 
@@ -375,7 +375,7 @@ def _records(b: _Batch, t, y, rows=slice(None)):
 
 
 def _status(t_div):
-    return np.where(np.isnan(t_div), "ok", "diverged")
+    return np.where(np.isnan(t_div), OK, DIVERGED)
 
 
 class _Dense:
