@@ -22,10 +22,16 @@ the same for every run.  The load average is printed before each run: on a share
 machine a third process makes the walls of "two at once" longer than their CPU
 seconds; the CPU ratio is the robust figure.
 
+``--allocator`` runs the point alone on one BLAS thread (as in a worker) under glibc's
+defaults and under ``MALLOC_TRIM_THRESHOLD_=65536``, the setting distributed's nannies give
+every worker and symquad's local clusters drop (``symquad.studies.sweep.LOCAL_WORKER_CONFIG``),
+alternating round by round: CPU and system seconds and minor page faults.
+
 Usage::
 
     python benchmarks/bench_escape_point.py                          # this version, 3 rounds
     python benchmarks/bench_escape_point.py --against /tmp/old --rounds 3
+    python benchmarks/bench_escape_point.py --allocator --rounds 2   # the workers' allocator
 """
 
 from __future__ import annotations
@@ -58,16 +64,20 @@ def point(replicas):
     r1 = resource.getrusage(resource.RUSAGE_SELF)
     cpu = (r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime)
     digest = hashlib.sha256(json.dumps(out, sort_keys=True).encode()).hexdigest()[:12]
-    print(json.dumps({"wall": w1 - w0, "cpu": cpu, "maxrss": r1.ru_maxrss / 1024,
+    print(json.dumps({"wall": w1 - w0, "cpu": cpu, "sys": r1.ru_stime - r0.ru_stime,
+                      "minflt": r1.ru_minflt - r0.ru_minflt, "maxrss": r1.ru_maxrss / 1024,
                       "start": s0, "end": s1, "digest": digest}))
 
 
-def _launch(path, replicas, threads):
+def _launch(path, replicas, threads, environ=None):
     env = {**os.environ, "PYTHONPATH": path}
     if threads:
         env["OMP_NUM_THREADS"] = str(threads)
     else:
         env.pop("OMP_NUM_THREADS", None)
+    if environ is not None:                 # the allocator's settings, exactly these
+        env.pop("MALLOC_TRIM_THRESHOLD_", None)
+        env.update(environ)
     return subprocess.Popen([sys.executable, os.path.abspath(__file__), "--point",
                              str(replicas)], env=env, stdout=subprocess.PIPE, text=True)
 
@@ -125,11 +135,31 @@ def summary(rows, label):
     return lines
 
 
+#: ``--allocator``: glibc's defaults, and the setting distributed's nannies give every
+#: worker (an explicit trim threshold also turns off glibc's dynamic mmap threshold).
+ALLOCATORS = (("glibc defaults", {}),
+              ("MALLOC_TRIM_THRESHOLD_=65536", {"MALLOC_TRIM_THRESHOLD_": "65536"}))
+
+
+def allocators(rounds, replicas):
+    """The point alone on one BLAS thread under each of :data:`ALLOCATORS`, alternating."""
+    print("| round | setting | CPU s | system s | wall s | minor page faults | load |")
+    print("|---|---|---|---|---|---|---|")
+    for r in range(rounds):
+        for name, environ in ALLOCATORS:
+            x = _result(_launch(ROOT, replicas, 1, environ))
+            print(f"| {r} | {name} | {x['cpu']:.2f} | {x['sys']:.2f} | {x['wall']:.2f} | "
+                  f"{x['minflt']} | {os.getloadavg()[0]:.2f} |", flush=True)
+
+
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
     ap.add_argument("--against", metavar="DIR", help="another version's tree (holds symquad/)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--replicas", type=int, default=192)
+    ap.add_argument("--allocator", action="store_true",
+                    help="the point alone, one BLAS thread, under glibc's defaults and under "
+                         "distributed's MALLOC_TRIM_THRESHOLD_=65536, alternating")
     ap.add_argument("--point", type=int, metavar="REPLICAS", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.point is not None:
@@ -137,6 +167,9 @@ def main(argv=None):
         return
     if args.rounds < 1 or args.replicas < 2:
         ap.error("--rounds must be >= 1 and --replicas >= 2")
+    if args.allocator:
+        allocators(args.rounds, args.replicas)
+        return
     versions = {"this": ROOT}
     if args.against:
         if not os.path.isdir(os.path.join(args.against, "symquad")):

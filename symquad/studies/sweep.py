@@ -409,7 +409,7 @@ def dask_client(address=None, *, workers=None, timeout="20s"):
 #: explicit trim threshold also turns off glibc's dynamic mmap threshold: every array
 #: above 128 KiB is then mapped and unmapped again, each page faulted in anew.  Measured on
 #: the escape sweep's ``p = 5`` point (192 replicas, one BLAS thread, idle 2-core machine,
-#: ``benchmarks/bench_worker_allocator.py``):
+#: ``benchmarks/bench_escape_point.py --allocator``):
 #: 3.58–3.74 s of CPU and 8.8·10⁵ page faults with it, 2.7 s and 1.1·10⁵ without; a sweep's
 #: points took 1.3–1.4× their serial time on a worker.  ``None`` drops the variable
 #: (a value the user exports is still inherited).
