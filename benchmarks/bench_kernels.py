@@ -51,6 +51,7 @@ also prints the four-point sums' quadruples and integrand evaluations per quadru
 """
 
 import importlib
+import math
 import importlib.util
 import os
 import pathlib
@@ -409,6 +410,112 @@ def diffusion_cost_main(ps, repeat, activations):
                       f"{macs / rate_n / t_rhs:11.1f}", flush=True)
 
 
+def best_order_macs(subscripts, shapes):
+    """Fewest multiply-adds of a pairwise contraction tree for one einsum, by dynamic programming.
+
+    ``subscripts`` as ``_pairwise_plan`` takes them (``"...tab,...tb->...ta"``, a term
+    axis ``t`` and the batch's ``...`` allowed), ``shapes`` the operands' shapes without
+    the batch.  The cost model is the planner's: a step costs the product of the sizes
+    of all letters of its two operands and keeps the letters that the output or an
+    operand outside it holds; the term axis, in every operand and the output,
+    multiplies every step.  The operands with one letter besides ``t`` (vertex
+    functions) whose letter another operand holds are left out, as if free: any tree
+    over all operands induces a tree over the others whose steps hold no more letters,
+    so the result is a *lower bound* of every pairwise order's multiply-adds (an operand
+    may be summed over the letters only it holds before its step, at its size: what
+    taking such a vector with it first costs).  Over the rest, every binary tree is
+    searched (``O(3^m)`` for ``m`` operands).
+    """
+    from functools import lru_cache
+    ins, out = subscripts.split("->")
+    ops = [s.replace("...", "") for s in ins.split(",")]
+    out = out.replace("...", "")
+    dims = {}
+    for sub, shape in zip(ops, shapes):
+        dims.update(zip(sub, shape))
+    terms = dims.pop("t", 1)
+    ops = [frozenset(sub) - {"t"} for sub in ops]
+    out = frozenset(out) - {"t"}
+    big = [s for s in ops if len(s) > 1]
+    big += [s for s in ops if len(s) <= 1 and not any(s <= b for b in big)]
+    m = len(big)
+    full = (1 << m) - 1
+    letters = [frozenset().union(*(big[i] for i in range(m) if S >> i & 1)) for S in range(1 << m)]
+
+    def kept(S):
+        return frozenset(c for c in letters[S] if c in out or c in letters[full ^ S])
+
+    def forms(S):
+        # (letters, cost so far) of a side of a step: an intermediate holds what the
+        # output or an operand outside it holds; an operand is taken whole, or first
+        # summed over the letters only it holds (one pass over it, as a free vertex
+        # vector would), whichever makes the step cheaper
+        if S & (S - 1):
+            return [(kept(S), 0)]
+        if kept(S) == letters[S]:
+            return [(letters[S], 0)]
+        return [(letters[S], 0), (kept(S), math.prod(dims[c] for c in letters[S]))]
+
+    @lru_cache(maxsize=None)
+    def best(S):
+        if S & (S - 1) == 0:
+            return 0
+        result, sub = None, (S - 1) & S
+        while sub:
+            if sub < S ^ sub:
+                step = min(ca + cb + math.prod(dims[c] for c in la | lb)
+                           for la, ca in forms(sub) for lb, cb in forms(S ^ sub))
+                cost = best(sub) + best(S ^ sub) + step
+                result = cost if result is None else min(result, cost)
+            sub = (sub - 1) & S
+        return result
+    return terms * best(full)
+
+
+def diffusion_floor_main(ps, activations):
+    """Whether another contraction order would cut the tensor route's multiply-adds.
+
+    Per activation and ``p`` (``p* = 2``, trained readout): the multiply-adds of every
+    class's contraction (its terms included, no CSE across classes) in the greedy
+    order the engine takes (``_pairwise_plan``) and the least any pairwise order could
+    take per class (:func:`best_order_macs`, a lower bound), by kind, and the
+    program's after CSE (``_Program.cost``).  No timing: the counts are exact.
+    """
+    from symquad.runtime import diffusion_engine as engine
+    from symquad.numeric.kernels import _diffusion_tensor_module
+    from symquad._generated import diffusion_assembly as assembly
+    print(f"{'activation':>16} {'p':>3} {'kind':>5} {'classes':>7} {'greedy':>9} "
+          f"{'floor':>9} {'floor/greedy':>12} {'program (CSE)':>13}")
+    for act in activations:
+        for p in ps:
+            model = sq.Model(p, 2, 0.1, activation=act, lr_readout=0.1)
+            plan = _diffusion_tensor_module(model).PLAN
+            names = tuple(assembly.KINDS[(model.constraint, True)])
+            n = p + 2
+            rows = {}
+            for name in names:
+                for _, _, full, classes in engine._compiled(plan, name):
+                    for subs, edges, vertices, _, _, weights in classes:
+                        ins, outs = subs.split("->")
+                        core = [(len(weights), p if full[u] in ("d", "s") else n,
+                                 p if full[v] in ("d", "s") else n) for u, v in edges]
+                        core += [(len(weights), n if role == "q" else p)
+                                 for _, role in vertices]
+                        sub = ",".join(ins.split(",")[1:]) + "->" + outs.replace("...", "...t")
+                        steps, _ = engine._pairwise_plan(sub, core)
+                        row = rows.setdefault(name, [0, 0, 0])
+                        row[0] += 1
+                        row[1] += sum(f for _, _, f in steps)
+                        row[2] += best_order_macs(sub, core)
+            cost = engine._program(plan, names, p, n).cost()
+            total = [sum(r[i] for r in rows.values()) for i in range(3)]
+            for name, (count, greedy, best) in sorted(rows.items(), key=lambda kv: -kv[1][1]) \
+                    + [("all", total)]:
+                tail = f" {cost['macs_steps'] + cost['macs_finals']:13.3e}" if name == "all" else ""
+                print(f"{act:>16} {p:>3} {name:>5} {count:>7} {greedy:9.3e} {best:9.3e} "
+                      f"{best / greedy:12.3f}{tail}", flush=True)
+
+
 def _segment_replay(exe, CP, stud, summed, Delta, clock):
     """One call of ``exe`` (an ``_Executable``, one state) run phase by phase.
 
@@ -593,6 +700,8 @@ if __name__ == "__main__":
     parser.add_argument("--diffusion", action="store_true", help="time D against the RHS")
     parser.add_argument("--diffusion-cost", action="store_true",
                         help="D's program: calls, multiply-adds, call overhead, lower bound")
+    parser.add_argument("--diffusion-floor", action="store_true",
+                        help="D's multiply-adds in the greedy and in the best contraction order")
     parser.add_argument("--diffusion-segments", action="store_true",
                         help="D's time phase by phase, and the interpreter's rows by kind")
     parser.add_argument("--diffusion-p", default="2,4,8,16")
@@ -611,6 +720,10 @@ if __name__ == "__main__":
     if args.diffusion_cost:
         diffusion_cost_main([int(x) for x in args.diffusion_p.split(",")], args.repeat,
                             [a for a in args.activations.split(",") if a != "z**2"])
+        raise SystemExit(0)
+    if args.diffusion_floor:
+        diffusion_floor_main([int(x) for x in args.diffusion_p.split(",")],
+                             [a for a in args.activations.split(",") if a != "z**2"])
         raise SystemExit(0)
     if args.diffusion_segments:
         diffusion_segments_main([int(x) for x in args.diffusion_p.split(",")], args.repeat,
