@@ -424,8 +424,10 @@ class Kernels:
             # the sphere's f₁ reads the unconstrained D^u: the same call (BLAS limit included)
             # as the LNA's, so the thread count never changes its rounding
             Du = self._diffusion_pair(*given, t=t, both=True)[1]
-        f1 = der.f1_sources(x, T, params, Du)["total"]
-        return f1, der.hessian(x, T, params)
+        # the derivatives' products on the kernels' BLAS threads, as the drift's and D's
+        # (the user's thread count would change their rounding)
+        with self._blas():
+            return der.f1_sources(x, T, params, Du)["total"], der.hessian(x, T, params)
 
     def _risk_curvature(self, Q, rho, T, a, S):
         """``½ ∇²ε : Σ`` at one state: along ``Σ``'s eigenvectors (moment forms), or with the
@@ -435,12 +437,17 @@ class Kernels:
         Q, rho, T, a = self._arrays(Q, rho, T, a)
         model = _untimed(self.model, "the exact Jacobian")
         x = self.layout.pack(Q, rho, a if self.model.readout_trained else None)
-        return float(_derivatives(model, self.form).risk_curvature(x, T, S))
+        with self._blas():
+            return float(_derivatives(model, self.form).risk_curvature(x, T, S))
+
+    def _blas(self):
+        """The kernels' BLAS thread limit (:attr:`threads`) where they take one, else none."""
+        return limited_blas(self.threads) if self._limit else contextlib.nullcontext()
 
     def _rhs_with(self, Q, rho, T, a, params):
         """The drift in the state order at explicit kernel `params` (``η`` replaced, e.g.)."""
         args = self._arrays(Q, rho, T, a)
-        with (limited_blas(self.threads) if self._limit else contextlib.nullcontext()):
+        with self._blas():
             dQ, drho, da = self._rhs(*args, tuple(params))
         return self.layout.pack(dQ, drho, da if self.model.readout_trained else None)
 
@@ -451,7 +458,7 @@ class Kernels:
         Q, rho, T, a = self._arrays(Q, rho, T, a)
         Dfun = _diffusion_function(_untimed(self.model, "the diffusion matrix (form="
                                             f"{self.form!r})"), self.form, both=both)
-        with (limited_blas(self.threads) if self._limit else contextlib.nullcontext()):
+        with self._blas():
             return Dfun(Q, rho, T, a, params)
 
     def _lna_terms(self, Q, rho, T, a, S, t=None, second_order=False, diffusion=None):
@@ -483,10 +490,11 @@ class Kernels:
             return f, J, D, f1, 0.5 * np.einsum("...ijk,...jk->...i", Hf, S)
         der = _derivatives(model, self.form)
         x = lay.pack(Q, rho, a if trained else None)
-        if not second_order:
-            return f, der.jacobian(x, T, params), D, None, None
-        _, J, curv = der.curvature(x, T, S, params)
-        f1 = der.f1_sources(x, T, params, Du)["total"]
+        with self._blas():
+            if not second_order:
+                return f, der.jacobian(x, T, params), D, None, None
+            _, J, curv = der.curvature(x, T, S, params)
+            f1 = der.f1_sources(x, T, params, Du)["total"]
         return f, J, D, f1, curv
 
     def moments(self, Q, rho, T, a=None):
