@@ -36,10 +36,11 @@ def pytest_sessionstart(session):
 
     numba's cache lives next to symquad's sources (``cache=True``), so in a fresh checkout
     it is empty and every worker compiled the same kernels when its first test needed
-    them (about 30 s of CPU per worker on the 2-core machine).  Two processes, one per
-    group of kernels (tests/numba_warm.py), fill the cache at once; the workers, started
+    them (about 30 s of CPU per worker on the 2-core machine).  One process per group of
+    kernels (tests/numba_warm.py: the simulators, the quadrature, the diffusion engine's
+    interpreter) fills the cache at once; the workers, started
     after this hook (xdist's own ``pytest_sessionstart`` is ``trylast``), only load it.
-    With a warm cache the two processes load it and end (about 1.3 s each).  A failure
+    With a warm cache the processes load it and end (about 1.3 s each).  A failure
     here only costs the compilation it would have saved; it is reported, not raised.
     ``SYMQUAD_TEST_NUMBA_WARM=0`` leaves it out: a session that imports no symquad
     (tests/test_xdist_groups.py's probe of the scheduling) has nothing to warm.
@@ -57,10 +58,11 @@ def pytest_sessionstart(session):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [root] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
     script = os.path.join(os.path.dirname(__file__), "numba_warm.py")
+    groups = ("simulators", "quadrature", "engine")          # numba_warm.GROUPS
     procs = [subprocess.Popen([sys.executable, script, group], env=env, cwd=root,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-             for group in ("simulators", "quadrature")]
-    for group, proc in zip(("simulators", "quadrature"), procs):
+             for group in groups]
+    for group, proc in zip(groups, procs):
         try:
             _, err = proc.communicate(timeout=900)
         except subprocess.TimeoutExpired:

@@ -1,8 +1,8 @@
 """Compile symquad's numba kernels into numba's on-disk cache before pytest-xdist's workers start.
 
-Run by tests/conftest.py in the controller of a distributed run, as two processes at once
-(``python tests/numba_warm.py simulators`` and ``... quadrature``), one per group of
-kernels.  Without it, in a fresh checkout (numba's cache is next to the sources, empty after
+Run by tests/conftest.py in the controller of a distributed run, as one process per group
+of kernels at once (``python tests/numba_warm.py simulators``, ``... quadrature``,
+``... engine``).  Without it, in a fresh checkout (numba's cache is next to the sources, empty after
 a clone) each worker compiled the same kernels for itself when its first test needed them:
 measured on the 2-core machine, the reduced simulator's kernels 11 s of CPU and the ReLU
 quadrature's 12 s per process.  The calls below are the public routes with the argument
@@ -54,5 +54,14 @@ def quadrature():
         (0, 0), (0, 1), (1, 1), (0, 3), (0, 4), (1, 3), (1, 4), (3, 3), (3, 4), (4, 4))))
 
 
+def engine():
+    """The diffusion engine's compiled interpreter (its import compiles ``run``: ~5.7 s of CPU
+    in a fresh checkout, measured on the 2-core machine; then ~0.6 s to load)."""
+    import symquad.runtime.contraction_vm  # noqa: F401
+
+
+#: the groups, one process each
+GROUPS = {"simulators": simulators, "quadrature": quadrature, "engine": engine}
+
 if __name__ == "__main__":
-    {"simulators": simulators, "quadrature": quadrature}[sys.argv[1]]()
+    GROUPS[sys.argv[1]]()
