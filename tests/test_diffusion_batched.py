@@ -154,8 +154,10 @@ def test_program_paths_equal_the_reference(monkeypatch, vm_step, one_state):
     # with groups, results written straight into the stacks (shared operands, lone
     # partners) and partners accumulated by their own steps, were checked
     assert all(exe.placed.values()) == (vm_step < 10 ** 9)
-    # leaves gathered again in another order for an interpreter reader were used
+    # leaves gathered again in another order for an interpreter reader were used, and
+    # interpreter results copied in another order (STEP_COPY)
     assert exe.leaf_copies > 0 or vm_step == 1
+    assert exe.step_copies > 0
     # small matrix products ran in the register kernel (contraction_vm._axpy_rows)
     from symquad.runtime import contraction_vm
     kernels = [contraction_vm.kernel_of(row) for row in exe.code]

@@ -669,6 +669,11 @@ def _step_name(subscripts):
     return "".join(out)
 
 
+#: An interpreter step's result is copied in another axis order for a reader that does at
+#: least this many times as many multiply-adds as the result has entries (and wants it so).
+STEP_COPY = 8
+
+
 #: Steps and finals of fewer multiply-adds than this (times the batch) run in the
 #: compiled interpreter (:mod:`symquad.runtime.contraction_vm`); larger ones as numpy
 #: matrix products (:func:`_dot`), the finals stacked by pattern (:class:`_Executable`).
@@ -868,10 +873,13 @@ class _Executable:
                                             **{k: v[1] for k, v in fused.items()}})
         leaves = [k for k, op in enumerate(ops) if op[0] == "leaf"]
         src, dst = [], []
-        copy_at = {}                            # (leaf, permutation) -> offset
+        copy_at = {}                            # (node, permutation) -> offset
+        extra = {k: sorted(set(v.values()) - {memory.get(k, tuple(range(len(shapes[k][1]))))})
+                 for k, v in copies.items()}
         #: leaves gathered more than once (in the orders their readers want)
-        self.leaf_copies = sum(len(set(v.values()) - {memory.get(k, tuple(range(
-            len(shapes[k][1]))))}) for k, v in copies.items())
+        self.leaf_copies = sum(len(v) for k, v in extra.items() if ops[k][0] == "leaf")
+        #: interpreter results copied in another order for a reader
+        self.step_copies = sum(len(v) for k, v in extra.items() if ops[k][0] == "step")
         for k in leaves:
             size = math.prod(shapes[k][1])
             spec = ops[k][1]
@@ -951,6 +959,11 @@ class _Executable:
                 else:
                     emit(vm.encode(operand(i, xl, ("op", k, 0)), operand(j, yl, ("op", k, 1)),
                                    operand(k, zl)))
+                    for perm in extra.get(k, ()):
+                        copy_at[(k, perm)] = at = alloc(math.prod(shapes[k][1]))
+                        emit(vm.encode(operand(k, zl), one,
+                                       (at, "".join(zl[a] for a in perm),
+                                        tuple(shapes[k][1][a] for a in perm))))
                 ins = (i, j)
             else:
                 name, i, j, subs, _, _, _ = finals[k]
@@ -1647,31 +1660,32 @@ def _layouts(ops, finals, seq, shapes, outputs, groups, member_of, nbatch, force
 
     for k in range(len(ops) - 1, -1, -1):
         if forced and k in forced:              # written into a group's stack, its order
-            if forced[k] != tuple(range(len(forced[k]))):
-                memory[k] = forced[k]
-            continue
-        if k in readers:
+            perm = list(forced[k])
+        elif k in readers:
             _, letters, how, _ = max(readers[k], key=lambda r: r[0])
             order = wanted(letters, how)
             order = [c for c in letters if c not in order] + order
             perm = [letters.index(c) for c in order]      # logical axis positions
-            if ops[k][0] == "leaf":
-                # gathered again in the order of each interpreter reader that wants
-                # another one, when it does at least as many multiply-adds as the
-                # copy has entries (a gather costs about one per entry)
-                size = math.prod(shapes[k][1])
-                for flops2, letters2, how2, rid in readers[k]:
-                    if rid is None or flops2 < size:
-                        continue
-                    order2 = wanted(letters2, how2)
-                    order2 = [c for c in letters2 if c not in order2] + order2
-                    perm2 = tuple(letters2.index(c) for c in order2)
-                    if perm2 != tuple(perm):
-                        copies.setdefault(k, {})[rid] = perm2
         elif k in numpy_steps:
             perm = list(range(len(shapes[k][1])))
         else:
             continue
+        if k in readers and (ops[k][0] == "leaf" or k not in numpy_steps):
+            # gathered again in the order of each interpreter reader that wants another
+            # one, when it does at least as many multiply-adds as the copy has entries (a
+            # gather costs about one per entry); an interpreter step's result (written
+            # in its main reader's order, or in a group's stack) copied in that order by
+            # one more row, when the reader does STEP_COPY times as many
+            size = math.prod(shapes[k][1])
+            least = size if ops[k][0] == "leaf" else STEP_COPY * size
+            for flops2, letters2, how2, rid in readers[k]:
+                if rid is None or flops2 < least:
+                    continue
+                order2 = wanted(letters2, how2)
+                order2 = [c for c in letters2 if c not in order2] + order2
+                perm2 = tuple(letters2.index(c) for c in order2)
+                if perm2 != tuple(perm):
+                    copies.setdefault(k, {})[rid] = perm2
         if k in numpy_steps:
             # in the producing step's letters: its product's order closest to `perm`
             xl, yl, zl = _letters(ops[k][1])
