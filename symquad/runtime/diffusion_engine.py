@@ -540,12 +540,14 @@ class _Program:
     Built once per ``(plan, kinds, p, n)`` from the classes of :func:`_compile_kind`:
     every class's contraction (its weights left out) is planned pairwise
     (:func:`_pairwise_plan`) and each step is named by what it computes — its
-    subscripts and the names of its two inputs, recursively down to the *leaves*
+    subscripts up to a renaming of letters (:func:`_step_name`) and the names of its
+    two inputs, recursively down to the *leaves*
     (a Hadamard power ``C^{∘m}/m!`` at given multiplicities and spans, the vertex
     functions at given orders, student or summed).  Steps with one name are one
     step: the multigraphs of all kinds share their sub-contractions (a summed
     vertex joined to the same externals by the same multiplicities, …), which
-    leaves ~⅓ of the steps for ``z³ − 3z``.  Each class's last step is a *final*:
+    leaves ~1/10 of the classes' steps for ``z³ − 3z`` (1230 of 12713; 3444 when named
+    by their spelling), ~1/8 for ``z² + z³/3``.  Each class's last step is a *final*:
     it is taken with the terms' weights ``coefficient · size/|G| · Δ^power``,
     summing over the terms into its kind.  The same sum as the class route,
     reassociated (the weights last): equal to rounding.  :class:`_Executable` runs it.
