@@ -898,11 +898,13 @@ class _Executable:
         leaf_dst = numpy.concatenate(dst)
         self.leaf_src = numpy.concatenate(src).astype(numpy.intp)
         # the leaves are allocated first (nothing released yet), one after another: one
-        # span, filled by one take
+        # span, filled by one gather (contraction_vm.gather) from the inputs before it
         lo = int(leaf_dst[0])
         self.leaf_span = (lo, lo + leaf_dst.size)
         if not numpy.array_equal(leaf_dst, numpy.arange(*self.leaf_span)):
             raise AssertionError("the leaves not allocated in one span")
+        if self.leaf_src.min() < 0 or self.leaf_src.max() >= lo:
+            raise AssertionError("a leaf gathered from outside the inputs")
         for k in leaves:
             if k not in last:
                 release(k)
@@ -1330,11 +1332,9 @@ class _Executable:
             lo, hi = self.regions[key]
             W[:, lo:hi] = arr.reshape(B, -1)
         W[:, self.regions["one"][0]] = 1.0
-        # take into the span (mode "clip": the positions are valid, and numpy then writes
-        # straight into `out` instead of through a buffer; 1.4-2x faster than the fancy
-        # assignment, measured)
-        numpy.take(W, self.leaf_src, axis=1, out=W[:, self.leaf_span[0]:self.leaf_span[1]],
-                   mode="clip")
+        # one compiled loop (3x numpy.take's speed at p = 8, measured; the sources, in the
+        # input regions, lie before the leaves' span)
+        self.vm.gather(W, self.leaf_src, self.leaf_span[0])
         W[:, self.zero_span[0]:self.zero_span[1]] = 0.0
         W[:, self.w_span[0]:self.w_span[1]] = self._weights_at(Delta)
 
