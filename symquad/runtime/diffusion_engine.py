@@ -759,7 +759,8 @@ class _Executable:
     Every node (leaf or step result) is a region of a ``float64`` row ``W[b]`` per
     state ``b``, allocated when it is computed and reused once its last reader has
     run.  At call time the inputs are copied in (the stacked ``C^{∘m}/m!``,
-    ``φ_j``, ``w φ_j``), the leaves gathered from them in one compiled loop (:func:`contraction_vm.gather`), and:
+    ``φ_j``, ``w φ_j``), the leaves gathered from them in one compiled loop
+    (:func:`contraction_vm.gather`), and:
 
     * every step below :data:`VM_STEP` multiply-adds runs in the compiled
       interpreter (:func:`symquad.runtime.contraction_vm.run`), a run of consecutive
