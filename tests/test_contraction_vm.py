@@ -227,3 +227,17 @@ def test_the_cost_model_takes_the_register_kernel_exactly_where_run_does():
     assert vm._cost(loops) >= 0.18 * macs
     loops[-1] = (8, (0, 1, 1, 0))                     # the weight constant: it does
     assert vm._takes_rows(loops) and vm._cost(loops) < 0.1 * macs
+
+
+@pytest.mark.parametrize("states", [1, 3])
+def test_gather_copies_what_numpy_take_copies(states):
+    # the leaves' gather: W[b, lo + i] = W[b, src[i]] for every state, as numpy's take
+    # (an independent route) copies them; repeated and out-of-order sources included
+    rng = np.random.default_rng(4)
+    W = rng.standard_normal((states, 500))
+    src = np.concatenate([rng.integers(0, 200, 150), np.arange(40, 60), [7, 7, 199]])
+    want = W.copy()
+    want[:, 250:250 + src.size] = np.take(W, src, axis=1)
+    vm.gather(W, src.astype(np.intp), 250)
+    assert np.array_equal(W, want)
+    assert not np.array_equal(want[:, 250:250 + src.size], np.take(W, src[::-1], axis=1))

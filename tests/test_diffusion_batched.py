@@ -154,8 +154,10 @@ def test_program_paths_equal_the_reference(monkeypatch, vm_step, one_state):
     # with groups, results written straight into the stacks (shared operands, lone
     # partners) and partners accumulated by their own steps, were checked
     assert all(exe.placed.values()) == (vm_step < 10 ** 9)
-    # leaves gathered again in another order for an interpreter reader were used
+    # leaves gathered again in another order for an interpreter reader were used, and
+    # interpreter results copied in another order (STEP_COPY)
     assert exe.leaf_copies > 0 or vm_step == 1
+    assert exe.step_copies > 0
     # small matrix products ran in the register kernel (contraction_vm._axpy_rows)
     from symquad.runtime import contraction_vm
     kernels = [contraction_vm.kernel_of(row) for row in exe.code]
@@ -364,3 +366,36 @@ def test_staged_symmetrisation_equals_the_sum_over_all_permutations(roles):
     got = E._symmetrise(x, roles, 1)
     assert np.max(np.abs(got - want)) <= 1e-14 * np.max(np.abs(want))
     assert not np.shares_memory(got, x)
+
+
+def _renamed(subscripts):
+    # the test's own renaming: the letters other than the term axis t, in order of first
+    # appearance, mapped onto a, b, c, … (str.translate instead of the engine's loop)
+    seen = "".join(dict.fromkeys(c for c in subscripts if c.isalpha() and c != "t"))
+    return subscripts.translate(str.maketrans(seen, "abcdefghijklmnopqrsuvwxyz"[:len(seen)]))
+
+
+def test_program_names_steps_independently_of_their_letters(monkeypatch):
+    # two classes that contract the same two nodes the same way under other letters
+    # ("...tae,...te->...ta" and "...tce,...te->...tc": a summed vertex joined to
+    # different externals) share one step: no two steps of the program are the same
+    # contraction of the same inputs up to a renaming of letters
+    assert E._step_name("...tcb,...tb->...tc") == E._step_name("...tae,...te->...ta") \
+        == "...tab,...tb->...ta"
+    assert E._step_name("...tab,...ta->...tb") != E._step_name("...tab,...tb->...ta")
+    model = sq.Model(3, 2, 0.3, activation="z**3 - 3*z", lr_readout=0.2)
+    plan = _diffusion_tensor_module(model).PLAN
+
+    def duplicates(prog):
+        steps = [op for op in prog.ops if op[0] == "step"]
+        return len(steps) - len({(_renamed(s), i, j) for _, s, i, j, _ in steps})
+    monkeypatch.setattr(E, "_PROGRAMS", {})
+    prog = E._program(plan, NAMES, 3, 5)
+    assert duplicates(prog) == 0
+    # power: named by their spelling, the same program repeats many steps
+    monkeypatch.setattr(E, "_PROGRAMS", {})
+    monkeypatch.setattr(E, "_step_name", lambda subscripts: subscripts)
+    spelled = E._program(plan, NAMES, 3, 5)
+    # (3444 steps against 1230; a repeated step makes its readers repeat too, so fewer
+    # are duplicates of one level)
+    assert duplicates(spelled) > 0 and spelled.n_steps > 2 * prog.n_steps

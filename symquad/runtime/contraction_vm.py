@@ -33,7 +33,7 @@ import math
 import numpy as np
 from numba import njit
 
-__all__ = ["MAX_LETTERS", "ROW", "encode", "kernel_of", "run"]
+__all__ = ["MAX_LETTERS", "ROW", "encode", "gather", "kernel_of", "run"]
 
 #: Most loop letters of one step (after merging letters contiguous in every operand).
 MAX_LETTERS = 12
@@ -937,6 +937,22 @@ def run(W, code, start, stop):  # pragma: no cover - compiled
                     k -= 1
                 if k < 0:
                     break
+
+
+@njit(cache=True)
+def gather(W, src, lo):  # pragma: no cover - compiled
+    """``W[b, lo + i] = W[b, src[i]]`` for every row ``b`` of the workspace and every ``i``.
+
+    The leaves of a program, gathered from its inputs (:mod:`diffusion_engine`): the same
+    copies as ``numpy.take(W, src, axis=1, out=W[:, lo:lo + len(src)])`` (the sources
+    must lie outside the written span), a third of its time (0.47 → 0.15 ms for the
+    2.8·10⁵ entries of ``z² + z³/3`` at ``p = 8``, measured): no index checks or
+    buffering per entry.
+    """
+    for b in range(W.shape[0]):
+        V = W[b]
+        for i in range(src.size):
+            V[np.uint64(lo + i)] = V[np.uint64(src[i])]
 
 
 def _compile_run():
