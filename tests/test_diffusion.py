@@ -141,10 +141,12 @@ def test_diffusion_matches_monte_carlo_large(model):
 
 @pytest.mark.slow
 def test_diffusion_matches_monte_carlo_hermite():
-    # z³ − 3z: the covariances are of degree-20 polynomials (heavy tails)
+    # z³ − 3z: the covariances are of degree-20 polynomials (heavy tails); 3·10⁶ draws of
+    # this seed's stream left the largest standard error at 0.104 of max |D|, above the
+    # check's own precision bar (measured 6 December 2026: 0.081 with 4·10⁶, max z 3.9)
     model = sq.Model(2, 1, 0.05, noise=0.3, activation="z**3 - 3*z", batch_size=2,
                      weight_decay=0.2)
-    assert mc_check(model, n=3_000_000, seed=14, precision=0.1, scale=0.5) < 5
+    assert mc_check(model, n=4_000_000, seed=14, precision=0.1, scale=0.5) < 5
 
 
 # ---- wide networks, the hand formula, structure -------------------------------------
