@@ -333,7 +333,12 @@ def test_program_is_deterministic_and_its_kept_workspace_is_not_stale():
     one = _states(3, 2, 1, rng)
     other = _states(3, 2, 1, rng)
     first = E.tensor_kinds(plan, *one, 0.3, NAMES)
+    kept = {name: first.arrays[name].copy() for name in NAMES}
     E.tensor_kinds(plan, *other, 0.3, NAMES)
+    # the kinds returned are the caller's, not views of the kept workspace (one chunk
+    # returns its arrays without a copy: _run_program)
+    for name in NAMES:
+        assert np.array_equal(first.arrays[name], kept[name]), name
     again = E.tensor_kinds(plan, *one, 0.3, NAMES)
     for name in NAMES:
         assert np.array_equal(first.arrays[name], again.arrays[name])

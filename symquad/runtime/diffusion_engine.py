@@ -1476,6 +1476,11 @@ def _run_program(plan, names, p, n, CP, stud, summed, Delta, batch):
     for lo in range(0, nbatch, chunk):
         hi = min(nbatch, lo + chunk)
         parts.append(exe.run(*(a[lo:hi] for a in flat), Delta, hi - lo))
+    if len(parts) == 1:
+        # one chunk: its kinds are fresh arrays already (_symmetrise copies), not views of
+        # the reused workspace; concatenating copied all of them again (0.15 ms at
+        # (z³ − 3z, 16), measured)
+        return {name: value.reshape(batch + value.shape[1:]) for name, value in parts[0].items()}
     return {name: numpy.concatenate([part[name] for part in parts]).reshape(
         batch + parts[0][name].shape[1:]) for name in parts[0]}
 
