@@ -775,8 +775,9 @@ class _Executable:
       partner in place, :meth:`_place_in_stacks`, and adds a partner read by nothing
       else straight into its block, :meth:`_fuse_partners`), and the group is one
       matrix product over the stacked terms into its kind.  A group below
-      :data:`VM_STEP` multiply-adds (small widths), or one whose operands hold the
-      same external axes, runs as weighted interpreter steps into its kind instead.
+      :data:`VM_STEP` multiply-adds (small widths), or one in which every external axis
+      of one operand is also in the other (a batch of ``(1 × t)(t × J)`` products),
+      runs as weighted interpreter steps into its kind instead.
 
     Every node is laid out for its main reader (:func:`_layouts`).  Memory: one
     workspace of :attr:`size` elements per state, at most :data:`MAX_WORKSPACE` per
