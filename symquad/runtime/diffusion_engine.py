@@ -889,6 +889,11 @@ class _Executable:
             spec = ops[k][1]
             region = {"C": "CP", "q": "summed", "s": "stud"}[spec[0]]
             flat = self._leaf_source(spec, p, n).reshape(shapes[k][1])
+            # the gather checks no index (contraction_vm.gather): every source in the
+            # leaf's own input, not merely before the leaves' span (an order past its
+            # input would read the next input's entries)
+            if flat.min() < 0 or flat.max() >= self.regions[region][1] - self.regions[region][0]:
+                raise AssertionError(f"leaf {spec} gathered from outside its input {region}")
             main = memory.get(k, tuple(range(flat.ndim)))
             for perm in [main] + sorted(set(copies.get(k, {}).values()) - {main}):
                 at = alloc(size)
