@@ -32,6 +32,7 @@ assert after == warm, (warm, after)
 def test_the_engine_warm_up_compiles_the_engines_kernels():
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [ROOT] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
-    proc = subprocess.run([sys.executable, "-c", PROBE.format(tests=os.path.join(ROOT, "tests"))],
-                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    probe = PROBE.format(tests=os.path.join(ROOT, "tests"))
+    proc = subprocess.run([sys.executable, "-c", probe], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr

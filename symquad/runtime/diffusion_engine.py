@@ -548,10 +548,11 @@ class _Program:
     vertex joined to the same externals by the same multiplicities, …), which
     leaves ~1/9 of the classes' steps besides their finals for ``z³ − 3z`` (1230 of
     11613; 3444 when named by their spelling), ~1/7 for ``z² + z³/3`` (7174 of 51486;
-    counted at ``p = 3``, ``p* = 2``, the nine kinds of a trained readout).  Each class's last step is a *final*:
-    it is taken with the terms' weights ``coefficient · size/|G| · Δ^power``,
-    summing over the terms into its kind.  The same sum as the class route,
-    reassociated (the weights last): equal to rounding.  :class:`_Executable` runs it.
+    counted at ``p = 3``, ``p* = 2``, the nine kinds of a trained readout).  Each
+    class's last step is a *final*: it is taken with the terms' weights
+    ``coefficient · size/|G| · Δ^power``, summing over the terms into its kind.  The
+    same sum as the class route, reassociated (the weights last): equal to rounding.
+    :class:`_Executable` runs it.
     """
 
     def __init__(self, plan, names, p, n):
@@ -893,7 +894,8 @@ class _Executable:
             # the gather checks no index (contraction_vm.gather): every source in the
             # leaf's own input, not merely before the leaves' span (an order past its
             # input would read the next input's entries)
-            if flat.min() < 0 or flat.max() >= self.regions[region][1] - self.regions[region][0]:
+            r_lo, r_hi = self.regions[region]
+            if flat.min() < 0 or flat.max() >= r_hi - r_lo:
                 raise AssertionError(f"leaf {spec} gathered from outside its input {region}")
             main = memory.get(k, tuple(range(flat.ndim)))
             for perm in [main] + sorted(set(copies.get(k, {}).values()) - {main}):
