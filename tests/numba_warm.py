@@ -56,8 +56,12 @@ def quadrature():
 
 def engine():
     """The diffusion engine's compiled interpreter (its import compiles ``run``: ~5.7 s of CPU
-    in a fresh checkout, measured on the 2-core machine; then ~0.6 s to load)."""
-    import symquad.runtime.contraction_vm  # noqa: F401
+    in a fresh checkout, measured on the 2-core machine; then ~0.6 s to load) and the
+    leaves' gather, at the types ``_Executable`` passes (a C-contiguous workspace, ``intp``
+    sources, an integer offset; tests/test_numba_warm.py checks them)."""
+    from symquad.runtime import contraction_vm
+
+    contraction_vm.gather(np.zeros((1, 4)), np.arange(2, dtype=np.intp), 2)
 
 
 #: the groups, one process each

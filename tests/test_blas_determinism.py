@@ -109,3 +109,49 @@ def test_the_drifts_derivatives_run_on_the_kernels_blas_threads(monkeypatch, con
         k._risk_curvature(Q, rho, T, None, S)
     assert set(seen) == {"f1_sources", "hessian", "jacobian", "curvature", "risk_curvature"}
     assert all(threads == {1} for calls in seen.values() for threads in calls), seen
+
+
+def test_the_public_derivatives_run_on_the_kernels_blas_threads(monkeypatch):
+    # jacobian(), risk_gradient() and risk_hessian() are the LNA's derivatives (the same
+    # DriftDerivatives calls) but ran on the user's BLAS threads while the LNA's were
+    # limited: their rounding followed the user's thread count, and J from jacobian()
+    # could differ in the last bits from the J the LNA used
+    import threadpoolctl
+    from symquad.numeric import kernels as kmod
+
+    m = sq.Model(p=3, p_star=2, lr=0.3, noise=0.1)
+    k = sq.kernels(m, form="tensor")
+    assert k.threads == 1
+    seen = {}
+    original = kmod._derivatives
+
+    class Spy:
+        def __init__(self, der):
+            self._der = der
+
+        def __getattr__(self, name):
+            target = getattr(self._der, name)
+            if name not in ("jacobian", "risk_gradient", "risk_hessian"):
+                return target
+
+            def call(*a, **kw):
+                seen.setdefault(name, []).append(
+                    {d["num_threads"] for d in threadpoolctl.threadpool_info()
+                     if d["user_api"] == "blas"})
+                return target(*a, **kw)
+            return call
+
+    monkeypatch.setattr(kmod, "_derivatives", lambda *a, **kw: Spy(original(*a, **kw)))
+    Q = np.eye(3)
+    Q[0, 1] = Q[1, 0] = 0.2
+    rho = np.full((3, 2), 0.1)
+    T = np.eye(2)
+    with threadpool_limits(2, user_api="blas"):
+        if not {d["num_threads"] for d in threadpoolctl.threadpool_info()
+                if d["user_api"] == "blas"} == {2}:
+            pytest.skip("the BLAS library here does not take a thread count of 2")
+        k.jacobian(Q, rho, T)
+        k.risk_gradient(Q, rho, T)
+        k.risk_hessian(Q, rho, T)
+    assert set(seen) == {"jacobian", "risk_gradient", "risk_hessian"}
+    assert all(threads == {1} for calls in seen.values() for threads in calls), seen

@@ -8,6 +8,8 @@ agree to rounding: 1e-14 relative to the largest entry of each kind, on random
 states, batched over replicas, and with the terms forced into chunks.
 """
 
+import copy
+
 import numpy as np
 import pytest
 
@@ -430,3 +432,25 @@ def test_program_names_steps_independently_of_their_letters(monkeypatch):
     # (3444 steps against 1230; a repeated step makes its readers repeat too, so fewer
     # are duplicates of one level)
     assert duplicates(spelled) > 0 and spelled.n_steps > 2 * prog.n_steps
+
+
+@pytest.mark.parametrize("kind", ["C", "s", "q"])
+def test_a_leaf_outside_its_input_is_refused(kind):
+    # the leaves' gather (contraction_vm.gather) checks no index: the executable checks
+    # every leaf's sources lie in its own input (C^{∘m}/m! up to the plan's top order,
+    # φ_j / wφ_j up to top + 1).  A leaf one order past its input read the next input's
+    # entries (the sources still lay before the leaves' span, the former check): refused
+    model = sq.Model(3, 2, 0.3, activation="z**3 - 3*z", lr_readout=0.2)
+    plan = _diffusion_tensor_module(model).PLAN
+    top = plan["__top__"]
+    program = E._program(plan, NAMES, 3, 5)
+    E._Executable(program, top, 1)                     # as built: accepted
+    k, spec = next((k, op[1]) for k, op in enumerate(program.ops)
+                   if op[0] == "leaf" and op[1][0] == kind)
+    past = (top + 1) if kind == "C" else (top + 2)       # one order past the input
+    bad = (kind, (past,) * len(spec[1])) + tuple(spec[2:])
+    wrong = copy.copy(program)
+    wrong.ops = list(program.ops)
+    wrong.ops[k] = ("leaf", bad)
+    with pytest.raises(AssertionError, match="outside its input"):
+        E._Executable(wrong, top, 1)

@@ -376,24 +376,29 @@ class Kernels:
         declare(self.model, "the exact Jacobian")
         params = self.params_at(t)
         Q, rho, T, a = self._arrays(Q, rho, T, a)
-        return _jacobian_function(_untimed(self.model, "the exact Jacobian"), self.form)(
-            Q, rho, T, a, params)[0]
+        # on the kernels' BLAS threads, as the LNA's Jacobian (_lna_terms): the user's
+        # thread count would change the rounding
+        with self._blas():
+            return _jacobian_function(_untimed(self.model, "the exact Jacobian"), self.form)(
+                Q, rho, T, a, params)[0]
 
     def risk_gradient(self, Q, rho, T, a=None):
         """Gradient ``∂ε/∂X`` of the population risk in the state order; ``(..., dim)``
         (the route of :meth:`jacobian`)."""
         declare(self.model, "the exact Jacobian")
         Q, rho, T, a = self._arrays(Q, rho, T, a)
-        return _jacobian_function(_untimed(self.model, "the exact Jacobian"), self.form)(
-            Q, rho, T, a, self._params)[1]
+        with self._blas():
+            return _jacobian_function(_untimed(self.model, "the exact Jacobian"), self.form)(
+                Q, rho, T, a, self._params)[1]
 
     def risk_hessian(self, Q, rho, T, a=None):
         """Hessian ``∂²ε/∂X∂X`` of the population risk in the state order; ``(..., dim, dim)``
         (the route of :meth:`jacobian`)."""
         declare(self.model, "the exact Jacobian")
         Q, rho, T, a = self._arrays(Q, rho, T, a)
-        return _jacobian_function(_untimed(self.model, "the exact Jacobian"), self.form)(
-            Q, rho, T, a, self._params)[2]
+        with self._blas():
+            return _jacobian_function(_untimed(self.model, "the exact Jacobian"), self.form)(
+                Q, rho, T, a, self._params)[2]
 
     def second_order(self, Q, rho, T, a=None, t=None):
         r"""``(f₁, ∂²f)``: the ``1/N`` term of the mean step and the drift's Hessian.

@@ -546,11 +546,13 @@ class _Program:
     functions at given orders, student or summed).  Steps with one name are one
     step: the multigraphs of all kinds share their sub-contractions (a summed
     vertex joined to the same externals by the same multiplicities, …), which
-    leaves ~1/10 of the classes' steps for ``z³ − 3z`` (1230 of 12713; 3444 when named
-    by their spelling), ~1/8 for ``z² + z³/3``.  Each class's last step is a *final*:
-    it is taken with the terms' weights ``coefficient · size/|G| · Δ^power``,
-    summing over the terms into its kind.  The same sum as the class route,
-    reassociated (the weights last): equal to rounding.  :class:`_Executable` runs it.
+    leaves ~1/9 of the classes' steps besides their finals for ``z³ − 3z`` (1230 of
+    11613; 3444 when named by their spelling), ~1/7 for ``z² + z³/3`` (7174 of 51486;
+    counted at ``p = 3``, ``p* = 2``, the nine kinds of a trained readout).  Each
+    class's last step is a *final*: it is taken with the terms' weights
+    ``coefficient · size/|G| · Δ^power``, summing over the terms into its kind.  The
+    same sum as the class route, reassociated (the weights last): equal to rounding.
+    :class:`_Executable` runs it.
     """
 
     def __init__(self, plan, names, p, n):
@@ -889,6 +891,12 @@ class _Executable:
             spec = ops[k][1]
             region = {"C": "CP", "q": "summed", "s": "stud"}[spec[0]]
             flat = self._leaf_source(spec, p, n).reshape(shapes[k][1])
+            # the gather checks no index (contraction_vm.gather): every source in the
+            # leaf's own input, not merely before the leaves' span (an order past its
+            # input would read the next input's entries)
+            r_lo, r_hi = self.regions[region]
+            if flat.min() < 0 or flat.max() >= r_hi - r_lo:
+                raise AssertionError(f"leaf {spec} gathered from outside its input {region}")
             main = memory.get(k, tuple(range(flat.ndim)))
             for perm in [main] + sorted(set(copies.get(k, {}).values()) - {main}):
                 at = alloc(size)
@@ -922,7 +930,8 @@ class _Executable:
         def operand(k, letters, reader=None):
             # a node's axes are named by the subscripts of the step reading it (a leaf
             # or a shared step is read under other letters by other classes); a leaf
-            # may have a copy in the order this reader wants
+            # or an interpreter step's result may have a copy in the order this reader
+            # wants
             perm = copies.get(k, {}).get(reader)
             if perm is not None:
                 return (copy_at[(k, perm)], "".join(letters[a] for a in perm),
@@ -1616,8 +1625,10 @@ def _layouts(ops, finals, seq, shapes, outputs, groups, member_of, nbatch, force
     any order: the one closest to what its reader wants (the longest common run of
     fastest letters).  A leaf is gathered again in the order of each interpreter reader
     that wants another one and does at least as many multiply-adds as the leaf has
-    entries.  Returns ``({node: permutation of its logical axes}, {numpy steps whose
-    operands are swapped}, {leaf: {reader: permutation of its copy}})``, a reader named
+    entries; an interpreter step's result is copied (one more row) in the order of each
+    such reader that does at least :data:`STEP_COPY` times as many.  Returns ``({node:
+    permutation of its logical axes}, {numpy steps whose operands are swapped}, {leaf or
+    interpreter step: {reader: permutation of its copy}})``, a reader named
     ``("op", step, side)`` or ``("final", final, side)``.  `forced`: nodes whose order
     is fixed (written into a group's stack).  Only layouts change, not the sums: each
     step adds the same products, in an order that may differ (equal to rounding).
