@@ -51,8 +51,8 @@ also prints the four-point sums' quadruples and integrand evaluations per quadru
 """
 
 import importlib
-import math
 import importlib.util
+import math
 import os
 import pathlib
 import sys
@@ -496,12 +496,8 @@ def diffusion_floor_main(ps, activations):
             for name in names:
                 for _, _, full, classes in engine._compiled(plan, name):
                     for subs, edges, vertices, _, _, weights in classes:
-                        ins, outs = subs.split("->")
-                        core = [(len(weights), p if full[u] in ("d", "s") else n,
-                                 p if full[v] in ("d", "s") else n) for u, v in edges]
-                        core += [(len(weights), n if role == "q" else p)
-                                 for _, role in vertices]
-                        sub = ",".join(ins.split(",")[1:]) + "->" + outs.replace("...", "...t")
+                        sub, core = engine._class_contraction(subs, edges, vertices, full,
+                                                             len(weights), p, n)
                         steps, _ = engine._pairwise_plan(sub, core)
                         row = rows.setdefault(name, [0, 0, 0])
                         row[0] += 1

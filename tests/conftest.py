@@ -58,7 +58,11 @@ def pytest_sessionstart(session):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [root] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
     script = os.path.join(os.path.dirname(__file__), "numba_warm.py")
-    groups = ("simulators", "quadrature", "engine")          # numba_warm.GROUPS
+    # its groups read from the script (it imports only numpy at the top), so they cannot drift
+    warm = importlib.util.spec_from_file_location("numba_warm", script)
+    module = importlib.util.module_from_spec(warm)
+    warm.loader.exec_module(module)
+    groups = tuple(module.GROUPS)
     procs = [subprocess.Popen([sys.executable, script, group], env=env, cwd=root,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
              for group in groups]

@@ -81,11 +81,8 @@ def test_greedy_never_beats_the_floor():
     for name in assembly.KINDS[(model.constraint, True)]:
         for _, _, full, classes in engine._compiled(plan, name):
             for subs, edges, vertices, _, _, weights in classes[:40]:
-                ins, outs = subs.split("->")
-                core = [(len(weights), p if full[u] in ("d", "s") else n,
-                         p if full[v] in ("d", "s") else n) for u, v in edges]
-                core += [(len(weights), n if role == "q" else p) for _, role in vertices]
-                sub = ",".join(ins.split(",")[1:]) + "->" + outs.replace("...", "...t")
+                sub, core = engine._class_contraction(subs, edges, vertices, full,
+                                                     len(weights), p, n)
                 steps, _ = engine._pairwise_plan(sub, core)
                 assert sum(f for _, _, f in steps) >= best_order_macs(sub, core), sub
                 checked += 1

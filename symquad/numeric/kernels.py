@@ -287,10 +287,7 @@ class Kernels:
         """
         params = self.params_at(t)
         args = self._arrays(Q, rho, T, a)
-        if self._limit:
-            with limited_blas(self.threads):
-                dQ, drho, da = self._rhs(*args, params)
-        else:
+        with self._blas():
             dQ, drho, da = self._rhs(*args, params)
         return (dQ, drho, da) if self.model.readout_trained else (dQ, drho)
 
@@ -298,10 +295,7 @@ class Kernels:
         """Population risk ``ε`` at ``(Q, ρ, T)`` (and ``a``); a float, or an array over batch dims."""
         Q, rho, T, a_float = self._arrays(Q, rho, T, a)
         readout = self._exact[0] if a is None else a_float
-        if self._limit:
-            with limited_blas(self.threads):
-                out = self._risk(Q, rho, T, readout, self._exact[1])
-        else:
+        with self._blas():
             out = self._risk(Q, rho, T, readout, self._exact[1])
         return float(out) if np.ndim(out) == 0 else out
 
@@ -322,10 +316,8 @@ class Kernels:
         b_num = self._exact[1]
 
         def risk(a_, b_):
-            if self._limit:
-                with limited_blas(self.threads):
-                    return np.asarray(self._risk(Q, rho, T, a_, b_), dtype=float)
-            return np.asarray(self._risk(Q, rho, T, a_, b_), dtype=float)
+            with self._blas():
+                return np.asarray(self._risk(Q, rho, T, a_, b_), dtype=float)
         eps = risk(a_num, b_num)
         if self.model.loss == "square":
             out = eps + 0.5 * self.model.noise
@@ -355,13 +347,11 @@ class Kernels:
         Q, rho, T, a = self._arrays(Q, rho, T, a)
         D = _diffusion_function(_untimed(self.model, "the diffusion matrix (form="
                                          f"{self.form!r})"), self.form)
-        if self._limit:
-            # the tensor route's contractions on the kernels' threads, as the RHS: with
-            # the library's two BLAS threads beside other jobs D at p = 16 (z³ − 3z) took
-            # 1629 ms of CPU against 469 ms on one (benchmarks/bench_kernels.py --diffusion)
-            with limited_blas(self.threads):
-                return D(Q, rho, T, a, params)
-        return D(Q, rho, T, a, params)
+        # the tensor route's contractions on the kernels' threads, as the RHS: with the
+        # library's two BLAS threads beside other jobs D at p = 16 (z³ − 3z) took 1629 ms
+        # of CPU against 469 ms on one (benchmarks/bench_kernels.py --diffusion)
+        with self._blas():
+            return D(Q, rho, T, a, params)
 
     def jacobian(self, Q, rho, T, a=None, t=None):
         r"""Jacobian ``J_IJ = ∂f_I/∂X_J`` of the drift in the state order of :attr:`layout`.

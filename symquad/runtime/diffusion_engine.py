@@ -534,6 +534,24 @@ def tensor_kinds(plan, Q, rho, T, a, b, Delta, names):
     return KindArrays(out)
 
 
+def _class_contraction(subs, edges, vertices, full, nt, p, n):
+    """``(subscripts, shapes)``: one class's contraction without its weights, terms kept.
+
+    ``subs`` is the class's einsum (the weights first, :func:`_compile_kind`); the
+    result sums nothing over the term axis ``t`` (``...t`` in the output), and
+    ``shapes`` are the operands' shapes without the batch: an edge ``(t, span_u,
+    span_v)``, a vertex vector ``(t, span)``, a span being ``p`` for an external vertex
+    (roles ``d``, ``s``) and ``n`` for the others.  What :func:`_pairwise_plan` plans
+    (and ``bench_kernels.py --diffusion-floor`` bounds).
+    """
+    ins, outs = subs.split("->")
+    span = {True: p, False: n}
+    shapes = [(nt, span[full[u] in ("d", "s")], span[full[v] in ("d", "s")])
+              for u, v in edges]
+    shapes += [(nt, n if role == "q" else p) for _, role in vertices]
+    return ",".join(ins.split(",")[1:]) + "->" + outs.replace("...", "...t"), shapes
+
+
 class _Program:
     r"""The kinds of one plan as one straight-line program of pairwise contractions, with CSE.
 
@@ -585,23 +603,18 @@ class _Program:
         for name in names:
             for (coeff, dpow), q, full, classes in _compiled(plan, name):
                 for subs, edges, vertices, M, J, weights in classes:
-                    ins, outs = subs.split("->")
-                    ins = ins.split(",")[1:]                      # the weights go last
-                    nt = len(weights)
-                    cur, core = [], []
-                    for e, (u, v) in enumerate(edges):
-                        su = p if full[u] in ("d", "s") else n
-                        sv = p if full[v] in ("d", "s") else n
+                    outs = subs.split("->")[1]
+                    terms, core = _class_contraction(subs, edges, vertices, full,
+                                                    len(weights), p, n)
+                    ins = terms.split("->")[0].split(",")
+                    cur = []
+                    for e, (_, su, sv) in enumerate(core[:len(edges)]):
                         spec = ("C", tuple(int(x) for x in M[:, e]), su, sv)
                         cur.append((ins[len(cur)], leaf(spec)))
-                        core.append((nt, su, sv))
                     for col, (v, role) in enumerate(vertices):
                         spec = ("q" if role == "q" else "s", tuple(int(x) for x in J[:, col]))
                         cur.append((ins[len(cur)], leaf(spec)))
-                        core.append((nt, n if role == "q" else p))
-                    target = outs.replace("...", "...t")
-                    plan_steps, largest = _pairwise_plan(",".join(s for s, _ in cur) + "->"
-                                                         + target, core)
+                    plan_steps, largest = _pairwise_plan(terms, core)
                     self.largest = max(self.largest, largest)
                     if len(cur) == 1:
                         raise AssertionError("a multigraph term with one operand")
