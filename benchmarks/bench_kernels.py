@@ -363,6 +363,49 @@ def call_floor(repeat=5):
     return time_call(lambda: engine._c_einsum("...ta,...ta->...ta", x, x), repeat)
 
 
+def diffusion_batched_main(cases, repeat, engine_before=None):
+    """The tensor kinds over a batch of states (the SDE's and the LNA's replicas in one call).
+
+    ``cases``: ``(activation, p, states)``; ``p* = 2``, trained readout, BLAS pinned to
+    one thread.  Per case: the kinds of ``states`` random states in one call (CPU ms,
+    best of `repeat`), per state, and with `engine_before` (an older
+    ``runtime/diffusion_engine.py``) the same call of that engine in this process, its
+    kinds asserted equal to ≤ 10⁻¹³ of each kind's largest entry.
+    """
+    import threadpoolctl
+    from symquad._generated import diffusion_assembly as assembly
+    from symquad.numeric.kernels import _diffusion_tensor_module
+    from symquad.runtime import diffusion_engine as engine
+    before = load_engine(engine_before) if engine_before else None
+    rng = np.random.default_rng(0)
+    print(f"# tensor kinds of a batch of states in one call, p* = 2, trained readout, one "
+          f"thread; CPU ms, best of {repeat}; 'before' = {engine_before or '(none)'}")
+    print(f"{'activation':>16} {'p':>3} {'states':>6} {'kinds':>9} {'per state':>9} "
+          f"{'before':>9} {'per state':>9} {'before/now':>10}")
+    for act, p, states in cases:
+        model = sq.Model(p, 2, 0.1, activation=act, lr_readout=0.1)
+        sq.kernels(model, "tensor").diffusion(*_point(p, 2, rng), np.full(p, 1.0 / p))
+        plan = _diffusion_tensor_module(model).PLAN
+        names = assembly.KINDS[(model.constraint, True)]
+        points = [_point(p, 2, rng) for _ in range(states)]
+        Q, rho, T = (np.stack([x[i] for x in points]) for i in range(3))
+        a, b = np.full((states, p), 1.0 / p), np.ones((states, 2))
+        args = (plan, Q, rho, T, a, b, model.noise, names)
+        with threadpoolctl.threadpool_limits(limits=1):
+            now = time_call(lambda: engine.tensor_kinds(*args), repeat)
+            line = (f"{act:>16} {p:>3} {states:>6} {now * 1e3:9.2f} "
+                    f"{now / states * 1e3:9.3f}")
+            if before is not None:
+                then = time_call(lambda: before.tensor_kinds(*args), repeat)
+                new, old = engine.tensor_kinds(*args), before.tensor_kinds(*args)
+                for name in names:
+                    scale = np.max(np.abs(old.arrays[name]))
+                    assert np.max(np.abs(new.arrays[name] - old.arrays[name])) \
+                        <= 1e-13 * scale, name
+                line += f" {then * 1e3:9.2f} {then / states * 1e3:9.3f} {then / now:10.2f}"
+        print(line, flush=True)
+
+
 def diffusion_cost_main(ps, repeat, activations):
     """What one tensor-route ``D`` costs, and the least it could cost in this form.
 
@@ -696,6 +739,9 @@ if __name__ == "__main__":
     parser.add_argument("--diffusion", action="store_true", help="time D against the RHS")
     parser.add_argument("--diffusion-cost", action="store_true",
                         help="D's program: calls, multiply-adds, call overhead, lower bound")
+    parser.add_argument("--diffusion-batched", metavar="ACT:P:STATES;...",
+                        help="the tensor kinds of a batch of states in one call, e.g. "
+                        "'z**2 + z**3/3:4:64;z**3 - 3*z:8:64' (with --engine-before: beside it)")
     parser.add_argument("--diffusion-floor", action="store_true",
                         help="D's multiply-adds in the greedy and in the best contraction order")
     parser.add_argument("--diffusion-segments", action="store_true",
@@ -716,6 +762,16 @@ if __name__ == "__main__":
     if args.diffusion_cost:
         diffusion_cost_main([int(x) for x in args.diffusion_p.split(",")], args.repeat,
                             [a for a in args.activations.split(",") if a != "z**2"])
+        raise SystemExit(0)
+    if args.diffusion_batched:
+        cases = []
+        for item in args.diffusion_batched.split(";"):
+            act, p, states = item.rsplit(":", 2)
+            if not (p.isdigit() and states.isdigit() and int(p) >= 1 and int(states) >= 1):
+                parser.error(f"--diffusion-batched: {item!r} is not ACTIVATION:P:STATES "
+                             "with P and STATES positive integers")
+            cases.append((act.strip(), int(p), int(states)))
+        diffusion_batched_main(cases, args.repeat, args.engine_before)
         raise SystemExit(0)
     if args.diffusion_floor:
         diffusion_floor_main([int(x) for x in args.diffusion_p.split(",")],
