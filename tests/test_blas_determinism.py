@@ -59,19 +59,15 @@ def test_the_spheres_second_order_evaluates_d_on_the_kernels_blas_threads(monkey
     assert seen and all(threads == {1} for threads in seen), seen
 
 
-@pytest.mark.parametrize("constraint", ["none", "sphere"])
-def test_the_drifts_derivatives_run_on_the_kernels_blas_threads(monkeypatch, constraint):
-    # second_order's f₁ and Hessian, the LNA's Jacobian and curvature ran on the user's
-    # BLAS threads while the drift and D beside them were limited: their rounding
-    # followed the user's thread count
+def _blas_threads():
     import threadpoolctl
-    from symquad.numeric import kernels as kmod
+    return {d["num_threads"] for d in threadpoolctl.threadpool_info() if d["user_api"] == "blas"}
 
-    m = sq.Model(p=3, p_star=2, lr=0.3, noise=0.1, constraint=constraint)
-    k = sq.kernels(m, form="tensor")
-    assert k.threads == 1
-    seen = {}
-    original = kmod._derivatives
+
+def _spy_on_derivatives(monkeypatch, names):
+    """Record the BLAS thread counts inside each call of the drift derivatives' `names`."""
+    from symquad.numeric import kernels as kmod
+    seen, original = {}, kmod._derivatives
 
     class Spy:
         def __init__(self, der):
@@ -79,26 +75,38 @@ def test_the_drifts_derivatives_run_on_the_kernels_blas_threads(monkeypatch, con
 
         def __getattr__(self, name):
             target = getattr(self._der, name)
-            if name not in ("f1_sources", "hessian", "jacobian", "curvature",
-                            "risk_curvature"):
+            if name not in names:
                 return target
 
             def call(*a, **kw):
-                seen.setdefault(name, []).append(
-                    {d["num_threads"] for d in threadpoolctl.threadpool_info()
-                     if d["user_api"] == "blas"})
+                seen.setdefault(name, []).append(_blas_threads())
                 return target(*a, **kw)
             return call
 
     monkeypatch.setattr(kmod, "_derivatives", lambda *a, **kw: Spy(original(*a, **kw)))
+    return seen
+
+
+def _a_state():
     Q = np.eye(3)
     Q[0, 1] = Q[1, 0] = 0.2
-    rho = np.full((3, 2), 0.1)
-    T = np.eye(2)
+    return Q, np.full((3, 2), 0.1), np.eye(2)
+
+
+@pytest.mark.parametrize("constraint", ["none", "sphere"])
+def test_the_drifts_derivatives_run_on_the_kernels_blas_threads(monkeypatch, constraint):
+    # second_order's f₁ and Hessian, the LNA's Jacobian and curvature ran on the user's
+    # BLAS threads while the drift and D beside them were limited: their rounding
+    # followed the user's thread count
+    names = {"f1_sources", "hessian", "jacobian", "curvature", "risk_curvature"}
+    m = sq.Model(p=3, p_star=2, lr=0.3, noise=0.1, constraint=constraint)
+    k = sq.kernels(m, form="tensor")
+    assert k.threads == 1
+    seen = _spy_on_derivatives(monkeypatch, names)
+    Q, rho, T = _a_state()
     S = 1e-3 * np.eye(k.layout.dim)
     with threadpool_limits(2, user_api="blas"):
-        if not {d["num_threads"] for d in threadpoolctl.threadpool_info()
-                if d["user_api"] == "blas"} == {2}:
+        if _blas_threads() != {2}:
             pytest.skip("the BLAS library here does not take a thread count of 2")
         k.second_order(Q, rho, T)
         # as fluctuations() calls it: D (and the sphere's D^u) given
@@ -107,7 +115,7 @@ def test_the_drifts_derivatives_run_on_the_kernels_blas_threads(monkeypatch, con
         k._lna_terms(Q, rho, T, None, S, diffusion=diffusion)
         k._lna_terms(Q, rho, T, None, S, second_order=True, diffusion=diffusion)
         k._risk_curvature(Q, rho, T, None, S)
-    assert set(seen) == {"f1_sources", "hessian", "jacobian", "curvature", "risk_curvature"}
+    assert set(seen) == names
     assert all(threads == {1} for calls in seen.values() for threads in calls), seen
 
 
@@ -116,42 +124,17 @@ def test_the_public_derivatives_run_on_the_kernels_blas_threads(monkeypatch):
     # DriftDerivatives calls) but ran on the user's BLAS threads while the LNA's were
     # limited: their rounding followed the user's thread count, and J from jacobian()
     # could differ in the last bits from the J the LNA used
-    import threadpoolctl
-    from symquad.numeric import kernels as kmod
-
+    names = {"jacobian", "risk_gradient", "risk_hessian"}
     m = sq.Model(p=3, p_star=2, lr=0.3, noise=0.1)
     k = sq.kernels(m, form="tensor")
     assert k.threads == 1
-    seen = {}
-    original = kmod._derivatives
-
-    class Spy:
-        def __init__(self, der):
-            self._der = der
-
-        def __getattr__(self, name):
-            target = getattr(self._der, name)
-            if name not in ("jacobian", "risk_gradient", "risk_hessian"):
-                return target
-
-            def call(*a, **kw):
-                seen.setdefault(name, []).append(
-                    {d["num_threads"] for d in threadpoolctl.threadpool_info()
-                     if d["user_api"] == "blas"})
-                return target(*a, **kw)
-            return call
-
-    monkeypatch.setattr(kmod, "_derivatives", lambda *a, **kw: Spy(original(*a, **kw)))
-    Q = np.eye(3)
-    Q[0, 1] = Q[1, 0] = 0.2
-    rho = np.full((3, 2), 0.1)
-    T = np.eye(2)
+    seen = _spy_on_derivatives(monkeypatch, names)
+    Q, rho, T = _a_state()
     with threadpool_limits(2, user_api="blas"):
-        if not {d["num_threads"] for d in threadpoolctl.threadpool_info()
-                if d["user_api"] == "blas"} == {2}:
+        if _blas_threads() != {2}:
             pytest.skip("the BLAS library here does not take a thread count of 2")
         k.jacobian(Q, rho, T)
         k.risk_gradient(Q, rho, T)
         k.risk_hessian(Q, rho, T)
-    assert set(seen) == {"jacobian", "risk_gradient", "risk_hessian"}
+    assert set(seen) == names
     assert all(threads == {1} for calls in seen.values() for threads in calls), seen
