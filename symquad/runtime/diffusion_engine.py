@@ -926,8 +926,6 @@ class _Executable:
         self.leaf_span = (lo, lo + leaf_dst.size)
         if not numpy.array_equal(leaf_dst, numpy.arange(*self.leaf_span)):
             raise AssertionError("the leaves not allocated in one span")
-        if self.leaf_src.min() < 0 or self.leaf_src.max() >= lo:
-            raise AssertionError("a leaf gathered from outside the inputs")
         for k in leaves:
             if k not in last:
                 release(k)
@@ -1283,11 +1281,7 @@ class _Executable:
             xv = W[:, x[0]:x[0] + math.prod(x[2])].reshape((B,) + x[2])
             yv = W[:, y[0]:y[0] + math.prod(y[2])].reshape((B,) + y[2])
             zv = W[:, z[0]:z[0] + math.prod(z[2])]
-            nb, plan = _cached_plan(subs, xv)
-            xt, yt, batch, (sh_s, sh_i, sh_k, sh_j) = _product_operands(xv, yv, nb, plan)
-            S, I, K, J = (math.prod(t) for t in (sh_s, sh_i, sh_k, sh_j))
-            X = xt.reshape(batch + (S, I, K))
-            Y = yt.reshape(batch + (S, K, J))
+            X, Y, batch, (S, I, K, J), _, _ = _matmul_operands(subs, xv, yv)
             Z = zv.reshape(batch + (S, I, J))
             # a reshape that had to copy leaves an array outside the workspace
             views = K > 1 and all(numpy.may_share_memory(v, W) for v in (X, Y, Z))
@@ -1314,19 +1308,14 @@ class _Executable:
             S_ = W[:, co:co + cs].reshape((B,) + shc)
             A_ = W[:, ao:ao + as_].reshape((B,) + sha)
             x, y = (S_, A_) if copy_is_x else (A_, S_)
-            nb, dplan = _cached_plan(subs, x)
-            xt, yt, batch, (sh_s, sh_i, sh_k, sh_j) = _product_operands(x, y, nb, dplan)
-            S, I, K, J = (math.prod(t) for t in (sh_s, sh_i, sh_k, sh_j))
-            X = xt.reshape(batch + (S, I, K))
-            Y = yt.reshape(batch + (S, K, J))
+            X, Y, batch, (S, I, K, J), axes, zperm = _matmul_operands(subs, x, y)
             if K < 2 or not all(numpy.may_share_memory(v, W) for v in (X, Y)):
                 out.append(None)                # _dot's own path (einsum, or copies)
                 continue
             o, shape = self.outputs[name]
             O = W[:, o:o + math.prod(shape)].reshape((B,) + shape)
             largest = max(largest, math.prod(batch) * S * I * J)
-            pending.append((len(out), X, Y, batch, (S, I, J), sh_s + sh_i + sh_j,
-                            dplan[8], O))
+            pending.append((len(out), X, Y, batch, (S, I, J), axes, zperm, O))
             out.append(None)
         scratch = numpy.empty(largest)
         for pos, X, Y, batch, (S, I, J), shapes, zperm, O in pending:
@@ -1791,6 +1780,21 @@ def _cached_plan(subscripts, x):
     if plan is None:
         plan = _DOTS[key] = _dot_plan(subscripts, nb)
     return nb, plan
+
+
+def _matmul_operands(subscripts, x, y):
+    """`x`, `y` as :func:`_dot`'s ``matmul`` operands ``(…, S, I, K)`` and ``(…, S, K, J)``.
+
+    Returns ``(X, Y, batch, (S, I, K, J), axes, zperm)``: ``axes`` the result's shapes
+    of its shared, `x`-only and `y`-only letters (``(…, S, I, J)`` reshaped to ``batch +
+    axes`` and transposed by ``zperm`` is the output).  Reshapes of transposed views: an
+    operand that cannot be viewed so is a copy (the callers that want views check).
+    """
+    nb, plan = _cached_plan(subscripts, x)
+    x, y, batch, (sh_s, sh_i, sh_k, sh_j) = _product_operands(x, y, nb, plan)
+    S, I, K, J = (math.prod(t) for t in (sh_s, sh_i, sh_k, sh_j))
+    return (x.reshape(batch + (S, I, K)), y.reshape(batch + (S, K, J)), batch, (S, I, K, J),
+            sh_s + sh_i + sh_j, plan[8])
 
 
 def _product_operands(x, y, nb, plan):
