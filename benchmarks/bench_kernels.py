@@ -373,8 +373,6 @@ def diffusion_batched_main(cases, repeat, engine_before=None):
     kinds asserted equal to ≤ 10⁻¹³ of each kind's largest entry.
     """
     import threadpoolctl
-    from symquad._generated import diffusion_assembly as assembly
-    from symquad.numeric.kernels import _diffusion_tensor_module
     from symquad.runtime import diffusion_engine as engine
     before = load_engine(engine_before) if engine_before else None
     rng = np.random.default_rng(0)
@@ -383,10 +381,7 @@ def diffusion_batched_main(cases, repeat, engine_before=None):
     print(f"{'activation':>16} {'p':>3} {'states':>6} {'kinds':>9} {'per state':>9} "
           f"{'before':>9} {'per state':>9} {'before/now':>10}")
     for act, p, states in cases:
-        model = sq.Model(p, 2, 0.1, activation=act, lr_readout=0.1)
-        sq.kernels(model, "tensor").diffusion(*_point(p, 2, rng), np.full(p, 1.0 / p))
-        plan = _diffusion_tensor_module(model).PLAN
-        names = assembly.KINDS[(model.constraint, True)]
+        model, _, _, plan, names = _tensor_case(act, p, rng)
         points = [_point(p, 2, rng) for _ in range(states)]
         Q, rho, T = (np.stack([x[i] for x in points]) for i in range(3))
         a, b = np.full((states, p), 1.0 / p), np.ones((states, 2))
