@@ -689,6 +689,9 @@ def _step_name(subscripts):
 #: An interpreter step's result is copied in another axis order for a reader that does at
 #: least this many times as many multiply-adds as the result has entries (and wants it so).
 STEP_COPY = 8
+#: Fewest entries (times the batch) of a step that sums nothing for it to be multiplied
+#: into its final instead of written (:meth:`_Executable._fuse_into_finals`).
+FUSE_MIN = 2 ** 12
 
 
 #: Steps and finals of fewer multiply-adds than this (times the batch) run in the
@@ -1223,7 +1226,7 @@ class _Executable:
                         _numpy_step(op, shapes, nbatch):
                     continue
                 xl, yl, zl = _letters(op[1])
-                if set(xl + yl) <= set(zl):
+                if set(xl + yl) <= set(zl) and math.prod(shapes[k][1]) * nbatch >= FUSE_MIN:
                     fused[k] = f
                     break
         return fused
