@@ -21,7 +21,9 @@ product run in a register kernel (:func:`_axpy_rows`: four rows × 8 entries of 
 summed in registers, the same additions in the same order); short unit-stride runs of
 steps that sum nothing (outer and elementwise products, the stacking of a group's
 operand) in chunks of 8 as straight-line code (:func:`_axpy8`, :func:`_mul8`: a loop
-of 8 or 16 entries otherwise runs in the loop vectoriser's scalar remainder).  numba
+of 8 or 16 entries otherwise runs in the loop vectoriser's scalar remainder).  A
+weighted step may carry a third factor, ``Z += Σ ((X·Y)·U)·w`` (:func:`_inner3`): a final
+whose operand ``X·Y``, a step that sums nothing, is never written.  numba
 compiles :func:`run` once (``cache=True``: later processes load it from the on-disk
 cache).
 """

@@ -792,7 +792,9 @@ class _Executable:
       their inputs exist (an interpreter step writes a shared operand or a lone
       partner in place, :meth:`_place_in_stacks`, and adds a partner read by nothing
       else straight into its block, :meth:`_fuse_partners`), and the group is one
-      matrix product over the stacked terms into its kind.  A group below
+      matrix product over the stacked terms into its kind.  A step that sums nothing
+      read by one interpreter final only is multiplied into that final instead of
+      written (:meth:`_fuse_into_finals`).  A group below
       :data:`VM_STEP` multiply-adds (small widths), or one in which every external axis
       of one operand is also in the other (a batch of ``(1 × t)(t × J)`` products),
       runs as weighted interpreter steps into its kind instead.
