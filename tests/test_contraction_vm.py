@@ -194,6 +194,66 @@ def test_runs_of_eight_and_weighted_elementwise_products_bit_for_bit(subscripts,
         assert np.array_equal(W[b, zo:zo + sizes[2]].reshape(shapes[2]), want)
 
 
+@pytest.mark.parametrize("letters,dims", [
+    (("tabcd", "tb", "tcd", "tabcd"), {"t": 2, "a": 3, "b": 4, "c": 2, "d": 8}),  # y constant, 2 × 8
+    (("tab", "tab", "ta", "tab"), {"t": 2, "a": 3, "b": 16}),       # u constant along the run
+    (("ta", "tab", "tab", "tab"), {"t": 2, "a": 3, "b": 16}),       # x constant: x, y swapped
+    (("tab", "ta", "tb", "tab"), {"t": 2, "a": 3, "b": 70}),        # a long run (the loop)
+    (("tab", "ta", "ta", "tab"), {"t": 2, "a": 3, "b": 12}),        # x moves alone
+    (("ta", "ta", "tab", "tab"), {"t": 2, "a": 3, "b": 9}),         # u moves alone
+    (("ta", "ta", "ta", "tab"), {"t": 2, "a": 3, "b": 5}),          # all constant along it
+    (("tba", "tab", "tb", "tab"), {"t": 2, "a": 5, "b": 4}),        # x strided: plain loop
+])
+def test_a_third_factor_multiplies_each_product_bit_for_bit(letters, dims):
+    # z += ((x·y)·u)·w per entry (contraction_vm._inner3, the finals that read a step
+    # that sums nothing): the branches of its loops, each against the same products done
+    # by numpy in the same order on two states, accumulated into what z holds — exactly
+    rng = np.random.default_rng(4)
+    shapes = [tuple(dims[c] for c in s) for s in letters]
+    sizes = [int(np.prod(s)) for s in shapes]
+    offs = np.cumsum([1] + sizes).tolist()
+    wo = offs[4]
+    W = rng.standard_normal((2, wo + dims["t"]))
+    start = W.copy()
+    (xs, ys, us, zs), (xo, yo, uo, zo) = letters, offs[:4]
+    row = vm.encode((xo, xs, shapes[0]), (yo, ys, shapes[1]), (zo, zs, shapes[3]),
+                    w=(wo, "t"), zero=False, u=(uo, us, shapes[2]))
+    assert vm.kernel_of(row) == "three"
+    vm.run(W, row[None], 0, 1)
+    for b in range(2):
+        x, y, u, z = (start[b, o:o + n].reshape(s)
+                      for o, n, s in zip((xo, yo, uo, zo), sizes, shapes))
+        # each operand in z's axis order, broadcast over the letters it lacks
+        xb, yb, ub = (a.transpose([s.index(c) for c in zs if c in s]).reshape(
+                      [dims[c] if c in s else 1 for c in zs])
+                      for a, s in ((x, xs), (y, ys), (u, us)))
+        w = start[b, wo:wo + dims["t"]].reshape((-1,) + (1,) * (len(zs) - 1))
+        want = z + ((xb * yb) * ub) * w
+        assert np.array_equal(W[b, zo:zo + sizes[3]].reshape(shapes[3]), want)
+
+
+def test_a_third_factor_with_the_term_axis_summed_equals_einsum():
+    # the term axis summed into z (a final with several terms): equal to einsum to rounding
+    rng = np.random.default_rng(5)
+    dims = {"t": 3, "a": 4, "b": 16, "c": 5}
+    letters = ("tab", "tbc", "tca", "abc")
+    shapes = [tuple(dims[c] for c in s) for s in letters]
+    sizes = [int(np.prod(s)) for s in shapes]
+    xo, yo, uo, zo, wo = np.cumsum([1] + sizes).tolist()
+    W = rng.standard_normal((1, wo + dims["t"]))
+    start = W.copy()
+    row = vm.encode((xo, "tab", shapes[0]), (yo, "tbc", shapes[1]), (zo, "abc", shapes[3]),
+                    w=(wo, "t"), zero=True, u=(uo, "tca", shapes[2]))
+    vm.run(W, row[None], 0, 1)
+    x, y, u = (start[0, o:o + n].reshape(s) for o, n, s in zip((xo, yo, uo), sizes, shapes))
+    want = np.einsum("tab,tbc,tca,t->abc", x, y, u, start[0, wo:])
+    got = W[0, zo:zo + sizes[3]].reshape(shapes[3])
+    assert np.max(np.abs(got - want)) <= 1e-13 * np.max(np.abs(want))
+    with pytest.raises(ValueError, match="third factor u needs the weight"):
+        vm.encode((xo, "tab", shapes[0]), (yo, "tbc", shapes[1]), (zo, "abc", shapes[3]),
+                  u=(uo, "tca", shapes[2]))
+
+
 def test_the_cost_model_takes_the_register_kernel_exactly_where_run_does():
     # encode ranks loop orders by _cost; a loop list costed as the register kernel
     # (0.08 ns per multiply-add) that run() sends elsewhere would be chosen for a speed

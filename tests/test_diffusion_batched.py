@@ -309,6 +309,28 @@ def test_finals_with_nested_external_axes_are_not_stacked(monkeypatch):
     _check(model, replicas=2, seed=13)
 
 
+def test_steps_multiplied_into_their_finals_equal_the_reference(monkeypatch):
+    # a step that sums nothing read by one interpreter final only is never written: the
+    # final reads its two operands, K += ((x·y)·u)·w (_Executable._fuse_into_finals,
+    # contraction_vm._inner3).  At p = 3 every such step is below FUSE_MIN: with the
+    # threshold at 0 they are all fused; the kinds equal the term-by-term reference
+    # (batched and per replica) and, to rounding, the kinds without fusion
+    model = sq.Model(3, 2, 0.3, activation="z**3 - 3*z", lr_readout=0.2)
+    plan = _diffusion_tensor_module(model).PLAN
+    monkeypatch.setattr(E, "_EXECUTABLES", {})
+    monkeypatch.setattr(E, "FUSE_MIN", 0)
+    _, state, _ = _check(model, replicas=2, seed=17)
+    fused = E.tensor_kinds(plan, *state, 0.3, NAMES)
+    exe = E._executable(plan, NAMES, 3, 5, 2)
+    from symquad.runtime import contraction_vm
+    three = sum(contraction_vm.kernel_of(row) == "three" for row in exe.code)
+    assert exe.fused_finals > 10 and three == exe.fused_finals
+    monkeypatch.setattr(E, "_EXECUTABLES", {})
+    monkeypatch.setattr(E, "FUSE_MIN", 2 ** 62)
+    assert E._executable(plan, NAMES, 3, 5, 2).fused_finals == 0
+    assert _max_rel(fused, E.tensor_kinds(plan, *state, 0.3, NAMES)) <= 1e-14
+
+
 @pytest.mark.parametrize("subscripts,shapes", [
     ("...tab,...tbc->...tac", ((2, 3, 4, 5), (2, 3, 5, 6))),
     ("...tabc,...tcdb->...tabcd", ((3, 2, 3, 4), (3, 4, 5, 3))),      # nothing contracted

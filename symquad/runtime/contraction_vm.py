@@ -21,7 +21,9 @@ product run in a register kernel (:func:`_axpy_rows`: four rows × 8 entries of 
 summed in registers, the same additions in the same order); short unit-stride runs of
 steps that sum nothing (outer and elementwise products, the stacking of a group's
 operand) in chunks of 8 as straight-line code (:func:`_axpy8`, :func:`_mul8`: a loop
-of 8 or 16 entries otherwise runs in the loop vectoriser's scalar remainder).  numba
+of 8 or 16 entries otherwise runs in the loop vectoriser's scalar remainder).  A
+weighted step may carry a third factor, ``Z += Σ ((X·Y)·U)·w`` (:func:`_inner3`): a final
+whose operand ``X·Y``, a step that sums nothing, is never written.  numba
 compiles :func:`run` once (``cache=True``: later processes load it from the on-disk
 cache).
 """
@@ -39,11 +41,12 @@ __all__ = ["MAX_LETTERS", "ROW", "encode", "gather", "kernel_of", "run"]
 MAX_LETTERS = 12
 
 # header of a row: number of letters, operand offsets, output size, zero flag, weighted flag
-_NL, _X, _Y, _Z, _W, _ZSIZE, _ZERO, _WEIGHTED = range(8)
-_H = 8
-_D, _XS, _YS, _ZS, _WS = (_H + k * MAX_LETTERS for k in range(5))
+# (0 none, 1 weighted, 2 weighted with a third factor), the third factor's offset
+_NL, _X, _Y, _Z, _W, _ZSIZE, _ZERO, _WEIGHTED, _U = range(9)
+_H = 9
+_D, _XS, _YS, _ZS, _WS, _US = (_H + k * MAX_LETTERS for k in range(6))
 #: Integers per encoded step.
-ROW = _H + 5 * MAX_LETTERS
+ROW = _H + 6 * MAX_LETTERS
 #: Shortest fastest output letter that :func:`encode` puts innermost, the summed letters
 #: outside it (shorter: a dot product innermost).
 AXPY_MIN = 4
@@ -58,7 +61,7 @@ def _strides(shape):
     return out
 
 
-def encode(x, y, z, w=None, zero=True):
+def encode(x, y, z, w=None, zero=True, u=None):
     """One step as a row of :data:`ROW` integers.
 
     Parameters
@@ -71,17 +74,24 @@ def encode(x, y, z, w=None, zero=True):
         (the term axis); every product is multiplied by it.
     zero : bool
         Zero ``z`` before accumulating (False: add to what it holds).
+    u : tuple, optional
+        ``(offset, letters, shape)``: a third factor (with `w` only),
+        ``Z (+)= Σ ((X·Y)·U)·w`` — a weighted final whose operand ``X·Y`` (a step that
+        sums nothing) is never written (``diffusion_engine._Executable``).
 
     The letters are ordered with ``z``'s outside (in its memory order) and the
     summed ones inside (longest last), except that ``z``'s fastest letter goes
     innermost when it has at least :data:`AXPY_MIN` entries; neighbouring letters
     that are contiguous in every operand are merged into one loop.
     """
+    if u is not None and w is None:
+        raise ValueError("a third factor u needs the weight w")
     dims, st = {}, {}
-    for k, (off, letters, shape) in enumerate((x, y, z)):
+    for k, (off, letters, shape) in enumerate((x, y, z) if u is None else
+                                              (x, y, z, (0, "", ()), u)):
         for ch, d, s in zip(letters, shape, _strides(shape)):
             dims[ch] = d
-            st.setdefault(ch, [0, 0, 0, 0])[k] += s
+            st.setdefault(ch, [0, 0, 0, 0, 0])[k] += s
     if w is not None:
         st[w[1]][3] = 1
     letters = [ch for ch in dims if dims[ch] > 1]
@@ -99,10 +109,10 @@ def encode(x, y, z, w=None, zero=True):
         # out for it: diffusion_engine._layouts); the cheapest by the cost model
         for cut in range(len(outer) - 1):
             cand = _merge(outer[:cut] + inner + outer[cut:], dims, st)
-            if _cost(cand) < _cost(loops):
+            if _cost(cand, u is not None) < _cost(loops, u is not None):
                 loops = cand
     if not loops:
-        loops = [(1, [0, 0, 0, 0])]
+        loops = [(1, [0, 0, 0, 0, 0])]
     if len(loops) > MAX_LETTERS:
         raise ValueError(f"a contraction step with {len(loops)} loops (at most {MAX_LETTERS})")
     row = np.zeros(ROW, dtype=np.int64)
@@ -111,10 +121,11 @@ def encode(x, y, z, w=None, zero=True):
     row[_W] = w[0] if w is not None else 0
     row[_ZSIZE] = math.prod(z[2])
     row[_ZERO] = int(zero)
-    row[_WEIGHTED] = int(w is not None)
+    row[_WEIGHTED] = 2 if u is not None else int(w is not None)
+    row[_U] = u[0] if u is not None else 0
     for k, (d, s) in enumerate(loops):
         row[_D + k] = d
-        row[_XS + k], row[_YS + k], row[_ZS + k], row[_WS + k] = s
+        row[_XS + k], row[_YS + k], row[_ZS + k], row[_WS + k], row[_US + k] = s
     return row
 
 
@@ -130,17 +141,18 @@ def _merge(order, dims, st):
     return loops
 
 
-def _takes_rows(loops):
-    """Whether loops ``(length, (sx, sy, sz, sw))`` run in the register kernel: the
-    condition of :func:`_rows_kernel` (which :func:`run` applies), on the loop list."""
-    if len(loops) < 3:
+def _takes_rows(loops, three=False):
+    """Whether loops ``(length, (sx, sy, sz, sw, su))`` run in the register kernel: the
+    condition of :func:`_rows_kernel` (which :func:`run` applies, never to a step with a
+    third factor, `three`), on the loop list."""
+    if len(loops) < 3 or three:
         return False
-    (d0, (sx, sy, sz, sw)), (_, s1), (d2, s2) = loops[-1], loops[-2], loops[-3]
+    (d0, (sx, sy, sz, sw, *_)), (_, s1), (d2, s2) = loops[-1], loops[-2], loops[-3]
     return (s1[2] == 0 and sw == 0 and sz == 1 and d0 >= 8 and s2[2] != 0
             and d2 >= ROWS_MIN and (sx, sy) in ((0, 1), (1, 0)))
 
 
-def _cost(loops):
+def _cost(loops, three=False):
     """Estimated nanoseconds of a step's loops in :func:`run`, to rank loop orders.
 
     ~2 ns per entry of the innermost loop, ~5 ns per entry of the next, and per
@@ -154,9 +166,11 @@ def _cost(loops):
     4 rows × 8 entries.
     """
     macs = math.prod(d for d, _ in loops)
-    d0, (sx, sy, sz, _) = loops[-1]
+    d0, (sx, sy, sz, *rest) = loops[-1]
     d1 = loops[-2][0] if len(loops) > 1 else 1
-    if _takes_rows(loops):
+    if three and rest[1] not in (0, 1):
+        sx = -1                                 # a third factor read with a stride
+    if _takes_rows(loops, three):
         # the register kernel (_axpy_rows): four rows × 8 entries summed over d1 in
         # registers, ~0.08 ns per multiply-add (13 GMAC/s measured on long sums), ~6 ns
         # per chunk; a tail of d0 mod 8 entries as a short update
@@ -818,6 +832,118 @@ def _inner_weighted(V, d0, d1, xo, yo, zo, wo, sx0, sy0, sz0, sw0, sx1, sy1, sz1
         wo += sw1
 
 
+@njit(cache=True)
+def _mul3x8(V, zo, xo, b, uo, c):  # pragma: no cover
+    """``z[0:8] += ((x[0:8]·b)·u[0:8])·c`` as straight-line code, loads first, for the SLP
+    vectoriser (see :func:`_axpy8`); the order of :func:`_inner3`'s loops per entry."""
+    x0 = V[np.uint64(xo + 0)] * b * V[np.uint64(uo + 0)] * c
+    x1 = V[np.uint64(xo + 1)] * b * V[np.uint64(uo + 1)] * c
+    x2 = V[np.uint64(xo + 2)] * b * V[np.uint64(uo + 2)] * c
+    x3 = V[np.uint64(xo + 3)] * b * V[np.uint64(uo + 3)] * c
+    x4 = V[np.uint64(xo + 4)] * b * V[np.uint64(uo + 4)] * c
+    x5 = V[np.uint64(xo + 5)] * b * V[np.uint64(uo + 5)] * c
+    x6 = V[np.uint64(xo + 6)] * b * V[np.uint64(uo + 6)] * c
+    x7 = V[np.uint64(xo + 7)] * b * V[np.uint64(uo + 7)] * c
+    z0 = V[np.uint64(zo + 0)]
+    z1 = V[np.uint64(zo + 1)]
+    z2 = V[np.uint64(zo + 2)]
+    z3 = V[np.uint64(zo + 3)]
+    z4 = V[np.uint64(zo + 4)]
+    z5 = V[np.uint64(zo + 5)]
+    z6 = V[np.uint64(zo + 6)]
+    z7 = V[np.uint64(zo + 7)]
+    V[np.uint64(zo + 0)] = z0 + x0
+    V[np.uint64(zo + 1)] = z1 + x1
+    V[np.uint64(zo + 2)] = z2 + x2
+    V[np.uint64(zo + 3)] = z3 + x3
+    V[np.uint64(zo + 4)] = z4 + x4
+    V[np.uint64(zo + 5)] = z5 + x5
+    V[np.uint64(zo + 6)] = z6 + x6
+    V[np.uint64(zo + 7)] = z7 + x7
+
+
+@njit(cache=True)
+def _inner3(V, d0, d1, xo, yo, uo, zo, wo, sx0, sy0, su0, sz0, sw0, sx1, sy1, su1, sz1,
+            sw1):  # pragma: no cover
+    """The two innermost loops of a weighted step with a third factor,
+    ``z += ((x·y)·u)·w`` per entry (the product ``x·y`` first: the value the step that
+    sums nothing would have written, then the final's factor and its weight).
+
+    An update of a unit-stride run of ``z`` with the weight constant along it and each
+    factor either constant or unit-stride along it (the fused finals of
+    ``diffusion_engine``: ``z_{abcd} += w x_{..} y_{..} u_{..}``) is written with its
+    unit strides as such, the constant factors loaded once (the compiler vectorises
+    the loop); ``x`` and ``y`` are swapped where that makes ``x`` the one that moves
+    (``x·y = y·x`` exactly).  Any other strides: the plain loop.
+    """
+    if sz0 == 1 and sw0 == 0 and 0 <= sx0 <= 1 and 0 <= sy0 <= 1 and 0 <= su0 <= 1:
+        if sx0 == 0 and sy0 == 1:
+            xo, yo, sx0, sy0, sx1, sy1 = yo, xo, sy0, sx0, sy1, sx1
+        if sx0 == 1 and sy0 == 0 and su0 == 1 and d0 < 64:
+            # a short run (p = 16: 16 entries) with y constant: chunks of 8 as
+            # straight-line code
+            n8 = d0 - d0 % 8
+            for _ in range(d1):
+                c = V[np.uint64(wo)]
+                b = V[np.uint64(yo)]
+                for q in range(0, n8, 8):
+                    _mul3x8(V, zo + q, xo + q, b, uo + q, c)
+                for q in range(n8, d0):
+                    V[np.uint64(zo + q)] += (V[np.uint64(xo + q)] * b
+                                             * V[np.uint64(uo + q)]) * c
+                xo += sx1
+                yo += sy1
+                uo += su1
+                zo += sz1
+                wo += sw1
+            return
+        for _ in range(d1):
+            c = V[np.uint64(wo)]
+            if sx0 == 1 and sy0 == 1 and su0 == 1:
+                for k in range(d0):
+                    V[np.uint64(zo + k)] += (V[np.uint64(xo + k)] * V[np.uint64(yo + k)]
+                                             * V[np.uint64(uo + k)]) * c
+            elif sx0 == 1 and su0 == 1:
+                b = V[np.uint64(yo)]
+                for k in range(d0):
+                    V[np.uint64(zo + k)] += (V[np.uint64(xo + k)] * b
+                                             * V[np.uint64(uo + k)]) * c
+            elif su0 == 1:
+                a = V[np.uint64(xo)] * V[np.uint64(yo)]
+                for k in range(d0):
+                    V[np.uint64(zo + k)] += (a * V[np.uint64(uo + k)]) * c
+            elif sx0 == 1 and sy0 == 1:
+                e = V[np.uint64(uo)]
+                for k in range(d0):
+                    V[np.uint64(zo + k)] += (V[np.uint64(xo + k)] * V[np.uint64(yo + k)]
+                                             * e) * c
+            elif sx0 == 1:
+                b = V[np.uint64(yo)]
+                e = V[np.uint64(uo)]
+                for k in range(d0):
+                    V[np.uint64(zo + k)] += (V[np.uint64(xo + k)] * b * e) * c
+            else:
+                a = V[np.uint64(xo)] * V[np.uint64(yo)] * V[np.uint64(uo)] * c
+                for k in range(d0):
+                    V[np.uint64(zo + k)] += a
+            xo += sx1
+            yo += sy1
+            uo += su1
+            zo += sz1
+            wo += sw1
+        return
+    for _ in range(d1):
+        for k in range(d0):
+            V[np.uint64(zo + k * sz0)] += (V[np.uint64(xo + k * sx0)]
+                                           * V[np.uint64(yo + k * sy0)]
+                                           * V[np.uint64(uo + k * su0)]) * V[np.uint64(wo + k * sw0)]
+        xo += sx1
+        yo += sy1
+        uo += su1
+        zo += sz1
+        wo += sw1
+
+
 #: Fewest rows (entries of the output letter outside the summed one) for :func:`_axpy_rows`.
 ROWS_MIN = 4
 
@@ -845,8 +971,11 @@ def _rows_kernel(nl, dims, xs, ys, zs, ws):  # pragma: no cover
 
 def kernel_of(row):
     """Which compiled kernel :func:`run` uses for an encoded step: ``"rows"`` (the
-    small-matrix-product kernel, :func:`_axpy_rows`), ``"weighted"`` or ``"inner"``."""
+    small-matrix-product kernel, :func:`_axpy_rows`), ``"three"`` (a third factor,
+    :func:`_inner3`), ``"weighted"`` or ``"inner"``."""
     nl = int(row[_NL])
+    if row[_WEIGHTED] == 2:
+        return "three"
     loops = [np.ascontiguousarray(row[o:o + MAX_LETTERS]) for o in (_D, _XS, _YS, _ZS, _WS)]
     if _rows_kernel(nl, *loops):
         return "rows"
@@ -863,6 +992,7 @@ def run(W, code, start, stop):  # pragma: no cover - compiled
     ys = np.zeros(MAX_LETTERS, np.int64)
     zs = np.zeros(MAX_LETTERS, np.int64)
     ws = np.zeros(MAX_LETTERS, np.int64)
+    us = np.zeros(MAX_LETTERS, np.int64)
     for s in range(start, stop):
         nl = code[s, _NL]
         for k in range(nl):
@@ -871,19 +1001,21 @@ def run(W, code, start, stop):  # pragma: no cover - compiled
             ys[k] = code[s, _YS + k]
             zs[k] = code[s, _ZS + k]
             ws[k] = code[s, _WS + k]
+            us[k] = code[s, _US + k]
         last = nl - 1
         d0, sx0, sy0, sz0, sw0 = dims[last], xs[last], ys[last], zs[last], ws[last]
+        su0 = us[last]
         if nl >= 2:
-            d1, sx1, sy1, sz1, sw1 = (dims[last - 1], xs[last - 1], ys[last - 1],
-                                      zs[last - 1], ws[last - 1])
+            d1, sx1, sy1, sz1, sw1, su1 = (dims[last - 1], xs[last - 1], ys[last - 1],
+                                           zs[last - 1], ws[last - 1], us[last - 1])
         else:
-            d1, sx1, sy1, sz1, sw1 = 1, 0, 0, 0, 0
+            d1, sx1, sy1, sz1, sw1, su1 = 1, 0, 0, 0, 0, 0
         weighted = code[s, _WEIGHTED]
         # the inner loops of a small matrix product (the summed letter just outside a
         # unit-stride run of z, an output letter of 4 or more outside it): three loops
         # in one kernel, four rows at a time (_axpy_rows); 1 or 2: which operand is
         # constant along the run
-        rows = _rows_kernel(nl, dims, xs, ys, zs, ws)
+        rows = 0 if weighted == 2 else _rows_kernel(nl, dims, xs, ys, zs, ws)
         d2, sx2, sy2, sz2, sw2 = 1, 0, 0, 0, 0
         if rows:
             d2, sx2, sy2, sz2, sw2 = (dims[last - 2], xs[last - 2], ys[last - 2],
@@ -899,9 +1031,12 @@ def run(W, code, start, stop):  # pragma: no cover - compiled
                     V[np.uint64(z0 + k)] = 0.0
             for k in range(nl):
                 idx[k] = 0
-            xo, yo, zo, wo = code[s, _X], code[s, _Y], code[s, _Z], code[s, _W]
+            xo, yo, zo, wo, uo = code[s, _X], code[s, _Y], code[s, _Z], code[s, _W], code[s, _U]
             while True:
-                if rows == 1:
+                if weighted == 2:
+                    _inner3(V, d0, d1, xo, yo, uo, zo, wo, sx0, sy0, su0, sz0, sw0,
+                            sx1, sy1, su1, sz1, sw1)
+                elif rows == 1:
                     _axpy_rows(V, d0, d1, d2, xo, sx1, sx2, yo, sy1, sy2, zo, sz2, wo, sw1,
                                sw2, weighted)
                 elif rows == 2:
@@ -920,12 +1055,14 @@ def run(W, code, start, stop):  # pragma: no cover - compiled
                     yo += ys[k]
                     zo += zs[k]
                     wo += ws[k]
+                    uo += us[k]
                     if idx[k] < dims[k]:
                         break
                     xo -= xs[k] * dims[k]
                     yo -= ys[k] * dims[k]
                     zo -= zs[k] * dims[k]
                     wo -= ws[k] * dims[k]
+                    uo -= us[k] * dims[k]
                     idx[k] = 0
                     k -= 1
                 if k < 0:

@@ -689,6 +689,9 @@ def _step_name(subscripts):
 #: An interpreter step's result is copied in another axis order for a reader that does at
 #: least this many times as many multiply-adds as the result has entries (and wants it so).
 STEP_COPY = 8
+#: Fewest entries (times the batch) of a step that sums nothing for it to be multiplied
+#: into its final instead of written (:meth:`_Executable._fuse_into_finals`).
+FUSE_MIN = 2 ** 12
 
 
 #: Steps and finals of fewer multiply-adds than this (times the batch) run in the
@@ -789,7 +792,9 @@ class _Executable:
       their inputs exist (an interpreter step writes a shared operand or a lone
       partner in place, :meth:`_place_in_stacks`, and adds a partner read by nothing
       else straight into its block, :meth:`_fuse_partners`), and the group is one
-      matrix product over the stacked terms into its kind.  A group below
+      matrix product over the stacked terms into its kind.  A step that sums nothing
+      read by one interpreter final only is multiplied into that final instead of
+      written (:meth:`_fuse_into_finals`).  A group below
       :data:`VM_STEP` multiply-adds (small widths), or one in which every external axis
       of one operand is also in the other (a batch of ``(1 × t)(t × J)`` products),
       runs as weighted interpreter steps into its kind instead.
@@ -855,10 +860,22 @@ class _Executable:
             if op[0] == "step":
                 seq.append(("op", k))
                 seq.extend(("final", f) for f in after.get(k, ()))
+        # steps that sum nothing read by one final into its kind only: never written,
+        # the final multiplies their two operands itself (a third factor); their
+        # operands are read at the final's position
+        fused3 = self._fuse_into_finals(program, shapes, member_of, placed, nbatch)
+        where = {(kind, k): pos for pos, (kind, k) in enumerate(seq)}
         last = {}
         for pos, (kind, k) in enumerate(seq):
+            if kind == "op" and k in fused3:
+                continue
             for i in (ops[k][2:4] if kind == "op" else finals[k][1:3]):
                 last[i] = pos
+        for k, f in fused3.items():
+            for i in ops[k][2:4]:
+                last[i] = max(last.get(i, -1), where[("final", f)])
+        #: steps that sum nothing multiplied into their final (:meth:`_fuse_into_finals`)
+        self.fused_finals = len(fused3)
         fused, acc_first = self._fuse_partners(program, shapes, member_of, placed, seq, nbatch)
         self.placed["fused"] = len(fused)
         # allocation: exact-size free lists (shapes repeat), a region is reused after its
@@ -875,8 +892,9 @@ class _Executable:
             return start
 
         def release(node):
-            # a stack block is never reused; a fused partner has no region of its own
-            if node not in placed and node not in fused:
+            # a stack block is never reused; a fused partner or a step multiplied into
+            # its final has no region of its own
+            if node not in placed and node not in fused and node not in fused3:
                 free.setdefault(math.prod(shapes[node][1]), []).append(offset[node])
             for perm in set(copies.get(node, {}).values()) - {memory.get(node)}:
                 if (node, perm) in copy_at and copy_at[(node, perm)] != offset[node]:
@@ -957,6 +975,8 @@ class _Executable:
             if kind == "op":
                 _, subs, i, j, flops = ops[k]
                 xl, yl, zl = _letters(subs)
+                if k in fused3:
+                    continue                    # its final multiplies x and y itself
                 if k in fused:
                     # the only reader is a final whose group accumulates it, weighted:
                     # the step adds its weighted products straight into the block
@@ -995,7 +1015,23 @@ class _Executable:
                 name, i, j, subs, _, _, _ = finals[k]
                 ins = (i, j)
                 xl, yl, zl = _letters(subs)
-                if k not in member_of:
+                if k not in member_of and k in (fused3.get(i), fused3.get(j)):
+                    # one operand a step that sums nothing, never written: its operands
+                    # read here, z += ((x·y)·u)·w (contraction_vm._inner3), named by this
+                    # final's letters
+                    zo, zshape = self.outputs[name]
+                    side = 0 if fused3.get(i) == k else 1
+                    node, letters = (i, xl) if side == 0 else (j, yl)
+                    other, o_letters = (j, yl) if side == 0 else (i, xl)
+                    _, ssubs, si, sj, _ = ops[node]
+                    sx, sy, sz = _letters(ssubs)
+                    rename = dict(zip(sz, letters))
+                    emit(vm.encode(operand(si, "".join(rename[c] for c in sx), ("op", node, 0)),
+                                   operand(sj, "".join(rename[c] for c in sy), ("op", node, 1)),
+                                   (zo, zl, zshape), w=(w_off[k], "t"), zero=False,
+                                   u=operand(other, o_letters, ("final", k, 1 - side))))
+                    ins = (i, j, si, sj)
+                elif k not in member_of:
                     zo, zshape = self.outputs[name]
                     emit(vm.encode(operand(i, xl, ("final", k, 0)),
                                    operand(j, yl, ("final", k, 1)), (zo, zl, zshape),
@@ -1160,6 +1196,44 @@ class _Executable:
             key = (g, block[1])
             acc_first[key] = min(acc_first.get(key, pos), pos)
         return fused, acc_first
+
+    @staticmethod
+    def _fuse_into_finals(program, shapes, member_of, placed, nbatch):
+        """Steps multiplied into their final: ``{step: final}``.
+
+        An interpreter step that sums nothing, ``s = x·y`` (an outer or elementwise
+        product), read by one final into its kind only (not a group's), need not be
+        written: the final ``K += Σ_t w_t s u`` takes ``x`` and ``y`` as operands,
+        ``K += Σ_t ((x·y)·u)·w_t`` — one pass instead of writing ``s`` and reading it
+        back (at ``(z³ − 3z, 16)``: 24 such steps of 1.04·10⁶ entries, mostly ``p⁴``-sized
+        ``M400`` and ``M201`` operands).  One such operand per final (the row has one
+        third factor), of at least :data:`FUSE_MIN` entries times the batch (shorter ones,
+        runs of 8 at ``p = 8``, made the interpreter 3 % slower: measured).  Same
+        products in another order: equal to rounding.
+        """
+        ops, finals = program.ops, program.finals
+        readers = {}
+        for op in ops:
+            if op[0] == "step":
+                for i in op[2:4]:
+                    readers[i] = readers.get(i, 0) + 1
+        for fin in finals:
+            for i in fin[1:3]:
+                readers[i] = readers.get(i, 0) + 1
+        fused = {}
+        for f, fin in enumerate(finals):
+            if f in member_of:
+                continue
+            for k in fin[1:3]:
+                op = ops[k]
+                if op[0] != "step" or readers.get(k) != 1 or k in placed or \
+                        _numpy_step(op, shapes, nbatch):
+                    continue
+                xl, yl, zl = _letters(op[1])
+                if set(xl + yl) <= set(zl) and math.prod(shapes[k][1]) * nbatch >= FUSE_MIN:
+                    fused[k] = f
+                    break
+        return fused
 
     def _plan_groups(self, program, shapes, nbatch):
         """The finals grouped by kind and pattern; the groups worth a matrix product.
