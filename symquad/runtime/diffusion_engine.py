@@ -46,9 +46,9 @@ except ImportError:                                      # pragma: no cover - nu
     except ImportError:
         _c_einsum = None
 
-__all__ = ["block_indices", "block_units", "outer_sum", "mixed_sum", "assemble", "gather",
-           "KindArrays", "WordGather", "tensor_kinds", "tensor_kinds_reference", "plan_from_json",
-           "BLOCK_PAIRS", "SparsePolynomials", "entry_generators", "fill_symmetric"]
+__all__ = ["block_indices", "block_units", "outer_sum", "mixed_sum", "kind_sum", "assemble",
+           "gather", "KindArrays", "WordGather", "tensor_kinds", "tensor_kinds_reference",
+           "plan_from_json", "BLOCK_PAIRS", "SparsePolynomials", "entry_generators", "fill_symmetric"]
 
 #: Blocks of ``D`` in state order (the others are transposes).
 BLOCK_PAIRS = (("Q", "Q"), ("Q", "rho"), ("Q", "a"), ("rho", "rho"), ("rho", "a"), ("a", "a"))
@@ -190,6 +190,96 @@ def mixed_sum(terms, shape):
         else:
             total += part
     return total
+
+
+def kind_sum(acc, kinds, reads, terms):
+    """``acc += Σ_i X_i ∘ (r_i c_i)`` in place: ``X_i`` kinds read at a block's row and column units.
+
+    `reads` are ``(name, *index_arrays)``, each ``kinds(name, *index_arrays)``, in the order a
+    kind source is asked for them; `terms` are ``(read, r, c)`` with ``read`` a position in
+    `reads`, ``r`` a column ``(…, R, 1)`` (or a scalar), ``c`` a row ``(…, 1, C)``.  The same
+    bits as ``acc += mixed_sum(((X[read], r, c), …), acc.shape)`` after reading ``X`` in
+    order: with a :class:`KindArrays` source and one state (no batch axes) each term is read
+    from the kind's whole array at offsets ``ρ_i + γ_j`` (:func:`_kind_offsets`) by the
+    compiled :func:`~symquad.runtime.assembly_vm.kind_term`, which multiplies and sums as
+    :func:`mixed_sum` does, in its order — without its gathered copy, outer product and two
+    elementwise passes per term, or their Python calls (at ``p = 16``, ``z³ − 3z``: the
+    ``(Q, Q)`` block's 9 terms 0.43 → 0.15 ms, docs/benchmarks-finite-n.md).  Any other
+    source (the matrix route's words, which return one array for a symmetric kind's
+    permuted reads) or a batch: the reads, then :func:`mixed_sum`.
+    """
+    work = _in_place_terms(acc, kinds, reads, terms)
+    if work is None:
+        X = [kinds(*read) for read in reads]
+        acc += mixed_sum(tuple((X[t], r, c) for t, r, c in terms), acc.shape)
+        return acc
+    from . import assembly_vm as _vm      # lazy: numba
+    tot = numpy.empty_like(acc) if len(work) > 1 else acc
+    last = len(work) - 1
+    for t, (X, ro, co, r, c) in enumerate(work):
+        mode = _vm.ONLY if last == 0 else _vm.FIRST if t == 0 else _vm.LAST if t == last \
+            else _vm.MIDDLE
+        _vm.kind_term(acc, tot, X, ro, co, r, c, mode)
+    return acc
+
+
+def _in_place_terms(acc, kinds, reads, terms):
+    """The operands of :func:`kind_sum`'s compiled loop per term, ``(X flat, ρ, γ, r, c)``;
+    None where it does not apply (not a :class:`KindArrays` source, a batch, another shape)."""
+    if not (type(kinds) is KindArrays and acc.ndim == 2 and acc.flags.c_contiguous
+            and acc.dtype == numpy.float64):
+        return None
+    R, C = acc.shape
+    work = []
+    for t, r, c in terms:
+        name, *idx = reads[t]
+        X = kinds.arrays[name]
+        if not (X.ndim == len(idx) and X.flags.c_contiguous and X.dtype == numpy.float64):
+            return None
+        offsets = _kind_offsets(X.shape, idx)
+        r, c = _along(r, R, (R, 1)), _along(c, C, (1, C))
+        if offsets is None or r is None or c is None:
+            return None
+        work.append((X.reshape(-1), offsets[0], offsets[1], r, c))
+    return work
+
+
+def _along(v, n, shape):
+    """`v` (a scalar or an array broadcasting to `shape`, ``(n, 1)`` or ``(1, n)``) as a
+    contiguous ``float64`` vector of length `n`; None when it has more axes (a batch)."""
+    if type(v) is numpy.ndarray:
+        if v.ndim > 2:
+            return None
+        if v.shape != shape:
+            v = numpy.broadcast_to(v, shape)
+        return numpy.ascontiguousarray(v.reshape(n), dtype=numpy.float64)
+    return numpy.full(n, v, dtype=numpy.float64)
+
+
+def _kind_offsets(core, idx):
+    """``(ρ, γ)``: the flat positions of a kind of shape `core` read at `idx` are ``ρ_i + γ_j``.
+
+    From :func:`_flat_positions` (cached likewise, by the index arrays' identities): ``ρ``
+    its first column less its corner, ``γ`` its first row.  A C-ordered position is linear
+    in the indices, so the split holds whenever every index array is a column ``(R, 1)`` or
+    a row ``(1, C)`` (:func:`block_units`); it is checked once, and None returned where it
+    fails (another shape of index arrays), as for non-arrays.
+    """
+    if not all(type(i) is numpy.ndarray and i.ndim == 2 for i in idx):
+        return None
+    key = ("offsets", core) + tuple(id(i) for i in idx)
+    hit = _FLAT.get(key)
+    if hit is None:
+        flat = _flat_positions(core, idx)
+        if flat.ndim != 2:
+            return None
+        ro = numpy.ascontiguousarray(flat[:, 0] - flat[0, 0], dtype=numpy.intp)
+        co = numpy.ascontiguousarray(flat[0, :], dtype=numpy.intp)
+        split = (ro, co) if numpy.array_equal(flat, ro[:, None] + co[None, :]) else None
+        hit = _FLAT[key] = (split, idx)
+        if len(_FLAT) > GATHER_CACHE:
+            _FLAT.pop(next(iter(_FLAT)), None)
+    return hit[0]
 
 
 def assemble(blocks, p, ps, trained, batch):
