@@ -98,9 +98,13 @@ def _block_lines(x, y, expr, printer) -> list:
     units, ``(…, R, C)``; at most one per term here).  The terms without ``X`` are
     one matrix product ``(…, R, m) @ (…, m, C)`` (:func:`~symquad.runtime.
     diffusion_engine.outer_sum`), each other term ``X · (r c)`` with ``r c`` an outer
-    product — instead of broadcasting multiplies on ``R × C`` arrays for every factor;
-    the mixed terms whose ``X`` is one array at run time share one product
-    (:func:`~symquad.runtime.diffusion_engine.mixed_sum`).
+    product — instead of broadcasting multiplies on ``R × C`` arrays for every factor.
+    When every ``X`` is a kind read (so far every block), the mixed terms are one
+    :func:`~symquad.runtime.diffusion_engine.kind_sum` call: the reads listed in the atoms'
+    order, not gathered here (a whole-array kind source is read in place), the terms by
+    position; otherwise the gathered ``X`` go to
+    :func:`~symquad.runtime.diffusion_engine.mixed_sum` (terms whose ``X`` is one array at
+    run time share one product).  Both add the same sums in the same order.
     """
     rows, cols = {K, L, M}, {KY, LY, MY}
     units = {K: "k", L: "l", M: "m", KY: "K", LY: "L", MY: "M"}

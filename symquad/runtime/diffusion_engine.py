@@ -206,7 +206,8 @@ def kind_sum(acc, kinds, reads, terms):
     elementwise passes per term, or their Python calls (at ``p = 16``, ``z³ − 3z``: the
     ``(Q, Q)`` block's 9 terms 0.43 → 0.15 ms, docs/benchmarks-finite-n.md).  Any other
     source (the matrix route's words, which return one array for a symmetric kind's
-    permuted reads) or a batch: the reads, then :func:`mixed_sum`.
+    permuted reads), a batch, or a read shared by two terms (none in the generated
+    assembly): the reads, then :func:`mixed_sum`.
     """
     work = _in_place_terms(acc, kinds, reads, terms)
     if work is None:
@@ -229,6 +230,8 @@ def _in_place_terms(acc, kinds, reads, terms):
     if not (type(kinds) is KindArrays and acc.ndim == 2 and acc.flags.c_contiguous
             and acc.dtype == numpy.float64):
         return None
+    if len({t for t, _, _ in terms}) < len(terms):
+        return None          # a read shared by terms: mixed_sum sums their r c first
     R, C = acc.shape
     work = []
     for t, r, c in terms:
