@@ -58,10 +58,14 @@ def engine():
     """The diffusion engine's compiled interpreter (its import compiles ``run``: ~5.7 s of CPU
     in a fresh checkout, measured on the 2-core machine; then ~0.6 s to load) and the
     leaves' gather, at the types ``_Executable`` passes (a C-contiguous workspace, ``intp``
-    sources, an integer offset; tests/test_numba_warm.py checks them)."""
-    from symquad.runtime import contraction_vm
+    sources, an integer offset), and the assembly's in-place kind terms at the types
+    ``diffusion_engine.kind_sum`` passes (tests/test_numba_warm.py checks them)."""
+    from symquad.runtime import assembly_vm, contraction_vm
 
     contraction_vm.gather(np.zeros((1, 4)), np.arange(2, dtype=np.intp), 2)
+    at = np.zeros(1, dtype=np.intp)
+    assembly_vm.kind_term(np.zeros((1, 1)), np.zeros((1, 1)), np.zeros(1), at, at,
+                          np.zeros(1), np.zeros(1), assembly_vm.ONLY)
 
 
 #: the groups, one process each

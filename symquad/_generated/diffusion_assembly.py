@@ -49,15 +49,6 @@ def diffusion_none(Q, rho, a, kinds, params, trained, batch):
     _Q_Q_3 = kinds('M110', _u['l'], _u['k'])
     _Q_Q_4 = kinds('M200', _u['K'], _u['L'])
     _Q_Q_5 = kinds('M200', _u['k'], _u['l'])
-    _Q_Q_6 = kinds('M220', _u['K'], _u['k'], _u['L'], _u['l'])
-    _Q_Q_7 = kinds('M220', _u['K'], _u['l'], _u['L'], _u['k'])
-    _Q_Q_8 = kinds('M220', _u['L'], _u['k'], _u['K'], _u['l'])
-    _Q_Q_9 = kinds('M220', _u['L'], _u['l'], _u['K'], _u['k'])
-    _Q_Q_10 = kinds('M310', _u['K'], _u['L'], _u['k'], _u['l'])
-    _Q_Q_11 = kinds('M310', _u['K'], _u['L'], _u['l'], _u['k'])
-    _Q_Q_12 = kinds('M310', _u['K'], _u['k'], _u['l'], _u['L'])
-    _Q_Q_13 = kinds('M310', _u['L'], _u['k'], _u['l'], _u['K'])
-    _Q_Q_14 = kinds('M400', _u['K'], _u['L'], _u['k'], _u['l'])
     _Q_Q_15 = _g(a, _u['K'])
     _Q_Q_16 = _g(a, _u['L'])
     _Q_Q_17 = _g(a, _u['k'])
@@ -79,7 +70,7 @@ def diffusion_none(Q, rho, a, kinds, params, trained, batch):
     _Q_Qx14 = _Q_Q_17*_Q_Q_18*(eta*eta*eta*eta)/(batch_size*batch_size*batch_size)
     _Q_Qx15 = -_Q_Qx9
     _acc = _engine.outer_sum((_Q_Qx2, _Q_Qx5, _Q_Qx2, _Q_Qx5, _Q_Qx10, _Q_Qx10, _Q_Q_2*_Q_Qx8, _Q_Q_3*_Q_Qx13, -_Q_Q_5*_Q_Qx14,), (_Q_Qx3, _Q_Qx3, _Q_Qx6, _Q_Qx6, _Q_Qx3, _Q_Qx6, _Q_Qx12, _Q_Qx12, _Q_Qx12,), _shape)
-    _acc += _engine.mixed_sum(((_Q_Q_6, _Q_Qx1, _Q_Q_15), (_Q_Q_7, _Q_Qx4, _Q_Q_15), (_Q_Q_8, _Q_Qx1, _Q_Q_16), (_Q_Q_9, _Q_Qx4, _Q_Q_16), (_Q_Q_10, -_Q_Qx8, _Q_Qx11), (_Q_Q_11, -_Q_Qx13, _Q_Qx11), (_Q_Q_12, _Q_Qx15, _Q_Q_15), (_Q_Q_13, _Q_Qx15, _Q_Q_16), (_Q_Q_14, _Q_Qx14, _Q_Qx11),), _shape)
+    _engine.kind_sum(_acc, kinds, (('M220', _u['K'], _u['k'], _u['L'], _u['l']), ('M220', _u['K'], _u['l'], _u['L'], _u['k']), ('M220', _u['L'], _u['k'], _u['K'], _u['l']), ('M220', _u['L'], _u['l'], _u['K'], _u['k']), ('M310', _u['K'], _u['L'], _u['k'], _u['l']), ('M310', _u['K'], _u['L'], _u['l'], _u['k']), ('M310', _u['K'], _u['k'], _u['l'], _u['L']), ('M310', _u['L'], _u['k'], _u['l'], _u['K']), ('M400', _u['K'], _u['L'], _u['k'], _u['l']),), ((0, _Q_Qx1, _Q_Q_15), (1, _Q_Qx4, _Q_Q_15), (2, _Q_Qx1, _Q_Q_16), (3, _Q_Qx4, _Q_Q_16), (4, -_Q_Qx8, _Q_Qx11), (5, -_Q_Qx13, _Q_Qx11), (6, _Q_Qx15, _Q_Q_15), (7, _Q_Qx15, _Q_Q_16), (8, _Q_Qx14, _Q_Qx11),))
     blocks[('Q', 'Q')] = _acc
     # block (Q, rho)
     _u = _engine.block_units('Q', 'rho', p, ps)
@@ -88,9 +79,6 @@ def diffusion_none(Q, rho, a, kinds, params, trained, batch):
     _Q_rho_1 = kinds('M110', _u['k'], _u['l'])
     _Q_rho_2 = kinds('M110', _u['l'], _u['k'])
     _Q_rho_3 = kinds('M200', _u['k'], _u['l'])
-    _Q_rho_4 = kinds('M220', _u['K'], _u['k'], _u['l'], _u['tM'])
-    _Q_rho_5 = kinds('M220', _u['K'], _u['l'], _u['k'], _u['tM'])
-    _Q_rho_6 = kinds('M310', _u['K'], _u['k'], _u['l'], _u['tM'])
     _Q_rho_7 = _g(a, _u['K'])
     _Q_rho_8 = _g(a, _u['k'])
     _Q_rho_9 = _g(a, _u['l'])
@@ -100,19 +88,18 @@ def diffusion_none(Q, rho, a, kinds, params, trained, batch):
     _Q_rhox3 = _Q_rho_9*_Q_rhox0
     _Q_rhox4 = _Q_rho_8*_Q_rho_9*(eta*eta*eta)/(batch_size*batch_size)
     _acc = _engine.outer_sum((-_Q_rho_1*_Q_rhox1, -_Q_rho_2*_Q_rhox3, _Q_rho_3*_Q_rhox4,), (_Q_rhox2, _Q_rhox2, _Q_rhox2,), _shape)
-    _acc += _engine.mixed_sum(((_Q_rho_4, _Q_rhox1, _Q_rho_7), (_Q_rho_5, _Q_rhox3, _Q_rho_7), (_Q_rho_6, -_Q_rhox4, _Q_rho_7),), _shape)
+    _engine.kind_sum(_acc, kinds, (('M220', _u['K'], _u['k'], _u['l'], _u['tM']), ('M220', _u['K'], _u['l'], _u['k'], _u['tM']), ('M310', _u['K'], _u['k'], _u['l'], _u['tM']),), ((0, _Q_rhox1, _Q_rho_7), (1, _Q_rhox3, _Q_rho_7), (2, -_Q_rhox4, _Q_rho_7),))
     blocks[('Q', 'rho')] = _acc
     # block (rho, rho)
     _u = _engine.block_units('rho', 'rho', p, ps)
     _shape = batch + _u['shape']
     _rho_rho_0 = kinds('M110', _u['K'], _u['tM'])
     _rho_rho_1 = kinds('M110', _u['k'], _u['tm'])
-    _rho_rho_2 = kinds('M220', _u['K'], _u['k'], _u['tM'], _u['tm'])
     _rho_rho_3 = _g(a, _u['K'])
     _rho_rho_4 = _g(a, _u['k'])
     _rho_rhox0 = _rho_rho_4*(eta*eta)/batch_size
     _acc = _engine.outer_sum((-_rho_rho_1*_rho_rhox0,), (_rho_rho_0*_rho_rho_3,), _shape)
-    _acc += _engine.mixed_sum(((_rho_rho_2, _rho_rhox0, _rho_rho_3),), _shape)
+    _engine.kind_sum(_acc, kinds, (('M220', _u['K'], _u['k'], _u['tM'], _u['tm']),), ((0, _rho_rhox0, _rho_rho_3),))
     blocks[('rho', 'rho')] = _acc
     if trained:
         # block (Q, a)
@@ -121,10 +108,7 @@ def diffusion_none(Q, rho, a, kinds, params, trained, batch):
         _Q_a_0 = kinds('M001', _u['K'])
         _Q_a_1 = kinds('M110', _u['k'], _u['l'])
         _Q_a_2 = kinds('M110', _u['l'], _u['k'])
-        _Q_a_3 = kinds('M111', _u['k'], _u['l'], _u['K'])
-        _Q_a_4 = kinds('M111', _u['l'], _u['k'], _u['K'])
         _Q_a_5 = kinds('M200', _u['k'], _u['l'])
-        _Q_a_6 = kinds('M201', _u['k'], _u['l'], _u['K'])
         _Q_a_7 = _g(a, _u['k'])
         _Q_a_8 = _g(a, _u['l'])
         _Q_ax0 = _Q_a_7*lr_readout
@@ -133,28 +117,26 @@ def diffusion_none(Q, rho, a, kinds, params, trained, batch):
         _Q_ax3 = _Q_a_8*_Q_ax1*lr_readout
         _Q_ax4 = _Q_a_8*_Q_ax0*(eta*eta)/(batch_size*batch_size)
         _acc = _engine.outer_sum((-_Q_a_1*_Q_ax2, -_Q_a_2*_Q_ax3, _Q_a_5*_Q_ax4,), (_Q_a_0, _Q_a_0, _Q_a_0,), _shape)
-        _acc += _engine.mixed_sum(((_Q_a_3, _Q_ax2, 1), (_Q_a_4, _Q_ax3, 1), (_Q_a_6, -_Q_ax4, 1),), _shape)
+        _engine.kind_sum(_acc, kinds, (('M111', _u['k'], _u['l'], _u['K']), ('M111', _u['l'], _u['k'], _u['K']), ('M201', _u['k'], _u['l'], _u['K']),), ((0, _Q_ax2, 1), (1, _Q_ax3, 1), (2, -_Q_ax4, 1),))
         blocks[('Q', 'a')] = _acc
         # block (rho, a)
         _u = _engine.block_units('rho', 'a', p, ps)
         _shape = batch + _u['shape']
         _rho_a_0 = kinds('M001', _u['K'])
         _rho_a_1 = kinds('M110', _u['k'], _u['tm'])
-        _rho_a_2 = kinds('M111', _u['k'], _u['tm'], _u['K'])
         _rho_a_3 = _g(a, _u['k'])
         _rho_ax0 = _rho_a_3*eta*lr_readout/batch_size
         _acc = _engine.outer_sum((-_rho_a_1*_rho_ax0,), (_rho_a_0,), _shape)
-        _acc += _engine.mixed_sum(((_rho_a_2, _rho_ax0, 1),), _shape)
+        _engine.kind_sum(_acc, kinds, (('M111', _u['k'], _u['tm'], _u['K']),), ((0, _rho_ax0, 1),))
         blocks[('rho', 'a')] = _acc
         # block (a, a)
         _u = _engine.block_units('a', 'a', p, ps)
         _shape = batch + _u['shape']
         _a_a_0 = kinds('M001', _u['K'])
         _a_a_1 = kinds('M001', _u['k'])
-        _a_a_2 = kinds('M002', _u['K'], _u['k'])
         _a_ax0 = (lr_readout*lr_readout)/batch_size
         _acc = _engine.outer_sum((-_a_a_1*_a_ax0,), (_a_a_0,), _shape)
-        _acc += _engine.mixed_sum(((_a_a_2, _a_ax0, 1),), _shape)
+        _engine.kind_sum(_acc, kinds, (('M002', _u['K'], _u['k']),), ((0, _a_ax0, 1),))
         blocks[('a', 'a')] = _acc
     return _engine.assemble(blocks, p, ps, trained, batch)
 
@@ -185,55 +167,6 @@ def diffusion_sphere(Q, rho, a, kinds, params, trained, batch):
     _Q_Q_11 = kinds('M200', _u['k'], _u['k'])
     _Q_Q_12 = kinds('M200', _u['k'], _u['l'])
     _Q_Q_13 = kinds('M200', _u['l'], _u['l'])
-    _Q_Q_14 = kinds('M220', _u['K'], _u['k'], _u['K'], _u['k'])
-    _Q_Q_15 = kinds('M220', _u['K'], _u['k'], _u['K'], _u['l'])
-    _Q_Q_16 = kinds('M220', _u['K'], _u['k'], _u['L'], _u['k'])
-    _Q_Q_17 = kinds('M220', _u['K'], _u['k'], _u['L'], _u['l'])
-    _Q_Q_18 = kinds('M220', _u['K'], _u['l'], _u['K'], _u['k'])
-    _Q_Q_19 = kinds('M220', _u['K'], _u['l'], _u['K'], _u['l'])
-    _Q_Q_20 = kinds('M220', _u['K'], _u['l'], _u['L'], _u['k'])
-    _Q_Q_21 = kinds('M220', _u['K'], _u['l'], _u['L'], _u['l'])
-    _Q_Q_22 = kinds('M220', _u['L'], _u['k'], _u['K'], _u['k'])
-    _Q_Q_23 = kinds('M220', _u['L'], _u['k'], _u['K'], _u['l'])
-    _Q_Q_24 = kinds('M220', _u['L'], _u['k'], _u['L'], _u['k'])
-    _Q_Q_25 = kinds('M220', _u['L'], _u['k'], _u['L'], _u['l'])
-    _Q_Q_26 = kinds('M220', _u['L'], _u['l'], _u['K'], _u['k'])
-    _Q_Q_27 = kinds('M220', _u['L'], _u['l'], _u['K'], _u['l'])
-    _Q_Q_28 = kinds('M220', _u['L'], _u['l'], _u['L'], _u['k'])
-    _Q_Q_29 = kinds('M220', _u['L'], _u['l'], _u['L'], _u['l'])
-    _Q_Q_30 = kinds('M310', _u['K'], _u['K'], _u['k'], _u['k'])
-    _Q_Q_31 = kinds('M310', _u['K'], _u['K'], _u['k'], _u['l'])
-    _Q_Q_32 = kinds('M310', _u['K'], _u['K'], _u['l'], _u['k'])
-    _Q_Q_33 = kinds('M310', _u['K'], _u['K'], _u['l'], _u['l'])
-    _Q_Q_34 = kinds('M310', _u['K'], _u['L'], _u['k'], _u['k'])
-    _Q_Q_35 = kinds('M310', _u['K'], _u['L'], _u['k'], _u['l'])
-    _Q_Q_36 = kinds('M310', _u['K'], _u['L'], _u['l'], _u['k'])
-    _Q_Q_37 = kinds('M310', _u['K'], _u['L'], _u['l'], _u['l'])
-    _Q_Q_38 = kinds('M310', _u['K'], _u['k'], _u['k'], _u['K'])
-    _Q_Q_39 = kinds('M310', _u['K'], _u['k'], _u['k'], _u['L'])
-    _Q_Q_40 = kinds('M310', _u['K'], _u['k'], _u['l'], _u['K'])
-    _Q_Q_41 = kinds('M310', _u['K'], _u['k'], _u['l'], _u['L'])
-    _Q_Q_42 = kinds('M310', _u['K'], _u['l'], _u['l'], _u['K'])
-    _Q_Q_43 = kinds('M310', _u['K'], _u['l'], _u['l'], _u['L'])
-    _Q_Q_44 = kinds('M310', _u['L'], _u['L'], _u['k'], _u['k'])
-    _Q_Q_45 = kinds('M310', _u['L'], _u['L'], _u['k'], _u['l'])
-    _Q_Q_46 = kinds('M310', _u['L'], _u['L'], _u['l'], _u['k'])
-    _Q_Q_47 = kinds('M310', _u['L'], _u['L'], _u['l'], _u['l'])
-    _Q_Q_48 = kinds('M310', _u['L'], _u['k'], _u['k'], _u['K'])
-    _Q_Q_49 = kinds('M310', _u['L'], _u['k'], _u['k'], _u['L'])
-    _Q_Q_50 = kinds('M310', _u['L'], _u['k'], _u['l'], _u['K'])
-    _Q_Q_51 = kinds('M310', _u['L'], _u['k'], _u['l'], _u['L'])
-    _Q_Q_52 = kinds('M310', _u['L'], _u['l'], _u['l'], _u['K'])
-    _Q_Q_53 = kinds('M310', _u['L'], _u['l'], _u['l'], _u['L'])
-    _Q_Q_54 = kinds('M400', _u['K'], _u['K'], _u['k'], _u['k'])
-    _Q_Q_55 = kinds('M400', _u['K'], _u['K'], _u['k'], _u['l'])
-    _Q_Q_56 = kinds('M400', _u['K'], _u['K'], _u['l'], _u['l'])
-    _Q_Q_57 = kinds('M400', _u['K'], _u['L'], _u['k'], _u['k'])
-    _Q_Q_58 = kinds('M400', _u['K'], _u['L'], _u['k'], _u['l'])
-    _Q_Q_59 = kinds('M400', _u['K'], _u['L'], _u['l'], _u['l'])
-    _Q_Q_60 = kinds('M400', _u['L'], _u['L'], _u['k'], _u['k'])
-    _Q_Q_61 = kinds('M400', _u['L'], _u['L'], _u['k'], _u['l'])
-    _Q_Q_62 = kinds('M400', _u['L'], _u['L'], _u['l'], _u['l'])
     _Q_Q_63 = _g(a, _u['K'])
     _Q_Q_64 = _g(a, _u['L'])
     _Q_Q_65 = _g(a, _u['k'])
@@ -323,7 +256,7 @@ def diffusion_sphere(Q, rho, a, kinds, params, trained, batch):
     _Q_Qx76 = -_Q_Qx35
     _Q_Qx77 = -_Q_Qx39
     _acc = _engine.outer_sum((_Q_Qx3, _Q_Qx7, _Q_Qx3, _Q_Qx7, _Q_Qx12, _Q_Qx12, _Q_Qx13, _Q_Qx17, _Q_Qx2, _Q_Qx6, _Q_Qx23, _Q_Qx26, _Q_Qx23, _Q_Qx26, _Q_Qx2, _Q_Qx6, -_Q_Qx32, _Q_Qx37, _Q_Qx41, _Q_Qx42, _Q_Qx45, _Q_Qx37, _Q_Qx41, _Q_Qx42, _Q_Qx45, _Q_Qx48, _Q_Q_11*_Q_Qx50, _Q_Qx48, _Q_Q_13*_Q_Qx51, _Q_Qx52, _Q_Qx52, -_Q_Q_4*_Q_Qx53, -_Q_Q_7*_Q_Qx54, _Q_Qx36, _Q_Qx40, _Q_Qx57, _Q_Qx60, _Q_Qx36, _Q_Qx40, _Q_Qx57, _Q_Qx60, _Q_Qx61, _Q_Qx62, _Q_Qx61, _Q_Qx62, _Q_Qx65, _Q_Qx67, _Q_Qx65, _Q_Qx67,), (_Q_Qx4, _Q_Qx4, _Q_Qx8, _Q_Qx8, _Q_Qx4, _Q_Qx8, _Q_Qx15, _Q_Qx15, _Q_Qx20, _Q_Qx20, _Q_Qx4, _Q_Qx4, _Q_Qx8, _Q_Qx8, _Q_Qx29, _Q_Qx29, _Q_Qx15, _Q_Qx4, _Q_Qx4, _Q_Qx44, _Q_Qx44, _Q_Qx8, _Q_Qx8, _Q_Qx47, _Q_Qx47, _Q_Qx44, _Q_Qx15, _Q_Qx47, _Q_Qx15, _Q_Qx20, _Q_Qx29, _Q_Qx15, _Q_Qx15, _Q_Qx20, _Q_Qx20, _Q_Qx44, _Q_Qx44, _Q_Qx29, _Q_Qx29, _Q_Qx47, _Q_Qx47, _Q_Qx20, _Q_Qx20, _Q_Qx29, _Q_Qx29, _Q_Qx44, _Q_Qx44, _Q_Qx47, _Q_Qx47,), _shape)
-    _acc += _engine.mixed_sum(((_Q_Q_17, _Q_Qx1, _Q_Q_63), (_Q_Q_20, _Q_Qx5, _Q_Q_63), (_Q_Q_23, _Q_Qx1, _Q_Q_64), (_Q_Q_26, _Q_Qx5, _Q_Q_64), (_Q_Q_35, -_Q_Qx10, _Q_Qx14), (_Q_Q_36, -_Q_Qx16, _Q_Qx14), (_Q_Q_41, _Q_Qx68, _Q_Q_63), (_Q_Q_50, _Q_Qx68, _Q_Q_64), (_Q_Q_58, _Q_Qx31, _Q_Qx14), (_Q_Q_31, _Q_Qx55, _Q_Qx46), (_Q_Q_32, _Q_Qx58, _Q_Qx46), (_Q_Q_39, _Q_Qx35, _Q_Q_63), (_Q_Q_43, _Q_Qx39, _Q_Q_63), (_Q_Q_45, _Q_Qx55, _Q_Qx43), (_Q_Q_46, _Q_Qx58, _Q_Qx43), (_Q_Q_48, _Q_Qx35, _Q_Q_64), (_Q_Q_52, _Q_Qx39, _Q_Q_64), (_Q_Q_15, _Q_Qx69, _Q_Qx19), (_Q_Q_16, _Q_Qx70, _Q_Q_63), (_Q_Q_18, _Q_Qx71, _Q_Qx19), (_Q_Q_21, _Q_Qx72, _Q_Q_63), (_Q_Q_22, _Q_Qx70, _Q_Q_64), (_Q_Q_25, _Q_Qx69, _Q_Qx28), (_Q_Q_27, _Q_Qx72, _Q_Q_64), (_Q_Q_28, _Q_Qx71, _Q_Qx28), (_Q_Q_34, _Q_Qx53, _Q_Qx14), (_Q_Q_37, _Q_Qx54, _Q_Qx14), (_Q_Q_40, _Q_Qx11, _Q_Qx19), (_Q_Q_51, _Q_Qx11, _Q_Qx28), (_Q_Q_55, _Q_Qx73, _Q_Qx46), (_Q_Q_57, -_Q_Qx50, _Q_Qx14), (_Q_Q_59, -_Q_Qx51, _Q_Qx14), (_Q_Q_61, _Q_Qx73, _Q_Qx43), (_Q_Q_14, _Q_Qx22, _Q_Qx19), (_Q_Q_19, _Q_Qx25, _Q_Qx19), (_Q_Q_24, _Q_Qx22, _Q_Qx28), (_Q_Q_29, _Q_Qx25, _Q_Qx28), (_Q_Q_30, _Q_Qx74, _Q_Qx46), (_Q_Q_33, _Q_Qx75, _Q_Qx46), (_Q_Q_38, _Q_Qx76, _Q_Qx19), (_Q_Q_42, _Q_Qx77, _Q_Qx19), (_Q_Q_44, _Q_Qx74, _Q_Qx43), (_Q_Q_47, _Q_Qx75, _Q_Qx43), (_Q_Q_49, _Q_Qx76, _Q_Qx28), (_Q_Q_53, _Q_Qx77, _Q_Qx28), (_Q_Q_54, _Q_Qx64, _Q_Qx46), (_Q_Q_56, _Q_Qx66, _Q_Qx46), (_Q_Q_60, _Q_Qx64, _Q_Qx43), (_Q_Q_62, _Q_Qx66, _Q_Qx43),), _shape)
+    _engine.kind_sum(_acc, kinds, (('M220', _u['K'], _u['k'], _u['K'], _u['k']), ('M220', _u['K'], _u['k'], _u['K'], _u['l']), ('M220', _u['K'], _u['k'], _u['L'], _u['k']), ('M220', _u['K'], _u['k'], _u['L'], _u['l']), ('M220', _u['K'], _u['l'], _u['K'], _u['k']), ('M220', _u['K'], _u['l'], _u['K'], _u['l']), ('M220', _u['K'], _u['l'], _u['L'], _u['k']), ('M220', _u['K'], _u['l'], _u['L'], _u['l']), ('M220', _u['L'], _u['k'], _u['K'], _u['k']), ('M220', _u['L'], _u['k'], _u['K'], _u['l']), ('M220', _u['L'], _u['k'], _u['L'], _u['k']), ('M220', _u['L'], _u['k'], _u['L'], _u['l']), ('M220', _u['L'], _u['l'], _u['K'], _u['k']), ('M220', _u['L'], _u['l'], _u['K'], _u['l']), ('M220', _u['L'], _u['l'], _u['L'], _u['k']), ('M220', _u['L'], _u['l'], _u['L'], _u['l']), ('M310', _u['K'], _u['K'], _u['k'], _u['k']), ('M310', _u['K'], _u['K'], _u['k'], _u['l']), ('M310', _u['K'], _u['K'], _u['l'], _u['k']), ('M310', _u['K'], _u['K'], _u['l'], _u['l']), ('M310', _u['K'], _u['L'], _u['k'], _u['k']), ('M310', _u['K'], _u['L'], _u['k'], _u['l']), ('M310', _u['K'], _u['L'], _u['l'], _u['k']), ('M310', _u['K'], _u['L'], _u['l'], _u['l']), ('M310', _u['K'], _u['k'], _u['k'], _u['K']), ('M310', _u['K'], _u['k'], _u['k'], _u['L']), ('M310', _u['K'], _u['k'], _u['l'], _u['K']), ('M310', _u['K'], _u['k'], _u['l'], _u['L']), ('M310', _u['K'], _u['l'], _u['l'], _u['K']), ('M310', _u['K'], _u['l'], _u['l'], _u['L']), ('M310', _u['L'], _u['L'], _u['k'], _u['k']), ('M310', _u['L'], _u['L'], _u['k'], _u['l']), ('M310', _u['L'], _u['L'], _u['l'], _u['k']), ('M310', _u['L'], _u['L'], _u['l'], _u['l']), ('M310', _u['L'], _u['k'], _u['k'], _u['K']), ('M310', _u['L'], _u['k'], _u['k'], _u['L']), ('M310', _u['L'], _u['k'], _u['l'], _u['K']), ('M310', _u['L'], _u['k'], _u['l'], _u['L']), ('M310', _u['L'], _u['l'], _u['l'], _u['K']), ('M310', _u['L'], _u['l'], _u['l'], _u['L']), ('M400', _u['K'], _u['K'], _u['k'], _u['k']), ('M400', _u['K'], _u['K'], _u['k'], _u['l']), ('M400', _u['K'], _u['K'], _u['l'], _u['l']), ('M400', _u['K'], _u['L'], _u['k'], _u['k']), ('M400', _u['K'], _u['L'], _u['k'], _u['l']), ('M400', _u['K'], _u['L'], _u['l'], _u['l']), ('M400', _u['L'], _u['L'], _u['k'], _u['k']), ('M400', _u['L'], _u['L'], _u['k'], _u['l']), ('M400', _u['L'], _u['L'], _u['l'], _u['l']),), ((3, _Q_Qx1, _Q_Q_63), (6, _Q_Qx5, _Q_Q_63), (9, _Q_Qx1, _Q_Q_64), (12, _Q_Qx5, _Q_Q_64), (21, -_Q_Qx10, _Q_Qx14), (22, -_Q_Qx16, _Q_Qx14), (27, _Q_Qx68, _Q_Q_63), (36, _Q_Qx68, _Q_Q_64), (44, _Q_Qx31, _Q_Qx14), (17, _Q_Qx55, _Q_Qx46), (18, _Q_Qx58, _Q_Qx46), (25, _Q_Qx35, _Q_Q_63), (29, _Q_Qx39, _Q_Q_63), (31, _Q_Qx55, _Q_Qx43), (32, _Q_Qx58, _Q_Qx43), (34, _Q_Qx35, _Q_Q_64), (38, _Q_Qx39, _Q_Q_64), (1, _Q_Qx69, _Q_Qx19), (2, _Q_Qx70, _Q_Q_63), (4, _Q_Qx71, _Q_Qx19), (7, _Q_Qx72, _Q_Q_63), (8, _Q_Qx70, _Q_Q_64), (11, _Q_Qx69, _Q_Qx28), (13, _Q_Qx72, _Q_Q_64), (14, _Q_Qx71, _Q_Qx28), (20, _Q_Qx53, _Q_Qx14), (23, _Q_Qx54, _Q_Qx14), (26, _Q_Qx11, _Q_Qx19), (37, _Q_Qx11, _Q_Qx28), (41, _Q_Qx73, _Q_Qx46), (43, -_Q_Qx50, _Q_Qx14), (45, -_Q_Qx51, _Q_Qx14), (47, _Q_Qx73, _Q_Qx43), (0, _Q_Qx22, _Q_Qx19), (5, _Q_Qx25, _Q_Qx19), (10, _Q_Qx22, _Q_Qx28), (15, _Q_Qx25, _Q_Qx28), (16, _Q_Qx74, _Q_Qx46), (19, _Q_Qx75, _Q_Qx46), (24, _Q_Qx76, _Q_Qx19), (28, _Q_Qx77, _Q_Qx19), (30, _Q_Qx74, _Q_Qx43), (33, _Q_Qx75, _Q_Qx43), (35, _Q_Qx76, _Q_Qx28), (39, _Q_Qx77, _Q_Qx28), (40, _Q_Qx64, _Q_Qx46), (42, _Q_Qx66, _Q_Qx46), (46, _Q_Qx64, _Q_Qx43), (48, _Q_Qx66, _Q_Qx43),))
     blocks[('Q', 'Q')] = _acc
     # block (Q, rho)
     _u = _engine.block_units('Q', 'rho', p, ps)
@@ -338,27 +271,6 @@ def diffusion_sphere(Q, rho, a, kinds, params, trained, batch):
     _Q_rho_7 = kinds('M200', _u['k'], _u['k'])
     _Q_rho_8 = kinds('M200', _u['k'], _u['l'])
     _Q_rho_9 = kinds('M200', _u['l'], _u['l'])
-    _Q_rho_10 = kinds('M220', _u['K'], _u['k'], _u['K'], _u['k'])
-    _Q_rho_11 = kinds('M220', _u['K'], _u['k'], _u['K'], _u['l'])
-    _Q_rho_12 = kinds('M220', _u['K'], _u['k'], _u['k'], _u['tM'])
-    _Q_rho_13 = kinds('M220', _u['K'], _u['k'], _u['l'], _u['tM'])
-    _Q_rho_14 = kinds('M220', _u['K'], _u['l'], _u['K'], _u['k'])
-    _Q_rho_15 = kinds('M220', _u['K'], _u['l'], _u['K'], _u['l'])
-    _Q_rho_16 = kinds('M220', _u['K'], _u['l'], _u['k'], _u['tM'])
-    _Q_rho_17 = kinds('M220', _u['K'], _u['l'], _u['l'], _u['tM'])
-    _Q_rho_18 = kinds('M310', _u['K'], _u['K'], _u['k'], _u['k'])
-    _Q_rho_19 = kinds('M310', _u['K'], _u['K'], _u['k'], _u['l'])
-    _Q_rho_20 = kinds('M310', _u['K'], _u['K'], _u['l'], _u['k'])
-    _Q_rho_21 = kinds('M310', _u['K'], _u['K'], _u['l'], _u['l'])
-    _Q_rho_22 = kinds('M310', _u['K'], _u['k'], _u['k'], _u['K'])
-    _Q_rho_23 = kinds('M310', _u['K'], _u['k'], _u['k'], _u['tM'])
-    _Q_rho_24 = kinds('M310', _u['K'], _u['k'], _u['l'], _u['K'])
-    _Q_rho_25 = kinds('M310', _u['K'], _u['k'], _u['l'], _u['tM'])
-    _Q_rho_26 = kinds('M310', _u['K'], _u['l'], _u['l'], _u['K'])
-    _Q_rho_27 = kinds('M310', _u['K'], _u['l'], _u['l'], _u['tM'])
-    _Q_rho_28 = kinds('M400', _u['K'], _u['K'], _u['k'], _u['k'])
-    _Q_rho_29 = kinds('M400', _u['K'], _u['K'], _u['k'], _u['l'])
-    _Q_rho_30 = kinds('M400', _u['K'], _u['K'], _u['l'], _u['l'])
     _Q_rho_31 = _g(a, _u['K'])
     _Q_rho_32 = _g(a, _u['k'])
     _Q_rho_33 = _g(a, _u['l'])
@@ -405,7 +317,7 @@ def diffusion_sphere(Q, rho, a, kinds, params, trained, batch):
     _Q_rhox35 = _Q_rhox20*_Q_rhox34
     _Q_rhox36 = _Q_rhox23*_Q_rhox34
     _acc = _engine.outer_sum((-_Q_rhox2, -_Q_rhox5, _Q_rhox9, _Q_rhox2, _Q_rhox5, _Q_rhox15, _Q_rhox18, -_Q_rhox22, -_Q_rhox25, -_Q_rho_3*_Q_rhox26, -_Q_rho_4*_Q_rhox29, _Q_rho_8*_Q_rhox31, -_Q_rhox9, _Q_rhox22, _Q_rhox25, _Q_rho_2*_Q_rhox32, _Q_rho_5*_Q_rhox33, -_Q_rhox15, -_Q_rhox18, -_Q_rho_7*_Q_rhox35, -_Q_rho_9*_Q_rhox36,), (_Q_rhox3, _Q_rhox3, _Q_rhox3, _Q_rhox12, _Q_rhox12, _Q_rhox3, _Q_rhox3, _Q_rhox3, _Q_rhox3, _Q_rhox28, _Q_rhox28, _Q_rhox28, _Q_rhox12, _Q_rhox12, _Q_rhox12, _Q_rhox28, _Q_rhox28, _Q_rhox12, _Q_rhox12, _Q_rhox28, _Q_rhox28,), _shape)
-    _acc += _engine.mixed_sum(((_Q_rho_13, _Q_rhox1, _Q_rho_31), (_Q_rho_16, _Q_rhox4, _Q_rho_31), (_Q_rho_25, -_Q_rhox8, _Q_rho_31), (_Q_rho_19, _Q_rhox26, _Q_rhox27), (_Q_rho_20, _Q_rhox29, _Q_rhox27), (_Q_rho_23, _Q_rhox21, _Q_rho_31), (_Q_rho_27, _Q_rhox24, _Q_rho_31), (_Q_rho_11, -_Q_rhox1, _Q_rhox11), (_Q_rho_12, -_Q_rhox14, _Q_rho_31), (_Q_rho_14, -_Q_rhox4, _Q_rhox11), (_Q_rho_17, -_Q_rhox17, _Q_rho_31), (_Q_rho_24, _Q_rhox8, _Q_rhox11), (_Q_rho_29, -_Q_rhox31, _Q_rhox27), (_Q_rho_10, _Q_rhox14, _Q_rhox11), (_Q_rho_15, _Q_rhox17, _Q_rhox11), (_Q_rho_18, -_Q_rhox32, _Q_rhox27), (_Q_rho_21, -_Q_rhox33, _Q_rhox27), (_Q_rho_22, -_Q_rhox21, _Q_rhox11), (_Q_rho_26, -_Q_rhox24, _Q_rhox11), (_Q_rho_28, _Q_rhox35, _Q_rhox27), (_Q_rho_30, _Q_rhox36, _Q_rhox27),), _shape)
+    _engine.kind_sum(_acc, kinds, (('M220', _u['K'], _u['k'], _u['K'], _u['k']), ('M220', _u['K'], _u['k'], _u['K'], _u['l']), ('M220', _u['K'], _u['k'], _u['k'], _u['tM']), ('M220', _u['K'], _u['k'], _u['l'], _u['tM']), ('M220', _u['K'], _u['l'], _u['K'], _u['k']), ('M220', _u['K'], _u['l'], _u['K'], _u['l']), ('M220', _u['K'], _u['l'], _u['k'], _u['tM']), ('M220', _u['K'], _u['l'], _u['l'], _u['tM']), ('M310', _u['K'], _u['K'], _u['k'], _u['k']), ('M310', _u['K'], _u['K'], _u['k'], _u['l']), ('M310', _u['K'], _u['K'], _u['l'], _u['k']), ('M310', _u['K'], _u['K'], _u['l'], _u['l']), ('M310', _u['K'], _u['k'], _u['k'], _u['K']), ('M310', _u['K'], _u['k'], _u['k'], _u['tM']), ('M310', _u['K'], _u['k'], _u['l'], _u['K']), ('M310', _u['K'], _u['k'], _u['l'], _u['tM']), ('M310', _u['K'], _u['l'], _u['l'], _u['K']), ('M310', _u['K'], _u['l'], _u['l'], _u['tM']), ('M400', _u['K'], _u['K'], _u['k'], _u['k']), ('M400', _u['K'], _u['K'], _u['k'], _u['l']), ('M400', _u['K'], _u['K'], _u['l'], _u['l']),), ((3, _Q_rhox1, _Q_rho_31), (6, _Q_rhox4, _Q_rho_31), (15, -_Q_rhox8, _Q_rho_31), (9, _Q_rhox26, _Q_rhox27), (10, _Q_rhox29, _Q_rhox27), (13, _Q_rhox21, _Q_rho_31), (17, _Q_rhox24, _Q_rho_31), (1, -_Q_rhox1, _Q_rhox11), (2, -_Q_rhox14, _Q_rho_31), (4, -_Q_rhox4, _Q_rhox11), (7, -_Q_rhox17, _Q_rho_31), (14, _Q_rhox8, _Q_rhox11), (19, -_Q_rhox31, _Q_rhox27), (0, _Q_rhox14, _Q_rhox11), (5, _Q_rhox17, _Q_rhox11), (8, -_Q_rhox32, _Q_rhox27), (11, -_Q_rhox33, _Q_rhox27), (12, -_Q_rhox21, _Q_rhox11), (16, -_Q_rhox24, _Q_rhox11), (18, _Q_rhox35, _Q_rhox27), (20, _Q_rhox36, _Q_rhox27),))
     blocks[('Q', 'rho')] = _acc
     # block (rho, rho)
     _u = _engine.block_units('rho', 'rho', p, ps)
@@ -416,15 +328,6 @@ def diffusion_sphere(Q, rho, a, kinds, params, trained, batch):
     _rho_rho_3 = kinds('M110', _u['k'], _u['tm'])
     _rho_rho_4 = kinds('M200', _u['K'], _u['K'])
     _rho_rho_5 = kinds('M200', _u['k'], _u['k'])
-    _rho_rho_6 = kinds('M220', _u['K'], _u['k'], _u['K'], _u['k'])
-    _rho_rho_7 = kinds('M220', _u['K'], _u['k'], _u['K'], _u['tm'])
-    _rho_rho_8 = kinds('M220', _u['K'], _u['k'], _u['k'], _u['tM'])
-    _rho_rho_9 = kinds('M220', _u['K'], _u['k'], _u['tM'], _u['tm'])
-    _rho_rho_10 = kinds('M310', _u['K'], _u['K'], _u['k'], _u['k'])
-    _rho_rho_11 = kinds('M310', _u['K'], _u['K'], _u['k'], _u['tm'])
-    _rho_rho_12 = kinds('M310', _u['K'], _u['k'], _u['k'], _u['K'])
-    _rho_rho_13 = kinds('M310', _u['K'], _u['k'], _u['k'], _u['tM'])
-    _rho_rho_14 = kinds('M400', _u['K'], _u['K'], _u['k'], _u['k'])
     _rho_rho_15 = _g(a, _u['K'])
     _rho_rho_16 = _g(a, _u['k'])
     _rho_rho_17 = _g(rho, _u['K'], _u['M'])
@@ -450,7 +353,7 @@ def diffusion_sphere(Q, rho, a, kinds, params, trained, batch):
     _rho_rhox16 = _rho_rhox13*_rho_rhox6
     _rho_rhox17 = (1/4)*_rho_rhox10*(eta*eta*eta*eta)/(batch_size*batch_size*batch_size)
     _acc = _engine.outer_sum((-_rho_rhox1, _rho_rhox1, _rho_rhox8, -_rho_rhox12, -_rho_rho_3*_rho_rhox13, _rho_rhox12, _rho_rho_2*_rho_rhox16, -_rho_rhox8, -_rho_rho_5*_rho_rhox17,), (_rho_rhox2, _rho_rhox5, _rho_rhox2, _rho_rhox2, _rho_rhox15, _rho_rhox5, _rho_rhox15, _rho_rhox5, _rho_rhox15,), _shape)
-    _acc += _engine.mixed_sum(((_rho_rho_9, _rho_rhox0, _rho_rho_15), (_rho_rho_11, _rho_rhox13, _rho_rhox14), (_rho_rho_13, _rho_rhox11, _rho_rho_15), (_rho_rho_7, -_rho_rhox0, _rho_rhox4), (_rho_rho_8, -_rho_rhox7, _rho_rho_15), (_rho_rho_6, _rho_rhox7, _rho_rhox4), (_rho_rho_10, -_rho_rhox16, _rho_rhox14), (_rho_rho_12, -_rho_rhox11, _rho_rhox4), (_rho_rho_14, _rho_rhox17, _rho_rhox14),), _shape)
+    _engine.kind_sum(_acc, kinds, (('M220', _u['K'], _u['k'], _u['K'], _u['k']), ('M220', _u['K'], _u['k'], _u['K'], _u['tm']), ('M220', _u['K'], _u['k'], _u['k'], _u['tM']), ('M220', _u['K'], _u['k'], _u['tM'], _u['tm']), ('M310', _u['K'], _u['K'], _u['k'], _u['k']), ('M310', _u['K'], _u['K'], _u['k'], _u['tm']), ('M310', _u['K'], _u['k'], _u['k'], _u['K']), ('M310', _u['K'], _u['k'], _u['k'], _u['tM']), ('M400', _u['K'], _u['K'], _u['k'], _u['k']),), ((3, _rho_rhox0, _rho_rho_15), (5, _rho_rhox13, _rho_rhox14), (7, _rho_rhox11, _rho_rho_15), (1, -_rho_rhox0, _rho_rhox4), (2, -_rho_rhox7, _rho_rho_15), (0, _rho_rhox7, _rho_rhox4), (4, -_rho_rhox16, _rho_rhox14), (6, -_rho_rhox11, _rho_rhox4), (8, _rho_rhox17, _rho_rhox14),))
     blocks[('rho', 'rho')] = _acc
     if trained:
         # block (Q, a)
@@ -461,16 +364,9 @@ def diffusion_sphere(Q, rho, a, kinds, params, trained, batch):
         _Q_a_2 = kinds('M110', _u['k'], _u['l'])
         _Q_a_3 = kinds('M110', _u['l'], _u['k'])
         _Q_a_4 = kinds('M110', _u['l'], _u['l'])
-        _Q_a_5 = kinds('M111', _u['k'], _u['k'], _u['K'])
-        _Q_a_6 = kinds('M111', _u['k'], _u['l'], _u['K'])
-        _Q_a_7 = kinds('M111', _u['l'], _u['k'], _u['K'])
-        _Q_a_8 = kinds('M111', _u['l'], _u['l'], _u['K'])
         _Q_a_9 = kinds('M200', _u['k'], _u['k'])
         _Q_a_10 = kinds('M200', _u['k'], _u['l'])
         _Q_a_11 = kinds('M200', _u['l'], _u['l'])
-        _Q_a_12 = kinds('M201', _u['k'], _u['k'], _u['K'])
-        _Q_a_13 = kinds('M201', _u['k'], _u['l'], _u['K'])
-        _Q_a_14 = kinds('M201', _u['l'], _u['l'], _u['K'])
         _Q_a_15 = _g(a, _u['k'])
         _Q_a_16 = _g(a, _u['l'])
         _Q_a_17 = _g(Q, _u['k'], _u['k'])
@@ -490,7 +386,7 @@ def diffusion_sphere(Q, rho, a, kinds, params, trained, batch):
         _Q_ax11 = (_Q_a_16*_Q_a_16)*_Q_ax10*_Q_ax8
         _Q_ax12 = (_Q_a_15*_Q_a_15)*_Q_ax10*_Q_ax6
         _acc = _engine.outer_sum((-_Q_a_2*_Q_ax2, -_Q_a_3*_Q_ax3, _Q_a_10*_Q_ax5, _Q_a_1*_Q_ax7, _Q_a_4*_Q_ax9, -_Q_a_11*_Q_ax11, -_Q_a_9*_Q_ax12,), (_Q_a_0, _Q_a_0, _Q_a_0, _Q_a_0, _Q_a_0, _Q_a_0, _Q_a_0,), _shape)
-        _acc += _engine.mixed_sum(((_Q_a_6, _Q_ax2, 1), (_Q_a_7, _Q_ax3, 1), (_Q_a_13, -_Q_ax5, 1), (_Q_a_12, _Q_ax12, 1), (_Q_a_14, _Q_ax11, 1), (_Q_a_5, -_Q_ax7, 1), (_Q_a_8, -_Q_ax9, 1),), _shape)
+        _engine.kind_sum(_acc, kinds, (('M111', _u['k'], _u['k'], _u['K']), ('M111', _u['k'], _u['l'], _u['K']), ('M111', _u['l'], _u['k'], _u['K']), ('M111', _u['l'], _u['l'], _u['K']), ('M201', _u['k'], _u['k'], _u['K']), ('M201', _u['k'], _u['l'], _u['K']), ('M201', _u['l'], _u['l'], _u['K']),), ((1, _Q_ax2, 1), (2, _Q_ax3, 1), (5, -_Q_ax5, 1), (4, _Q_ax12, 1), (6, _Q_ax11, 1), (0, -_Q_ax7, 1), (3, -_Q_ax9, 1),))
         blocks[('Q', 'a')] = _acc
         # block (rho, a)
         _u = _engine.block_units('rho', 'a', p, ps)
@@ -498,10 +394,7 @@ def diffusion_sphere(Q, rho, a, kinds, params, trained, batch):
         _rho_a_0 = kinds('M001', _u['K'])
         _rho_a_1 = kinds('M110', _u['k'], _u['k'])
         _rho_a_2 = kinds('M110', _u['k'], _u['tm'])
-        _rho_a_3 = kinds('M111', _u['k'], _u['k'], _u['K'])
-        _rho_a_4 = kinds('M111', _u['k'], _u['tm'], _u['K'])
         _rho_a_5 = kinds('M200', _u['k'], _u['k'])
-        _rho_a_6 = kinds('M201', _u['k'], _u['k'], _u['K'])
         _rho_a_7 = _g(a, _u['k'])
         _rho_a_8 = _g(rho, _u['k'], _u['m'])
         _rho_a_9 = _g(Q, _u['k'], _u['k'])
@@ -510,17 +403,16 @@ def diffusion_sphere(Q, rho, a, kinds, params, trained, batch):
         _rho_ax2 = _rho_ax0*_rho_ax1
         _rho_ax3 = (1/2)*(_rho_a_7*_rho_a_7)*_rho_ax1*(eta*eta)*lr_readout/(batch_size*batch_size)
         _acc = _engine.outer_sum((-_rho_a_2*_rho_ax0, _rho_a_1*_rho_ax2, -_rho_a_5*_rho_ax3,), (_rho_a_0, _rho_a_0, _rho_a_0,), _shape)
-        _acc += _engine.mixed_sum(((_rho_a_4, _rho_ax0, 1), (_rho_a_6, _rho_ax3, 1), (_rho_a_3, -_rho_ax2, 1),), _shape)
+        _engine.kind_sum(_acc, kinds, (('M111', _u['k'], _u['k'], _u['K']), ('M111', _u['k'], _u['tm'], _u['K']), ('M201', _u['k'], _u['k'], _u['K']),), ((1, _rho_ax0, 1), (2, _rho_ax3, 1), (0, -_rho_ax2, 1),))
         blocks[('rho', 'a')] = _acc
         # block (a, a)
         _u = _engine.block_units('a', 'a', p, ps)
         _shape = batch + _u['shape']
         _a_a_0 = kinds('M001', _u['K'])
         _a_a_1 = kinds('M001', _u['k'])
-        _a_a_2 = kinds('M002', _u['K'], _u['k'])
         _a_ax0 = (lr_readout*lr_readout)/batch_size
         _acc = _engine.outer_sum((-_a_a_1*_a_ax0,), (_a_a_0,), _shape)
-        _acc += _engine.mixed_sum(((_a_a_2, _a_ax0, 1),), _shape)
+        _engine.kind_sum(_acc, kinds, (('M002', _u['K'], _u['k']),), ((0, _a_ax0, 1),))
         blocks[('a', 'a')] = _acc
     return _engine.assemble(blocks, p, ps, trained, batch)
 
@@ -531,4 +423,4 @@ KINDS = {('none', False): ('M110', 'M200', 'M220', 'M310', 'M400'),
  ('sphere', False): ('M110', 'M200', 'M220', 'M310', 'M400'),
  ('sphere', True): ('M001', 'M002', 'M110', 'M111', 'M200', 'M201', 'M220', 'M310', 'M400')}
 DIFFUSION = {'none': diffusion_none, 'sphere': diffusion_sphere}
-# sha256: 5f85eee6811d9a0bd856f6725c15d8d1f31d6ad3ad07c6d4962e5714b3ca33ba
+# sha256: 11ee91f8c8ca22fff203592d66e5a875fe18855f679c39c251794e864d32743f

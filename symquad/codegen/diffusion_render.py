@@ -54,15 +54,21 @@ def _atom_code(atom, units) -> str:
         return f"_g(rho, {unit(args[0])}, {unit(args[1])})"
     if f is Af:
         return f"_g(a, {unit(args[0])})"
-    name = f.__name__
+    name, codes = _kind_read(atom, units)
+    return f"kinds({name!r}, {', '.join(codes)})"
+
+
+def _kind_read(atom, units) -> tuple:
+    """``(name, index codes)`` of a moment-kind atom read at the unit index arrays."""
+    name = atom.func.__name__
     nd, nx, ns = parse_kind(name)
     codes = []
-    for pos, arg in enumerate(args):
+    for pos, arg in enumerate(atom.args):
         if nd <= pos < nd + nx and arg.func is TEACHER_FIELD:     # a teacher field ν_m
             codes.append(f"_u[{'t' + units[arg.args[0]]!r}]")
         else:
-            codes.append(unit(arg))
-    return f"kinds({name!r}, {', '.join(codes)})"
+            codes.append(f"_u[{units[arg]!r}]")
+    return name, codes
 
 
 def _split_term(term, atoms, rows, cols):
@@ -92,9 +98,13 @@ def _block_lines(x, y, expr, printer) -> list:
     units, ``(…, R, C)``; at most one per term here).  The terms without ``X`` are
     one matrix product ``(…, R, m) @ (…, m, C)`` (:func:`~symquad.runtime.
     diffusion_engine.outer_sum`), each other term ``X · (r c)`` with ``r c`` an outer
-    product — instead of broadcasting multiplies on ``R × C`` arrays for every factor;
-    the mixed terms whose ``X`` is one array at run time share one product
-    (:func:`~symquad.runtime.diffusion_engine.mixed_sum`).
+    product — instead of broadcasting multiplies on ``R × C`` arrays for every factor.
+    When every ``X`` is a kind read (so far every block), the mixed terms are one
+    :func:`~symquad.runtime.diffusion_engine.kind_sum` call: the reads listed in the atoms'
+    order, not gathered here (a whole-array kind source is read in place), the terms by
+    position; otherwise the gathered ``X`` go to
+    :func:`~symquad.runtime.diffusion_engine.mixed_sum` (terms whose ``X`` is one array at
+    run time share one product).  Both add the same sums in the same order.
     """
     rows, cols = {K, L, M}, {KY, LY, MY}
     units = {K: "k", L: "l", M: "m", KY: "K", LY: "L", MY: "M"}
@@ -105,12 +115,18 @@ def _block_lines(x, y, expr, printer) -> list:
     atoms = sorted((a for a in expr.atoms(sp.Function) if a.func is not TEACHER_FIELD),
                    key=sp.default_sort_key)
     symbols = {a: sp.Symbol(f"_{tag}_{i}") for i, a in enumerate(atoms)}
-    lines += [f"    {symbols[a]} = {_atom_code(a, units)}" for a in atoms]
     rank, mixed = [], []
     for term in sp.Add.make_args(sp.expand(expr.xreplace(symbols))):
         scalar, r, c, X = _split_term(term, set(symbols.values()), *(
             {sym for a, sym in symbols.items() if a.free_symbols & side} for side in (rows, cols)))
         (rank if X == 1 else mixed).append((scalar * r, c, X))
+    # kinds read at row and column units, each term's X one of them: read where they lie
+    # (kind_sum), not gathered into block-size arrays here
+    kind_x = {sym: a for a, sym in symbols.items() if a.func not in (Qf, RHOf, Af)
+              and a.free_symbols & rows and a.free_symbols & cols}
+    in_place = bool(mixed) and all(X in kind_x for _, _, X in mixed)
+    lines += [f"    {symbols[a]} = {_atom_code(a, units)}" for a in atoms
+              if not (in_place and symbols[a] in kind_x)]
     # an atom is a row (column) vector when its units are row (column) units only
     exprs = [e for r, c, _ in rank + mixed for e in (r, c)]
     reps, reduced = sp.cse(exprs, symbols=sp.numbered_symbols(f"_{tag}x"), order="canonical")
@@ -123,7 +139,16 @@ def _block_lines(x, y, expr, printer) -> list:
     lines.append("    _acc = _engine.outer_sum(("
                  + ", ".join(vectors[2 * i] for i in range(nr)) + ",), ("
                  + ", ".join(vectors[2 * i + 1] for i in range(nr)) + ",), _shape)")
-    if mixed:
+    if in_place:
+        # the reads in the atoms' order (the order a kind source sees them: the matrix
+        # route keeps the first of a symmetric kind's permuted reads), the terms by position
+        order = [symbols[a] for a in atoms if symbols[a] in kind_x]
+        reads = [_kind_read(kind_x[X], units) for X in order]
+        lines.append("    _engine.kind_sum(_acc, kinds, (" + ", ".join(
+            f"({name!r}, {', '.join(codes)})" for name, codes in reads) + ",), (" + ", ".join(
+            f"({order.index(X)}, {vectors[2 * (nr + i)]}, {vectors[2 * (nr + i) + 1]})"
+            for i, (_, _, X) in enumerate(mixed)) + ",))")
+    elif mixed:                                   # pragma: no cover - no such block today
         lines.append("    _acc += _engine.mixed_sum((" + ", ".join(
             f"({printer.doprint(X)}, {vectors[2 * (nr + i)]}, {vectors[2 * (nr + i) + 1]})"
             for i, (_, _, X) in enumerate(mixed)) + ",), _shape)")

@@ -204,6 +204,9 @@ class Kernels:
     #: the kernel parameters of the constant-η model (``PARAMS`` order); a schedule scales
     #: their ``eta`` by ``s(t)`` at each call (:meth:`params_at`)
     _params: tuple = field(default=None, repr=False, compare=False)
+    #: :meth:`diffusion`'s function, made at its first call (remaking it, ~40 µs a call:
+    #: the structure key and the cache path of the model's generated modules)
+    _diffusion: list = field(default=None, repr=False, compare=False)
 
     def __post_init__(self):
         # formed once: converting the exact readouts is not free at large p
@@ -213,6 +216,7 @@ class Kernels:
                                             _exact(self.model.teacher_readout)))
         object.__setattr__(self, "_limit", self.form == "tensor" or
                            self.model.p + self.model.p_star >= BLAS_LIMIT_FIELDS)
+        object.__setattr__(self, "_diffusion", [])
 
     @property
     def blocks(self) -> tuple:
@@ -345,8 +349,10 @@ class Kernels:
         declare(self.model, f"the diffusion matrix (form={self.form!r})")
         params = self.params_at(t)
         Q, rho, T, a = self._arrays(Q, rho, T, a)
-        D = _diffusion_function(_untimed(self.model, "the diffusion matrix (form="
-                                         f"{self.form!r})"), self.form)
+        if not self._diffusion:
+            self._diffusion.append(_diffusion_function(_untimed(
+                self.model, f"the diffusion matrix (form={self.form!r})"), self.form))
+        D = self._diffusion[0]
         # the tensor route's contractions on the kernels' threads, as the RHS: with the
         # library's two BLAS threads beside other jobs D at p = 16 (z³ − 3z) took 1629 ms
         # of CPU against 469 ms on one (benchmarks/bench_kernels.py --diffusion)

@@ -46,9 +46,10 @@ except ImportError:                                      # pragma: no cover - nu
     except ImportError:
         _c_einsum = None
 
-__all__ = ["block_indices", "block_units", "outer_sum", "mixed_sum", "assemble", "gather",
-           "KindArrays", "WordGather", "tensor_kinds", "tensor_kinds_reference", "plan_from_json",
-           "BLOCK_PAIRS", "SparsePolynomials", "entry_generators", "fill_symmetric"]
+__all__ = ["block_indices", "block_units", "outer_sum", "mixed_sum", "kind_sum", "assemble",
+           "gather", "KindArrays", "WordGather", "tensor_kinds", "tensor_kinds_reference",
+           "plan_from_json", "BLOCK_PAIRS", "SparsePolynomials", "entry_generators",
+           "fill_symmetric"]
 
 #: Blocks of ``D`` in state order (the others are transposes).
 BLOCK_PAIRS = (("Q", "Q"), ("Q", "rho"), ("Q", "a"), ("rho", "rho"), ("rho", "a"), ("a", "a"))
@@ -77,12 +78,17 @@ def gather(array, *idx):
     With index arrays, a ``take`` at flat positions computed once per index arrays
     and axis sizes (:func:`_flat_positions`): numpy's indexing with several index
     arrays recomputes them at every call (at ``p = 16``, ``M400`` at the ``(Q, Q)``
-    block's 136 × 136 entries: 15 µs against 78 µs).  The same entries.
+    block's 136 × 136 entries: 15 µs against 78 µs).  The same entries.  The cache is
+    looked up first (a hit holds these very objects), the arguments checked on a miss.
     """
-    if not all(type(i) is numpy.ndarray for i in idx):
-        return array[(Ellipsis,) + tuple(idx)]
     core = array.shape[array.ndim - len(idx):]
-    flat = _flat_positions(core, idx)
+    hit = _FLAT.get((core,) + tuple(map(id, idx)))
+    if hit is not None:
+        flat = hit[0]
+    elif all(type(i) is numpy.ndarray for i in idx):
+        flat = _flat_positions(core, idx)
+    else:
+        return array[(Ellipsis,) + tuple(idx)]
     if array.ndim == len(idx):
         return array.reshape(-1).take(flat)
     return array.reshape(array.shape[:array.ndim - len(idx)] + (-1,)).take(flat, axis=-1)
@@ -102,7 +108,7 @@ def _flat_positions(core, idx):
     entries (the oldest dropped).  The callers pass the same index objects at every
     call (:func:`block_units`).
     """
-    key = (core,) + tuple(id(i) for i in idx)
+    key = (core,) + tuple(map(id, idx))
     hit = _FLAT.get(key)
     if hit is None:
         flat = numpy.ravel_multi_index(numpy.broadcast_arrays(*idx), core)
@@ -142,23 +148,22 @@ def block_units(x, y, p, ps):
     return hit
 
 
-def _fit(x, shape):
-    """`x` as an array of `shape` (a view when it must be broadcast; no call when it fits)."""
-    if type(x) is numpy.ndarray and x.shape == shape:
-        return x
-    return numpy.broadcast_to(x, shape)
-
-
 def outer_sum(rows, cols, shape):
     """``Σ_i r_i c_i`` of columns ``r_i (..., R, 1)`` and rows ``c_i (..., 1, C)`` (one product).
 
     The rank-one terms of a block of ``D`` stacked into ``(..., R, m) @ (..., m, C)``:
     the same sum, reassociated (the matrix product's order of additions).  Returns a
-    fresh array of `shape` (``batch + (R, C)``).
+    fresh array of `shape` (``batch + (R, C)``).  The factors are written into the two
+    operands by broadcasting assignment (the same values as concatenating broadcast
+    views, at about half the Python cost: 21 → 13 µs for nine terms at ``R = C = 136``).
     """
-    rshape, cshape = shape[:-1] + (1,), shape[:-2] + (1, shape[-1])
-    left = numpy.concatenate([_fit(r, rshape) for r in rows], axis=-1)
-    right = numpy.concatenate([_fit(c, cshape) for c in cols], axis=-2)
+    m = len(rows)
+    left = numpy.empty(shape[:-1] + (m,))
+    right = numpy.empty(shape[:-2] + (m, shape[-1]))
+    for i, r in enumerate(rows):
+        left[..., i:i + 1] = r
+    for i, c in enumerate(cols):
+        right[..., i:i + 1, :] = c
     return numpy.matmul(left, right)
 
 
@@ -192,8 +197,111 @@ def mixed_sum(terms, shape):
     return total
 
 
+def kind_sum(acc, kinds, reads, terms):
+    """``acc += Σ_i X_i ∘ (r_i c_i)`` in place: ``X_i`` kinds read at a block's row and column units.
+
+    `reads` are ``(name, *index_arrays)``, each ``kinds(name, *index_arrays)``, in the order a
+    kind source is asked for them; `terms` are ``(read, r, c)`` with ``read`` a position in
+    `reads`, ``r`` a column ``(…, R, 1)`` (or a scalar), ``c`` a row ``(…, 1, C)``.  The same
+    bits as ``acc += mixed_sum(((X[read], r, c), …), acc.shape)`` after reading ``X`` in
+    order: with a :class:`KindArrays` source and one state (no batch axes) each term is read
+    from the kind's whole array at offsets ``ρ_i + γ_j`` (:func:`_kind_offsets`) by the
+    compiled :func:`~symquad.runtime.assembly_vm.kind_term`, which multiplies and sums as
+    :func:`mixed_sum` does, in its order — without its gathered copy, outer product and two
+    elementwise passes per term, or their Python calls (at ``p = 16``, ``z³ − 3z``: the
+    ``(Q, Q)`` block's 9 terms 0.43 → 0.15 ms, docs/benchmarks-finite-n.md).  Any other
+    source (the matrix route's words, which return one array for a symmetric kind's
+    permuted reads), a batch, or a read shared by two terms (none in the generated
+    assembly): the reads, then :func:`mixed_sum`.
+    """
+    work = _in_place_terms(acc, kinds, reads, terms)
+    if work is None:
+        X = [kinds(*read) for read in reads]
+        acc += mixed_sum(tuple((X[t], r, c) for t, r, c in terms), acc.shape)
+        return acc
+    from . import assembly_vm as _vm      # lazy: numba
+    tot = numpy.empty_like(acc) if len(work) > 1 else acc
+    last = len(work) - 1
+    for t, (X, ro, co, r, c) in enumerate(work):
+        mode = _vm.ONLY if last == 0 else _vm.FIRST if t == 0 else _vm.LAST if t == last \
+            else _vm.MIDDLE
+        _vm.kind_term(acc, tot, X, ro, co, r, c, mode)
+    return acc
+
+
+def _in_place_terms(acc, kinds, reads, terms):
+    """The operands of :func:`kind_sum`'s compiled loop per term, ``(X flat, ρ, γ, r, c)``;
+    None where it does not apply (not a :class:`KindArrays` source, a batch, another shape)."""
+    if not (type(kinds) is KindArrays and acc.ndim == 2 and acc.flags.c_contiguous
+            and acc.dtype == numpy.float64):
+        return None
+    if len({t for t, _, _ in terms}) < len(terms):
+        return None          # a read shared by terms: mixed_sum sums their r c first
+    R, C = acc.shape
+    rshape, cshape = (R, 1), (1, C)
+    arrays = kinds.arrays
+    work = []
+    for t, r, c in terms:
+        read = reads[t]
+        X = arrays[read[0]]
+        if not (X.ndim == len(read) - 1 and X.flags.c_contiguous
+                and X.dtype == numpy.float64):
+            return None
+        offsets = _kind_offsets(X.shape, read[1:])
+        r, c = _along(r, R, rshape), _along(c, C, cshape)
+        if offsets is None or r is None or c is None:
+            return None
+        work.append((X.reshape(-1), offsets[0], offsets[1], r, c))
+    return work
+
+
+def _along(v, n, shape):
+    """`v` (a scalar or an array broadcasting to `shape`, ``(n, 1)`` or ``(1, n)``) as a
+    contiguous ``float64`` vector of length `n`; None when it has more axes (a batch)."""
+    if type(v) is not numpy.ndarray:
+        return numpy.full(n, v, dtype=numpy.float64)
+    if v.shape == shape and v.dtype == numpy.float64 and v.flags.c_contiguous:
+        return v.reshape(n)
+    if v.ndim > 2:
+        return None
+    return numpy.ascontiguousarray(numpy.broadcast_to(v, shape).reshape(n),
+                                   dtype=numpy.float64)
+
+
+def _kind_offsets(core, idx):
+    """``(ρ, γ)``: the flat positions of a kind of shape `core` read at `idx` are ``ρ_i + γ_j``.
+
+    From :func:`_flat_positions` (cached likewise, by the index arrays' identities): ``ρ``
+    its first column less its corner, ``γ`` its first row.  A C-ordered position is linear
+    in the indices, so the split holds whenever every index array is a column ``(R, 1)`` or
+    a row ``(1, C)`` (:func:`block_units`); it is checked once, and None returned where it
+    fails (another shape of index arrays), as for non-arrays.
+    """
+    key = ("offsets", core) + tuple(map(id, idx))
+    hit = _FLAT.get(key)
+    if hit is None:
+        split = None
+        if all(type(i) is numpy.ndarray and i.ndim == 2 for i in idx):
+            flat = _flat_positions(core, idx)
+            ro = numpy.ascontiguousarray(flat[:, 0] - flat[0, 0], dtype=numpy.intp)
+            co = numpy.ascontiguousarray(flat[0, :], dtype=numpy.intp)
+            if numpy.array_equal(flat, ro[:, None] + co[None, :]):
+                split = (ro, co)
+        hit = _FLAT[key] = (split, idx)
+        if len(_FLAT) > GATHER_CACHE:
+            _FLAT.pop(next(iter(_FLAT)), None)
+    return hit[0]
+
+
 def assemble(blocks, p, ps, trained, batch):
-    """The symmetric ``D`` (batch + (dim, dim)) from its blocks in state order."""
+    """The symmetric ``D`` (batch + (dim, dim)) from its blocks in state order.
+
+    A block ``(X, Y)``, ``X ≠ Y``, is written at ``(X, Y)`` and transposed at ``(Y, X)``;
+    a diagonal block ``(X, X)``, symmetric in exact arithmetic, as ``½(V + Vᵀ)`` so that
+    ``D`` is symmetric to the last bit.  The same entries as ``½(D + Dᵀ)`` over the whole
+    matrix (off the diagonal blocks ``½(V + V) = V`` exactly, short of overflow), without
+    its two passes and two ``dim × dim`` temporaries over the off-diagonal blocks.
+    """
     n = {"Q": p * (p + 1) // 2, "rho": p * ps, "a": p if trained else 0}
     names = ("Q", "rho", "a") if trained else ("Q", "rho")
     start = dict(zip(names, itertools.accumulate([0] + [n[b] for b in names])))
@@ -204,12 +312,16 @@ def assemble(blocks, p, ps, trained, batch):
             continue
         sx = slice(start[x], start[x] + n[x])
         sy = slice(start[y], start[y] + n[y])
-        value = numpy.broadcast_to(value, batch + (n[x], n[y]))
-        D[..., sx, sy] = value
-        if x != y:
+        if type(value) is not numpy.ndarray or value.shape != batch + (n[x], n[y]):
+            value = numpy.broadcast_to(value, batch + (n[x], n[y]))    # (~3 µs a view)
+        if x == y:
+            out = D[..., sx, sy]
+            numpy.add(value, numpy.swapaxes(value, -1, -2), out=out)
+            out *= 0.5
+        else:
+            D[..., sx, sy] = value
             D[..., sy, sx] = numpy.swapaxes(value, -1, -2)
-    # the (X, X) blocks are symmetric in exact arithmetic; make them so to the last bit
-    return 0.5 * (D + numpy.swapaxes(D, -1, -2))
+    return D
 
 
 class WordGather:
