@@ -843,6 +843,19 @@ def _role_perms(roles):
     return out
 
 
+def _reader_counts(program):
+    """``{node: number of steps and finals of `program` that read it}`` (one per operand)."""
+    readers = {}
+    for op in program.ops:
+        if op[0] == "step":
+            for i in op[2:4]:
+                readers[i] = readers.get(i, 0) + 1
+    for fin in program.finals:
+        for i in fin[1:3]:
+            readers[i] = readers.get(i, 0) + 1
+    return readers
+
+
 def _axis_order(letters, order):
     """The positions in `letters` (a node's axes, as one reader names them) of `order`."""
     return tuple(letters.index(c) for c in order)
@@ -1287,15 +1300,8 @@ class _Executable:
         adding it.  The second value maps each accumulated block ``(group, offset)`` to
         the position in `seq` of its first writer (which zeroes it).
         """
-        ops, finals = program.ops, program.finals
-        readers = {}
-        for op in ops:
-            if op[0] == "step":
-                for i in op[2:4]:
-                    readers[i] = readers.get(i, 0) + 1
-        for fin in finals:
-            for i in fin[1:3]:
-                readers[i] = readers.get(i, 0) + 1
+        ops = program.ops
+        readers = _reader_counts(program)
         fused = {}
         for f, (g, (sh, sl, so, ot, ol, oo, block)) in member_of.items():
             if readers.get(ot) == 1 and ot != sh and ot not in placed and \
@@ -1324,14 +1330,7 @@ class _Executable:
         products in another order: equal to rounding.
         """
         ops, finals = program.ops, program.finals
-        readers = {}
-        for op in ops:
-            if op[0] == "step":
-                for i in op[2:4]:
-                    readers[i] = readers.get(i, 0) + 1
-        for fin in finals:
-            for i in fin[1:3]:
-                readers[i] = readers.get(i, 0) + 1
+        readers = _reader_counts(program)
         fused = {}
         for f, fin in enumerate(finals):
             if f in member_of:
