@@ -183,8 +183,11 @@ def test_numpy_steps_on_prebuilt_views_equal_the_derived_ones(monkeypatch, repli
     Q, rho, T, a, b = _states(3, 2, 2, rng)
     if replicas == 1:
         Q, rho, a = Q[0], rho[0], a[0]
-    built, built_groups = [], []
+    built, built_groups, batched = [], [], []
     step_views, group_views = E._Executable._step_views, E._Executable._group_views
+    batched_views = E._batched_views
+    monkeypatch.setattr(E, "_batched_views",
+                        lambda *a: batched.append(batched_views(*a)) or batched[-1])
     monkeypatch.setattr(E._Executable, "_step_views",
                         lambda self, W, B: built.append(step_views(self, W, B)) or built[-1])
     monkeypatch.setattr(E._Executable, "_group_views",
@@ -197,6 +200,9 @@ def test_numpy_steps_on_prebuilt_views_equal_the_derived_ones(monkeypatch, repli
     exe = E._executable(plan, NAMES, 3, 5, replicas)
     assert 0 < n_steps <= sum(1 for seg in exe.segments if seg[0] == "step")
     assert 0 < sum(1 for v in built_groups[0] if v is not None) <= len(exe.groups)
+    # some steps whose operands are not views in the product's layout run batched over a
+    # letter on views (_batched_views), compared below with the copies of _dot_into too
+    assert 0 < sum(1 for v in batched if v is not None) < len(batched)
     monkeypatch.setattr(E._Executable, "_step_views",
                         lambda self, W, B: [None] * len(self.segments))
     monkeypatch.setattr(E._Executable, "_group_views",
@@ -476,3 +482,59 @@ def test_a_leaf_outside_its_input_is_refused(kind):
     wrong.ops[k] = ("leaf", bad)
     with pytest.raises(AssertionError, match="outside its input"):
         E._Executable(wrong, top, 1)
+
+
+@pytest.mark.parametrize("subscripts, xs, ys, nbatch", [
+    # x's own letters c, a lie as a, c in x: the product batched over t and a
+    ("...teac,...tde->...tcad", (2, 5, 4, 3), (2, 3, 5), 2 * 4),
+    # the shared letters c, d not adjacent in x: kept as separate batch axes t, c, d
+    ("...tcbde,...tcde->...tcdb", (2, 3, 4, 3, 5), (2, 3, 3, 5), 2 * 3 * 3),
+    # y's own letters b, d lie as d, b in y: batched over b (over d, the smaller, z's
+    # matrix (a, b) would have no unit-stride axis)
+    ("...tag,...tdbg->...tabd", (2, 4, 5), (2, 3, 6, 5), 2 * 6),
+    # two letters summed, x's own letters a, c lie as c, a: batched over c
+    ("...tcahg,...thgd->...tacd", (2, 3, 4, 5, 6), (2, 5, 6, 3), 2 * 3),
+])
+def test_batched_views_are_views_of_the_workspace_and_equal_einsum(subscripts, xs, ys,
+                                                                   nbatch):
+    # numpy steps whose operands are not views in matmul's (S, I, K)(S, K, J) layout
+    # (_matmul_operands copies one) run batched over letters on views of the arrays as
+    # they lie (_batched_views): written through Z into the workspace, equal to einsum
+    xl, yl, zl = E._letters(subscripts)
+    dims = dict(zip(xl, xs))
+    dims.update(zip(yl, ys))
+    zs = tuple(dims[c] for c in zl)
+    sizes = [int(np.prod(s)) for s in (xs, ys, zs)]
+    W = np.zeros((1, sum(sizes)))
+    rng = np.random.default_rng(3)
+    W[:, :sizes[0] + sizes[1]] = rng.standard_normal(sizes[0] + sizes[1])
+    x = W[:, :sizes[0]].reshape((1,) + xs)
+    y = W[:, sizes[0]:sizes[0] + sizes[1]].reshape((1,) + ys)
+    z = W[:, sizes[0] + sizes[1]:].reshape((1,) + zs)
+    X, Y, _, _, _, _ = E._matmul_operands(subscripts, x, y)
+    Z = z.reshape((1,) + (-1,))
+    assert not (np.may_share_memory(X, W) and np.may_share_memory(Y, W))
+    views = E._batched_views(subscripts, x, y, z)
+    assert views is not None
+    X, Y, Z = views
+    assert all(np.may_share_memory(v, W) for v in views)
+    assert int(np.prod(Z.shape[:-2])) == nbatch
+    np.matmul(X, Y, out=Z)
+    want = np.einsum(subscripts, x, y)
+    assert np.abs(z - want).max() <= 1e-14 * np.abs(want).max()
+
+
+def test_batched_views_refuse_what_needs_a_copy_or_a_sum():
+    W = np.zeros((1, 10000))
+    x = W[:, :2 * 4 * 5].reshape(1, 2, 4, 5)
+    y = W[:, 100:100 + 2 * 5 * 6 * 3].reshape(1, 2, 5, 6, 3)
+    # no one letter moved leaves three matrices BLAS takes (b: z's (a, c) has no
+    # unit-stride axis; c: y's (e, b) has none; a: y's (e, c b) is not one axis): a copy
+    # stays with _dot_into.  (Two letters are not moved — a speed rule, (1 × e)(e × c)
+    # products, measured slower than the copy — which no value can show.)
+    z = W[:, 1000:1000 + 2 * 4 * 3 * 6].reshape(1, 2, 4, 3, 6)
+    assert E._batched_views("...tae,...tebc->...tacb", x, y, z) is None
+    # a letter of y summed alone (not in x nor z) needs a sum first
+    z2 = W[:, 1000:1000 + 2 * 4 * 3].reshape(1, 2, 4, 3)
+    assert E._batched_views("...tae,...tebc->...tac", x, y, z2) is None
+
