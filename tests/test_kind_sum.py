@@ -194,3 +194,28 @@ def test_kernels_make_their_diffusion_function_once(monkeypatch):
     assert not np.allclose(first, second)
     assert np.array_equal(second, original(model, "tensor")(Q, rho, T, np.full(2, 0.5),
                                                             k.params_at()))
+
+
+@pytest.mark.parametrize("units", [("K", "L", "K", "L"), ("k", "l", "k", "l")])
+def test_kind_sum_reads_not_of_the_blocks_shape_take_the_gathered_route(units, calls):
+    # index arrays that broadcast to (1, C) or (R, 1) (a read at column or row units only)
+    # or to another block's shape: the compiled loop, which reads its offsets
+    # unchecked at every (i, j), must not take them (it read past the offsets' end: a
+    # segfault or garbage); the gathered route broadcasts them
+    rng = np.random.default_rng(13)
+    p, ps = 3, 2
+    u = E.block_units("Q", "Q", p, ps)
+    R, C = u["shape"]
+    kinds = _kinds(p, ps, rng)
+    reads = (("M400",) + tuple(u[x] for x in units),)
+    terms = ((0, rng.standard_normal((R, 1)), rng.standard_normal((1, C))),)
+    assert E._in_place_terms(np.zeros((R, C)), kinds, reads, terms) is None
+    got = E.kind_sum(np.zeros((R, C)), kinds, reads, terms)
+    assert calls == []
+    want = _explicit(kinds, reads, terms, R, C)
+    assert np.max(np.abs(got - want)) <= 1e-13 * np.max(np.abs(want))
+    # the units of another pair's block: refused by the gathered route, not read past its end
+    w = E.block_units("Q", "a", p, ps)                  # (6, 3) against the (6, 6) block
+    wide = (("M400", w["K"], w["k"], w["l"], w["K"]),)
+    with pytest.raises(ValueError):
+        E.kind_sum(np.zeros((R, C)), kinds, wide, terms)

@@ -211,8 +211,9 @@ def kind_sum(acc, kinds, reads, terms):
     elementwise passes per term, or their Python calls (at ``p = 16``, ``z³ − 3z``: the
     ``(Q, Q)`` block's 9 terms 0.43 → 0.15 ms, docs/benchmarks-finite-n.md).  Any other
     source (the matrix route's words, which return one array for a symmetric kind's
-    permuted reads), a batch, or a read shared by two terms (none in the generated
-    assembly): the reads, then :func:`mixed_sum`.
+    permuted reads), a batch, a read shared by two terms (none in the generated
+    assembly) or one whose index arrays do not broadcast to the block's ``(R, C)`` (the
+    compiled loop does not check its offsets): the reads, then :func:`mixed_sum`.
     """
     work = _in_place_terms(acc, kinds, reads, terms)
     if work is None:
@@ -231,7 +232,8 @@ def kind_sum(acc, kinds, reads, terms):
 
 def _in_place_terms(acc, kinds, reads, terms):
     """The operands of :func:`kind_sum`'s compiled loop per term, ``(X flat, ρ, γ, r, c)``;
-    None where it does not apply (not a :class:`KindArrays` source, a batch, another shape)."""
+    None where it does not apply (not a :class:`KindArrays` source, a batch, another shape,
+    offsets of other lengths than the block's ``R`` and ``C``)."""
     if not (type(kinds) is KindArrays and acc.ndim == 2 and acc.flags.c_contiguous
             and acc.dtype == numpy.float64):
         return None
@@ -248,8 +250,14 @@ def _in_place_terms(acc, kinds, reads, terms):
                 and X.dtype == numpy.float64):
             return None
         offsets = _kind_offsets(X.shape, read[1:])
+        # the compiled loop reads ro[i], co[j] for every entry of the block, unchecked:
+        # only index arrays that broadcast to the block's very shape (R, C) (a read at
+        # row units only, or at another block's units, is left to mixed_sum, which
+        # broadcasts it or refuses it)
+        if offsets is None or offsets[0].shape != (R,) or offsets[1].shape != (C,):
+            return None
         r, c = _along(r, R, rshape), _along(c, C, cshape)
-        if offsets is None or r is None or c is None:
+        if r is None or c is None:
             return None
         work.append((X.reshape(-1), offsets[0], offsets[1], r, c))
     return work
