@@ -196,6 +196,30 @@ def test_kernels_make_their_diffusion_function_once(monkeypatch):
                                                             k.params_at()))
 
 
+def test_the_sphere_pair_keeps_its_own_function(monkeypatch):
+    # _diffusion_pair(both=True) returns (D, D^u): a function of its own, kept beside
+    # diffusion()'s (which returns D alone), each made once
+    from symquad.numeric import kernels as kmod
+    model = sq.Model(2, 1, 0.3, activation="z**3 - 3*z", constraint="sphere")
+    k = sq.kernels(model, "tensor")
+    made = []
+    original = kmod._diffusion_function
+
+    def counting(*args, **kwargs):
+        made.append(kwargs.get("both", False))
+        return original(*args, **kwargs)
+    monkeypatch.setattr(kmod, "_diffusion_function", counting)
+    Q, rho, T = np.eye(2), np.full((2, 1), 0.1), np.eye(1)
+    for _ in range(2):
+        D, Du = k._diffusion_pair(Q, rho, T, both=True)
+        D1 = k.diffusion(Q, rho, T)
+    assert sorted(made) == [False, True]
+    assert np.array_equal(D, D1)
+    assert not np.allclose(D, Du)           # the sphere's projection: another matrix
+    assert np.array_equal(Du, original(model, "tensor", both=True)(
+        *k._arrays(Q, rho, T, None), k.params_at())[1])
+
+
 @pytest.mark.parametrize("units", [("K", "L", "K", "L"), ("k", "l", "k", "l")])
 def test_kind_sum_reads_not_of_the_blocks_shape_take_the_gathered_route(units, calls):
     # index arrays that broadcast to (1, C) or (R, 1) (a read at column or row units only)

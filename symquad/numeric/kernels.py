@@ -204,9 +204,10 @@ class Kernels:
     #: the kernel parameters of the constant-η model (``PARAMS`` order); a schedule scales
     #: their ``eta`` by ``s(t)`` at each call (:meth:`params_at`)
     _params: tuple = field(default=None, repr=False, compare=False)
-    #: :meth:`diffusion`'s function, made at its first call (remaking it, ~40 µs a call:
-    #: the structure key and the cache path of the model's generated modules)
-    _diffusion: list = field(default=None, repr=False, compare=False)
+    #: the diffusion functions of :meth:`diffusion` and :meth:`_diffusion_pair`, by
+    #: ``both``, each made at its first call (remaking it, ~40 µs a call: the structure
+    #: key and the cache path of the model's generated modules)
+    _diffusion: dict = field(default=None, repr=False, compare=False)
 
     def __post_init__(self):
         # formed once: converting the exact readouts is not free at large p
@@ -216,7 +217,7 @@ class Kernels:
                                             _exact(self.model.teacher_readout)))
         object.__setattr__(self, "_limit", self.form == "tensor" or
                            self.model.p + self.model.p_star >= BLAS_LIMIT_FIELDS)
-        object.__setattr__(self, "_diffusion", [])
+        object.__setattr__(self, "_diffusion", {})
 
     @property
     def blocks(self) -> tuple:
@@ -349,10 +350,7 @@ class Kernels:
         declare(self.model, f"the diffusion matrix (form={self.form!r})")
         params = self.params_at(t)
         Q, rho, T, a = self._arrays(Q, rho, T, a)
-        if not self._diffusion:
-            self._diffusion.append(_diffusion_function(_untimed(
-                self.model, f"the diffusion matrix (form={self.form!r})"), self.form))
-        D = self._diffusion[0]
+        D = self._kept_diffusion()
         # the tensor route's contractions on the kernels' threads, as the RHS: with the
         # library's two BLAS threads beside other jobs D at p = 16 (z³ − 3z) took 1629 ms
         # of CPU against 469 ms on one (benchmarks/bench_kernels.py --diffusion)
@@ -457,10 +455,18 @@ class Kernels:
         sphere's ``f₁``), from one evaluation of the diffusion kinds."""
         params = self.params_at(t)
         Q, rho, T, a = self._arrays(Q, rho, T, a)
-        Dfun = _diffusion_function(_untimed(self.model, "the diffusion matrix (form="
-                                            f"{self.form!r})"), self.form, both=both)
+        Dfun = self._kept_diffusion(both)
         with self._blas():
             return Dfun(Q, rho, T, a, params)
+
+    def _kept_diffusion(self, both=False):
+        """The model's diffusion function (``both``: it returns ``(D, D^u)``), made once."""
+        fn = self._diffusion.get(both)
+        if fn is None:
+            fn = self._diffusion[both] = _diffusion_function(_untimed(
+                self.model, f"the diffusion matrix (form={self.form!r})"), self.form,
+                both=both)
+        return fn
 
     def _lna_terms(self, Q, rho, T, a, S, t=None, second_order=False, diffusion=None):
         r"""``(f, J, D, f₁, ½ ∂²f : Σ)`` at one state for the LNA and the O(1/N) mean.
