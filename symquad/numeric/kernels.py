@@ -370,29 +370,29 @@ class Kernels:
         declare(self.model, "the exact Jacobian")
         params = self.params_at(t)
         Q, rho, T, a = self._arrays(Q, rho, T, a)
-        # on the kernels' BLAS threads, as the LNA's Jacobian (_lna_terms): the user's
-        # thread count would change the rounding
-        with self._blas():
-            return _jacobian_function(_untimed(self.model, "the exact Jacobian"), self.form)(
-                Q, rho, T, a, params)[0]
+        return self._jacobian_part(0, Q, rho, T, a, params)
 
     def risk_gradient(self, Q, rho, T, a=None):
         """Gradient ``∂ε/∂X`` of the population risk in the state order; ``(..., dim)``
         (the route of :meth:`jacobian`)."""
         declare(self.model, "the exact Jacobian")
         Q, rho, T, a = self._arrays(Q, rho, T, a)
-        with self._blas():
-            return _jacobian_function(_untimed(self.model, "the exact Jacobian"), self.form)(
-                Q, rho, T, a, self._params)[1]
+        return self._jacobian_part(1, Q, rho, T, a, self._params)
 
     def risk_hessian(self, Q, rho, T, a=None):
         """Hessian ``∂²ε/∂X∂X`` of the population risk in the state order; ``(..., dim, dim)``
         (the route of :meth:`jacobian`)."""
         declare(self.model, "the exact Jacobian")
         Q, rho, T, a = self._arrays(Q, rho, T, a)
+        return self._jacobian_part(2, Q, rho, T, a, self._params)
+
+    def _jacobian_part(self, i, Q, rho, T, a, params):
+        """Part `i` of ``(J, ∂ε/∂X, ∂²ε/∂X∂X)`` at kernel `params` (each computed when
+        indexed, :func:`_jacobian_function`), on the kernels' BLAS threads (as the LNA's
+        Jacobian, :meth:`_lna_terms`: the user's thread count would change the rounding)."""
         with self._blas():
             return _jacobian_function(_untimed(self.model, "the exact Jacobian"), self.form)(
-                Q, rho, T, a, self._params)[2]
+                Q, rho, T, a, params)[i]
 
     def second_order(self, Q, rho, T, a=None, t=None):
         r"""``(f₁, ∂²f)``: the ``1/N`` term of the mean step and the drift's Hessian.
