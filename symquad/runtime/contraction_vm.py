@@ -835,7 +835,8 @@ def _inner_weighted(V, d0, d1, xo, yo, zo, wo, sx0, sy0, sz0, sw0, sx1, sy1, sz1
 @njit(cache=True)
 def _mul3x8(V, zo, xo, b, uo, c):  # pragma: no cover
     """``z[0:8] += ((x[0:8]·b)·u[0:8])·c`` as straight-line code, loads first, for the SLP
-    vectoriser (see :func:`_axpy8`); the order of :func:`_inner3`'s loops per entry."""
+    vectoriser (see :func:`_axpy8`); the order of :func:`_inner3`'s loops per entry.  Its
+    loads and stores of ``z`` repeat :func:`_axpy8`'s on purpose, as :func:`_mul8`'s do."""
     x0 = V[np.uint64(xo + 0)] * b * V[np.uint64(uo + 0)] * c
     x1 = V[np.uint64(xo + 1)] * b * V[np.uint64(uo + 1)] * c
     x2 = V[np.uint64(xo + 2)] * b * V[np.uint64(uo + 2)] * c
